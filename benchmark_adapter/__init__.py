@@ -1,0 +1,1 @@
+"""Loading tasks (Harbor format), the visible/hidden split, and running the unchanged grader."""

@@ -1,0 +1,127 @@
+"""Loading a task in Harbor format and splitting it into what the agent may see and what it may not.
+
+A task directory holds `task.toml`, `instruction.md`, `environment/` (the source
+repository and assets the agent is given), `tests/` (the grader) and optionally
+`solution/`. twin's own settings live in `task.toml` under `[metadata.twin]`;
+see `tasks/README.md` for every key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from harness.errors import TwinError
+
+
+class TaskError(TwinError):
+    """The task directory is malformed."""
+
+
+class TwinTaskSettings(BaseModel):
+    """`[metadata.twin]` of task.toml: where things are and how the two sides run."""
+
+    source_dir: str = Field(
+        default="environment/source",
+        description="The original repository, relative to the task directory.",
+    )
+    source_mount: str = Field(default="/source", description="Where the original appears inside.")
+    assets_dir: str | None = Field(
+        default="environment/assets",
+        description="Raw checkpoints and data given to the agent (None: no assets).",
+    )
+    assets_mount: str = Field(default="/assets", description="Where the assets appear inside.")
+    candidate_mount: str = Field(
+        default="/app", description="Where the candidate is written and where the grader expects it."
+    )
+    source_framework: str = Field(default="torch", description="The stack migrated away from.")
+    target_framework: str = Field(default="jax", description="The stack migrated to.")
+    forbidden_packages: list[str] = Field(
+        default_factory=lambda: ["torch"],
+        description="Packages physically absent on the candidate side and in the grader.",
+    )
+    reference_packages: list[str] = Field(
+        default_factory=lambda: ["torch"],
+        description="Packages the reference side needs (present there only).",
+    )
+    allow_network: bool = Field(default=False, description="Whether commands may reach a network.")
+
+
+class Task(BaseModel):
+    """A loaded task: visible paths (instruction, source, assets) and hidden ones (tests, solution)."""
+
+    root: Path = Field(description="The task directory, resolved.")
+    name: str = Field(description="Task name (directory name unless task.toml says otherwise).")
+    instruction: str = Field(description="Text of instruction.md, what the agent is asked to do.")
+    settings: TwinTaskSettings = Field(description="[metadata.twin] of task.toml.")
+    verifier_timeout_s: float = Field(default=600.0, description="[verifier] timeout_sec.")
+    agent_timeout_s: float = Field(default=3600.0, description="[agent] timeout_sec.")
+
+    @property
+    def source_dir(self) -> Path:
+        return self.root / self.settings.source_dir
+
+    @property
+    def assets_dir(self) -> Path | None:
+        return self.root / self.settings.assets_dir if self.settings.assets_dir else None
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.root / "tests"
+
+    @property
+    def solution_dir(self) -> Path | None:
+        path = self.root / "solution"
+        return path if path.is_dir() else None
+
+    @property
+    def hidden_roots(self) -> list[Path]:
+        """Everything no role, tool or command may see: grader, solution, task.toml."""
+        hidden = [self.tests_dir, self.root / "task.toml"]
+        if self.solution_dir is not None:
+            hidden.append(self.solution_dir)
+        return hidden
+
+
+def load_task(path: str | Path) -> Task:
+    """Load and validate a task directory.
+
+    Raises:
+        TaskError: the directory, task.toml, instruction.md, tests/test.sh or the
+            source repository is missing or malformed.
+    """
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise TaskError(f"task directory not found: {path}")
+    toml_path = root / "task.toml"
+    if not toml_path.is_file():
+        raise TaskError(f"not a task: {root} has no task.toml")
+    try:
+        config = tomllib.loads(toml_path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"malformed task.toml in {root}: {exc}") from None
+    instruction = root / "instruction.md"
+    if not instruction.is_file():
+        raise TaskError(f"task {root.name} has no instruction.md")
+    if not (root / "tests" / "test.sh").is_file():
+        raise TaskError(f"task {root.name} has no tests/test.sh (the grader)")
+    metadata = config.get("metadata", {})
+    try:
+        settings = TwinTaskSettings(**metadata.get("twin", {}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise TaskError(f"bad [metadata.twin] {where} in {toml_path}: {first['msg']}") from None
+    task = Task(
+        root=root,
+        name=str(config.get("task", {}).get("name", root.name)),
+        instruction=instruction.read_text(),
+        settings=settings,
+        verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", 600.0)),
+        agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
+    )
+    if not task.source_dir.is_dir():
+        raise TaskError(f"task {root.name}: source repository {settings.source_dir} not found")
+    return task

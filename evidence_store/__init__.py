@@ -1,0 +1,1 @@
+"""The SQLite evidence store: what each check established, violated or left unresolved."""

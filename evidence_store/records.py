@@ -1,0 +1,80 @@
+"""Typed, versioned evidence records (DESIGN.md, "Evidence record").
+
+These types are the contract between probes (which produce results), the store
+(which keeps them) and the loop (which reads them). They know nothing of roles
+or prompts.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+
+class Outcome(StrEnum):
+    """What a check could say about a property."""
+
+    ESTABLISHED = "established"
+    """Ran with enough evidence; behaviour consistent with the property."""
+    VIOLATED = "violated"
+    """Ran with enough evidence; behaviour inconsistent with the property."""
+    NOT_ESTABLISHED = "not_established"
+    """The probe itself could not tell; not a failure of the candidate."""
+
+
+class Property(BaseModel):
+    """One property of the candidate that a probe examines."""
+
+    id: str = Field(description="Stable identifier, e.g. 'forward.model.logits' or 'independence'.")
+    kind: str = Field(
+        description="Family of the check: 'differential', 'imports', 'independence', "
+        "'param_tree', 'grad_liveness', 'jit', 'entrypoint', 'converter', 'audit', ..."
+    )
+    level: int = Field(
+        default=0,
+        description="Level as in 002 §C.4: 0 structure/independence, 1 module numerics, "
+        "2 composed numerics/loss/grads, 3 end-to-end, 4 held-out behaviour.",
+    )
+    description: str = Field(default="", description="What the property means, in one sentence.")
+
+
+class ProbeResult(BaseModel):
+    """What one probe says about one property (before it is stored)."""
+
+    property: Property
+    outcome: Outcome
+    score: float | None = Field(
+        default=None, description="Bounded similarity in [0, 1] where one applies."
+    )
+    context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What is needed to re-run it: probe sources, inputs, seeds, versions, "
+        "candidate commit, device and precision.",
+    )
+    observations: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What was seen: per-output scores, noise floor, mismatching fields.",
+    )
+    trace: str = Field(default="", description="Traceback or log tail, kept for diagnosis.")
+
+
+class EvidenceRecord(ProbeResult):
+    """A stored probe result: a `ProbeResult` placed in a run and round. Append-only."""
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Record format version.")
+    run_id: str = Field(description="The run this record belongs to.")
+    round: int = Field(description="Loop round (0 for checks made before the first round).")
+    time: float = Field(default_factory=time.time, description="Unix time of the result.")
+    record_id: int | None = Field(
+        default=None, description="Row id assigned by the store; None before it is appended."
+    )
+
+    @classmethod
+    def from_result(cls, result: ProbeResult, *, run_id: str, round: int) -> EvidenceRecord:
+        """Place a probe result in a run and round."""
+        return cls(run_id=run_id, round=round, **result.model_dump())

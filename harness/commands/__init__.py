@@ -1,0 +1,1 @@
+"""One module per group of CLI commands; `harness.cli` registers them."""

@@ -1,0 +1,20 @@
+"""Errors a user sees as one line and a non-zero exit.
+
+Anything raised as a `TwinError` (or subclass) reaches the CLI, which prints its
+message on one line and exits with `exit_code`. Nothing else should be caught
+there: a bug should show its traceback.
+"""
+
+
+class TwinError(Exception):
+    """A user-facing failure: bad input, missing file, refused request.
+
+    Args:
+        message: one line that says what is wrong and, where possible, how to fix it.
+    """
+
+    exit_code: int = 2
+
+
+class NotImplementedYet(TwinError):
+    """A command that exists in the CLI but whose capability has not landed."""

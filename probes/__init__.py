@@ -1,0 +1,1 @@
+"""Similarity measures, the probe runner, differential probes, candidate-side checks, audit."""

@@ -1,0 +1,1 @@
+"""Prompt templates. Only files live here; `harness.prompting` loads and renders them."""

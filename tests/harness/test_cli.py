@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness import __version__
+from harness.cli import main
+
+
+def test_version_prints_and_exits_zero(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"twin {__version__}"
+
+
+def test_help_lists_design_subcommands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("migrate", "grade", "probe", "evidence", "bench", "report", "models"):
+        assert command in out
+
+
+def test_unknown_command_is_one_line_and_exit_2():
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "no-such-command"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "no-such-command" in proc.stderr
