@@ -1,0 +1,154 @@
+"""The one agent loop every role and the base scaffold share.
+
+`run()` loops `step()`, and `step()` is "query the model, execute its tool calls,
+feed the results back". Leaving the loop is an exception that carries its reason
+(`Submitted`, `StepLimitReached`); a failing command or a refused request is data
+returned to the model, never a crash. Budget exhaustion (`BudgetExceeded`) and
+infrastructure failures of the model propagate to the caller unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.boundary import BoundaryViolation
+from harness.model import Model, ModelReply
+from roles.tools import Tool, ToolError, ToolResult
+
+Message = dict[str, Any]
+
+
+class AgentExit(Exception):
+    """Base of the ways out of the agent loop."""
+
+
+class Submitted(AgentExit):
+    """The agent called `submit`; `output` is what it submitted (already validated)."""
+
+    def __init__(self, output: Any) -> None:
+        super().__init__("submitted")
+        self.output = output
+
+
+class StepLimitReached(AgentExit):
+    """The agent used all its steps without submitting."""
+
+
+@dataclass
+class AgentOutcome:
+    """How one agent run ended."""
+
+    exit: str
+    """'submitted' or 'step_limit'."""
+    output: Any
+    """What was submitted (None on step limit)."""
+    steps: int
+    messages: list[Message] = field(default_factory=list)
+
+
+# Called after every tool call: (role, tool name, arguments, result).
+ToolObserver = Callable[[str, str, dict[str, Any], ToolResult], None]
+# Called after every model call: (role, step, reply).
+StepObserver = Callable[[str, int, ModelReply], None]
+
+
+class Agent:
+    """A model with a fixed tool set, driven until it submits or runs out of steps.
+
+    Args:
+        model: anything with `query(messages, tools, role=...)`.
+        tools: the role's tools by name; tools not in this mapping do not exist for it.
+        role: the role name, recorded with every call (e.g. 'migrator').
+        max_steps: model calls allowed in one run.
+        on_tool: observer of every tool call (trajectory, audit, progress).
+        on_step: observer of every model reply (progress).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        tools: dict[str, Tool],
+        *,
+        role: str,
+        max_steps: int = 50,
+        on_tool: ToolObserver | None = None,
+        on_step: StepObserver | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = tools
+        self.role = role
+        self.max_steps = max_steps
+        self.on_tool = on_tool
+        self.on_step = on_step
+        self.messages: list[Message] = []
+        self.steps = 0
+
+    def run(self, system: str, task: str) -> AgentOutcome:
+        """Run from a fresh conversation: system prompt, then the task message."""
+        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+        self.steps = 0
+        try:
+            while True:
+                self.step()
+        except Submitted as done:
+            return AgentOutcome("submitted", done.output, self.steps, self.messages)
+        except StepLimitReached:
+            return AgentOutcome("step_limit", None, self.steps, self.messages)
+
+    def step(self) -> None:
+        """One model call and the execution of every tool call it asked for."""
+        if self.steps >= self.max_steps:
+            raise StepLimitReached()
+        self.steps += 1
+        schemas = [tool.schema() for tool in self.tools.values()]
+        reply = self.model.query(self.messages, schemas, role=self.role)
+        self.messages.append(reply.as_message())
+        if self.on_step is not None:
+            self.on_step(self.role, self.steps, reply)
+        if not reply.tool_calls:
+            self.messages.append(
+                {
+                    "role": "user",
+                    "content": "Use the tools to work; call `submit` when you are done.",
+                }
+            )
+            return
+        submitted: Submitted | None = None
+        for call in reply.tool_calls:
+            result, exit_ = self._execute(call.name, call.arguments)
+            self.messages.append(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text}
+            )
+            submitted = submitted or exit_
+        if submitted is not None:
+            raise submitted
+
+    def _execute(self, name: str, arguments: dict[str, Any]) -> tuple[ToolResult, Submitted | None]:
+        started = time.monotonic()
+        tool = self.tools.get(name)
+        exit_: Submitted | None = None
+        if tool is None:
+            known = ", ".join(sorted(self.tools))
+            result = ToolResult(text=f"error: no tool named {name!r} (tools: {known})", ok=False)
+        else:
+            try:
+                result = tool(**arguments)
+            except Submitted as done:
+                result, exit_ = ToolResult(text="submitted"), done
+            except (ToolError, BoundaryViolation) as exc:
+                result = ToolResult(text=f"error: {exc}", ok=False)
+            except TypeError as exc:
+                result = ToolResult(text=f"error: bad arguments for {name}: {exc}", ok=False)
+        result.duration_s = time.monotonic() - started
+        if self.on_tool is not None:
+            self.on_tool(self.role, name, arguments, result)
+        return result, exit_
+
+
+def dumps_arguments(arguments: dict[str, Any]) -> str:
+    """Stable JSON of tool arguments (for logs)."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)

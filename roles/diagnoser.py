@@ -1,0 +1,67 @@
+"""The Diagnoser: reads the candidate (read-only), the source and the evidence; outputs D_t."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.model import Model
+from roles import prompting
+from roles.agent import Agent, Submitted
+from roles.schemas import Diagnosis
+from roles.tools import Tool, ToolError, Workbench, submit_tool, workbench_tools
+
+
+def diagnosis_submit_tool(attempts_allowed: int = 2) -> Tool:
+    """`submit(diagnosis)`: validated against `Diagnosis`; one invalid attempt is sent back.
+
+    After `attempts_allowed` invalid attempts the role ends with output None, which the
+    loop replaces by a diagnosis derived from the evidence.
+    """
+    attempts = {"n": 0}
+
+    def accept(diagnosis: Any) -> None:
+        attempts["n"] += 1
+        try:
+            parsed = Diagnosis.model_validate(diagnosis)
+        except ValidationError as exc:
+            if attempts["n"] >= attempts_allowed:
+                raise Submitted(None) from None
+            raise ToolError(f"invalid diagnosis, fix it and submit again:\n{exc}") from None
+        raise Submitted(parsed)
+
+    return submit_tool(
+        "Submit the diagnosis: an object with `summary`, `gaps` (each with `title`, `evidence`, "
+        "`objective`, `probes`, `priority` 1-3) and `complete`.",
+        {"diagnosis": Diagnosis.model_json_schema()},
+        accept,
+    )
+
+
+class Diagnoser:
+    """Turns evidence into localized repair objectives. It cannot write the candidate."""
+
+    role = "diagnoser"
+
+    def __init__(self, model: Model, bench: Workbench, *, max_steps: int = 30, **observers: Any):
+        tools = workbench_tools(bench, write=False)
+        tools["submit"] = diagnosis_submit_tool()
+        self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
+
+    def run(
+        self, *, round: int, instruction: str, evidence: str, regressions: str, candidate_files: str
+    ) -> Diagnosis | None:
+        """Return the diagnosis, or None if the role ended without a valid one."""
+        outcome = self.agent.run(
+            prompting.render("diagnoser_system"),
+            prompting.render(
+                "diagnoser_task",
+                round=round,
+                instruction=instruction,
+                evidence=evidence,
+                regressions=regressions,
+                candidate_files=candidate_files,
+            ),
+        )
+        return outcome.output

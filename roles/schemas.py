@@ -1,0 +1,53 @@
+"""Structured outputs of the roles, validated before the loop accepts them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Gap(BaseModel):
+    """One remaining difference between the original and the candidate."""
+
+    title: str = Field(description="What is missing or wrong, in a few words.")
+    evidence: list[str] = Field(
+        default_factory=list,
+        description="Property ids (or file:line observations) this gap rests on.",
+    )
+    objective: str = Field(description="The repair the Migrator should make, concretely.")
+    probes: list[str] = Field(
+        default_factory=list,
+        description="What the Verifier should check to show the gap is closed.",
+    )
+    priority: int = Field(default=1, ge=1, le=3, description="1 (highest) to 3.")
+
+
+class Diagnosis(BaseModel):
+    """The Diagnoser's output D_t: the gaps left and what to do about them."""
+
+    summary: str = Field(description="State of the candidate in two or three sentences.")
+    gaps: list[Gap] = Field(default_factory=list, description="Remaining gaps, most important first.")
+    complete: bool = Field(
+        default=False,
+        description="True when the Diagnoser finds nothing left to repair or to check.",
+    )
+
+    def render(self) -> str:
+        """Markdown for the Migrator's and Verifier's task messages."""
+        lines = [self.summary, ""]
+        for n, gap in enumerate(self.gaps, 1):
+            lines.append(f"{n}. [P{gap.priority}] {gap.title}")
+            lines.append(f"   objective: {gap.objective}")
+            if gap.evidence:
+                lines.append(f"   evidence: {', '.join(gap.evidence)}")
+            if gap.probes:
+                lines.append(f"   verify with: {'; '.join(gap.probes)}")
+        return "\n".join(lines).strip()
+
+
+class VerifierReport(BaseModel):
+    """The Verifier's closing note (its outcomes are in the evidence store, not here)."""
+
+    summary: str = Field(description="What was checked this round, in a few sentences.")
+    unchecked: list[str] = Field(
+        default_factory=list, description="Properties the Verifier could not examine yet."
+    )

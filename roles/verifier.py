@@ -1,0 +1,114 @@
+"""The Verifier: read-only on the candidate; writes matched probes and runs them through the probe runner.
+
+Outcomes are never the Verifier's say-so: only executed probes put records in the
+evidence store. The Verifier decides what to examine and writes the probe files;
+the `ProbeDesk` (given by the harness) stores, runs and records them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+from harness.model import Model
+from roles import prompting
+from roles.agent import Agent, AgentOutcome, Submitted
+from roles.schemas import VerifierReport
+from roles.tools import Tool, ToolError, ToolResult, Workbench, submit_tool, workbench_tools
+
+PROBE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class ProbeDesk(Protocol):
+    """Where the Verifier's probes are kept and run (outside the candidate)."""
+
+    def write_probe(self, name: str, source: str) -> str:
+        """Store a probe file; return where it is kept."""
+        ...
+
+    def run_probe(self, name: str) -> str:
+        """Run a stored probe on both sides, record its results, return them as a table."""
+        ...
+
+    def run_checks(self) -> str:
+        """Run the built-in candidate-side checks, record and return them."""
+        ...
+
+    def probe_format(self) -> str:
+        """How a probe file is written (shown to the model)."""
+        ...
+
+
+def probe_tools(desk: ProbeDesk) -> list[Tool]:
+    def write(name: str, source: str) -> ToolResult:
+        if not PROBE_NAME.match(name):
+            raise ToolError("probe names are lowercase identifiers, e.g. forward_logits")
+        return ToolResult(text=f"stored probe {name} ({desk.write_probe(name, source)})")
+
+    def run(name: str) -> ToolResult:
+        if not PROBE_NAME.match(name):
+            raise ToolError(f"no probe named {name!r}")
+        return ToolResult(text=desk.run_probe(name))
+
+    def checks() -> ToolResult:
+        return ToolResult(text=desk.run_checks())
+
+    return [
+        Tool(
+            "write_probe",
+            "Store a matched probe file (reference side and candidate side); see the format in "
+            "your instructions. It is kept outside the candidate.",
+            {"name": {"type": "string"}, "source": {"type": "string"}},
+            write,
+        ),
+        Tool(
+            "run_probe",
+            "Run a stored probe on the original and on the candidate with the same inputs; the "
+            "outcomes are recorded as evidence and returned.",
+            {"name": {"type": "string"}},
+            run,
+        ),
+        Tool(
+            "run_checks",
+            "Run the built-in candidate-side checks (imports, independence, parameter tree, "
+            "gradients, jit, entry points, migration audit).",
+            {},
+            checks,
+        ),
+    ]
+
+
+class Verifier:
+    """Exercises the updated candidate and records what is established, violated or unresolved."""
+
+    role = "verifier"
+
+    def __init__(
+        self, model: Model, bench: Workbench, desk: ProbeDesk, *, max_steps: int = 40, **observers: Any
+    ):
+        self.desk = desk
+        tools = workbench_tools(bench, write=False)
+        tools.update({tool.name: tool for tool in probe_tools(desk)})
+
+        def accept(summary: str, unchecked: list[str] | None = None) -> None:
+            raise Submitted(VerifierReport(summary=summary, unchecked=unchecked or []))
+
+        tools["submit"] = submit_tool(
+            "Finish verification with a summary and the properties you could not examine.",
+            {"summary": {"type": "string"}, "unchecked": {"type": "array", "items": {"type": "string"}}},
+            accept,
+        )
+        tools["submit"].required = ["summary"]
+        self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
+
+    def run(self, *, round: int, instruction: str, diagnosis: str, evidence: str) -> AgentOutcome:
+        return self.agent.run(
+            prompting.render("verifier_system", probe_format=self.desk.probe_format()),
+            prompting.render(
+                "verifier_task",
+                round=round,
+                instruction=instruction,
+                diagnosis=diagnosis,
+                evidence=evidence,
+            ),
+        )
