@@ -1,0 +1,53 @@
+"""Copy the shared grading library into every t2j-mini task's `tests/` (tasks stay self-contained).
+
+Usage:
+    python tasks/t2j-mini/common/sync.py           # refresh the copies
+    python tasks/t2j-mini/common/sync.py --check   # exit 1 if any copy differs
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+COMMON = Path(__file__).resolve().parent
+SHARED_FILES = ("grading.py",)
+
+
+def task_test_dirs(suite: Path = COMMON.parent) -> list[Path]:
+    """The `tests/` directory of every task in the suite."""
+    return sorted(p / "tests" for p in suite.iterdir() if (p / "tests" / "test.sh").is_file())
+
+
+def stale_copies(suite: Path = COMMON.parent) -> list[Path]:
+    """Copies that are missing or differ from `common/`."""
+    stale = []
+    for tests in task_test_dirs(suite):
+        for name in SHARED_FILES:
+            copy = tests / name
+            if not copy.is_file() or copy.read_bytes() != (COMMON / name).read_bytes():
+                stale.append(copy)
+    return stale
+
+
+def sync(suite: Path = COMMON.parent) -> list[Path]:
+    """Refresh every stale copy; returns the files written."""
+    written = stale_copies(suite)
+    for copy in written:
+        copy.write_bytes((COMMON / copy.name).read_bytes())
+    return written
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        stale = stale_copies()
+        for path in stale:
+            print(f"stale: {path}")
+        return 1 if stale else 0
+    for path in sync():
+        print(f"updated: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
