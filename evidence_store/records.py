@@ -78,3 +78,32 @@ class EvidenceRecord(ProbeResult):
     def from_result(cls, result: ProbeResult, *, run_id: str, round: int) -> EvidenceRecord:
         """Place a probe result in a run and round."""
         return cls(run_id=run_id, round=round, **result.model_dump())
+
+
+class DiagnosisRecord(BaseModel):
+    """A stored diagnosis D_t: the gaps, objectives and probe requests of one round. Append-only.
+
+    The store keeps the diagnosis as the Diagnoser's structured output, as JSON; it
+    does not interpret it.
+    """
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Record format version.")
+    run_id: str = Field(description="The run this diagnosis belongs to.")
+    round: int = Field(description="Loop round the diagnosis opened.")
+    diagnosis: dict[str, Any] = Field(description="The structured diagnosis, as JSON.")
+    time: float = Field(default_factory=time.time, description="Unix time it was recorded.")
+    diagnosis_id: int | None = Field(
+        default=None, description="Row id assigned by the store; None before it is recorded."
+    )
+
+
+class RoundInfo(BaseModel):
+    """One round of a run as the store knows it: when it started and which candidate it checked."""
+
+    run_id: str = Field(description="The run.")
+    round: int = Field(description="Loop round.")
+    started: float = Field(description="Unix time the round was first recorded.")
+    candidate_commit: str | None = Field(
+        default=None, description="Commit of the candidate the round's evidence was taken on."
+    )
+    note: str = Field(default="", description="Free text, e.g. why the round stopped the loop.")

@@ -1,15 +1,185 @@
-"""`twin evidence …`: show, diff, export and re-run the evidence of a run."""
+"""`twin evidence …`: show, diff, export, import and re-run the evidence of a run.
+
+RUN is a run directory, or a run id under `./runs/`. Every bad input (no such run,
+no store, a round or kind the run does not have) is one line and exit 2.
+"""
 
 from __future__ import annotations
 
-import typer
+import os
+import sys
+import tempfile
+from pathlib import Path
 
-from harness.errors import NotImplementedYet
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evidence_store.records import EvidenceRecord, Outcome
+from evidence_store.schema import EvidenceStoreError
+from evidence_store.store import EvidenceStore
+from evidence_store.views import CATEGORY_ORDER, Change
 
 app = typer.Typer(no_args_is_help=True)
 
+_STYLE = {Outcome.ESTABLISHED: "green", Outcome.VIOLATED: "bold red", Outcome.NOT_ESTABLISHED: "yellow"}
+_DETAIL_CHARS = 80
+
+
+def _open(run: str) -> EvidenceStore:
+    return EvidenceStore.open_run(run, create=False)
+
+
+def _check_round(store: EvidenceStore, round: int) -> None:
+    known = sorted(set(store.evidence_rounds()) | {r.round for r in store.rounds()})
+    if round not in known:
+        listed = ", ".join(map(str, known)) or "none"
+        raise EvidenceStoreError(f"{store.path} has no round {round} (rounds: {listed})")
+
+
+def _outcome(record: EvidenceRecord | None) -> str:
+    if record is None:
+        return "[dim]-[/]"
+    outcome = Outcome(record.outcome)
+    return f"[{_STYLE[outcome]}]{outcome.value}[/]"
+
+
+def _score(record: EvidenceRecord | None) -> str:
+    return "" if record is None or record.score is None else f"{record.score:.4g}"
+
+
+def _detail(record: EvidenceRecord) -> str:
+    text = next((ln.strip() for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
+    text = text or str(record.observations.get("message", "")) or record.property.description
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+def _records_table(title: str, records: list[EvidenceRecord]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in ("id", "round", "property", "kind", "L", "outcome", "score", "detail"):
+        wraps = name in ("property", "detail")
+        table.add_column(name, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis",
+                         justify="right" if name in ("id", "round", "L", "score") else "left")
+    for r in records:
+        table.add_row(str(r.record_id), str(r.round), r.property.id, r.property.kind,
+                      str(r.property.level), _outcome(r), _score(r), _detail(r))
+    return table
+
 
 @app.command("show")
-def show_command() -> None:
-    """Show the evidence of a run."""
-    raise NotImplementedYet("twin evidence show is not implemented yet")
+def show_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    round: int | None = typer.Option(None, "--round", help="The state after this round."),
+    kind: str | None = typer.Option(None, "--kind", help="Only properties of this kind."),
+    every: bool = typer.Option(False, "--records", help="Every record, not the latest state."),
+) -> None:
+    """Show the latest outcome of every property (or every record), with counts."""
+    console = Console()
+    with _open(run) as store:
+        if round is not None:
+            _check_round(store, round)
+        if store.count() == 0:
+            console.print(f"{store.path}: no evidence recorded yet")
+            return
+        latest = store.latest(up_to_round=round)
+        if kind is not None and all(r.property.kind != kind for r in latest.values()):
+            kinds = ", ".join(sorted({r.property.kind for r in latest.values()}))
+            raise EvidenceStoreError(f"{store.path} has no evidence of kind {kind!r} (kinds: {kinds})")
+        if every:
+            records = store.records(round=round, kind=kind)
+            title = f"records of round {round}" if round is not None else "all records"
+        else:
+            records = [r for r in latest.values() if kind is None or r.property.kind == kind]
+            title = "latest outcome per property" + (f" after round {round}" if round is not None else "")
+        console.print(_records_table(title, records))
+        summary = store.summary(up_to_round=round)
+        counts = ", ".join(f"{n} {name}" for name, n in summary.by_outcome.items())
+        console.print(f"{summary.properties} properties: {counts}")
+
+
+@app.command("diff")
+def diff_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    a: int = typer.Argument(..., help="Earlier round."),
+    b: int = typer.Argument(..., help="Later round."),
+    every: bool = typer.Option(False, "--all", help="Also list properties established in both."),
+) -> None:
+    """Compare the state after round A with the state after round B: regressions first."""
+    console = Console()
+    with _open(run) as store:
+        _check_round(store, a)
+        _check_round(store, b)
+        change = store.transitions(a, b)
+    table = Table(title=f"round {a} -> round {b}", title_justify="left")
+    for name in ("change", "property", "kind", f"round {a}", "score", f"round {b}", "score "):
+        table.add_column(name, no_wrap=name != "property", overflow="fold")
+    shown = 0
+    for category in CATEGORY_ORDER:
+        changes: list[Change] = getattr(change, category)
+        if category == "still_established" and not every:
+            continue
+        for c in changes:
+            record = c.after or c.before
+            assert record is not None
+            table.add_row(category.replace("_", " "), c.property_id, record.property.kind,
+                          _outcome(c.before), _score(c.before), _outcome(c.after), _score(c.after))
+            shown += 1
+    if shown:
+        console.print(table)
+    counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in change.categories().items())
+    console.print(counts or "no evidence in either round")
+
+
+@app.command("export")
+def export_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default stdout)."),
+) -> None:
+    """Export rounds, diagnoses and evidence records as JSON Lines."""
+    with _open(run) as store:
+        if output is None:
+            store.export_jsonl(sys.stdout)
+            return
+        if not output.parent.is_dir():
+            raise EvidenceStoreError(f"cannot write {output}: {output.parent} is not a directory")
+        # Written beside the target and renamed, so a failed export leaves no half file.
+        fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+        try:
+            with os.fdopen(fd, "w") as out:
+                written = store.export_jsonl(out)
+            os.replace(tmp, output)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    Console(stderr=True).print(f"wrote {written} records to {output}")
+
+
+@app.command("import")
+def import_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    source: Path = typer.Argument(..., help="A JSON Lines file written by `twin evidence export`."),
+) -> None:
+    """Append an exported file's rounds, diagnoses and records (all or nothing)."""
+    if not source.is_file():
+        raise EvidenceStoreError(f"no such file: {source}")
+    with EvidenceStore.open_run(run, create=True) as store, source.open() as src:
+        added = store.import_jsonl(src)
+    Console().print(f"imported {added} records into {store.path}")
+
+
+@app.command("rerun")
+def rerun_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    record: int = typer.Argument(..., help="Record id to re-execute."),
+    round: int | None = typer.Option(None, "--round", help="File the result under this round."),
+) -> None:
+    """Re-execute a record from what it kept and append the new result."""
+    from evidence_store.rerun import rerun_record
+
+    if round is not None and round < 0:
+        raise EvidenceStoreError(f"round must be non-negative, not {round}")
+    with _open(run) as store:
+        original = store.get(record)
+        new = rerun_record(store, record, round=round)
+    Console().print(_records_table(f"record {record} re-run", [original, new]))

@@ -1,0 +1,148 @@
+"""Re-executing a stored record from what it kept, and appending the new result.
+
+A record can be re-run when its context holds a rerun spec:
+`context["rerun"] = {"factory": "package.module:function", "options": {...},
+"task": "<task dir>", "candidate": "<candidate dir>"}`. The factory, called with
+the options, returns a probe: a callable `probe(ctx) -> ProbeResult`, where `ctx`
+is the probe context built for the task and candidate (`probes.context.make_context`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from evidence_store.records import EvidenceRecord, Outcome, ProbeResult
+from evidence_store.schema import EvidenceStoreError
+from evidence_store.store import EvidenceStore
+
+ContextBuilder = Callable[[Path, Path, Mapping[str, Any]], Any]
+"""(task dir, candidate dir, the original record's context) -> the context a probe is called with."""
+
+
+class RerunError(EvidenceStoreError):
+    """A record cannot be re-run: no rerun spec, or its factory cannot be loaded or called."""
+
+
+class RerunSpec(BaseModel):
+    """What a record keeps (as `context["rerun"]`) so that it can be executed again."""
+
+    factory: str = Field(description="'package.module:function' returning the probe when called.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory.")
+    task: str = Field(description="The task directory the probe ran for.")
+    candidate: str = Field(description="The candidate directory the probe examined.")
+
+    def to_context(self) -> dict[str, Any]:
+        """The entry to put under `context["rerun"]` of a probe result."""
+        return self.model_dump(mode="json")
+
+
+def rerun_record(
+    store: EvidenceStore,
+    record_id: int,
+    *,
+    round: int | None = None,
+    context_builder: ContextBuilder | None = None,
+) -> EvidenceRecord:
+    """Re-execute record `record_id` and append the new result to `store`.
+
+    Args:
+        round: the round to file the new record under (default: the original's round).
+        context_builder: builds the probe context (default: `probes.context.make_context`
+            on the loaded task, with the original's candidate commit).
+
+    Returns:
+        The appended record (with its record id). Its context keeps the rerun spec and
+        names the record it re-ran (`rerun_of`). A probe that raises is recorded as
+        `not_established` with its traceback: the probe could not tell.
+
+    Raises:
+        RerunError: the record has no usable rerun spec, or its factory cannot be loaded
+            or does not return a probe.
+    """
+    original = store.get(record_id)
+    spec = _spec(original)
+    probe = _load_probe(spec, record_id)
+    build = context_builder or _default_context
+    ctx = build(Path(spec.task), Path(spec.candidate), original.context)
+    try:
+        result = _as_result(probe(ctx), original)
+    except RerunError:
+        raise
+    except Exception as exc:
+        result = ProbeResult(
+            property=original.property,
+            outcome=Outcome.NOT_ESTABLISHED,
+            observations={"rerun_error": f"{type(exc).__name__}: {exc}"},
+            trace=traceback.format_exc(),
+        )
+    context = dict(result.context)
+    context.setdefault("rerun", spec.to_context())
+    context["rerun_of"] = record_id
+    record = EvidenceRecord.from_result(
+        result.model_copy(update={"context": context}),
+        run_id=original.run_id,
+        round=original.round if round is None else round,
+    )
+    record.record_id = store.append(record)
+    return record
+
+
+def _spec(record: EvidenceRecord) -> RerunSpec:
+    raw = record.context.get("rerun")
+    if raw is None:
+        raise RerunError(f"record {record.record_id} cannot be re-run: its context has no 'rerun' entry")
+    try:
+        return RerunSpec.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "rerun"
+        raise RerunError(
+            f"record {record.record_id} has a bad rerun spec: {where}: {first['msg']}"
+        ) from None
+
+
+def _load_probe(spec: RerunSpec, record_id: int) -> Callable[[Any], Any]:
+    module_name, _, attr = spec.factory.partition(":")
+    if not module_name or not attr:
+        raise RerunError(
+            f"record {record_id}: rerun factory {spec.factory!r} is not 'package.module:function'"
+        )
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RerunError(f"record {record_id}: cannot load rerun factory {spec.factory!r}: {exc}") from None
+    try:
+        probe = factory(**spec.options)
+    except TypeError as exc:
+        raise RerunError(f"record {record_id}: {spec.factory} rejected its options: {exc}") from None
+    if not callable(probe):
+        raise RerunError(f"record {record_id}: {spec.factory} returned {type(probe).__name__}, not a probe")
+    return probe
+
+
+def _as_result(value: Any, original: EvidenceRecord) -> ProbeResult:
+    """The probe's result for the original's property (a probe may return several)."""
+    results = value if isinstance(value, list) else [value]
+    for item in results:
+        result = item if isinstance(item, ProbeResult) else ProbeResult.model_validate(item)
+        if result.property.id == original.property.id:
+            return result
+    raise RerunError(
+        f"record {original.record_id}: the re-run probe returned no result for {original.property.id!r}"
+    )
+
+
+def _default_context(task_dir: Path, candidate: Path, context: Mapping[str, Any]) -> Any:
+    from benchmark_adapter.task import load_task
+
+    try:
+        from probes.context import make_context
+    except ImportError as exc:
+        raise RerunError(f"cannot build a probe context: {exc}") from None
+    return make_context(load_task(task_dir), candidate, candidate_commit=context.get("candidate_commit"))
