@@ -18,3 +18,9 @@ class TwinError(Exception):
 
 class NotImplementedYet(TwinError):
     """A command that exists in the CLI but whose capability has not landed."""
+
+
+class Interrupted(TwinError):
+    """The user interrupted a run; it can be resumed."""
+
+    exit_code = 130

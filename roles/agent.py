@@ -119,13 +119,22 @@ class Agent:
             return
         submitted: Submitted | None = None
         for call in reply.tool_calls:
-            result, exit_ = self._execute(call.name, call.arguments)
+            if call.arguments_raw is not None:
+                result, exit_ = self._refuse_arguments(call.name, call.arguments_raw), None
+            else:
+                result, exit_ = self._execute(call.name, call.arguments)
             self.messages.append(
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text}
             )
             submitted = submitted or exit_
         if submitted is not None:
             raise submitted
+
+    def _refuse_arguments(self, name: str, raw: str) -> ToolResult:
+        result = ToolResult(text=f"error: the arguments of {name} were not a JSON object: {raw[:200]}", ok=False)
+        if self.on_tool is not None:
+            self.on_tool(self.role, name, {"arguments_raw": raw}, result)
+        return result
 
     def _execute(self, name: str, arguments: dict[str, Any]) -> tuple[ToolResult, Submitted | None]:
         started = time.monotonic()

@@ -1,10 +1,126 @@
-"""`twin migrate`: run the diagnose-migrate-verify loop (or the base scaffold) on a task."""
+"""`twin migrate`: run the diagnose-migrate-verify loop (or the base scaffold) on a task, then grade."""
 
 from __future__ import annotations
 
-from harness.errors import NotImplementedYet
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from harness.errors import Interrupted, TwinError
+from harness.run import RunConfig, RunDir, Scaffold
 
 
-def migrate_command() -> None:
+def migrate_command(
+    task: Path = typer.Option(None, "--task", help="Task directory (Harbor format)."),
+    model: str = typer.Option(
+        None, "--model", envvar="TWIN_MODEL", help="litellm model string, or replay:PATH."
+    ),
+    scaffold: str = typer.Option("twin", "--scaffold", help="twin (the loop) or base (one agent)."),
+    rounds: int = typer.Option(None, "--rounds", help="Refinement rounds (default 2)."),
+    seed: int = typer.Option(None, "--seed", help="Trial seed, recorded with the run."),
+    api_base: str = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
+    api_key: str = typer.Option(
+        None, "--api-key", envvar="TWIN_API_KEY", help="Provider key (never written to disk)."
+    ),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget of the run."),
+    max_usd: float = typer.Option(None, "--max-usd", help="Dollar budget of the run."),
+    max_calls: int = typer.Option(None, "--max-calls", help="Model-call budget of the run."),
+    max_wall_s: float = typer.Option(None, "--max-wall-s", help="Wall-time budget in seconds."),
+    sandbox: str = typer.Option(None, "--sandbox", help="auto, bwrap, docker or none."),
+    config: Path = typer.Option(None, "--config", help="TOML file with a [run] table."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", envvar="TWIN_RUNS_DIR"),
+    run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
+    grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every round after the run."),
+    resume: str = typer.Option(None, "--resume", help="Continue a killed run (id or directory)."),
+) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
-    raise NotImplementedYet("twin migrate is not implemented yet")
+    console = Console()
+    if resume:
+        run = RunDir.open(resume, runs_dir)
+    else:
+        if task is None or model is None:
+            raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
+        if scaffold not in ("twin", "base"):
+            raise TwinError(f"unknown scaffold {scaffold!r}: choose twin or base")
+        settings = dict(
+            task=task.expanduser().resolve(),
+            model=model,
+            scaffold=scaffold,
+            rounds=rounds,
+            seed=seed,
+            api_base=api_base,
+            sandbox=sandbox,
+            grade=grade,
+        )
+        budget = {
+            k: v
+            for k, v in dict(
+                max_tokens=max_tokens, max_usd=max_usd, max_calls=max_calls, max_wall_s=max_wall_s
+            ).items()
+            if v is not None
+        }
+        if budget:
+            settings["budget"] = budget
+        run_config = (
+            RunConfig.from_toml(config, **settings)
+            if config
+            else RunConfig.build(**{k: v for k, v in settings.items() if v is not None})
+        )
+        from benchmark_adapter.task import load_task
+
+        load_task(run_config.task)  # refuse a malformed task before anything is written
+        run = RunDir.create(runs_dir, run_config, run_id)
+    outcome = run_migration(run, api_key=api_key, console=console)
+    console.print(outcome)
+
+
+def run_migration(run: RunDir, *, api_key: str | None = None, console: Console | None = None) -> str:
+    """Run (or resume) the migration in `run`, grade it, write the summary; return a one-line outcome."""
+    from harness.base_scaffold import BaseScaffold
+    from harness.finish import grade_rounds, write_summary
+    from harness.loop import TwinLoop
+    from harness.progress import Progress, RunView
+    from harness.session import open_session
+
+    console = console or Console()
+    state = run.load_state()
+    config = run.load_config()
+    replay_from = state.model_calls if config.model.startswith("replay:") else None
+    session = open_session(run, api_key=api_key, replay_from=replay_from)
+    if label := getattr(session.model, "label", None):
+        console.print(f"[yellow]model: {label} — not a live model[/]", highlight=False)
+    view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
+    try:
+        with Progress(view) as progress:
+            if session.state.status != "finished":
+                session.state.status = "running"
+                session.save()
+                driver = TwinLoop if config.scaffold == "twin" else BaseScaffold
+                driver(session, progress).run()
+            grades = None
+            if config.grade:
+                grades = grade_rounds(session, progress) if not run.grades.exists() else _load_grades(run)
+            write_summary(session, grades)
+    except KeyboardInterrupt:
+        session.save()
+        raise Interrupted(f"interrupted; continue with: twin migrate --resume {run.root}") from None
+    finally:
+        session.close()
+    final = grades.final if grades else None
+    reward = "not graded" if final is None else (
+        f"reward {final.reward:.4f}" if final.reward is not None else f"grading failed: {final.error}"
+    )
+    return (
+        f"run {state.run_id}: {session.state.stop_reason}; final candidate round "
+        f"{session.state.final_round}, {reward} — {run.summary}"
+    )
+
+
+def _load_grades(run: RunDir):
+    from harness.finish import RunGrades
+
+    return RunGrades.model_validate_json(run.grades.read_text())
+
+
+__all__ = ["migrate_command", "run_migration", "Scaffold"]

@@ -1,0 +1,147 @@
+"""After the run, never before: grade every round's snapshot with the task's unchanged grader.
+
+Nothing here reaches any role: the run is over when grading starts. Writes
+`grades.json` (typed, versioned) and `summary.md`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness.run import RunDir, write_json_atomic
+
+GRADES_VERSION = 1
+
+
+class RoundGrade(BaseModel):
+    """The grade of one round's snapshot."""
+
+    round: int
+    commit: str | None = None
+    reward: float | None = Field(default=None, description="None when grading itself failed.")
+    components: dict[str, Any] = Field(default_factory=dict)
+    error: str = Field(default="", description="Why grading failed (infrastructure), if it did.")
+    duration_s: float = 0.0
+    same_as: int | None = Field(default=None, description="Round with an identical tree, grade reused.")
+
+
+class RunGrades(BaseModel):
+    """`grades.json`: every round's grade and the final candidate's."""
+
+    schema_version: int = GRADES_VERSION
+    run_id: str
+    task: str
+    scaffold: str
+    model: str
+    final_round: int | None
+    rounds: list[RoundGrade]
+
+    @property
+    def final(self) -> RoundGrade | None:
+        return next((g for g in self.rounds if g.round == self.final_round), None)
+
+
+def grade_rounds(session: Any, progress: Any) -> RunGrades:
+    """Grade each committed round (reusing the grade of an identical earlier tree)."""
+    from benchmark_adapter.grader import run_grader
+
+    s = session
+    grades: list[RoundGrade] = []
+    for rs in sorted(s.state.rounds, key=lambda r: r.round):
+        if not rs.commit:
+            continue
+        previous = grades[-1] if grades else None
+        if previous is not None and not s.repo.changed(previous.round, rs.round):
+            reused = previous.model_copy(update={"round": rs.round, "commit": rs.commit})
+            reused.same_as = previous.same_as or previous.round
+            grades.append(reused)
+            continue
+        progress.message(f"grading round {rs.round} with the task's own grader")
+        with tempfile.TemporaryDirectory(prefix="twin-grade-") as tmp:
+            snapshot = s.repo.export(rs.round, Path(tmp) / "candidate")
+            try:
+                grade = run_grader(s.task, snapshot, sandbox=s.config.sandbox, audit_log=s.run.audit_log)
+                grades.append(
+                    RoundGrade(
+                        round=rs.round,
+                        commit=rs.commit,
+                        reward=grade.reward,
+                        components=grade.components,
+                        duration_s=grade.duration_s,
+                        error="" if grade.reward is not None else "grader wrote no reward",
+                    )
+                )
+            except Exception as exc:  # infrastructure: never scored as 0
+                grades.append(RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500]))
+    result = RunGrades(
+        run_id=s.state.run_id,
+        task=s.task.name,
+        scaffold=s.config.scaffold,
+        model=s.model_label,
+        final_round=s.state.final_round,
+        rounds=grades,
+    )
+    write_json_atomic(s.run.grades, result.model_dump_json(indent=2))
+    return result
+
+
+def write_summary(session: Any, grades: RunGrades | None) -> str:
+    """Write `summary.md` and return it."""
+    s = session
+    state, config = s.state, s.config
+    spent = s.budget.spent
+    lines = [
+        f"# twin run {state.run_id}",
+        "",
+        f"- task: `{s.task.name}`",
+        f"- scaffold: {config.scaffold}",
+        f"- model: {s.model_label}",
+        f"- rounds: {len(state.rounds)} of {config.rounds} ({state.stop_reason or state.status})",
+        f"- final candidate: round {state.final_round} — {state.final_choice}",
+        f"- spent: {spent.calls} model calls, {spent.tokens:,} tokens, ${spent.usd:.4f}, "
+        f"{spent.wall_s:.0f} s",
+        "",
+        "| round | commit | established | violated | not established | reward |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_round = {g.round: g for g in (grades.rounds if grades else [])}
+    tallies = evidence_tallies(s.run)
+    for rs in sorted(state.rounds, key=lambda r: r.round):
+        tally = tallies.get(rs.round, Counter())
+        grade = by_round.get(rs.round)
+        reward = "-" if grade is None else (f"{grade.reward:.4f}" if grade.reward is not None else "error")
+        lines.append(
+            f"| {rs.round} | {(rs.commit or '-')[:10]} | {tally['established']} | {tally['violated']} "
+            f"| {tally['not_established']} | {reward} |"
+        )
+    final = grades.final if grades else None
+    if final is not None and final.components:
+        lines += ["", f"## Grade of the final candidate (round {final.round})", ""]
+        lines += [f"- {name}: {value}" for name, value in sorted(final.components.items())]
+    text = "\n".join(lines) + "\n"
+    write_json_atomic(s.run.summary, text)
+    return text
+
+
+def evidence_tallies(run: RunDir) -> dict[int, Counter]:
+    """Outcome counts per round (latest record per property within the round)."""
+    if not run.evidence.exists():
+        return {}
+    from evidence_store.store import EvidenceStore
+
+    store = EvidenceStore(run.evidence, create=False)
+    try:
+        tallies: dict[int, Counter] = {}
+        for round in store.evidence_rounds():
+            latest = {
+                r.property.id: r for r in store.records(round=round) if r.property.kind != "boundary"
+            }
+            tallies[round] = Counter(r.outcome.value for r in latest.values())
+        return tallies
+    finally:
+        store.close()

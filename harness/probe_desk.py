@@ -1,0 +1,152 @@
+"""The Verifier's probe desk: where its probe files are kept, run and recorded.
+
+Probe files live in `runs/<id>/probes/` (outside the candidate, never mounted
+writable for any role). Running one goes through the probe runner with the
+task's sandboxes (the candidate side with torch absent) and appends every result
+to the evidence store for the current round. `rerun_all()` re-runs the built-in
+checks and every probe written so far, so each round's candidate is judged on the
+same properties as the round before: that is how regressions are seen.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmark_adapter.task import Task
+from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
+from evidence_store.store import EvidenceStore
+
+# (results recorded) -> None; lets the progress view keep its tally.
+RecordedHook = Callable[[list[EvidenceRecord]], None]
+
+
+class RunProbeDesk:
+    """Implements `roles.verifier.ProbeDesk` for one run.
+
+    Args:
+        task: the loaded task.
+        candidate: the candidate work tree (host path).
+        probes_dir: where probe files are kept.
+        store: the run's evidence store.
+        run_id: the run id recorded with each result.
+        sandbox_kind: sandbox for the probe runner.
+        audit_log: the run's audit log.
+        commit: returns the candidate commit the results are taken on.
+        on_recorded: called with the records of every batch.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        candidate: Path,
+        probes_dir: Path,
+        store: EvidenceStore,
+        *,
+        run_id: str,
+        sandbox_kind: str,
+        audit_log: Path | None,
+        commit: Callable[[], str | None] = lambda: None,
+        on_recorded: RecordedHook | None = None,
+    ) -> None:
+        self.task = task
+        self.candidate = candidate
+        self.probes_dir = probes_dir
+        self.store = store
+        self.run_id = run_id
+        self.sandbox_kind = sandbox_kind
+        self.audit_log = audit_log
+        self.commit = commit
+        self.on_recorded = on_recorded
+        self.round = 0
+        probes_dir.mkdir(parents=True, exist_ok=True)
+
+    # ---- ProbeDesk ------------------------------------------------------------------------------
+    def write_probe(self, name: str, source: str) -> str:
+        path = self.probes_dir / f"{name}.py"
+        path.write_text(source)
+        return f"kept as probe {name}"
+
+    def run_probe(self, name: str) -> str:
+        path = self.probes_dir / f"{name}.py"
+        if not path.is_file():
+            return f"error: no stored probe named {name!r}; write it first with write_probe"
+        return render_results(self._run_file(path))
+
+    def run_checks(self) -> str:
+        from probes.suite import builtin_checks
+
+        return render_results(self._run(builtin_checks(self.task), origin="builtin"))
+
+    def probe_format(self) -> str:
+        from probes.suite import PROBE_FILE_FORMAT
+
+        return PROBE_FILE_FORMAT
+
+    # ---- harness-driven ---------------------------------------------------------------------------
+    def rerun_all(self) -> list[EvidenceRecord]:
+        """Re-run the built-in checks and every stored probe on the current candidate."""
+        from probes.suite import builtin_checks
+
+        records = self._run(builtin_checks(self.task), origin="builtin")
+        for path in sorted(self.probes_dir.glob("*.py")):
+            records.extend(self._run_file(path))
+        return records
+
+    def _run_file(self, path: Path) -> list[EvidenceRecord]:
+        from probes.suite import load_probe_file
+
+        try:
+            probes = load_probe_file(path)
+        except Exception as exc:  # a broken probe file is the probe's fault, not the candidate's
+            result = ProbeResult(
+                property=Property(id=f"probe:{path.stem}", kind="differential", level=1),
+                outcome=Outcome.NOT_ESTABLISHED,
+                trace="".join(traceback.format_exception_only(type(exc), exc)),
+                context={"probe_file": path.name},
+            )
+            return self._record([result])
+        return self._run(probes, origin=path.name)
+
+    def _run(self, probes: list, *, origin: str) -> list[EvidenceRecord]:
+        from probes.context import make_context
+        from probes.suite import run_probes
+
+        ctx = make_context(
+            self.task,
+            self.candidate,
+            sandbox_kind=self.sandbox_kind,
+            audit_log=self.audit_log,
+            candidate_commit=self.commit(),
+        )
+        results = run_probes(ctx, probes)
+        for result in results:
+            result.context.setdefault("origin", origin)
+        return self._record(results)
+
+    def _record(self, results: list[ProbeResult]) -> list[EvidenceRecord]:
+        records = [EvidenceRecord.from_result(r, run_id=self.run_id, round=self.round) for r in results]
+        ids = self.store.append_many(records)
+        for record, record_id in zip(records, ids, strict=True):
+            record.record_id = record_id
+        if self.on_recorded is not None:
+            self.on_recorded(records)
+        return records
+
+
+def render_results(records: list[EvidenceRecord]) -> str:
+    """A compact table of outcomes for the model."""
+    if not records:
+        return "no properties were examined"
+    lines = []
+    for record in records:
+        score = "" if record.score is None else f" score={record.score:.4f}"
+        noise = record.observations.get("noise_floor")
+        noise_text = "" if noise is None else f" noise_floor={noise:.2e}"
+        lines.append(f"{record.outcome.value:15} {record.property.id}{score}{noise_text}")
+        if record.outcome is not Outcome.ESTABLISHED:
+            detail = record.observations.get("message") or record.trace
+            if detail:
+                lines.append("    " + str(detail).strip().replace("\n", "\n    ")[:1500])
+    return "\n".join(lines)

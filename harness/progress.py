@@ -1,0 +1,101 @@
+"""The live view of a run: round, role, step, tokens, cost and the evidence tally.
+
+On a terminal it is a rich `Live` panel; otherwise (CI, logs, pipes) it prints
+one line per change of role so long work still shows progress.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from evidence_store.records import EvidenceRecord
+
+
+@dataclass
+class RunView:
+    """What the view shows."""
+
+    run_id: str
+    scaffold: str
+    model_label: str
+    rounds: int
+    round: int = 0
+    role: str = "-"
+    step: int = 0
+    tokens: int = 0
+    usd: float = 0.0
+    tally: Counter = field(default_factory=Counter)
+    last: str = ""
+
+
+class Progress:
+    """Receives events from the loop and shows them."""
+
+    def __init__(self, view: RunView, console: Console | None = None, *, live: bool | None = None):
+        self.view = view
+        self.console = console or Console(stderr=True)
+        use_live = self.console.is_terminal if live is None else live
+        self._live = Live(self._render(), console=self.console, refresh_per_second=4) if use_live else None
+
+    def __enter__(self) -> Progress:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.stop()
+
+    def role(self, round: int, role: str) -> None:
+        self.view.round, self.view.role, self.view.step = round, role, 0
+        self._log(f"round {round}/{self.view.rounds} · {role}")
+
+    def step(self, step: int, tokens: int, usd: float, note: str = "") -> None:
+        self.view.step, self.view.tokens, self.view.usd = step, tokens, usd
+        if note:
+            self.view.last = note
+        self._refresh()
+
+    def evidence(self, records: list[EvidenceRecord]) -> None:
+        for record in records:
+            self.view.tally[record.outcome.value] += 1
+        self._refresh()
+
+    def message(self, text: str) -> None:
+        self.view.last = text
+        self._log(text)
+
+    def _log(self, text: str) -> None:
+        if self._live is None:
+            tally = " ".join(f"{k}={v}" for k, v in sorted(self.view.tally.items()))
+            self.console.print(
+                f"[dim]{self.view.run_id}[/] {text}  tokens={self.view.tokens} "
+                f"${self.view.usd:.4f} {tally}",
+                highlight=False,
+            )
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _render(self) -> Table:
+        v = self.view
+        table = Table(title=f"twin · {v.scaffold} · {v.model_label}", show_header=False)
+        table.add_row("run", v.run_id)
+        table.add_row("round", f"{v.round}/{v.rounds}")
+        table.add_row("role · step", f"{v.role} · {v.step}")
+        table.add_row("tokens · cost", f"{v.tokens:,} · ${v.usd:.4f}")
+        table.add_row(
+            "evidence",
+            " ".join(f"{k}={n}" for k, n in sorted(v.tally.items())) or "-",
+        )
+        if v.last:
+            table.add_row("last", v.last[:100])
+        return table

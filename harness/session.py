@@ -1,0 +1,138 @@
+"""Everything one run needs, built from its run directory: model, budget, store, sandboxes, roles' workbenches.
+
+Both scaffolds (the twin loop and the base scaffold) are built here from the same
+parts, so a comparison between them differs only in the loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmark_adapter.task import Task, load_task
+from harness.budget import BudgetTracker
+from harness.candidate_repo import CandidateRepo
+from harness.model import Model
+from harness.model_factory import make_model
+from harness.progress import Progress
+from harness.run import RunConfig, RunDir, RunState
+from harness.sandbox.base import Sandbox
+from harness.trajectory import ToolCallRecord, Trajectory
+from roles.tools import ToolResult, Workbench
+
+API_KEY_ENV = "TWIN_API_KEY"
+
+
+@dataclass
+class Session:
+    """The live objects of one run."""
+
+    run: RunDir
+    config: RunConfig
+    state: RunState
+    task: Task
+    trajectory: Trajectory
+    budget: BudgetTracker
+    model: Model
+    repo: CandidateRepo
+    sandboxes: list[Sandbox] = field(default_factory=list)
+
+    @property
+    def model_label(self) -> str:
+        return getattr(self.model, "label", None) or self.config.model
+
+    def workbench(self, role: str, *, write: bool) -> Workbench:
+        """The boundary and the two sandboxes of one role."""
+        from harness.sandbox.registry import make_sandbox
+        from harness.workspace import Workspace, role_boundary
+
+        ws = Workspace(
+            root=self.run.root,
+            source=self.run.root / "source",
+            assets=(self.run.root / "assets") if (self.run.root / "assets").exists() else None,
+            candidate=self.run.candidate,
+        )
+        benches = []
+        for side, writable in (("candidate", write), ("reference", False)):
+            boundary = role_boundary(
+                self.task,
+                ws,
+                name=f"{role}:{side}",
+                write_candidate=writable,
+                side=side,
+                audit_log=self.run.audit_log,
+            )
+            benches.append((boundary, make_sandbox(self.config.sandbox, boundary)))
+        self.sandboxes.extend(sandbox for _, sandbox in benches)
+        (cand_boundary, cand_box), (_, ref_box) = benches
+        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s)
+
+    def record_tool(self, role: str, name: str, arguments: dict, result: ToolResult) -> None:
+        """Observer for the agent loop: every tool call goes into the trajectory."""
+        self.trajectory.append(
+            ToolCallRecord(
+                role=role,
+                round=self.trajectory.context.round,
+                step=self.trajectory.context.step,
+                tool=name,
+                arguments=arguments,
+                result=result.text,
+                ok=result.ok,
+                duration_s=result.duration_s,
+            )
+        )
+
+    def step_observer(self, progress: Progress) -> Callable[[str, int, object], None]:
+        """Observer for the agent loop: label the trajectory and update the progress view."""
+
+        def on_step(role: str, step: int, reply: object) -> None:
+            self.trajectory.set_context(step=step)
+            spent = self.budget.spent
+            progress.step(step, spent.tokens, spent.usd)
+
+        return on_step
+
+    def save(self) -> None:
+        self.state.spent = self.budget.spent
+        self.run.save_state(self.state)
+
+    def close(self) -> None:
+        for sandbox in self.sandboxes:
+            sandbox.close()
+
+
+def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | None = None) -> Session:
+    """Build the session of a new or resumed run.
+
+    Args:
+        run: the run directory (config and state already written).
+        api_key: provider key; never written anywhere (falls back to $TWIN_API_KEY).
+        replay_from: for a resumed replayed run, the model call to continue from.
+    """
+    from harness.workspace import prepare_workspace
+
+    config = run.load_config()
+    state = run.load_state()
+    task = load_task(config.task)
+    prepare_workspace(task, run.root)
+    repo = CandidateRepo(run.candidate, run.candidate_git)
+    repo.init()
+    trajectory = Trajectory(run.trajectory)
+    budget = BudgetTracker(config.budget, spent=state.spent)
+    model = make_model(
+        config.model,
+        trajectory=trajectory,
+        budget=budget,
+        api_base=config.api_base,
+        api_key=api_key or os.environ.get(API_KEY_ENV),
+        cache_dir=config.cache_dir,
+        temperature=config.temperature,
+        **({"replay_start": replay_from} if replay_from else {}),
+    )
+    return Session(run, config, state, task, trajectory, budget, model, repo)
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("TWIN_RUNS_DIR", "runs"))
