@@ -88,8 +88,8 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
     config = run.load_config()
     replay_from = state.model_calls if config.model.startswith("replay:") else None
     session = open_session(run, api_key=api_key, replay_from=replay_from)
-    if label := getattr(session.model, "label", None):
-        console.print(f"[yellow]model: {label} — not a live model[/]", highlight=False)
+    if config.model.startswith(("replay:", "scripted:")):
+        console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
         with Progress(view) as progress:
