@@ -1,0 +1,115 @@
+"""Budgets of a run: tokens, dollars, model calls, wall time.
+
+One `BudgetTracker` is shared by every role of a run. Models call `check()`
+before each model call and `charge()` after it, so a run stops between calls,
+never in the middle of writing anything: the loop catches `BudgetExceeded` and
+ends the run cleanly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pydantic import BaseModel, Field
+
+from harness.errors import TwinError
+from harness.model import Usage
+
+
+class BudgetExceeded(TwinError):
+    """A budget limit was reached; the loop turns this into a clean stop.
+
+    Attributes:
+        kind: which limit: 'tokens', 'dollars', 'calls' or 'wall_time'.
+        limit: the configured limit.
+        used: how much was used when the check failed.
+    """
+
+    def __init__(self, kind: str, limit: float, used: float) -> None:
+        self.kind = kind
+        self.limit = limit
+        self.used = used
+        super().__init__(f"{kind} budget exhausted: used {_fmt(used)} of {_fmt(limit)}")
+
+    def __reduce__(self):  # keep it picklable across processes
+        return (type(self), (self.kind, self.limit, self.used))
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if isinstance(value, int) or float(value).is_integer() else f"{value:.4g}"
+
+
+class Budget(BaseModel):
+    """Limits of one run; `None` means unlimited."""
+
+    max_tokens: int | None = Field(default=None, ge=0, description="Prompt + completion tokens.")
+    max_usd: float | None = Field(
+        default=None, ge=0, description="Dollars, as litellm prices them."
+    )
+    max_calls: int | None = Field(default=None, ge=0, description="Model calls.")
+    max_wall_s: float | None = Field(
+        default=None, ge=0, description="Seconds since the run started (resumed time included)."
+    )
+
+
+class Spent(BaseModel):
+    """What a run has used so far; saved with a run so a resumed run continues from it."""
+
+    tokens_in: int = Field(default=0, description="Prompt tokens.")
+    tokens_out: int = Field(default=0, description="Completion tokens.")
+    usd: float = Field(default=0.0, description="Dollars.")
+    calls: int = Field(default=0, description="Model calls.")
+    wall_s: float = Field(default=0.0, description="Seconds of wall time.")
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+
+class BudgetTracker:
+    """Checks and charges a `Budget`; thread-safe, shared by all roles of a run.
+
+    Args:
+        budget: the limits.
+        spent: what was used before (when resuming); wall time continues from it.
+    """
+
+    def __init__(self, budget: Budget, *, spent: Spent | None = None) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._spent = (spent or Spent()).model_copy()
+        self._wall_before = self._spent.wall_s
+        self._started = time.monotonic()
+
+    @property
+    def spent(self) -> Spent:
+        """A snapshot of what was used, wall time up to now."""
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> Spent:
+        wall = self._wall_before + (time.monotonic() - self._started)
+        return self._spent.model_copy(update={"wall_s": wall})
+
+    def check(self) -> None:
+        """Raise `BudgetExceeded` if any limit is already reached; call before a model call."""
+        with self._lock:
+            spent = self._snapshot()
+        limits = (
+            ("tokens", self.budget.max_tokens, spent.tokens),
+            ("dollars", self.budget.max_usd, spent.usd),
+            ("calls", self.budget.max_calls, spent.calls),
+            ("wall_time", self.budget.max_wall_s, spent.wall_s),
+        )
+        for kind, limit, used in limits:
+            if limit is not None and used >= limit:
+                raise BudgetExceeded(kind, limit, used)
+
+    def charge(self, usage: Usage, cost_usd: float) -> None:
+        """Add one model call. Never raises for a limit: the next `check()` does."""
+        with self._lock:
+            self._spent.tokens_in += usage.prompt_tokens
+            self._spent.tokens_out += usage.completion_tokens
+            self._spent.usd += cost_usd
+            self._spent.calls += 1

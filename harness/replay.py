@@ -1,0 +1,129 @@
+"""`replay:PATH`: answer with the assistant turns of a recorded trajectory.
+
+A replayed run gets the recorded `model_call` replies in order, and each request
+is checked against the recorded one first: the same role, the same tool names,
+the same number and roles of messages, identical system and user text, and the
+same tool-call ids in assistant and tool messages. Tool results are not compared
+(they hold timings). The first difference raises `ReplayDivergence` naming the
+call index, the role and the message index; so does asking for more calls than
+were recorded. Replies come back with their recorded token counts and cost 0.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from harness.errors import TwinError
+from harness.model import Message, ModelReply, ReplayDivergence, ToolSchema
+from harness.trajectory import ModelCallRecord, Trajectory
+
+SNIPPET_CHARS = 60
+
+
+class ReplayModel:
+    """Replays the model calls recorded in a `trajectory.jsonl`.
+
+    Args:
+        path: the recorded trajectory (a file, or a run directory holding one).
+
+    Raises:
+        TwinError: the file is missing, unreadable or holds no model calls.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "trajectory.jsonl"
+        if not path.is_file():
+            raise TwinError(f"replay: no trajectory at {path}")
+        self.path = path
+        self.name = f"replay:{path}"
+        self.label = f"replayed from {path}"
+        self.calls: list[ModelCallRecord] = Trajectory(path).model_calls()
+        if not self.calls:
+            raise TwinError(f"replay: {path} records no model calls")
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> int:
+        """Recorded calls not replayed yet."""
+        return len(self.calls) - self._next
+
+    def query(
+        self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
+    ) -> ModelReply:
+        """The next recorded reply, if the request matches the recorded one."""
+        with self._lock:
+            index = self._next
+            if index >= len(self.calls):
+                raise ReplayDivergence(
+                    f"replay diverged at call {index} (role {role}): the recording "
+                    f"{self.path} ends after {len(self.calls)} model calls"
+                )
+            recorded = self.calls[index]
+            problem = request_difference(recorded, messages, tools, role)
+            if problem is not None:
+                raise ReplayDivergence(f"replay diverged at call {index} (role {role}), {problem}")
+            self._next += 1
+        return recorded.reply.model_copy(update={"cost_usd": 0.0, "cached": False})
+
+
+def request_difference(
+    recorded: ModelCallRecord, messages: list[Message], tools: list[ToolSchema] | None, role: str
+) -> str | None:
+    """Where a request differs from a recorded one, in words; None when it matches."""
+    if role != recorded.role:
+        return f"role: expected {recorded.role!r}, got {role!r}"
+    want_tools, got_tools = _tool_names(recorded.request.tools), _tool_names(tools)
+    if want_tools != got_tools:
+        return f"tools: expected {want_tools}, got {got_tools}"
+    expected = recorded.request.messages
+    for number, (want, got) in enumerate(zip(expected, messages, strict=False)):
+        problem = _message_difference(want, got)
+        if problem is not None:
+            return f"message {number} ({want.get('role')}): {problem}"
+    if len(expected) != len(messages):
+        return f"expected {len(expected)} messages, got {len(messages)}"
+    return None
+
+
+def _tool_names(tools: list[ToolSchema] | None) -> list[str]:
+    return [str((t.get("function") or {}).get("name", t.get("name", ""))) for t in tools or []]
+
+
+def _message_difference(want: Message, got: Message) -> str | None:
+    if want.get("role") != got.get("role"):
+        return f"role: expected {want.get('role')!r}, got {got.get('role')!r}"
+    role = want.get("role")
+    if role in ("system", "user"):
+        return _text_difference(want.get("content"), got.get("content"))
+    if role == "tool" and want.get("tool_call_id") != got.get("tool_call_id"):
+        return (
+            f"tool_call_id: expected {want.get('tool_call_id')!r}, got {got.get('tool_call_id')!r}"
+        )
+    if role == "assistant":
+        want_ids = [c.get("id") for c in want.get("tool_calls") or []]
+        got_ids = [c.get("id") for c in got.get("tool_calls") or []]
+        if want_ids != got_ids:
+            return f"tool call ids: expected {want_ids}, got {got_ids}"
+    return None
+
+
+def _text_difference(want: Any, got: Any) -> str | None:
+    if want == got:
+        return None
+    if not (isinstance(want, str) and isinstance(got, str)):
+        return f"content: expected {_clip(repr(want))}, got {_clip(repr(got))}"
+    at = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
+    if at is None:
+        at = min(len(want), len(got))
+    start = max(0, at - SNIPPET_CHARS // 2)
+    end = at + SNIPPET_CHARS // 2
+    return f"text differs at character {at}: expected {want[start:end]!r}, got {got[start:end]!r}"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"

@@ -1,0 +1,21 @@
+"""Reusable fakes for tests: a local OpenAI-compatible chat server."""
+
+from tests.fakes.openai_server import (
+    FakeOpenAIServer,
+    RecordedRequest,
+    Scripted,
+    error,
+    text,
+    tool_call,
+    tool_calls,
+)
+
+__all__ = [
+    "FakeOpenAIServer",
+    "RecordedRequest",
+    "Scripted",
+    "error",
+    "text",
+    "tool_call",
+    "tool_calls",
+]
