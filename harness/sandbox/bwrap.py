@@ -1,0 +1,256 @@
+"""The bubblewrap sandbox: Linux namespaces, only the boundary's roots mounted.
+
+Inside, the filesystem is built from nothing: the boundary's mounts (read-only
+unless writable), a private `/tmp`, a fresh `/proc` of a new PID namespace and a
+minimal `/dev`. Hidden roots are never mounted (and are covered where they lie
+under a mount); hidden packages are removed from site-packages. The network is
+a new, empty namespace unless the boundary allows it. The environment is built
+from scratch. Capabilities are dropped, except for a grader boundary that must
+start its own nested sandbox (then they are kept inside a user namespace only).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+from harness.boundary import SECRET_NAME, Boundary, BoundaryViolation, Limits
+from harness.sandbox.base import ExecResult, SandboxError
+from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.process import run_limited
+
+_BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def bwrap_path() -> str | None:
+    """Where bubblewrap is installed, if it is."""
+    return shutil.which("bwrap")
+
+
+def sandbox_env(boundary: Boundary, extra: dict[str, str] | None) -> dict[str, str]:
+    """The whole environment inside: fixed defaults, allowed names, the boundary's and the call's.
+
+    Raises:
+        BoundaryViolation: `extra` names a variable that looks like a credential.
+    """
+    env = {
+        "PATH": f"{Path(sys.prefix) / 'bin'}:{_BASE_PATH}",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    env.update({name: os.environ[name] for name in boundary.env_allow if name in os.environ})
+    env.update(boundary.env)
+    for name, value in (extra or {}).items():
+        if SECRET_NAME.search(name):
+            boundary.refuse("set environment", name, "looks like a credential")
+        env[name] = value
+    return env
+
+
+class BwrapSandbox:
+    """Runs commands in a bubblewrap sandbox built from a `Boundary`.
+
+    Failures of the command (non-zero exit, time-out, output cut) come back in the
+    `ExecResult`; a path the boundary refuses raises `BoundaryViolation`; a sandbox
+    that cannot be started raises `SandboxError`.
+    """
+
+    def __init__(self, boundary: Boundary) -> None:
+        executable = bwrap_path()
+        if executable is None:
+            raise SandboxError("bubblewrap (bwrap) is not installed: install it or pass --sandbox none")
+        self.boundary = boundary
+        self._bwrap = executable
+        self._prefix = self._build_prefix()
+        self._nproc = self._nproc_wrapper()
+        self._closed = False
+
+    # ---- building the command line --------------------------------------------------------------
+    def _inside_of(self, host: Path) -> str | None:
+        """Where a host path appears inside (through the innermost mount containing it)."""
+        best = None
+        for mount in self.boundary.mounts:
+            if host == mount.host or mount.host in host.parents:
+                inside = os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}")
+                if best is None or len(mount.host.parts) > len(best[0].parts):
+                    best = (mount.host, inside)
+        return best[1] if best else None
+
+    def _build_prefix(self) -> list[str]:
+        b = self.boundary
+        args = [
+            self._bwrap,
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+        ]
+        if not b.network:
+            args.append("--unshare-net")
+        if not b.nested_sandbox:
+            args += ["--cap-drop", "ALL"]
+        for mount in sorted(b.mounts, key=lambda m: len(m.inside)):
+            if not mount.host.exists():
+                raise SandboxError(f"boundary {b.name}: mount source {mount.host} does not exist")
+            args += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        args += self._cover_hidden()
+        args += self._hide_packages()
+        return args
+
+    def _cover_hidden(self) -> list[str]:
+        """Cover hidden roots that lie under a mounted root (an empty, read-only layer)."""
+        args: list[str] = []
+        for hidden in self.boundary.hidden:
+            inside = self._inside_of(hidden)
+            if inside is None or not hidden.exists():
+                continue
+            if hidden.is_dir():
+                args += ["--tmpfs", inside, "--remount-ro", inside]
+            else:
+                args += ["--ro-bind", "/dev/null", inside]
+        return args
+
+    def _hide_packages(self) -> list[str]:
+        """Replace every site-packages holding a hidden package by its other entries."""
+        packages = tuple(sorted(self.boundary.hidden_packages))
+        if not packages:
+            return []
+        args: list[str] = []
+        for site_dir in site_dirs():
+            inside = self._inside_of(site_dir)
+            if inside is None:
+                continue
+            drop = hidden_entries(site_dir, packages)
+            if not drop:
+                continue
+            pruned = pruned_site_dir(site_dir, drop)
+            if pruned is not None:
+                args += ["--ro-bind", str(pruned), inside]
+                continue
+            args += ["--tmpfs", inside]
+            for entry in sorted(os.listdir(site_dir)):
+                if entry in drop:
+                    continue
+                source = site_dir / entry
+                target = f"{inside}/{entry}"
+                if stat.S_ISLNK(os.lstat(source).st_mode):
+                    args += ["--symlink", os.readlink(source), target]
+                else:
+                    args += ["--ro-bind", str(source), target]
+            args += ["--remount-ro", inside]
+        return args
+
+    def _nproc_wrapper(self) -> list[str]:
+        """Set RLIMIT_NPROC inside the user namespace (it binds where the real user is not root).
+
+        Where twin runs as root, the pids cgroup of `run_limited` is what caps processes.
+        """
+        prlimit = shutil.which("prlimit", path=_BASE_PATH)
+        if prlimit is None:
+            return []
+        inside = self._inside_of(Path(prlimit).resolve())
+        if inside is None:
+            return []
+        return [inside, f"--nproc={self.boundary.limits.max_procs}", "--"]
+
+    # ---- the protocol ---------------------------------------------------------------------------
+    def exec(
+        self,
+        command: list[str] | str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult:
+        """Run `command` (argv list, or a string run by `bash -c`) inside the sandbox."""
+        if self._closed:
+            raise SandboxError(f"sandbox {self.boundary.name} is closed")
+        workdir = cwd or self.boundary.workdir
+        if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
+            self.boundary.to_host(workdir)
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        if not argv:
+            raise SandboxError("empty command")
+        limits = self._limits(timeout_s)
+        full = [*self._prefix, "--chdir", workdir, "--", *self._nproc, *argv]
+        return run_limited(full, env=sandbox_env(self.boundary, env), cwd="/", limits=limits, stdin=stdin)
+
+    def _limits(self, timeout_s: float | None) -> Limits:
+        if timeout_s is None:
+            return self.boundary.limits
+        return self.boundary.limits.model_copy(update={"wall_s": timeout_s})
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file inside the sandbox (checked against the boundary first)."""
+        return read_checked(self.boundary, path)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file inside the sandbox (only under the writable root)."""
+        write_checked(self.boundary, path, data)
+
+    def close(self) -> None:
+        """Nothing outlives a command (the PID namespace dies with it); mark the sandbox closed."""
+        self._closed = True
+
+    def __enter__(self) -> BwrapSandbox:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def read_checked(boundary: Boundary, path: str) -> bytes:
+    """Read the host file behind an inside path, after the boundary's checks.
+
+    Raises:
+        BoundaryViolation: the path is refused (and audited).
+        FileNotFoundError, IsADirectoryError: as for a plain open.
+    """
+    host = boundary.check_read(path)
+    fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def write_checked(boundary: Boundary, path: str, data: bytes | str) -> None:
+    """Write the host file behind an inside path atomically, after the boundary's checks.
+
+    Raises:
+        BoundaryViolation: the path is not under the writable root, or is refused.
+        IsADirectoryError: the path is a directory.
+    """
+    host = boundary.check_write(path)
+    if host.is_dir():
+        raise IsADirectoryError(f"{path} is a directory")
+    parent = host.parent
+    for ancestor in [parent, *parent.parents]:
+        if ancestor.exists():
+            break
+        if ancestor.is_symlink():
+            raise BoundaryViolation(f"{path}: dangling symbolic link in its parents")
+    parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode() if isinstance(data, str) else data
+    tmp = parent / f".{host.name}.twin-tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        os.replace(tmp, host)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,129 @@
+"""Which entries of a site-packages directory must be absent for a package to be hidden.
+
+Hiding a package by mounting an empty directory over it does not work: Python then
+imports it as an empty namespace package. A hidden package's directory, its modules,
+its distribution metadata and the other top-level names of the same distribution
+(`torch` ships `functorch` and `torchgen`) must not be there at all. The sandbox
+therefore mounts an empty directory over site-packages and binds every *other*
+entry back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+_DIST_SUFFIXES = (".dist-info", ".egg-info")
+
+
+def site_dirs() -> list[Path]:
+    """The site-packages directories this interpreter imports from (venv and base)."""
+    dirs = [Path(p) for p in site.getsitepackages()]
+    if sys.base_prefix != sys.prefix:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        dirs.append(Path(sys.base_prefix) / "lib" / version / "site-packages")
+    user = site.getusersitepackages()
+    if user:
+        dirs.append(Path(user))
+    return [d.resolve() for d in dirs if d.is_dir()]
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _dist_name(entry: str) -> str:
+    return _normalise(entry.rsplit(".", 1)[0].split("-")[0])
+
+
+def _top_levels(dist_info: Path) -> set[str]:
+    """Top-level names a distribution installs (from top_level.txt, else RECORD)."""
+    top_level = dist_info / "top_level.txt"
+    if top_level.is_file():
+        return {line.strip() for line in top_level.read_text().splitlines() if line.strip()}
+    names: set[str] = set()
+    record = dist_info / "RECORD"
+    if record.is_file():
+        for line in record.read_text(errors="replace").splitlines():
+            first = line.split(",", 1)[0].split("/", 1)[0]
+            if first and first != ".." and not first.endswith(_DIST_SUFFIXES):
+                names.add(first.removesuffix(".py").split(".", 1)[0])
+    return names
+
+
+def _matches(entry: str, names: set[str]) -> bool:
+    """Whether a directory entry is one of the top-level names (package, module or extension)."""
+    stem = entry.removesuffix(".py").split(".", 1)[0]
+    return entry in names or stem in names
+
+
+@lru_cache(maxsize=64)
+def hidden_entries(site_dir: Path, packages: tuple[str, ...]) -> frozenset[str]:
+    """Entries of `site_dir` to leave out so that none of `packages` can be imported.
+
+    Args:
+        site_dir: a site-packages directory on the host.
+        packages: top-level import names, e.g. ("torch",).
+    """
+    entries = [p.name for p in site_dir.iterdir()]
+    wanted = set(packages)
+    hidden: set[str] = set()
+    for entry in entries:
+        if not entry.endswith(_DIST_SUFFIXES):
+            continue
+        tops = _top_levels(site_dir / entry)
+        if tops & wanted or _dist_name(entry) in {_normalise(p) for p in packages}:
+            hidden.add(entry)
+            wanted |= tops
+    hidden |= {entry for entry in entries if _matches(entry, wanted)}
+    return frozenset(hidden)
+
+
+def cache_root() -> Path:
+    """Where twin keeps derived, disposable files (`$TWIN_CACHE_DIR`, else ~/.cache/twin)."""
+    configured = os.environ.get("TWIN_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "twin"
+
+
+def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
+    """A copy of `site_dir` without `drop`, made of hard links (built once, then reused).
+
+    Mounting one such directory over site-packages costs one mount, where binding each
+    kept entry back costs hundreds. The key covers the directory's modification time, so
+    installing or removing a package builds a fresh copy. Returns None where hard links
+    cannot be made (the cache is on another filesystem), and the caller binds entries.
+    """
+    root = cache_root() / "site-packages"
+    st = site_dir.stat()
+    key = hashlib.sha256(
+        "\0".join([str(site_dir), str(st.st_mtime_ns), *sorted(drop)]).encode()
+    ).hexdigest()[:16]
+    target = root / key
+    if target.is_dir():
+        return target
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if root.stat().st_dev != st.st_dev:
+            return None
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+        kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
+        if kept:
+            subprocess.run(["cp", "-al", "--", *kept, str(staging)], check=True, capture_output=True)
+        staging.chmod(0o755)
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)  # built concurrently by another process
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return target if target.is_dir() else None

@@ -1,0 +1,193 @@
+"""The run's workspace: what a role is given, laid out on the host, and the boundaries over it.
+
+A workspace holds a copy of the source repository without its version-control
+history (nothing can be read out of old commits, reflogs or packed refs), the
+task's assets (reused read-only), and the candidate directory the Migrator writes.
+`role_boundary` and `grader_boundary` are the only places that decide which of
+these a command sees, and where.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from benchmark_adapter.task import Task
+from harness.boundary import Boundary, Limits, Mount
+from harness.errors import TwinError
+
+# Names never copied from the source repository: version-control state and pointers elsewhere.
+VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})
+_SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_ENTRIES = (
+    "passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "localtime", "ssl/certs", "ssl/openssl.cnf", "pki", "ca-certificates", "alternatives", "fonts", "mime.types",
+)  # fmt: skip
+_COMPLETE = ".source-complete"
+
+
+class WorkspaceError(TwinError):
+    """The workspace could not be prepared (unreadable source, no space, bad root)."""
+
+
+class Workspace(BaseModel):
+    """Host directories of one run's workspace."""
+
+    root: Path = Field(description="The workspace directory.")
+    source: Path = Field(description="Copy of the original repository, without history (read-only inside).")
+    assets: Path | None = Field(default=None, description="The task's assets, reused read-only (None: none).")
+    candidate: Path = Field(description="The candidate the Migrator writes (rw for it only).")
+
+
+def prepare_workspace(task: Task, root: Path) -> Workspace:
+    """Copy the source without history and create the candidate directory.
+
+    Idempotent: a complete source copy is kept, an existing candidate is never wiped.
+
+    Raises:
+        WorkspaceError: the root is not a directory or the copy failed.
+    """
+    root = Path(root).resolve()
+    if root.exists() and not root.is_dir():
+        raise WorkspaceError(f"workspace root {root} exists and is not a directory")
+    source = root / "source"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / _COMPLETE).is_file():
+            staging = root / "source.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            copy_without_history(task.source_dir, staging)
+            shutil.rmtree(source, ignore_errors=True)
+            staging.rename(source)
+            (root / _COMPLETE).write_text(str(task.source_dir) + "\n")
+        candidate = root / "candidate"
+        candidate.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot prepare workspace {root}: {exc}") from None
+    assets = task.assets_dir if task.assets_dir is not None and task.assets_dir.is_dir() else None
+    return Workspace(root=root, source=source, assets=assets, candidate=candidate)
+
+
+def copy_without_history(src: Path, dst: Path) -> None:
+    """Copy a repository tree: no VCS state, fresh inodes, symlinks only if they stay inside."""
+    src = src.resolve()
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in VCS_NAMES}
+        for name in names:
+            path = Path(directory) / name
+            if path.is_symlink():
+                target = Path(os.path.realpath(path))
+                if not (target == src or src in target.parents) or not target.exists():
+                    skipped.add(name)
+        return skipped
+
+    shutil.copytree(src, dst, symlinks=True, ignore=ignore, copy_function=shutil.copy2)
+
+
+def python_mounts() -> list[Mount]:
+    """Read-only mounts that run this interpreter and its environment inside, at the same paths.
+
+    The interpreter's prefixes (the venv and the Python it was made from), the system
+    roots (`/usr`, `/lib*`, `/bin`) and the parts of `/etc` programs need; never the
+    repository around a venv that lives inside it, never the rest of `/etc`.
+    """
+    roots: list[Path] = []
+    for prefix in {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parents[1])}:
+        roots.append(Path(prefix).resolve())
+    mounts = [Mount(host=Path(p).resolve(), inside=p) for p in _SYSTEM_ROOTS if Path(p).exists()]
+    covered = [m.host for m in mounts]
+    for root in sorted(set(roots)):
+        if not any(root == c or c in root.parents for c in covered):
+            mounts.append(Mount(host=root, inside=str(root)))
+            covered.append(root)
+    for name in _ETC_ENTRIES:
+        path = Path("/etc") / name
+        if path.exists():
+            mounts.append(Mount(host=path.resolve(), inside=str(path)))
+    return mounts
+
+
+def role_boundary(
+    task: Task,
+    ws: Workspace,
+    *,
+    name: str,
+    write_candidate: bool,
+    side: Literal["reference", "candidate"],
+    audit_log: Path | None,
+    extra_mounts: Sequence[Mount] = (),
+    limits: Limits | None = None,
+) -> Boundary:
+    """The boundary of a role or probe: source and assets read-only, the candidate at /app.
+
+    Args:
+        side: "candidate" hides the task's forbidden packages (torch); "reference" hides none.
+        write_candidate: only the Migrator writes the candidate.
+    """
+    settings = task.settings
+    mounts = [*python_mounts(), Mount(host=ws.source, inside=settings.source_mount)]
+    if ws.assets is not None:
+        mounts.append(Mount(host=ws.assets, inside=settings.assets_mount))
+    mounts.append(Mount(host=ws.candidate, inside=settings.candidate_mount, writable=write_candidate))
+    mounts += list(extra_mounts)
+    return Boundary(
+        name=name,
+        mounts=mounts,
+        hidden=[*task.hidden_roots, *_run_files(ws, audit_log)],
+        hidden_packages=list(settings.forbidden_packages) if side == "candidate" else [],
+        network=settings.allow_network,
+        limits=limits or Limits(),
+        workdir=settings.candidate_mount,
+        audit_log=audit_log,
+    )
+
+
+def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
+    """The boundary of the task's unchanged grader.
+
+    The candidate at /app (read-only), the task's tests at /tests (read-only), assets at
+    /assets, `logs_dir` at /logs/verifier (the only writable root); forbidden packages
+    hidden; no network. Capabilities are kept inside a user namespace so that test.sh
+    can sandbox the candidate again (nested bubblewrap).
+    """
+    settings = task.settings
+    logs_dir = Path(logs_dir)
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    mounts = [
+        *python_mounts(),
+        Mount(host=Path(candidate), inside=settings.candidate_mount),
+        Mount(host=task.tests_dir, inside="/tests"),
+        Mount(host=logs_dir, inside="/logs/verifier", writable=True),
+    ]
+    if task.assets_dir is not None and task.assets_dir.is_dir():
+        mounts.append(Mount(host=task.assets_dir, inside=settings.assets_mount))
+    hidden = [p for p in task.hidden_roots if p.resolve() != task.tests_dir.resolve()]
+    if audit_log is not None:
+        hidden.append(audit_log)
+    return Boundary(
+        name="grader",
+        mounts=mounts,
+        hidden=hidden,
+        hidden_packages=list(settings.forbidden_packages),
+        network=False,
+        limits=Limits(wall_s=task.verifier_timeout_s),
+        workdir="/tests",
+        audit_log=audit_log,
+        nested_sandbox=True,
+    )
+
+
+def _run_files(ws: Workspace, audit_log: Path | None) -> list[Path]:
+    """The run's own files next to the workspace (evidence, trajectories, logs): never visible."""
+    visible = {ws.source, ws.candidate, ws.assets}
+    files = [p for p in ws.root.iterdir() if p not in visible] if ws.root.is_dir() else []
+    if audit_log is not None:
+        files.append(audit_log)
+    return files
