@@ -20,6 +20,7 @@ from harness.progress import Progress
 from harness.run import RunConfig, RunDir, RunState
 from harness.sandbox.base import Sandbox
 from harness.trajectory import ToolCallRecord, Trajectory
+from harness.workspace import Workspace
 from roles.tools import ToolResult, Workbench
 
 API_KEY_ENV = "TWIN_API_KEY"
@@ -37,6 +38,7 @@ class Session:
     budget: BudgetTracker
     model: Model
     repo: CandidateRepo
+    workspace: Workspace
     sandboxes: list[Sandbox] = field(default_factory=list)
 
     @property
@@ -46,19 +48,13 @@ class Session:
     def workbench(self, role: str, *, write: bool) -> Workbench:
         """The boundary and the two sandboxes of one role."""
         from harness.sandbox.registry import make_sandbox
-        from harness.workspace import Workspace, role_boundary
+        from harness.workspace import role_boundary
 
-        ws = Workspace(
-            root=self.run.root,
-            source=self.run.root / "source",
-            assets=(self.run.root / "assets") if (self.run.root / "assets").exists() else None,
-            candidate=self.run.candidate,
-        )
         benches = []
         for side, writable in (("candidate", write), ("reference", False)):
             boundary = role_boundary(
                 self.task,
-                ws,
+                self.workspace,
                 name=f"{role}:{side}",
                 write_candidate=writable,
                 side=side,
@@ -116,7 +112,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     config = run.load_config()
     state = run.load_state()
     task = load_task(config.task)
-    prepare_workspace(task, run.root)
+    workspace = prepare_workspace(task, run.root)
     repo = CandidateRepo(run.candidate, run.candidate_git)
     repo.init()
     trajectory = Trajectory(run.trajectory)
@@ -131,7 +127,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
         temperature=config.temperature,
         **({"replay_start": replay_from} if replay_from else {}),
     )
-    return Session(run, config, state, task, trajectory, budget, model, repo)
+    return Session(run, config, state, task, trajectory, budget, model, repo, workspace)
 
 
 def default_runs_dir() -> Path:
