@@ -1,0 +1,1 @@
+"""The Llama-style decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU."""
