@@ -20,9 +20,8 @@ from pathlib import Path
 from harness.boundary import SECRET_NAME, Boundary, BoundaryViolation, Limits
 from harness.sandbox.base import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.process import run_limited
+from harness.sandbox.process import SYSTEM_PATH, host_prlimit, limit_prefix, run_limited
 
-_BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def bwrap_path() -> str | None:
@@ -37,7 +36,7 @@ def sandbox_env(boundary: Boundary, extra: dict[str, str] | None) -> dict[str, s
         BoundaryViolation: `extra` names a variable that looks like a credential.
     """
     env = {
-        "PATH": f"{Path(sys.prefix) / 'bin'}:{_BASE_PATH}",
+        "PATH": f"{Path(sys.prefix) / 'bin'}:{SYSTEM_PATH}",
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
@@ -70,7 +69,7 @@ class BwrapSandbox:
         self.boundary = boundary
         self._bwrap = executable
         self._prefix = self._build_prefix()
-        self._nproc = self._nproc_wrapper()
+        self._prlimit = self._inside_prlimit()
         self._closed = False
 
     # ---- building the command line --------------------------------------------------------------
@@ -154,18 +153,10 @@ class BwrapSandbox:
             args += ["--remount-ro", inside]
         return args
 
-    def _nproc_wrapper(self) -> list[str]:
-        """Set RLIMIT_NPROC inside the user namespace (it binds where the real user is not root).
-
-        Where twin runs as root, the pids cgroup of `run_limited` is what caps processes.
-        """
-        prlimit = shutil.which("prlimit", path=_BASE_PATH)
-        if prlimit is None:
-            return []
-        inside = self._inside_of(Path(prlimit).resolve())
-        if inside is None:
-            return []
-        return [inside, f"--nproc={self.boundary.limits.max_procs}", "--"]
+    def _inside_prlimit(self) -> str | None:
+        """Where `prlimit` is visible inside, if it is (it sets the limits in the user namespace)."""
+        prlimit = host_prlimit()
+        return self._inside_of(Path(prlimit).resolve()) if prlimit else None
 
     # ---- the protocol ---------------------------------------------------------------------------
     def exec(
@@ -187,8 +178,17 @@ class BwrapSandbox:
         if not argv:
             raise SandboxError("empty command")
         limits = self._limits(timeout_s)
-        full = [*self._prefix, "--chdir", workdir, "--", *self._nproc, *argv]
-        return run_limited(full, env=sandbox_env(self.boundary, env), cwd="/", limits=limits, stdin=stdin)
+        # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox.
+        wrapper = limit_prefix(limits, prlimit=self._prlimit, nproc=True)
+        full = [*self._prefix, "--chdir", workdir, "--", *wrapper, *argv]
+        return run_limited(
+            full,
+            env=sandbox_env(self.boundary, env),
+            cwd="/",
+            limits=limits,
+            stdin=stdin,
+            rlimits_in_argv=bool(wrapper),
+        )
 
     def _limits(self, timeout_s: float | None) -> Limits:
         if timeout_s is None:

@@ -14,7 +14,7 @@ import logging
 from harness.boundary import Boundary
 from harness.sandbox.base import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
-from harness.sandbox.process import run_limited
+from harness.sandbox.process import host_prlimit, limit_prefix, run_limited
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,15 @@ class UnsandboxedProcess:
         limits = self.boundary.limits
         if timeout_s is not None:
             limits = limits.model_copy(update={"wall_s": timeout_s})
+        # No user namespace here: RLIMIT_NPROC would count every process of the user.
+        wrapper = limit_prefix(limits, prlimit=host_prlimit(), nproc=False)
         return run_limited(
-            argv, env=sandbox_env(self.boundary, env), cwd=str(host_cwd), limits=limits, stdin=stdin
+            [*wrapper, *argv],
+            env=sandbox_env(self.boundary, env),
+            cwd=str(host_cwd),
+            limits=limits,
+            stdin=stdin,
+            rlimits_in_argv=bool(wrapper),
         )
 
     def read_file(self, path: str) -> bytes:

@@ -1,15 +1,23 @@
 """Running one process under limits: wall time, memory, processes, output size.
 
 Shared by every sandbox that starts a local process (`bwrap`, `none`). The
-command runs in its own session (process group); on time-out the whole group is
-killed. Output is drained completely (so the command never blocks on a full pipe)
-but only the first and last halves of `Limits.output_bytes` are kept.
+command runs in its own process group; on time-out the whole group is killed,
+and anything the command left running in it is killed when it returns. Output
+is drained completely (so the command never blocks on a full pipe) but only the
+first and last halves of `Limits.output_bytes` are kept.
+
+Per-process limits (address space, core files, and processes inside a user
+namespace) are set by `prlimit` in front of the command (`limit_prefix`), which
+keeps process creation on the fast path (no Python code between fork and exec).
+Where the host allows it, a cgroup-v1 `pids` group caps the number of processes
+as well: RLIMIT_NPROC does not bind processes whose real user is root.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,7 +29,9 @@ from harness.boundary import Limits
 from harness.sandbox.base import ExecResult, SandboxError
 
 TIMEOUT_RETURNCODE = 124
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+_STALE_CGROUP_S = 300.0
 
 
 class HeadTail:
@@ -56,39 +66,30 @@ class HeadTail:
         return self.head.decode("utf-8", "replace") + marker + self.tail.decode("utf-8", "replace")
 
 
-def _drain(stream, keep: HeadTail) -> None:
-    while chunk := stream.read(65536):
-        keep.feed(chunk)
-    stream.close()
-
-
 class PidsCgroup:
-    """A cgroup-v1 `pids` group capping the number of processes (where the host allows it).
-
-    RLIMIT_NPROC does not bind processes whose real user is root, so when twin runs as
-    root the only cap on a fork bomb is a pids cgroup. Returns None from `create` where
-    no writable pids hierarchy exists (the rlimit set inside then applies instead).
-    """
+    """A cgroup-v1 `pids` group capping the number of processes of one command."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     @classmethod
     def create(cls, max_procs: int) -> PidsCgroup | None:
+        """A fresh group, or None where no writable pids hierarchy exists."""
         if not os.access(_PIDS_CGROUP_ROOT, os.W_OK):
             return None
-        path = _PIDS_CGROUP_ROOT / "twin" / uuid.uuid4().hex[:12]
+        parent = _PIDS_CGROUP_ROOT / "twin"
+        path = parent / uuid.uuid4().hex[:12]
         try:
             path.mkdir(parents=True)
             (path / "pids.max").write_text(str(max_procs))
         except OSError:
             return None
+        _sweep_stale(parent)
         return cls(path)
 
-    def enter(self) -> None:
-        """Move the calling process in (called in the child, before exec)."""
-        with open(self.path / "cgroup.procs", "w") as fh:
-            fh.write(str(os.getpid()))
+    @property
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
 
     def kill_all(self) -> None:
         try:
@@ -102,13 +103,51 @@ class PidsCgroup:
                 pass
 
     def remove(self) -> None:
-        for attempt in range(200):
+        """Kill what is left and remove the group (the kernel frees it a few ms after exit)."""
+        for attempt in range(300):
             try:
                 self.path.rmdir()
                 return
+            except FileNotFoundError:
+                return
             except OSError:
                 self.kill_all()
-                time.sleep(0.001 if attempt < 50 else 0.01)
+                time.sleep(0.002 if attempt < 50 else 0.02)
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove groups that a killed harness left behind (empty ones only; rmdir refuses others)."""
+    now = time.time()
+    try:
+        children = list(parent.iterdir())
+    except OSError:
+        return
+    for child in children:
+        try:
+            if child.is_dir() and now - child.stat().st_mtime > _STALE_CGROUP_S:
+                child.rmdir()
+        except OSError:
+            pass
+
+
+def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[str]:
+    """`prlimit` arguments setting the per-process limits in front of a command.
+
+    Args:
+        prlimit: path of the prlimit program where the command runs (None: not available).
+        nproc: also cap processes (only meaningful inside a fresh user namespace).
+    """
+    if prlimit is None:
+        return []
+    memory = limits.memory_mb * 1024 * 1024
+    args = [prlimit, f"--as={memory}", "--core=0"]
+    if nproc:
+        args.append(f"--nproc={limits.max_procs}")
+    return [*args, "--"]
+
+
+def host_prlimit() -> str | None:
+    return shutil.which("prlimit", path=SYSTEM_PATH)
 
 
 def run_limited(
@@ -118,21 +157,20 @@ def run_limited(
     cwd: str | None,
     limits: Limits,
     stdin: str | None = None,
+    rlimits_in_argv: bool = False,
 ) -> ExecResult:
     """Run argv with the limits; the result carries exit status, kept output and timing.
+
+    Args:
+        rlimits_in_argv: argv already starts with `limit_prefix` (else they are set here).
 
     Raises:
         SandboxError: the program could not be started at all.
     """
     cgroup = PidsCgroup.create(limits.max_procs)
-    memory = limits.memory_mb * 1024 * 1024
-
-    def in_child() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if cgroup is not None:
-            cgroup.enter()
-
+    if cgroup is not None:
+        argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs_file, *argv]
+    preexec = None if rlimits_in_argv else _rlimits_setter(limits)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -142,9 +180,8 @@ def run_limited(
             stderr=subprocess.PIPE,
             env=env,
             cwd=cwd,
-            start_new_session=True,
-            preexec_fn=in_child,
-            close_fds=True,
+            process_group=0,
+            preexec_fn=preexec,
         )
     except OSError as exc:
         if cgroup is not None:
@@ -155,32 +192,58 @@ def run_limited(
         threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
         threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
     ]
+    if stdin is not None:
+        readers.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
     for reader in readers:
         reader.start()
-    if stdin is not None:
-        threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True).start()
-    timed_out = False
-    try:
-        proc.wait(timeout=limits.wall_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    finally:
-        # Whatever the command left running in its group goes with it.
+    expired = threading.Event()
+
+    def on_timeout() -> None:
+        expired.set()
         _kill_group(proc)
         if cgroup is not None:
-            cgroup.remove()
+            cgroup.kill_all()
+
+    # A timer rather than wait(timeout=…): the latter polls, adding up to 50 ms per command.
+    timer = threading.Timer(limits.wall_s, on_timeout)
+    timer.daemon = True
+    timer.start()
+    try:
+        proc.wait()
+    finally:
+        timer.cancel()
+        _kill_group(proc)  # whatever the command left running in its group goes with it
+        if cgroup is not None:
+            cgroup.kill_all()
     for reader in readers:
-        reader.join(timeout=5)
+        reader.join(timeout=10)
+    if cgroup is not None:
+        # The kernel releases an emptied group a few ms later; do not make the caller wait.
+        threading.Thread(target=cgroup.remove, daemon=True).start()
     return ExecResult(
-        returncode=TIMEOUT_RETURNCODE if timed_out else proc.returncode,
+        returncode=TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode,
         stdout=out.text(),
         stderr=err.text(),
-        timed_out=timed_out,
+        timed_out=expired.is_set(),
         truncated=out.truncated or err.truncated,
         duration_s=time.monotonic() - start,
     )
+
+
+def _rlimits_setter(limits: Limits):
+    memory = limits.memory_mb * 1024 * 1024
+
+    def set_limits() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return set_limits
+
+
+def _drain(stream, keep: HeadTail) -> None:
+    while chunk := stream.read1(65536):
+        keep.feed(chunk)
+    stream.close()
 
 
 def _feed(pipe, data: bytes) -> None:
@@ -194,5 +257,5 @@ def _feed(pipe, data: bytes) -> None:
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
