@@ -67,6 +67,7 @@ class EvidenceStore:
         elif not self.path.is_file():
             raise EvidenceStoreError(f"{self.path} is not a file")
         self._pid = os.getpid()
+        self._inherited: list[sqlite3.Connection] = []
         self._db: sqlite3.Connection | None = connect(self.path)
         try:
             self.migrated_from = migrate(self._db, self.path)
@@ -96,7 +97,9 @@ class EvidenceStore:
         if self._db is None:
             raise EvidenceStoreError(f"evidence store {self.path} is closed")
         if self._pid != os.getpid():
-            # A SQLite connection must not cross a fork; the child gets its own.
+            # A SQLite connection must not cross a fork: the child opens its own and keeps the
+            # inherited one referenced, because closing it here could release the parent's locks.
+            self._inherited.append(self._db)
             self._pid, self._db = os.getpid(), connect(self.path)
         return self._db
 

@@ -141,10 +141,10 @@ def render(latest: Latest, change: Transitions | None, *, max_chars: int, round:
     established = sorted(p for p, r in latest.items() if r.outcome == E)
     counts = Counter(Outcome(r.outcome).value for r in latest.values())
     where = "all rounds" if round is None else f"after round {round}"
+    since = f" ({len(regressed)} regressed since round {change.from_round})" if change and regressed else ""
     header = (
         f"Evidence {where}: {len(latest)} properties; {counts[E.value]} established, "
-        f"{counts[V.value]} violated ({len(regressed)} regressions), "
-        f"{counts[N.value]} not established."
+        f"{counts[V.value]} violated{since}, {counts[N.value]} not established."
     )
     totals = {name: len(lines) for name, lines in sections} | {"established": len(established)}
     reserve = len(_left_out(totals)) + 1

@@ -48,6 +48,11 @@ def _score(record: EvidenceRecord | None) -> str:
     return "" if record is None or record.score is None else f"{record.score:.4g}"
 
 
+def _state(record: EvidenceRecord | None) -> str:
+    score = _score(record)
+    return _outcome(record) + (f" {score}" if score else "")
+
+
 def _detail(record: EvidenceRecord) -> str:
     text = next((ln.strip() for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
     text = text or str(record.observations.get("message", "")) or record.property.description
@@ -112,18 +117,18 @@ def diff_command(
         _check_round(store, b)
         change = store.transitions(a, b)
     table = Table(title=f"round {a} -> round {b}", title_justify="left")
-    for name in ("change", "property", "kind", f"round {a}", "score", f"round {b}", "score "):
-        table.add_column(name, no_wrap=name != "property", overflow="fold")
+    table.add_column("change", no_wrap=True)
+    table.add_column("property", overflow="fold", min_width=12)
+    table.add_column(f"after round {a}", no_wrap=True)
+    table.add_column(f"after round {b}", no_wrap=True)
     shown = 0
     for category in CATEGORY_ORDER:
         changes: list[Change] = getattr(change, category)
         if category == "still_established" and not every:
             continue
         for c in changes:
-            record = c.after or c.before
-            assert record is not None
-            table.add_row(category.replace("_", " "), c.property_id, record.property.kind,
-                          _outcome(c.before), _score(c.before), _outcome(c.after), _score(c.after))
+            table.add_row(category.replace("_", " "), c.property_id,
+                          _state(c.before), _state(c.after))
             shown += 1
     if shown:
         console.print(table)

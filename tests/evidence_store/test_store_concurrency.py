@@ -1,0 +1,133 @@
+"""Several processes appending at once, readers during writes, and a writer killed with SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from evidence_store.store import EvidenceStore
+
+# argv: path, tag, batches, batch size. Prints the ids of each batch once it is committed.
+WRITER = """
+import sys
+from evidence_store.records import EvidenceRecord, Property
+from evidence_store.store import EvidenceStore
+
+path, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store = EvidenceStore(path)
+print("ready", flush=True)
+for b in range(batches):
+    records = [
+        EvidenceRecord(run_id="run", round=b % 3, outcome="violated" if i % 2 else "established",
+                       property=Property(id=f"{tag}.{b}.{i}", kind=tag), context={"batch": b})
+        for i in range(size)
+    ]
+    ids = store.append_many(records) if size > 1 else [store.append(records[0])]
+    print(" ".join(map(str, ids)), flush=True)
+"""
+
+
+def _writer(path, tag: str, batches: int, size: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), tag, str(batches), str(size)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    return proc
+
+
+def _integrity(path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_several_processes_append_at_once_without_losing_or_mixing_records(tmp_path):
+    path = tmp_path / "evidence.sqlite"
+    EvidenceStore(path).close()
+    shapes = {"w0": (60, 1), "w1": (60, 1), "w2": (12, 10), "w3": (12, 10)}
+    procs = {tag: _writer(path, tag, *shape) for tag, shape in shapes.items()}
+    ids_by_tag = {}
+    for tag, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        ids_by_tag[tag] = [int(x) for line in out.split("\n") if line for x in line.split()]
+
+    all_ids = [i for ids in ids_by_tag.values() for i in ids]
+    assert len(all_ids) == len(set(all_ids)) == 60 + 60 + 120 + 120
+    for tag, ids in ids_by_tag.items():
+        assert ids == sorted(ids), f"{tag}: ids not increasing"
+    with EvidenceStore(path) as store:
+        assert store.count() == len(all_ids)
+        for tag, ids in ids_by_tag.items():
+            records = store.records(kind=tag)
+            assert [r.record_id for r in records] == ids
+            assert all(r.property.id.startswith(f"{tag}.") for r in records)
+    assert _integrity(path) == "ok"
+
+
+def test_readers_only_ever_see_whole_batches(tmp_path):
+    path = tmp_path / "evidence.sqlite"
+    reader = EvidenceStore(path)
+    size = 25
+    writer = _writer(path, "w", 40, size)
+    seen = set()
+    while writer.poll() is None:
+        count = reader.count()
+        latest = reader.latest()
+        seen.add(count)
+        assert count % size == 0
+        assert len(latest) % size == 0
+    assert writer.returncode == 0, writer.stderr.read()
+    seen.add(reader.count())
+    assert max(seen) == 40 * size
+    assert len(seen) > 2, "the reader never overlapped the writer"
+    reader.close()
+
+
+def _kill_after(path, size: int, committed_lines: int) -> list[int]:
+    """Start a writer, SIGKILL it after `committed_lines` batches; return the ids it reported."""
+    proc = _writer(path, "k", 10_000, size)
+    assert proc.stdout is not None
+    reported = []
+    for _ in range(committed_lines):
+        reported.extend(int(x) for x in proc.stdout.readline().split())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    reported.extend(int(x) for x in proc.stdout.read().split())  # lines flushed before the kill
+    return reported
+
+
+def test_a_writer_killed_mid_run_loses_at_most_the_record_it_was_writing(tmp_path):
+    path = tmp_path / "evidence.sqlite"
+    reported = _kill_after(path, 1, 40)
+    assert _integrity(path) == "ok"
+    with EvidenceStore(path) as store:
+        stored = [r.record_id for r in store.records()]
+        assert set(reported) <= set(stored)
+        assert len(stored) - len(reported) <= 1
+        # The store goes on: appends after recovery get fresh ids.
+        new_id = store.append(store.get(stored[-1]).model_copy(update={"round": 9}))
+        assert new_id > max(stored)
+
+
+def test_a_writer_killed_mid_batch_leaves_whole_batches_only(tmp_path):
+    path = tmp_path / "evidence.sqlite"
+    size = 400
+    proc = _writer(path, "k", 10_000, size)
+    assert proc.stdout is not None
+    proc.stdout.readline()  # one batch committed: the next ones are being written now
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _integrity(path) == "ok"
+    with EvidenceStore(path) as store:
+        count = store.count()
+        assert count >= size and count % size == 0
+        batches = {r.context["batch"] for r in store.records()}
+        assert batches == set(range(count // size))
