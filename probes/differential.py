@@ -1,0 +1,312 @@
+"""Matched differential probes: the same program contract run on the original and the candidate.
+
+A probe file (format in `probes/README.md`) defines, for each probe name, an
+`inputs` function (reference side, seeded), a `reference` function (run with the
+original and torch) and a `candidate` function (run with the candidate, torch
+absent). `run_matched_probe` runs:
+
+1. the reference at the working dtype, which also draws and saves the inputs;
+2. the reference in float64 on the same inputs (or again at the working dtype
+   where the probe cannot run in float64): its disagreement is the noise floor;
+3. the candidate on the very same inputs;
+
+and compares structure, then numbers (`probes.compare`). Who is to blame for a
+crash decides the outcome: the reference side crashing, or a crash ending in the
+probe's own code, is not_established; one ending in the candidate's code is
+violated. A candidate that tries to import a forbidden package violates too.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evidence_store.records import Outcome, ProbeResult, Property
+from probes.base import Probe, base_context, not_established
+from probes.compare import SideOutput, compare_outputs
+from probes.context import ProbeContext, Side
+
+DRIVER = Path(__file__).with_name("driver.py")
+SIDE_FUNCTIONS = ("reference", "candidate")
+
+
+class ProbeFileError(ValueError):
+    """A probe file that cannot be read as probes (syntax, missing functions, bad metadata)."""
+
+
+def probe_names(path: Path) -> dict[str, dict[str, Any]]:
+    """The probes a file defines and their metadata, read without executing it.
+
+    Returns:
+        name -> metadata (from the file's `PROBES` dict, where given). The name ''
+        stands for the unsuffixed `reference`/`candidate` pair.
+
+    Raises:
+        ProbeFileError: syntax error, a `reference_X` without `candidate_X` (or the
+            reverse), a `PROBES` that is not a literal dict, or no probe at all.
+    """
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=str(path))
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ProbeFileError(f"{path}: {exc}") from None
+    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    metadata: dict[str, dict] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PROBES" for t in node.targets):
+            try:
+                metadata = ast.literal_eval(node.value)
+            except ValueError:
+                raise ProbeFileError(f"{path}: PROBES must be a literal dict") from None
+            if not isinstance(metadata, dict) or not all(isinstance(v, dict) for v in metadata.values()):
+                raise ProbeFileError(f"{path}: PROBES must map probe names to dicts")
+    names: dict[str, dict] = {}
+    for side in SIDE_FUNCTIONS:
+        other = SIDE_FUNCTIONS[1 - SIDE_FUNCTIONS.index(side)]
+        for func in functions:
+            match = re.fullmatch(rf"{side}(?:_(\w+))?", func)
+            if not match:
+                continue
+            name = match.group(1) or ""
+            if (f"{other}_{name}" if name else other) not in functions:
+                raise ProbeFileError(f"{path}: {func} has no matching {other}{'_' + name if name else ''}")
+            names[name] = dict(metadata.get(name or Path(path).stem, {}))
+    if not names:
+        raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
+    return names
+
+
+def differential_probe(
+    path: str,
+    name: str = "",
+    *,
+    property_id: str | None = None,
+    level: int | None = None,
+    description: str | None = None,
+    component: str | None = None,
+    compare: dict[str, str] | None = None,
+    noise: str | None = None,
+    timeout_s: float | None = None,
+) -> Probe:
+    """A matched differential probe from one pair of functions in a probe file.
+
+    Args:
+        path: the probe file (host path).
+        name: the probe's name in the file ('' for an unsuffixed pair).
+        property_id, level, description, component, compare, noise, timeout_s:
+            override the file's `PROBES[name]` metadata.
+    """
+    options = {
+        k: v
+        for k, v in dict(
+            property_id=property_id,
+            level=level,
+            description=description,
+            component=component,
+            compare=compare,
+            noise=noise,
+            timeout_s=timeout_s,
+        ).items()
+        if v is not None
+    }
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        file = Path(path)
+        meta = probe_names(file).get(name)
+        if meta is None:
+            raise ProbeFileError(f"{file}: no probe named {name!r}")
+        meta.update({k.removeprefix("property_"): v for k, v in options.items()})
+        return [run_matched_probe(ctx, file, name, meta, rerun_options={"path": str(file), "name": name, **options})]
+
+    return probe
+
+
+def _property(file: Path, name: str, meta: dict) -> Property:
+    return Property(
+        id=str(meta.get("id") or f"{file.stem}.{name}".rstrip(".")),
+        kind="differential",
+        level=int(meta.get("level", 1)),
+        description=str(meta.get("description", "")),
+    )
+
+
+def _prepare(ctx: ProbeContext, file: Path, prop: Property) -> Path:
+    digest = hashlib.sha1(f"{file.resolve()}:{prop.id}".encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", prop.id)[:60]
+    root = ctx.workdir / "probes" / f"{slug}-{digest}"
+    if root.exists():
+        shutil.rmtree(root)
+    (root / "inputs").mkdir(parents=True)
+    shutil.copy(DRIVER, root / "driver.py")
+    shutil.copy(file, root / "probe.py")
+    return root
+
+
+def run_side(
+    ctx: ProbeContext,
+    root: Path,
+    side: Side,
+    runs: list[dict[str, Any]],
+    *,
+    name: str = "",
+    timeout_s: float | None = None,
+    config_name: str | None = None,
+) -> list[dict[str, Any]]:
+    """Run one side of a probe in its sandbox, once per entry of `runs`, in one process.
+
+    Args:
+        runs: each {"out": subdirectory, "dtype": working dtype, "make_inputs": bool}.
+
+    Returns:
+        Per run: {"ok": True, "output": SideOutput, "report": manifest} on success,
+        else {"ok": False, "blame": 'candidate'|'probe'|'unknown'|'timeout', "trace": ...}.
+    """
+    import sys
+
+    roots = ctx.roots(side)
+    root_inside = ctx.inside(side, root)
+    own_root = roots["source"] if side == "reference" else roots["candidate"]
+    config = {
+        "side": side,
+        "name": name,
+        "probe_file": f"{root_inside}/probe.py",
+        "inputs_dir": f"{root_inside}/inputs",
+        "seed": ctx.seed,
+        "device": ctx.device,
+        "precision": ctx.precision,
+        "roots": {k: roots[k] for k in ("source", "candidate", "assets")},
+        "sys_path": [own_root] if own_root else [],
+        "cwd": own_root,
+        "forbid": ctx.forbidden(side),
+        "runs": [
+            {"out_dir": f"{root_inside}/{run['out']}", "dtype": run["dtype"], "make_inputs": run.get("make_inputs", False)}
+            for run in runs
+        ],
+    }
+    for run in runs:
+        if (root / run["out"]).exists():
+            shutil.rmtree(root / run["out"])
+    config_file = f"{config_name or runs[0]['out']}.json"
+    (root / config_file).write_text(json.dumps(config))
+    result = ctx.sandbox(side).exec(
+        [sys.executable, f"{root_inside}/driver.py", f"{root_inside}/{config_file}"],
+        cwd=root_inside,
+        timeout_s=timeout_s or ctx.timeout_s,
+    )
+    log = (result.stdout[-3000:] + "\n" + result.stderr[-6000:]).strip()
+    return [_read_run(root / run["out"], result, log) for run in runs]
+
+
+def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
+    if (out_host / "error.json").is_file():
+        error = json.loads((out_host / "error.json").read_text())
+        return {"ok": False, "blame": error["blame"], "trace": error["trace"], "error": error, "log": log}
+    if not (out_host / "manifest.json").is_file():
+        if result.timed_out:
+            return {"ok": False, "blame": "timeout", "trace": f"timed out after {result.duration_s:.0f}s\n{log}"}
+        return {"ok": False, "blame": "unknown", "trace": f"exit {result.returncode}, no output\n{log}"}
+    report = json.loads((out_host / "manifest.json").read_text())
+    with np.load(out_host / "arrays.npz") as data:
+        arrays = {k: np.array(data[k]) for k in data.files}
+    return {"ok": True, "output": SideOutput(report.get("outputs", {}), arrays), "report": report, "log": log}
+
+
+def _candidate_forbidden(report: dict, ctx: ProbeContext) -> list[dict]:
+    root = ctx.roots("candidate")["candidate"] or ""
+    return [
+        a
+        for a in report.get("forbidden_imports", [])
+        if (a.get("importer") or {}).get("file", "").startswith(root.rstrip("/") + "/")
+    ]
+
+
+def run_matched_probe(
+    ctx: ProbeContext, file: Path, name: str, meta: dict, *, rerun_options: dict | None = None
+) -> ProbeResult:
+    """Run one matched differential probe and decide its outcome (see the module docstring)."""
+    prop = _property(file, name, meta)
+    context = base_context(ctx, "probes.differential:differential_probe", **(rerun_options or {"path": str(file), "name": name}))
+    context.update({"probe_file": str(file), "probe_name": name, "dtype": ctx.dtype, "component": meta.get("component")})
+    context["probe_sha1"] = hashlib.sha1(file.read_bytes()).hexdigest()
+    timeout = meta.get("timeout_s")
+    root = _prepare(ctx, file, prop)
+    timing: dict[str, float] = {}
+
+    noise_mode = meta.get("noise", "float64")
+    runs = [{"out": "ref", "dtype": ctx.dtype, "make_inputs": True}]
+    if noise_mode == "float64":
+        runs.append({"out": "ref64", "dtype": "float64"})
+    ref, *noise = run_side(ctx, root, "reference", runs, name=name, timeout_s=timeout)
+    if not ref["ok"]:
+        return not_established(prop, "the reference side failed: the probe does not fit the original",
+                               trace=ref["trace"], context=context)
+    timing["reference_compute_s"] = ref["report"]["compute_s"]
+    context["inputs"] = _inputs_summary(root / "inputs")
+    if not noise or not noise[0]["ok"]:
+        noise_mode = "rerun"
+        noise = run_side(ctx, root, "reference", [{"out": "ref2", "dtype": ctx.dtype}], name=name, timeout_s=timeout)
+        if not noise[0]["ok"]:
+            return not_established(prop, "the reference side failed on its second run", trace=noise[0]["trace"],
+                                   context=context)
+    noise_run = noise[0]
+    context["noise_source"] = noise_mode
+
+    (cand,) = run_side(ctx, root, "candidate", [{"out": "cand", "dtype": ctx.dtype}], name=name, timeout_s=timeout)
+    if not cand["ok"]:
+        forbidden = cand.get("error", {}).get("forbidden_imports", [])
+        if cand["blame"] in ("candidate", "timeout"):
+            return ProbeResult(
+                property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context, trace=cand["trace"],
+                observations={"message": f"the candidate crashed ({cand['blame']})", "forbidden_imports": forbidden},
+            )
+        return not_established(prop, f"the candidate side failed in {cand['blame']} code: the probe's calling "
+                               "convention may not fit the candidate", trace=cand["trace"], context=context)
+    timing["candidate_compute_s"] = cand["report"]["compute_s"]
+
+    try:
+        comparison = compare_outputs(ref["output"], cand["output"], noise_run["output"], meta.get("compare"))
+    except ValueError as exc:
+        return not_established(prop, f"bad probe metadata: {exc}", context=context)
+    forbidden = _candidate_forbidden(cand["report"], ctx)
+    problems = comparison.failing() + [
+        f"candidate imports forbidden {a['module']} at {a['importer']['file']}:{a['importer']['line']}" for a in forbidden
+    ]
+    observations = {
+        "outputs": {leaf.path or "<output>": leaf.as_dict() for leaf in comparison.leaves},
+        "structure": comparison.structure,
+        "noise_floor": comparison.noise_floor,
+        "timing": timing,
+    }
+    if problems:
+        observations["message"] = "; ".join(problems)[:2000]
+    if not comparison.leaves and not comparison.structure:
+        return not_established(prop, "the probe returned nothing comparable", context=context)
+    return ProbeResult(
+        property=prop,
+        outcome=Outcome.VIOLATED if problems else Outcome.ESTABLISHED,
+        score=comparison.score if not forbidden else 0.0,
+        context=context,
+        observations=observations,
+    )
+
+
+def _inputs_summary(inputs_dir: Path) -> dict[str, Any]:
+    spec = inputs_dir / "inputs.json"
+    if not spec.is_file():
+        return {}
+    meta = json.loads(spec.read_text())
+    summary = {}
+    arrays = np.load(inputs_dir / "inputs.npz") if (inputs_dir / "inputs.npz").is_file() else None
+    for name, entry in meta.items():
+        if entry["kind"] == "array" and arrays is not None:
+            arr = arrays[entry["key"]]
+            summary[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
+        else:
+            summary[name] = entry["value"]
+    return summary
