@@ -61,8 +61,7 @@ class BaseScaffold:
                 if "migrate" not in rs.done:
                     rs.commit = self.s.repo.commit_round(rs.round, "agent (stopped by budget)")
                     rs.note = "stopped by budget"
-        committed = [rs.round for rs in state.rounds if rs.commit]
-        state.final_round = max(committed, default=0)
+        state.final_round = state.choice_with_rounds(self.s.config.rounds)
         state.final_choice = "base scaffold: the last round"
         state.status = "finished"
         self.s.save()

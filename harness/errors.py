@@ -24,3 +24,12 @@ class Interrupted(TwinError):
     """The user interrupted a run; it can be resumed."""
 
     exit_code = 130
+
+
+class InfraFailure(TwinError):
+    """The run failed for infrastructure reasons (model provider, sandbox): not the agent's doing.
+
+    Benches retry such trials and never score them as 0.
+    """
+
+    exit_code = 3

@@ -92,6 +92,7 @@ class TwinLoop:
             self.complete(t, "migrate")
         if "verify" not in rs.done:
             self.verify(t)
+            rs.evidence_score = self.evidence_score(t)
             self.complete(t, "verify")
 
     def guard(self, t: int) -> None:
@@ -230,24 +231,25 @@ class TwinLoop:
             + ". Restore them before anything else."
         )
 
+    def evidence_score(self, t: int) -> int:
+        """Established minus violated among the candidate properties recorded in round t."""
+        latest = {
+            r.property.id: r
+            for r in self.store.records(round=t)
+            if r.property.kind not in NON_CANDIDATE_KINDS
+        }
+        outcomes = [r.outcome for r in latest.values()]
+        return outcomes.count(Outcome.ESTABLISHED) - outcomes.count(Outcome.VIOLATED)
+
     def choose_final(self) -> None:
         """The final candidate is the best verified round by evidence; ties go to the latest."""
         state = self.s.state
-        best, best_score = None, None
-        for rs in state.rounds:
-            if "verify" not in rs.done:
-                continue
-            records = [r for r in self.store.records(round=rs.round) if r.property.kind not in NON_CANDIDATE_KINDS]
-            latest = {r.property.id: r for r in records}
-            score = sum(r.outcome is Outcome.ESTABLISHED for r in latest.values()) - sum(
-                r.outcome is Outcome.VIOLATED for r in latest.values()
-            )
-            if best_score is None or score >= best_score:
-                best, best_score = rs.round, score
-        if best is None:
-            committed = [rs.round for rs in state.rounds if rs.commit]
-            state.final_round = max(committed, default=0)
+        state.final_round = state.choice_with_rounds(self.s.config.rounds)
+        chosen = next((r for r in state.rounds if r.round == state.final_round), None)
+        if chosen is None or chosen.evidence_score is None:
             state.final_choice = "no round was verified: the last committed round"
         else:
-            state.final_round = best
-            state.final_choice = f"round {best}: best evidence score {best_score} (established − violated)"
+            state.final_choice = (
+                f"round {chosen.round}: best evidence score {chosen.evidence_score} "
+                "(established − violated; ties go to the latest)"
+            )

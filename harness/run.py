@@ -83,6 +83,9 @@ class RoundState(BaseModel):
     commit: str | None = Field(default=None, description="Candidate commit after the Migrator.")
     model_calls: int = Field(default=0, description="Model calls made when the last step ended.")
     note: str = Field(default="", description="E.g. 'diagnosis invalid: derived from evidence'.")
+    evidence_score: int | None = Field(
+        default=None, description="Established minus violated properties after verification."
+    )
 
 
 class RunState(BaseModel):
@@ -106,6 +109,19 @@ class RunState(BaseModel):
         state = RoundState(round=round)
         self.rounds.append(state)
         return state
+
+    def choice_with_rounds(self, rounds: int) -> int | None:
+        """The candidate a run limited to `rounds` rounds would deliver.
+
+        The best verified round by evidence score (ties to the latest); without any
+        verified round, the latest committed one. Used for the final choice and for
+        the round ablation of a bench (one R-round run gives the 1..R-round results).
+        """
+        eligible = [r for r in self.rounds if r.round <= rounds and r.commit]
+        scored = [r for r in eligible if r.evidence_score is not None]
+        if scored:
+            return max(scored, key=lambda r: (r.evidence_score, r.round)).round
+        return max((r.round for r in eligible), default=None)
 
     @property
     def model_calls(self) -> int:

@@ -15,6 +15,7 @@ from benchmark_adapter.task import Task, load_task
 from harness.budget import BudgetTracker
 from harness.candidate_repo import CandidateRepo
 from harness.model import Model
+from harness.ledger import LedgerBudget, budget_for_run
 from harness.model_factory import make_model
 from harness.progress import Progress
 from harness.run import RunConfig, RunDir, RunState
@@ -35,7 +36,7 @@ class Session:
     state: RunState
     task: Task
     trajectory: Trajectory
-    budget: BudgetTracker
+    budget: BudgetTracker | LedgerBudget
     model: Model
     repo: CandidateRepo
     workspace: Workspace
@@ -116,7 +117,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     repo = CandidateRepo(run.candidate, run.candidate_git)
     repo.init()
     trajectory = Trajectory(run.trajectory)
-    budget = BudgetTracker(config.budget, spent=state.spent)
+    budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent))
     model = make_model(
         config.model,
         trajectory=trajectory,

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from harness.errors import Interrupted, TwinError
+from harness.errors import InfraFailure, Interrupted, TwinError
 from harness.run import RunConfig, RunDir, Scaffold
 
 
@@ -80,6 +80,8 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
     from harness.base_scaffold import BaseScaffold
     from harness.finish import grade_rounds, write_summary
     from harness.loop import TwinLoop
+    from harness.model import ModelInfraError
+    from harness.sandbox.base import SandboxError
     from harness.progress import Progress, RunView
     from harness.session import open_session
 
@@ -97,7 +99,15 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
                 session.state.status = "running"
                 session.save()
                 driver = TwinLoop if config.scaffold == "twin" else BaseScaffold
-                driver(session, progress).run()
+                try:
+                    driver(session, progress).run()
+                except (ModelInfraError, SandboxError) as exc:
+                    session.state.status = "failed"
+                    session.state.stop_reason = f"infrastructure: {exc}"
+                    session.save()
+                    raise InfraFailure(
+                        f"{exc} (infrastructure; resume with: twin migrate --resume {run.root})"
+                    ) from None
             grades = None
             if config.grade:
                 grades = grade_rounds(session, progress) if not run.grades.exists() else _load_grades(run)
