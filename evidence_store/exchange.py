@@ -42,9 +42,13 @@ def write_jsonl(
     diagnoses: Iterable[DiagnosisRecord],
     records: Iterable[EvidenceRecord],
 ) -> int:
-    """Write a header and every item; return how many diagnoses and evidence records were written."""
-    header = {"type": "header", "format": FORMAT, "store_version": STORE_VERSION,
-              "record_version": SCHEMA_VERSION}
+    """Write a header and every item; return how many diagnoses and records were written."""
+    header = {
+        "type": "header",
+        "format": FORMAT,
+        "store_version": STORE_VERSION,
+        "record_version": SCHEMA_VERSION,
+    }
     out.write(json.dumps(header) + "\n")
     written = 0
     for kind, items in (("round", rounds), ("diagnosis", diagnoses), ("evidence", records)):

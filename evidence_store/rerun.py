@@ -22,7 +22,7 @@ from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
 
 ContextBuilder = Callable[[Path, Path, Mapping[str, Any]], Any]
-"""(task dir, candidate dir, the original record's context) -> the context a probe is called with."""
+"""(task dir, candidate dir, the original record's context) -> the context given to the probe."""
 
 
 class RerunError(EvidenceStoreError):
@@ -33,7 +33,9 @@ class RerunSpec(BaseModel):
     """What a record keeps (as `context["rerun"]`) so that it can be executed again."""
 
     factory: str = Field(description="'package.module:function' returning the probe when called.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the factory."
+    )
     task: str = Field(description="The task directory the probe ran for.")
     candidate: str = Field(description="The candidate directory the probe examined.")
 
@@ -57,9 +59,9 @@ def rerun_record(
             on the loaded task, with the original's candidate commit).
 
     Returns:
-        The appended record (with its record id). Its context keeps the rerun spec and
-        names the record it re-ran (`rerun_of`). A probe that raises is recorded as
-        `not_established` with its traceback: the probe could not tell.
+        The appended record (with its record id). Its context is the original's, updated
+        with what the probe reported, and names the record it re-ran (`rerun_of`). A probe
+        that raises is recorded as `not_established` with its traceback: it could not tell.
 
     Raises:
         RerunError: the record has no usable rerun spec, or its factory cannot be loaded
@@ -81,9 +83,10 @@ def rerun_record(
             observations={"rerun_error": f"{type(exc).__name__}: {exc}"},
             trace=traceback.format_exc(),
         )
-    context = dict(result.context)
+    # What the original kept (seeds, versions, commit) still describes this execution unless
+    # the probe reports otherwise.
+    context = {**original.context, **result.context, "rerun_of": record_id}
     context.setdefault("rerun", spec.to_context())
-    context["rerun_of"] = record_id
     record = EvidenceRecord.from_result(
         result.model_copy(update={"context": context}),
         run_id=original.run_id,
@@ -96,7 +99,9 @@ def rerun_record(
 def _spec(record: EvidenceRecord) -> RerunSpec:
     raw = record.context.get("rerun")
     if raw is None:
-        raise RerunError(f"record {record.record_id} cannot be re-run: its context has no 'rerun' entry")
+        raise RerunError(
+            f"record {record.record_id} cannot be re-run: its context has no 'rerun' entry"
+        )
     try:
         return RerunSpec.model_validate(raw)
     except ValidationError as exc:
@@ -116,13 +121,19 @@ def _load_probe(spec: RerunSpec, record_id: int) -> Callable[[Any], Any]:
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise RerunError(f"record {record_id}: cannot load rerun factory {spec.factory!r}: {exc}") from None
+        raise RerunError(
+            f"record {record_id}: cannot load rerun factory {spec.factory!r}: {exc}"
+        ) from None
     try:
         probe = factory(**spec.options)
     except TypeError as exc:
-        raise RerunError(f"record {record_id}: {spec.factory} rejected its options: {exc}") from None
+        raise RerunError(
+            f"record {record_id}: {spec.factory} rejected its options: {exc}"
+        ) from None
     if not callable(probe):
-        raise RerunError(f"record {record_id}: {spec.factory} returned {type(probe).__name__}, not a probe")
+        raise RerunError(
+            f"record {record_id}: {spec.factory} returned {type(probe).__name__}, not a probe"
+        )
     return probe
 
 
@@ -134,7 +145,8 @@ def _as_result(value: Any, original: EvidenceRecord) -> ProbeResult:
         if result.property.id == original.property.id:
             return result
     raise RerunError(
-        f"record {original.record_id}: the re-run probe returned no result for {original.property.id!r}"
+        f"record {original.record_id}: the re-run probe returned no result for "
+        f"{original.property.id!r}"
     )
 
 
@@ -145,4 +157,6 @@ def _default_context(task_dir: Path, candidate: Path, context: Mapping[str, Any]
         from probes.context import make_context
     except ImportError as exc:
         raise RerunError(f"cannot build a probe context: {exc}") from None
-    return make_context(load_task(task_dir), candidate, candidate_commit=context.get("candidate_commit"))
+    return make_context(
+        load_task(task_dir), candidate, candidate_commit=context.get("candidate_commit")
+    )

@@ -90,7 +90,7 @@ BUSY_TIMEOUT_MS = 30_000
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """Open `path` in WAL mode with autocommit, so that transactions are explicit (`BEGIN IMMEDIATE`).
+    """Open `path` in WAL mode with autocommit, so transactions are explicit (`BEGIN IMMEDIATE`).
 
     Raises:
         EvidenceStoreError: the file is not a SQLite database.

@@ -63,7 +63,9 @@ class EvidenceStore:
             if not create:
                 raise EvidenceStoreError(f"no evidence store at {self.path}")
             if not self.path.parent.is_dir():
-                raise EvidenceStoreError(f"cannot create {self.path}: {self.path.parent} is not a directory")
+                raise EvidenceStoreError(
+                    f"cannot create {self.path}: {self.path.parent} is not a directory"
+                )
         elif not self.path.is_file():
             raise EvidenceStoreError(f"{self.path} is not a file")
         self._pid = os.getpid()
@@ -156,7 +158,8 @@ class EvidenceStore:
         """Note a run and its configuration (kept on first call; later calls change nothing)."""
         with self._write() as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO runs (run_id, created, config) VALUES (?, strftime('%s','now'), ?)",
+                "INSERT OR IGNORE INTO runs (run_id, created, config) "
+                "VALUES (?, strftime('%s','now'), ?)",
                 (run_id, _dumps(dict(config or {}), "run config")),
             )
 
@@ -185,7 +188,9 @@ class EvidenceStore:
         if isinstance(diagnosis, BaseModel):
             diagnosis = diagnosis.model_dump(mode="json")
         if not isinstance(diagnosis, Mapping):
-            raise EvidenceStoreError(f"a diagnosis must be a mapping, not {type(diagnosis).__name__}")
+            raise EvidenceStoreError(
+                f"a diagnosis must be a mapping, not {type(diagnosis).__name__}"
+            )
         record = DiagnosisRecord(run_id=run_id, round=round, diagnosis=dict(diagnosis))
         return self._insert_diagnoses([record])[0]
 
@@ -213,7 +218,9 @@ class EvidenceStore:
         Raises:
             EvidenceStoreError: no record has that id.
         """
-        row = self._conn.execute(f"{_SELECT_RECORDS} WHERE e.record_id = ?", (record_id,)).fetchone()
+        row = self._conn.execute(
+            f"{_SELECT_RECORDS} WHERE e.record_id = ?", (record_id,)
+        ).fetchone()
         if row is None:
             raise EvidenceStoreError(f"{self.path} has no evidence record {record_id}")
         return _from_row(row)
@@ -224,12 +231,15 @@ class EvidenceStore:
 
     def evidence_rounds(self) -> list[int]:
         """The rounds that have at least one evidence record, ascending."""
-        return [r[0] for r in self._conn.execute("SELECT DISTINCT round FROM evidence ORDER BY round")]
+        return [
+            r[0] for r in self._conn.execute("SELECT DISTINCT round FROM evidence ORDER BY round")
+        ]
 
     def rounds(self) -> list[RoundInfo]:
         """Every round the store has heard of (through evidence, diagnoses or `record_round`)."""
         rows = self._conn.execute(
-            "SELECT run_id, round, started, candidate_commit, note FROM rounds ORDER BY round, run_id"
+            "SELECT run_id, round, started, candidate_commit, note FROM rounds "
+            "ORDER BY round, run_id"
         )
         return [
             RoundInfo(run_id=r[0], round=r[1], started=r[2], candidate_commit=r[3], note=r[4])
@@ -243,8 +253,14 @@ class EvidenceStore:
         if round is not None:
             sql, params = sql + " WHERE round = ?", (round,)
         return [
-            DiagnosisRecord(diagnosis_id=r[0], schema_version=r[1], run_id=r[2], round=r[3],
-                            diagnosis=json.loads(r[4]), time=r[5])
+            DiagnosisRecord(
+                diagnosis_id=r[0],
+                schema_version=r[1],
+                run_id=r[2],
+                round=r[3],
+                diagnosis=json.loads(r[4]),
+                time=r[5],
+            )
             for r in self._conn.execute(sql + " ORDER BY diagnosis_id", params)
         ]
 
@@ -266,7 +282,7 @@ class EvidenceStore:
 
     # ---- views --------------------------------------------------------------------------------
     def transitions(self, a: int, b: int) -> views.Transitions:
-        """How each property's latest outcome changed from the state after round `a` to after `b`."""
+        """How each property's latest outcome moved from the state after round `a` to after `b`."""
         with self._snapshot():
             before, after = self.latest(up_to_round=a), self.latest(up_to_round=b)
         return views.transitions(before, after, a, b)
@@ -308,14 +324,16 @@ class EvidenceStore:
 
     # ---- exchange -----------------------------------------------------------------------------
     def export_jsonl(self, out: IO[str]) -> int:
-        """Write every round, diagnosis and record as JSON Lines; return records + diagnoses written."""
+        """Write every round, diagnosis and record as JSON Lines; return records + diagnoses."""
         with self._snapshot():
             return exchange.write_jsonl(
                 out,
                 rounds=self.rounds(),
                 diagnoses=self.diagnoses(),
-                records=(_from_row(r) for r in self._conn.execute(
-                    f"{_SELECT_RECORDS} ORDER BY e.record_id")),
+                records=(
+                    _from_row(r)
+                    for r in self._conn.execute(f"{_SELECT_RECORDS} ORDER BY e.record_id")
+                ),
             )
 
     def import_jsonl(self, src: IO[str]) -> int:
@@ -333,7 +351,8 @@ class EvidenceStore:
                 _ensure_round(conn, info.run_id, info.round, info.started)
                 conn.execute(
                     "UPDATE rounds SET candidate_commit = coalesce(candidate_commit, ?), "
-                    "note = CASE WHEN note = '' THEN ? ELSE note END WHERE run_id = ? AND round = ?",
+                    "note = CASE WHEN note = '' THEN ? ELSE note END "
+                    "WHERE run_id = ? AND round = ?",
                     (info.candidate_commit, info.note, info.run_id, info.round),
                 )
             _insert_diagnoses(conn, parsed.diagnoses)
@@ -374,10 +393,17 @@ def _to_row(record: EvidenceRecord) -> dict[str, Any]:
 def _from_row(row: tuple[Any, ...]) -> EvidenceRecord:
     # Rows were validated when appended; constructing without re-validation keeps views fast.
     return EvidenceRecord.model_construct(
-        record_id=row[0], schema_version=row[1], run_id=row[2], round=row[3],
+        record_id=row[0],
+        schema_version=row[1],
+        run_id=row[2],
+        round=row[3],
         property=Property.model_construct(id=row[4], kind=row[5], level=row[6], description=row[7]),
-        outcome=Outcome(row[8]), score=row[9], context=json.loads(row[10]),
-        observations=json.loads(row[11]), trace=row[12], time=row[13],
+        outcome=Outcome(row[8]),
+        score=row[9],
+        context=json.loads(row[10]),
+        observations=json.loads(row[11]),
+        trace=row[12],
+        time=row[13],
     )
 
 
@@ -411,8 +437,13 @@ def _insert_diagnoses(conn: sqlite3.Connection, records: list[DiagnosisRecord]) 
         cursor = conn.execute(
             "INSERT INTO diagnoses (schema_version, run_id, round, diagnosis, time) "
             "VALUES (?, ?, ?, ?, ?) RETURNING diagnosis_id",
-            (record.schema_version, record.run_id, record.round,
-             _dumps(record.diagnosis, "diagnosis"), record.time),
+            (
+                record.schema_version,
+                record.run_id,
+                record.round,
+                _dumps(record.diagnosis, "diagnosis"),
+                record.time,
+            ),
         )
         ids.append(cursor.fetchone()[0])
     return ids
@@ -420,7 +451,8 @@ def _insert_diagnoses(conn: sqlite3.Connection, records: list[DiagnosisRecord]) 
 
 def _prop_key(conn: sqlite3.Connection, prop: tuple[str, str, int, str]) -> int:
     conn.execute(
-        "INSERT OR IGNORE INTO properties (property_id, kind, level, description) VALUES (?, ?, ?, ?)",
+        "INSERT OR IGNORE INTO properties (property_id, kind, level, description) "
+        "VALUES (?, ?, ?, ?)",
         prop,
     )
     row = conn.execute(
@@ -433,7 +465,8 @@ def _prop_key(conn: sqlite3.Connection, prop: tuple[str, str, int, str]) -> int:
 
 def _ensure_round(conn: sqlite3.Connection, run_id: str, round: int, when: float | None) -> None:
     conn.execute(
-        "INSERT OR IGNORE INTO runs (run_id, created) VALUES (?, coalesce(?, strftime('%s','now')))",
+        "INSERT OR IGNORE INTO runs (run_id, created) "
+        "VALUES (?, coalesce(?, strftime('%s','now')))",
         (run_id, when),
     )
     conn.execute(

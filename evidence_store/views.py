@@ -40,14 +40,20 @@ class Transitions(BaseModel):
     newly_established: list[Change] = Field(
         default_factory=list, description="not_established -> established"
     )
-    newly_violated: list[Change] = Field(default_factory=list, description="not_established -> violated")
+    newly_violated: list[Change] = Field(
+        default_factory=list, description="not_established -> violated"
+    )
     became_unresolved: list[Change] = Field(
         default_factory=list, description="established or violated -> not_established"
     )
     still_established: list[Change] = Field(default_factory=list)
     still_violated: list[Change] = Field(default_factory=list)
-    still_unresolved: list[Change] = Field(default_factory=list, description="not_established twice")
-    new: list[Change] = Field(default_factory=list, description="no evidence before, any outcome after")
+    still_unresolved: list[Change] = Field(
+        default_factory=list, description="not_established twice"
+    )
+    new: list[Change] = Field(
+        default_factory=list, description="no evidence before, any outcome after"
+    )
     gone: list[Change] = Field(default_factory=list, description="evidence before, none after")
 
     def categories(self) -> dict[str, list[Change]]:
@@ -56,14 +62,28 @@ class Transitions(BaseModel):
 
 
 CATEGORY_ORDER = (
-    "regressions", "newly_violated", "still_violated", "became_unresolved", "still_unresolved",
-    "new", "gone", "fixed", "newly_established", "still_established",
+    "regressions",
+    "newly_violated",
+    "still_violated",
+    "became_unresolved",
+    "still_unresolved",
+    "new",
+    "gone",
+    "fixed",
+    "newly_established",
+    "still_established",
 )
 
 _MOVES: dict[tuple[Outcome, Outcome], str] = {
-    (E, V): "regressions", (V, E): "fixed", (N, E): "newly_established", (N, V): "newly_violated",
-    (E, N): "became_unresolved", (V, N): "became_unresolved",
-    (E, E): "still_established", (V, V): "still_violated", (N, N): "still_unresolved",
+    (E, V): "regressions",
+    (V, E): "fixed",
+    (N, E): "newly_established",
+    (N, V): "newly_violated",
+    (E, N): "became_unresolved",
+    (V, N): "became_unresolved",
+    (E, E): "still_established",
+    (V, V): "still_violated",
+    (N, N): "still_unresolved",
 }
 
 
@@ -133,15 +153,27 @@ def render(latest: Latest, change: Transitions | None, *, max_chars: int, round:
     regressed = {c.property_id for c in regressions}
     sections: list[tuple[str, list[str]]] = [
         ("regressions", [_line("REGRESSED", c.after, c.before) for c in regressions]),  # type: ignore[arg-type]
-        ("violated", [_line("VIOLATED", r) for p, r in sorted(latest.items())
-                      if r.outcome == V and p not in regressed]),
-        ("not established", [_line("UNRESOLVED", r) for _, r in sorted(latest.items())
-                             if r.outcome == N]),
+        (
+            "violated",
+            [
+                _line("VIOLATED", r)
+                for p, r in sorted(latest.items())
+                if r.outcome == V and p not in regressed
+            ],
+        ),
+        (
+            "not established",
+            [_line("UNRESOLVED", r) for _, r in sorted(latest.items()) if r.outcome == N],
+        ),
     ]
     established = sorted(p for p, r in latest.items() if r.outcome == E)
     counts = Counter(Outcome(r.outcome).value for r in latest.values())
     where = "all rounds" if round is None else f"after round {round}"
-    since = f" ({len(regressed)} regressed since round {change.from_round})" if change and regressed else ""
+    since = (
+        f" ({len(regressed)} regressed since round {change.from_round})"
+        if change and regressed
+        else ""
+    )
     header = (
         f"Evidence {where}: {len(latest)} properties; {counts[E.value]} established, "
         f"{counts[V.value]} violated{since}, {counts[N.value]} not established."
@@ -195,7 +227,9 @@ def _line(label: str, record: EvidenceRecord, established: EvidenceRecord | None
 
 def _detail(record: EvidenceRecord) -> str:
     """The most telling short text of a record: its trace's last line, else its observations."""
-    last_trace_line = next((ln.strip() for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
+    last_trace_line = next(
+        (ln.strip() for ln in reversed(record.trace.splitlines()) if ln.strip()), ""
+    )
     if last_trace_line:
         text = last_trace_line
     elif record.observations:

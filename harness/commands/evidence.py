@@ -22,7 +22,11 @@ from evidence_store.views import CATEGORY_ORDER, Change
 
 app = typer.Typer(no_args_is_help=True)
 
-_STYLE = {Outcome.ESTABLISHED: "green", Outcome.VIOLATED: "bold red", Outcome.NOT_ESTABLISHED: "yellow"}
+_STYLE = {
+    Outcome.ESTABLISHED: "green",
+    Outcome.VIOLATED: "bold red",
+    Outcome.NOT_ESTABLISHED: "yellow",
+}
 _DETAIL_CHARS = 80
 
 
@@ -62,13 +66,27 @@ def _detail(record: EvidenceRecord) -> str:
 
 def _records_table(title: str, records: list[EvidenceRecord]) -> Table:
     table = Table(title=title, title_justify="left")
+    longest_id = max((len(r.property.id) for r in records), default=8)
     for name in ("id", "round", "property", "kind", "L", "outcome", "score", "detail"):
         wraps = name in ("property", "detail")
-        table.add_column(name, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis",
-                         justify="right" if name in ("id", "round", "L", "score") else "left")
+        table.add_column(
+            name,
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            min_width=min(longest_id, 40) if name == "property" else None,
+            justify="right" if name in ("id", "round", "L", "score") else "left",
+        )
     for r in records:
-        table.add_row(str(r.record_id), str(r.round), r.property.id, r.property.kind,
-                      str(r.property.level), _outcome(r), _score(r), _detail(r))
+        table.add_row(
+            str(r.record_id),
+            str(r.round),
+            r.property.id,
+            r.property.kind,
+            str(r.property.level),
+            _outcome(r),
+            _score(r),
+            _detail(r),
+        )
     return table
 
 
@@ -90,13 +108,17 @@ def show_command(
         latest = store.latest(up_to_round=round)
         if kind is not None and all(r.property.kind != kind for r in latest.values()):
             kinds = ", ".join(sorted({r.property.kind for r in latest.values()}))
-            raise EvidenceStoreError(f"{store.path} has no evidence of kind {kind!r} (kinds: {kinds})")
+            raise EvidenceStoreError(
+                f"{store.path} has no evidence of kind {kind!r} (kinds: {kinds})"
+            )
         if every:
             records = store.records(round=round, kind=kind)
             title = f"records of round {round}" if round is not None else "all records"
         else:
             records = [r for r in latest.values() if kind is None or r.property.kind == kind]
-            title = "latest outcome per property" + (f" after round {round}" if round is not None else "")
+            title = "latest outcome per property" + (
+                f" after round {round}" if round is not None else ""
+            )
         console.print(_records_table(title, records))
         summary = store.summary(up_to_round=round)
         counts = ", ".join(f"{n} {name}" for name, n in summary.by_outcome.items())
@@ -127,8 +149,9 @@ def diff_command(
         if category == "still_established" and not every:
             continue
         for c in changes:
-            table.add_row(category.replace("_", " "), c.property_id,
-                          _state(c.before), _state(c.after))
+            table.add_row(
+                category.replace("_", " "), c.property_id, _state(c.before), _state(c.after)
+            )
             shown += 1
     if shown:
         console.print(table)
@@ -139,13 +162,16 @@ def diff_command(
 @app.command("export")
 def export_command(
     run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default stdout)."),
+    output_file: str | None = typer.Option(
+        None, "--output", "-o", help="File to write (default stdout)."
+    ),
 ) -> None:
     """Export rounds, diagnoses and evidence records as JSON Lines."""
     with _open(run) as store:
-        if output is None:
+        if output_file is None:
             store.export_jsonl(sys.stdout)
             return
+        output = Path(output_file)
         if not output.parent.is_dir():
             raise EvidenceStoreError(f"cannot write {output}: {output.parent} is not a directory")
         # Written beside the target and renamed, so a failed export leaves no half file.
@@ -163,9 +189,10 @@ def export_command(
 @app.command("import")
 def import_command(
     run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
-    source: Path = typer.Argument(..., help="A JSON Lines file written by `twin evidence export`."),
+    source_file: str = typer.Argument(..., help="JSON Lines written by `twin evidence export`."),
 ) -> None:
     """Append an exported file's rounds, diagnoses and records (all or nothing)."""
+    source = Path(source_file)
     if not source.is_file():
         raise EvidenceStoreError(f"no such file: {source}")
     with EvidenceStore.open_run(run, create=True) as store, source.open() as src:

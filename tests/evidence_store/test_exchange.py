@@ -13,10 +13,12 @@ from evidence_store.store import EvidenceStore
 def _filled(store, make_record) -> None:
     store.record_round("run-1", 1, candidate_commit="abc")
     store.record_diagnosis("run-1", 1, {"gaps": ["param tree"]})
-    store.append_many([
-        make_record("a", "violated", 1, score=0.5, context={"seed": 3}, trace="boom"),
-        make_record("b", "established", 1, kind="imports", level=0),
-    ])
+    store.append_many(
+        [
+            make_record("a", "violated", 1, score=0.5, context={"seed": 3}, trace="boom"),
+            make_record("b", "established", 1, kind="imports", level=0),
+        ]
+    )
     store.append(make_record("a", "established", 2))
 
 
@@ -25,8 +27,12 @@ def test_export_then_import_reproduces_records_diagnoses_and_rounds(store, make_
     out = io.StringIO()
     assert store.export_jsonl(out) == 4  # 3 records + 1 diagnosis
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert lines[0] == {"type": "header", "format": "twin-evidence", "store_version": 2,
-                        "record_version": SCHEMA_VERSION}
+    assert lines[0] == {
+        "type": "header",
+        "format": "twin-evidence",
+        "store_version": 2,
+        "record_version": SCHEMA_VERSION,
+    }
     assert [x["type"] for x in lines[1:]] == ["round", "round", "diagnosis"] + ["evidence"] * 3
 
     with EvidenceStore(tmp_path / "copy.sqlite") as copy:
@@ -48,7 +54,10 @@ def test_export_then_import_reproduces_records_diagnoses_and_rounds(store, make_
         ("not json", "line 3: not JSON"),
         ('["a list"]', "line 3: expected a JSON object"),
         ('{"type": "gossip"}', "line 3: unknown type 'gossip'"),
-        ('{"type": "evidence", "run_id": "r", "round": 1}', "line 3: evidence property: Field required"),
+        (
+            '{"type": "evidence", "run_id": "r", "round": 1}',
+            "line 3: evidence property: Field required",
+        ),
         ('{"type": "evidence", "schema_version": 99}', "line 3: written with record version 99"),
         ('{"type": "header", "format": "other"}', "line 3: not a twin-evidence export"),
     ],

@@ -41,7 +41,9 @@ def test_a_store_from_a_newer_twin_is_refused_and_left_untouched(tmp_path):
     conn.execute(f"PRAGMA user_version = {STORE_VERSION + 1}")
     conn.commit()
     conn.close()
-    with pytest.raises(EvidenceStoreError, match=rf"schema version {STORE_VERSION + 1}, newer than"):
+    with pytest.raises(
+        EvidenceStoreError, match=rf"schema version {STORE_VERSION + 1}, newer than"
+    ):
         EvidenceStore(path)
     assert _user_version(path) == STORE_VERSION + 1
 
@@ -50,8 +52,10 @@ def test_a_version_1_store_is_migrated_and_keeps_its_records(tmp_path):
     path = tmp_path / "e.sqlite"
     conn = connect(path)
     assert migrate(conn, path, target=1) == 0
-    conn.execute("INSERT INTO properties (property_id, kind, level, description) "
-                 "VALUES ('imports', 'imports', 0, 'the candidate imports')")
+    conn.execute(
+        "INSERT INTO properties (property_id, kind, level, description) "
+        "VALUES ('imports', 'imports', 0, 'the candidate imports')"
+    )
     conn.execute(
         "INSERT INTO evidence (schema_version, run_id, round, prop_key, property_id, outcome, "
         "score, context, observations, trace, time) "
@@ -98,8 +102,11 @@ with EvidenceStore(sys.argv[1]) as store:
 def test_several_processes_creating_the_same_store_at_once_migrate_it_once(tmp_path):
     path = tmp_path / "e.sqlite"
     procs = [
-        subprocess.Popen([sys.executable, "-c", _OPEN_AND_APPEND, str(path), f"p{i}"],
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_APPEND, str(path), f"p{i}"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(4)
     ]
     errors = [p.communicate(timeout=120)[1] for p in procs]

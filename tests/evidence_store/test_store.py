@@ -15,7 +15,12 @@ from evidence_store.store import STORE_FILENAME, EvidenceStore
 
 def test_append_returns_ids_and_get_round_trips_every_field(store, make_record):
     original = make_record(
-        "forward.logits", "violated", 2, kind="differential", level=2, score=0.25,
+        "forward.logits",
+        "violated",
+        2,
+        kind="differential",
+        level=2,
+        score=0.25,
         context={"seed": 7, "probe": "def probe(): ...", "candidate_commit": "abc123"},
         observations={"per_output": {"logits": 0.25}, "noise_floor": 1e-6},
         trace="Traceback ...\nValueError: bad shape",
@@ -30,11 +35,13 @@ def test_append_returns_ids_and_get_round_trips_every_field(store, make_record):
 
 
 def test_records_filters_by_round_kind_and_property(store, make_record):
-    store.append_many([
-        make_record("a", "established", 0, kind="imports"),
-        make_record("b", "violated", 1),
-        make_record("a", "violated", 1, kind="imports"),
-    ])
+    store.append_many(
+        [
+            make_record("a", "established", 0, kind="imports"),
+            make_record("b", "violated", 1),
+            make_record("a", "violated", 1, kind="imports"),
+        ]
+    )
     assert [r.property.id for r in store.records()] == ["a", "b", "a"]
     assert [r.property.id for r in store.records(round=1)] == ["b", "a"]
     assert [r.round for r in store.records(kind="imports")] == [0, 1]
@@ -75,10 +82,15 @@ def test_records_are_append_only_in_the_file_itself(store, make_record):
 
 
 def test_numpy_values_and_paths_in_context_are_stored_as_json(store, make_record):
-    rid = store.append(make_record(
-        "p", "established", 0, context={"shape": np.array([2, 3]), "where": Path("/app")},
-        observations={"score": np.float32(0.5)},
-    ))
+    rid = store.append(
+        make_record(
+            "p",
+            "established",
+            0,
+            context={"shape": np.array([2, 3]), "where": Path("/app")},
+            observations={"score": np.float32(0.5)},
+        )
+    )
     got = store.get(rid)
     assert got.context == {"shape": [2, 3], "where": "/app"}
     assert got.observations == {"score": 0.5}
@@ -92,7 +104,9 @@ def test_numpy_values_and_paths_in_context_are_stored_as_json(store, make_record
         ({"schema_version": SCHEMA_VERSION + 1}, "newer"),
     ],
 )
-def test_bad_records_are_refused_and_nothing_of_the_batch_is_written(store, make_record, change, message):
+def test_bad_records_are_refused_and_nothing_of_the_batch_is_written(
+    store, make_record, change, message
+):
     good = make_record("ok", "established", 0)
     bad = make_record("bad", "violated", 0).model_copy(update=change)
     with pytest.raises(EvidenceStoreError, match=message):
@@ -118,7 +132,8 @@ def test_diagnoses_are_kept_per_round(store):
     store.record_diagnosis("run-1", 1, {"gaps": ["param tree"], "objectives": []})
     store.record_diagnosis("run-1", 2, _Diagnosis(gaps=["loss"]))
     assert [d.diagnosis for d in store.diagnoses()] == [
-        {"gaps": ["param tree"], "objectives": []}, {"gaps": ["loss"]}
+        {"gaps": ["param tree"], "objectives": []},
+        {"gaps": ["loss"]},
     ]
     [second] = store.diagnoses(round=2)
     assert second.diagnosis_id == 2 and second.run_id == "run-1"

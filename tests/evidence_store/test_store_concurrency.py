@@ -33,7 +33,9 @@ for b in range(batches):
 def _writer(path, tag: str, batches: int, size: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), tag, str(batches), str(size)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", proc.stderr.read()
     return proc

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
-from evidence_store.views import render, summarize, transitions
+from evidence_store.views import render, summarize
 
 ALL_MOVES = {
     # property: (outcome after round 1 or None, outcome after round 2 or None)
@@ -23,17 +23,35 @@ ALL_MOVES = {
     "fresh": (None, "violated"),
 }
 EXPECTED = {
-    "regressions": ["reg"], "fixed": ["fix"], "newly_established": ["newly_est"],
-    "newly_violated": ["newly_vio"], "became_unresolved": ["lost_est", "lost_vio"],
-    "still_established": ["keep_est"], "still_violated": ["keep_vio"],
-    "still_unresolved": ["keep_ne"], "new": ["fresh"], "gone": [],
+    "regressions": ["reg"],
+    "fixed": ["fix"],
+    "newly_established": ["newly_est"],
+    "newly_violated": ["newly_vio"],
+    "became_unresolved": ["lost_est", "lost_vio"],
+    "still_established": ["keep_est"],
+    "still_violated": ["keep_vio"],
+    "still_unresolved": ["keep_ne"],
+    "new": ["fresh"],
+    "gone": [],
 }
 
 
-def _rec(pid: str, outcome: str, round: int, *, kind: str = "differential", level: int = 1,
-         **fields: object) -> EvidenceRecord:
-    return EvidenceRecord(run_id="r", round=round, outcome=Outcome(outcome),
-                          property=Property(id=pid, kind=kind, level=level), **fields)
+def _rec(
+    pid: str,
+    outcome: str,
+    round: int,
+    *,
+    kind: str = "differential",
+    level: int = 1,
+    **fields: object,
+) -> EvidenceRecord:
+    return EvidenceRecord(
+        run_id="r",
+        round=round,
+        outcome=Outcome(outcome),
+        property=Property(id=pid, kind=kind, level=level),
+        **fields,
+    )
 
 
 def test_every_move_between_two_rounds_lands_in_exactly_one_category(store):
@@ -60,19 +78,26 @@ def test_going_backwards_lists_properties_first_seen_later_as_gone(store):
 
 
 def test_summary_counts_latest_outcomes_per_kind_and_level(store):
-    store.append_many([
-        _rec("imports", "established", 0, kind="imports", level=0),
-        _rec("fwd", "violated", 1, kind="differential", level=1),
-        _rec("fwd", "established", 2, kind="differential", level=1),
-        _rec("loss", "not_established", 2, kind="differential", level=2),
-    ])
+    store.append_many(
+        [
+            _rec("imports", "established", 0, kind="imports", level=0),
+            _rec("fwd", "violated", 1, kind="differential", level=1),
+            _rec("fwd", "established", 2, kind="differential", level=1),
+            _rec("loss", "not_established", 2, kind="differential", level=2),
+        ]
+    )
     summary = store.summary()
     assert summary.properties == 3
     assert summary.by_outcome == {"established": 2, "violated": 0, "not_established": 1}
-    assert summary.by_kind == {"differential": {"established": 1, "not_established": 1},
-                               "imports": {"established": 1}}
-    assert summary.by_level == {0: {"established": 1}, 1: {"established": 1},
-                                2: {"not_established": 1}}
+    assert summary.by_kind == {
+        "differential": {"established": 1, "not_established": 1},
+        "imports": {"established": 1},
+    }
+    assert summary.by_level == {
+        0: {"established": 1},
+        1: {"established": 1},
+        2: {"not_established": 1},
+    }
     assert not summary.all_established
     assert store.summary(up_to_round=1).by_outcome["violated"] == 1
     assert summarize({}).properties == 0 and not summarize({}).all_established
@@ -80,21 +105,38 @@ def test_summary_counts_latest_outcomes_per_kind_and_level(store):
 
 def test_prompt_puts_regressions_then_violated_then_unresolved_then_established(store):
     store.append_many([_rec("a_reg", "established", 1), _rec("z_ok", "established", 1)])
-    store.append_many([
-        _rec("a_reg", "violated", 2, score=0.125, trace="Traceback\n  ...\nValueError: shapes differ"),
-        _rec("b_vio", "violated", 2, observations={"mismatch": ["logits.shape"]}),
-        _rec("c_ne", "not_established", 2, trace="TypeError: probe assumed apply(x)"),
-        _rec("d_ok", "established", 2),
-    ])
+    store.append_many(
+        [
+            _rec(
+                "a_reg",
+                "violated",
+                2,
+                score=0.125,
+                trace="Traceback\n  ...\nValueError: shapes differ",
+            ),
+            _rec("b_vio", "violated", 2, observations={"mismatch": ["logits.shape"]}),
+            _rec("c_ne", "not_established", 2, trace="TypeError: probe assumed apply(x)"),
+            _rec("d_ok", "established", 2),
+        ]
+    )
     text = store.render_for_prompt(4000)
-    order = [text.index(s) for s in ("REGRESSED a_reg", "VIOLATED b_vio", "UNRESOLVED c_ne",
-                                      "Established (2): d_ok, z_ok")]
+    order = [
+        text.index(s)
+        for s in (
+            "REGRESSED a_reg",
+            "VIOLATED b_vio",
+            "UNRESOLVED c_ne",
+            "Established (2): d_ok, z_ok",
+        )
+    ]
     assert order == sorted(order)
     assert "established in round 1" in text and "ValueError: shapes differ" in text
     assert "score 0.125" in text and "logits.shape" in text
     assert "more not shown" not in text
-    assert text.startswith("Evidence after round 2: 5 properties; 2 established, 2 violated "
-                           "(1 regressed since round 1), 1 not established.")
+    assert text.startswith(
+        "Evidence after round 2: 5 properties; 2 established, 2 violated "
+        "(1 regressed since round 1), 1 not established."
+    )
 
 
 def test_prompt_of_an_earlier_round_measures_regressions_against_the_round_before(store):
@@ -124,7 +166,9 @@ def _latest(n_vio: int, n_ne: int, n_est: int) -> dict[str, EvidenceRecord]:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    n_vio=st.integers(0, 30), n_ne=st.integers(0, 30), n_est=st.integers(0, 60),
+    n_vio=st.integers(0, 30),
+    n_ne=st.integers(0, 30),
+    n_est=st.integers(0, 60),
     max_chars=st.integers(1, 6000),
 )
 def test_prompt_never_exceeds_its_budget_and_counts_what_it_left_out(n_vio, n_ne, n_est, max_chars):

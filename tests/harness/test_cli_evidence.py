@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from evidence_store import rerun
+from evidence_store.records import EvidenceRecord, Outcome, Property
+from evidence_store.store import STORE_FILENAME, EvidenceStore
+from harness.cli import main
+
+
+def _rec(pid: str, outcome: str, round: int, **fields: object) -> EvidenceRecord:
+    return EvidenceRecord(
+        run_id="r1",
+        round=round,
+        outcome=Outcome(outcome),
+        property=Property(id=pid, kind=fields.pop("kind", "differential"), level=1),
+        **fields,
+    )
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    """`runs/r1/` under a fresh working directory, with two rounds of evidence."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "160")
+    path = tmp_path / "runs" / "r1"
+    path.mkdir(parents=True)
+    with EvidenceStore(path / STORE_FILENAME) as store:
+        store.append_many(
+            [
+                _rec("fwd.logits", "established", 1),
+                _rec("imports", "violated", 1, kind="imports", trace="ImportError: torch"),
+                _rec("loss", "not_established", 1),
+            ]
+        )
+        store.append_many(
+            [_rec("fwd.logits", "violated", 2, score=0.31), _rec("loss", "established", 2)]
+        )
+    return path
+
+
+def test_show_lists_the_latest_state_with_counts(run_dir, capsys):
+    assert main(["evidence", "show", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert "fwd.logits" in out and "0.31" in out and "ImportError: torch" in out
+    assert "3 properties: 1 established, 2 violated, 0 not_established" in out
+
+
+def test_show_after_a_round_and_of_one_kind(run_dir, capsys):
+    assert main(["evidence", "show", str(run_dir), "--round", "1", "--kind", "differential"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "after round 1" in out
+        and "not_established" in out
+        and "imports" not in out.split("\n", 3)[3]
+    )
+    assert main(["evidence", "show", "r1", "--records"]) == 0
+    assert capsys.readouterr().out.count("fwd.logits") == 2
+
+
+def test_diff_puts_regressions_first(run_dir, capsys):
+    assert main(["evidence", "diff", "r1", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("regressions") < out.index("newly established")
+    assert "1 regressions, 1 still violated, 1 newly established" in out
+
+
+def test_export_to_stdout_and_to_a_file(run_dir, capsys, tmp_path):
+    assert main(["evidence", "export", "r1"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert sum(x["type"] == "evidence" for x in lines) == 5
+    target = tmp_path / "out.jsonl"
+    assert main(["evidence", "export", "r1", "-o", str(target)]) == 0
+    assert len(target.read_text().splitlines()) == len(lines)
+    assert main(["evidence", "import", "r1", str(target)]) == 0
+    with EvidenceStore.open_run("r1") as store:
+        assert store.count() == 10
+
+
+def test_rerun_appends_the_new_result(run_dir, capsys, monkeypatch, tmp_path):
+    (tmp_path / "cli_rerun_factory.py").write_text(
+        "from evidence_store.records import ProbeResult, Property\n"
+        "def make():\n"
+        "    prop = Property(id='fwd.logits', kind='differential')\n"
+        "    return lambda ctx: ProbeResult(property=prop, outcome='established', score=ctx)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(rerun, "_default_context", lambda task, candidate, context: 0.99)
+    spec = rerun.RerunSpec(factory="cli_rerun_factory:make", task="t", candidate="c")
+    with EvidenceStore.open_run("r1") as store:
+        rid = store.append(_rec("fwd.logits", "violated", 2, context={"rerun": spec.to_context()}))
+    assert main(["evidence", "rerun", "r1", str(rid)]) == 0
+    assert "0.99" in capsys.readouterr().out
+    with EvidenceStore.open_run("r1") as store:
+        assert store.latest()["fwd.logits"].outcome == Outcome.ESTABLISHED
+        assert store.latest()["fwd.logits"].context["rerun_of"] == rid
+
+
+def test_an_empty_store_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "empty").mkdir(parents=True)
+    EvidenceStore.open_run("empty").close()
+    assert main(["evidence", "show", "empty"]) == 0
+    assert "no evidence recorded yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", "nope"], "no run directory 'nope'"),
+        (["show", "r1", "--round", "7"], "has no round 7 (rounds: 1, 2)"),
+        (
+            ["show", "r1", "--kind", "jit"],
+            "has no evidence of kind 'jit' (kinds: differential, imports)",
+        ),
+        (["diff", "r1", "1", "5"], "has no round 5"),
+        (["rerun", "r1", "99"], "has no evidence record 99"),
+        (["rerun", "r1", "1"], "record 1 cannot be re-run"),
+        (["rerun", "r1", "1", "--round", "-1"], "round must be non-negative"),
+        (["import", "r1", "missing.jsonl"], "no such file: missing.jsonl"),
+        (["export", "r1", "-o", "no/such/dir/out.jsonl"], "is not a directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(run_dir, capsys, argv, message):
+    assert main(["evidence", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in " ".join(err.split()) and err.startswith("error:")
+    assert len(err.splitlines()) <= 2  # one line, though rich may wrap a long path
+
+
+def test_a_run_without_a_store_is_refused_without_creating_one(tmp_path):
+    (tmp_path / "runs" / "bare").mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "evidence", "show", "bare"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "no evidence store at runs/bare/evidence.sqlite" in proc.stderr
+    assert not (tmp_path / "runs" / "bare" / STORE_FILENAME).exists()
