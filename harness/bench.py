@@ -54,6 +54,7 @@ class BenchConfig(BaseModel):
     limits: LedgerLimits = Field(default_factory=LedgerLimits, description="Budget of the whole bench.")
     sandbox: str = Field(default="auto", description="Sandbox of every trial.")
     api_base: str | None = Field(default=None, description="Base URL for every trial's model.")
+    model_retries: int | None = Field(default=None, ge=0, description="Retries of one model call.")
     infra_retries: int = Field(default=2, ge=0, description="Retries of an infrastructure failure.")
     retry_backoff_s: float = Field(default=30.0, ge=0, description="First retry delay (doubles).")
 
@@ -190,6 +191,8 @@ def trial_command(spec: TrialSpec, config: BenchConfig, run_dir: Path) -> list[s
     ]
     if config.api_base:
         command += ["--api-base", config.api_base]
+    if config.model_retries is not None:
+        command += ["--model-retries", str(config.model_retries)]
     return command
 
 

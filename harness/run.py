@@ -53,6 +53,8 @@ class RunConfig(BaseModel):
     evidence_chars: int = Field(default=6000, ge=500, description="Evidence budget in prompts.")
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
     cache_dir: Path | None = Field(default=None, description="On-disk model response cache.")
+    model_retries: int = Field(default=5, ge=0, description="Retries on rate limits, 5xx, time-outs.")
+    model_backoff_s: float = Field(default=2.0, ge=0, description="First retry delay (doubles).")
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: object) -> RunConfig:

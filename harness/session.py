@@ -126,6 +126,8 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
         api_key=api_key or os.environ.get(API_KEY_ENV),
         cache_dir=config.cache_dir,
         temperature=config.temperature,
+        max_retries=config.model_retries,
+        backoff_s=config.model_backoff_s,
         **({"replay_start": replay_from} if replay_from else {}),
     )
     return Session(run, config, state, task, trajectory, budget, model, repo, workspace)

@@ -28,6 +28,7 @@ def migrate_command(
     max_calls: int = typer.Option(None, "--max-calls", help="Model-call budget of the run."),
     max_wall_s: float = typer.Option(None, "--max-wall-s", help="Wall-time budget in seconds."),
     sandbox: str = typer.Option(None, "--sandbox", help="auto, bwrap, docker or none."),
+    model_retries: int = typer.Option(None, "--model-retries", help="Retries of a failed model call."),
     config: Path = typer.Option(None, "--config", help="TOML file with a [run] table."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", envvar="TWIN_RUNS_DIR"),
     run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
@@ -52,6 +53,7 @@ def migrate_command(
             api_base=api_base,
             sandbox=sandbox,
             grade=grade,
+            model_retries=model_retries,
         )
         budget = {
             k: v

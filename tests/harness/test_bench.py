@@ -1,0 +1,108 @@
+"""Benches of scripted trials on the tiny-calc fixture: both scaffolds, two rounds, resume, budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.bench import BenchConfig, BenchDir, TrialSpec, collect_trial, run_bench
+from harness.cli import main
+from harness.ledger import LedgerLimits
+from tests.harness import loop_scripts as plans
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="trials run in the bwrap sandbox")
+
+
+def scripts(tmp_path):
+    folder = tmp_path / "scripts"
+    folder.mkdir(exist_ok=True)
+    plans.write_script(folder / "tiny-calc-twin.json", plans.twin_regress_in_round_two())
+    plans.write_script(folder / "tiny-calc-base.json", plans.base_two_rounds())
+    return f"scripted:{folder}/{{task}}-{{scaffold}}.json"
+
+
+def config(tmp_path, **kw) -> BenchConfig:
+    return BenchConfig(
+        name="b", tasks=[plans.TINY_TASK], models=[scripts(tmp_path)], rounds=2, seeds=1,
+        retry_backoff_s=0, **kw
+    )
+
+
+def test_bench_runs_both_scaffolds_grades_every_round_and_reports(tmp_path):
+    results = run_bench(config(tmp_path), tmp_path / "benches")
+    twin = next(t for t in results.trials.values() if t.scaffold == "twin")
+    base = next(t for t in results.trials.values() if t.scaffold == "base")
+    assert twin.status == base.status == "ok"
+    # twin: round 2 regressed, so a 2-round budget still delivers round 1
+    assert twin.snapshot_rewards == {1: 1.0, 2: 0.5}
+    assert twin.rewards == {1: 1.0, 2: 1.0}
+    # base: ordinary continuation, the last round is delivered
+    assert base.rewards == base.snapshot_rewards == {1: 0.5, 2: 1.0}
+    assert twin.model_label == "scripted"
+    on_disk = BenchDir(tmp_path / "benches" / "b").load()
+    assert on_disk.trials.keys() == results.trials.keys()
+    assert main(["report", "b", "--benches-dir", str(tmp_path / "benches")]) == 0
+    report = (tmp_path / "benches" / "b" / "report.md").read_text()
+    assert "scripted" in report
+    assert "| twin | 1→2 | 0 | 1 | 0 |" in report and "| base | 1→2 | 1 | 0 | 0 |" in report
+
+
+def test_finished_trials_are_not_run_again(tmp_path):
+    run_bench(config(tmp_path), tmp_path / "benches")
+    log = tmp_path / "benches" / "b" / "runs"
+    stamps = {p.name: p.stat().st_mtime for p in log.glob("*.log")}
+    again = run_bench(config(tmp_path), tmp_path / "benches")
+    assert {p.name: p.stat().st_mtime for p in log.glob("*.log")} == stamps
+    assert all(t.attempts == 1 for t in again.trials.values())
+
+
+def test_spent_bench_budget_starts_no_trial(tmp_path):
+    results = run_bench(config(tmp_path, limits=LedgerLimits(max_tokens=0)), tmp_path / "benches")
+    assert results.trials == {}
+
+
+def test_infrastructure_failure_is_marked_retried_and_never_scored(tmp_path, monkeypatch):
+    spec = TrialSpec(task=plans.TINY_TASK, model="openai/x", scaffold="twin", seed=0)
+    result = collect_trial(spec, tmp_path / "missing-run", returncode=3, attempts=2)
+    assert result.status == "infra_failed" and result.rewards == {}
+    # a live model whose server refuses connections: infrastructure, retried, left unscored
+    cfg = BenchConfig(
+        name="infra", tasks=[plans.TINY_TASK], models=["openai/x"], scaffolds=["base"],
+        rounds=1, api_base="http://127.0.0.1:9/v1", infra_retries=1, retry_backoff_s=0, model_retries=0,
+    )
+    monkeypatch.setenv("TWIN_API_KEY", "sk-none")
+    results = run_bench(cfg, tmp_path / "benches")
+    (trial,) = results.trials.values()
+    assert trial.status == "infra_failed" and trial.attempts == 2 and trial.rewards == {}
+
+
+@pytest.mark.slow
+def test_killed_bench_resumes_where_it_stopped(tmp_path):
+    model = scripts(tmp_path)
+    command = [
+        sys.executable, "-m", "harness.cli", "bench", "--tasks", str(plans.TINY_TASK), "--model", model,
+        "--rounds", "2", "--name", "k", "--benches-dir", str(tmp_path / "benches"), "--no-report",
+    ]
+    proc = subprocess.Popen(command, start_new_session=True)
+    results = tmp_path / "benches" / "k" / "results.json"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if results.exists() and json.loads(results.read_text())["trials"]:
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = json.loads(results.read_text())["trials"]
+    assert 1 <= len(done_before) < 2
+    assert main(command[3:]) == 0
+    after = json.loads(results.read_text())["trials"]
+    assert len(after) == 2 and all(t["status"] == "ok" for t in after.values())
+    for trial_id, trial in done_before.items():
+        assert after[trial_id]["attempts"] == trial["attempts"]

@@ -1,0 +1,156 @@
+"""Whole runs of the loop and the base scaffold on the tiny-calc fixture, driven by scripted models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evidence_store.store import EvidenceStore
+from harness.cli import main
+from harness.commands.migrate import run_migration
+from harness.run import RunConfig, RunDir
+from tests.harness import loop_scripts as plans
+
+pytestmark = pytest.mark.skipif(
+    __import__("shutil").which("bwrap") is None, reason="the loop's tests run the real bwrap sandbox"
+)
+
+
+def start(tmp_path, replies, **settings) -> RunDir:
+    model = plans.write_script(tmp_path / "script.json", replies)
+    config = RunConfig.build(task=plans.TINY_TASK, model=model, **{"rounds": 2, **settings})
+    return RunDir.create(tmp_path / "runs", config, "run")
+
+
+def outcomes(run: RunDir, property_id: str) -> list[tuple[int, str]]:
+    store = EvidenceStore(run.evidence, create=False)
+    try:
+        return [(r.round, r.outcome.value) for r in store.records(property_id=property_id)]
+    finally:
+        store.close()
+
+
+def test_probe_goes_from_violated_to_established_and_final_grade_is_full(tmp_path):
+    run = start(tmp_path, plans.twin_fix_in_round_two())
+    line = run_migration(run)
+    state = run.load_state()
+    assert [r.done for r in state.rounds] == [["diagnose", "migrate", "verify"]] * 2
+    assert outcomes(run, "calc.ops") == [(1, "violated"), (2, "established")]
+    assert state.final_round == 2
+    grades = json.loads(run.grades.read_text())
+    assert [g["reward"] for g in grades["rounds"]] == [0.5, 1.0]
+    assert "reward 1.0000" in line
+    summary = run.summary.read_text()
+    assert "scripted" in summary and "| 2 |" in summary
+
+
+def test_regression_in_round_two_is_flagged_and_round_one_is_delivered(tmp_path):
+    run = start(tmp_path, plans.twin_regress_in_round_two())
+    run_migration(run)
+    state = run.load_state()
+    assert outcomes(run, "calc.ops")[-1] == (2, "violated")
+    store = EvidenceStore(run.evidence, create=False)
+    assert [r.property.id for r in store.transitions(1, 2).regressions] == ["calc.ops"]
+    store.close()
+    assert state.final_round == 1
+    assert "round 1" in state.final_choice
+    grades = json.loads(run.grades.read_text())
+    assert grades["final_round"] == 1
+    assert {g["round"]: g["reward"] for g in grades["rounds"]} == {1: 1.0, 2: 0.5}
+
+
+def model_calls(run: RunDir) -> int:
+    return sum('"model_call"' in line for line in run.trajectory.read_text().splitlines()) if run.trajectory.exists() else 0
+
+
+@pytest.mark.parametrize(
+    ("budget", "kind", "calls"),
+    [({"max_calls": 2}, "calls", 2), ({"max_tokens": 250}, "tokens", 3), ({"max_wall_s": 0}, "wall_time", 0)],
+)
+def test_each_budget_stops_the_run_cleanly(tmp_path, budget, kind, calls):
+    run = start(tmp_path, plans.twin_fix_in_round_two(), budget=budget, grade=False)
+    run_migration(run)
+    state = run.load_state()
+    assert state.status == "finished"
+    assert state.stop_reason.startswith(f"budget: {kind} budget exhausted")
+    assert model_calls(run) == calls
+
+
+def test_dollar_budget_stops_the_run(tmp_path):
+    replies = plans.twin_fix_in_round_two()
+    for reply in replies:
+        reply["cost_usd"] = 0.4
+    run = start(tmp_path, replies, budget={"max_usd": 1.0}, grade=False)
+    run_migration(run)
+    assert run.load_state().stop_reason.startswith("budget: dollars budget exhausted")
+
+
+def test_base_scaffold_runs_continuation_rounds_without_evidence(tmp_path):
+    run = start(tmp_path, plans.base_two_rounds(), scaffold="base", base_steps=3)
+    run_migration(run)
+    state = run.load_state()
+    assert [r.done for r in state.rounds] == [["migrate"], ["migrate"]]
+    assert not run.evidence.exists()
+    grades = json.loads(run.grades.read_text())
+    assert [g["reward"] for g in grades["rounds"]] == [0.5, 1.0]
+    assert state.final_round == 2
+
+
+def test_refused_requests_land_in_the_audit_log_and_the_evidence(tmp_path):
+    replies = [
+        plans.call("read_file", path="/tests/test.sh"),
+        plans.call("write_file", path="/app/x.py", content="x"),
+        plans.call("read_file", path="/source/../../etc/shadow"),
+        plans.diagnose(complete=True),
+        plans.call("submit", summary="nothing"),
+        plans.call("submit", summary="nothing"),
+    ]
+    run = start(tmp_path, replies, rounds=1, grade=False)
+    run_migration(run)
+    audit = [json.loads(line) for line in run.audit_log.read_text().splitlines()]
+    assert any(a["target"] == "/tests/test.sh" for a in audit)
+    tool_results = [
+        json.loads(line) for line in run.trajectory.read_text().splitlines() if '"tool_call"' in line
+    ]
+    assert tool_results[1]["result"].startswith("error: no tool named 'write_file'")
+    store = EvidenceStore(run.evidence, create=False)
+    boundary = store.records(kind="boundary")
+    store.close()
+    assert {r.observations["target"] for r in boundary} >= {"/tests/test.sh"}
+    assert all(r.outcome.value == "violated" for r in boundary)
+
+
+def test_cli_refuses_bad_input_with_one_line(tmp_path, capsys):
+    assert main(["migrate", "--model", "scripted:x.json"]) == 2
+    assert main(["migrate", "--task", str(tmp_path), "--model", "scripted:x.json"]) == 2
+    err = capsys.readouterr().err
+    assert "needs --task" in err and "no task.toml" in err
+    assert main(["migrate", "--resume", str(tmp_path / "missing")]) == 2
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monkeypatch):
+    from tests.fakes.openai_server import FakeOpenAIServer, error, tool_call
+
+    responses = []
+    for reply in plans.twin_fix_in_round_two():
+        (only,) = reply["tool_calls"]
+        responses.append(tool_call(only["name"], only["arguments"], prompt_tokens=100, completion_tokens=20))
+    responses.insert(3, error(429, "slow down"))
+    monkeypatch.setenv("TWIN_API_KEY", "sk-fake-key-for-tests")
+    with FakeOpenAIServer(responses) as server:
+        config = RunConfig.build(
+            task=plans.TINY_TASK, model="openai/fake-model", api_base=server.base_url, rounds=2
+        )
+        run = RunDir.create(tmp_path / "runs", config, "live")
+        run_migration(run)
+        assert server.remaining == 0
+        first = server.requests[0].body
+        assert {t["function"]["name"] for t in first["tools"]} >= {"read_file", "bash", "submit"}
+        assert server.requests[0].headers.get("Authorization") == "Bearer sk-fake-key-for-tests"
+    assert "sk-fake-key-for-tests" not in run.config_path.read_text()
+    assert "sk-fake-key-for-tests" not in run.trajectory.read_text()
+    state = run.load_state()
+    assert state.final_round == 2 and state.spent.calls == len(responses) - 1
+    assert json.loads(run.grades.read_text())["rounds"][-1]["reward"] == 1.0
