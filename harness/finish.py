@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.errors import TwinError
 from harness.run import RunDir, write_json_atomic
 
 GRADES_VERSION = 1
@@ -70,13 +71,13 @@ def grade_rounds(session: Any, progress: Any) -> RunGrades:
                     RoundGrade(
                         round=rs.round,
                         commit=rs.commit,
-                        reward=grade.reward,
+                        reward=None if grade.error else grade.reward,
                         components=grade.components,
                         duration_s=grade.duration_s,
-                        error="" if grade.reward is not None else "grader wrote no reward",
+                        error=grade.error or "",
                     )
                 )
-            except Exception as exc:  # infrastructure: never scored as 0
+            except (TwinError, OSError) as exc:  # infrastructure: never scored as 0
                 grades.append(RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500]))
     result = RunGrades(
         run_id=s.state.run_id,
