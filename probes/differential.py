@@ -41,7 +41,7 @@ class ProbeFileError(ValueError):
     """A probe file that cannot be read as probes (syntax, missing functions, bad metadata)."""
 
 
-def probe_names(path: Path) -> dict[str, dict[str, Any]]:
+def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]]:
     """The probes a file defines and their metadata, read without executing it.
 
     Returns:
@@ -51,6 +51,8 @@ def probe_names(path: Path) -> dict[str, dict[str, Any]]:
     Raises:
         ProbeFileError: syntax error, a `reference_X` without `candidate_X` (or the
             reverse), a `PROBES` that is not a literal dict, or no probe at all.
+
+    With `checks=True`, the candidate-only `check_X` functions are returned instead.
     """
     try:
         tree = ast.parse(Path(path).read_text(), filename=str(path))
@@ -67,6 +69,13 @@ def probe_names(path: Path) -> dict[str, dict[str, Any]]:
             if not isinstance(metadata, dict) or not all(isinstance(v, dict) for v in metadata.values()):
                 raise ProbeFileError(f"{path}: PROBES must map probe names to dicts")
     names: dict[str, dict] = {}
+    if checks:
+        for func in functions:
+            match = re.fullmatch(r"check(?:_(\w+))?", func)
+            if match:
+                name = match.group(1) or ""
+                names[name] = dict(metadata.get(name or Path(path).stem, {}))
+        return names
     for side in SIDE_FUNCTIONS:
         other = SIDE_FUNCTIONS[1 - SIDE_FUNCTIONS.index(side)]
         for func in functions:
@@ -77,7 +86,7 @@ def probe_names(path: Path) -> dict[str, dict[str, Any]]:
             if (f"{other}_{name}" if name else other) not in functions:
                 raise ProbeFileError(f"{path}: {func} has no matching {other}{'_' + name if name else ''}")
             names[name] = dict(metadata.get(name or Path(path).stem, {}))
-    if not names:
+    if not names and not any(re.fullmatch(r"check(_\w+)?", f) for f in functions):
         raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
     return names
 
@@ -157,11 +166,13 @@ def run_side(
     name: str = "",
     timeout_s: float | None = None,
     config_name: str | None = None,
+    mode: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run one side of a probe in its sandbox, once per entry of `runs`, in one process.
 
     Args:
         runs: each {"out": subdirectory, "dtype": working dtype, "make_inputs": bool}.
+        mode: what the driver runs ('imports', 'check'); defaults to the side's function.
 
     Returns:
         Per run: {"ok": True, "output": SideOutput, "report": manifest} on success,
@@ -173,7 +184,7 @@ def run_side(
     root_inside = ctx.inside(side, root)
     own_root = roots["source"] if side == "reference" else roots["candidate"]
     config = {
-        "side": side,
+        "side": mode or side,
         "name": name,
         "probe_file": f"{root_inside}/probe.py",
         "inputs_dir": f"{root_inside}/inputs",
@@ -212,8 +223,10 @@ def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
             return {"ok": False, "blame": "timeout", "trace": f"timed out after {result.duration_s:.0f}s\n{log}"}
         return {"ok": False, "blame": "unknown", "trace": f"exit {result.returncode}, no output\n{log}"}
     report = json.loads((out_host / "manifest.json").read_text())
-    with np.load(out_host / "arrays.npz") as data:
-        arrays = {k: np.array(data[k]) for k in data.files}
+    arrays = {}
+    if (out_host / "arrays.npz").is_file():
+        with np.load(out_host / "arrays.npz") as data:
+            arrays = {k: np.array(data[k]) for k in data.files}
     return {"ok": True, "output": SideOutput(report.get("outputs", {}), arrays), "report": report, "log": log}
 
 

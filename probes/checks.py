@@ -1,0 +1,166 @@
+"""Candidate-side checks: properties of the candidate alone, each a probe of its own.
+
+- `imports_check()`: every module of the candidate imports on the candidate side
+  (torch absent), and — as the property `independence` — neither the candidate's
+  files (statically) nor its code at run time import the source framework.
+- `audit_check()`: the static migration audit (`probes.audit`), one property per
+  kind of finding: wrapping the original, vendoring it, transliterating it.
+- `candidate_check(path, name)`: a `check_<name>` function of a probe file run on
+  the candidate side only (parameter tree, gradient liveness, jit tracing, entry
+  points, checkpoint conversion): every boolean it returns must be true.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from evidence_store.records import Outcome, ProbeResult, Property
+from probes.audit import audit_candidate
+from probes.base import Probe, base_context, not_established
+from probes.context import ProbeContext
+from probes.differential import DRIVER, probe_names, run_side
+
+IMPORTS = Property(id="imports", kind="imports", level=0, description="Every module of the candidate imports without the source framework.")
+INDEPENDENCE = Property(
+    id="independence", kind="independence", level=0,
+    description="No file of the candidate imports the source framework, statically or at run time.",
+)
+AUDIT_PROPERTIES = {
+    "loads_original": Property(id="audit.wrapping", kind="audit", level=0,
+                               description="The candidate neither imports, loads nor shells out to the original."),
+    "vendored": Property(id="audit.vendored", kind="audit", level=0,
+                         description="The candidate holds no copy of the original's framework code."),
+    "transliteration": Property(id="audit.transliteration", kind="audit", level=0,
+                                description="No candidate file restates an original file statement for statement."),
+}
+
+
+def _check_dir(ctx: ProbeContext, name: str) -> Path:
+    root = ctx.workdir / "checks" / name
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    shutil.copy(DRIVER, root / "driver.py")
+    return root
+
+
+def imports_check() -> Probe:
+    """Import every candidate module with the source framework absent; report imports and independence."""
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        context = base_context(ctx, "probes.checks:imports_check")
+        root = _check_dir(ctx, "imports")
+        (run,) = run_side(ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], mode="imports")
+        if not run["ok"]:
+            trace = run["trace"]
+            return [not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
+                    not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context)]
+        modules = run["report"]["modules"]
+        failed = {name: m for name, m in modules.items() if not m["ok"]}
+        cand_root = (ctx.roots("candidate")["candidate"] or "").rstrip("/") + "/"
+        runtime = [a for a in run["report"]["forbidden_imports"]
+                   if (a.get("importer") or {}).get("file", "").startswith(cand_root)]
+        static = [f for f in audit_candidate(ctx.candidate, ctx.source, forbidden=ctx.forbidden("candidate"),
+                                             source_mount=ctx.task.settings.source_mount, transliteration=False)
+                  if f.kind == "forbidden_import"]
+        results = []
+        if not modules:
+            results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
+        else:
+            results.append(ProbeResult(
+                property=IMPORTS,
+                outcome=Outcome.VIOLATED if failed else Outcome.ESTABLISHED,
+                score=1.0 - len(failed) / len(modules),
+                context=context,
+                observations={"modules": len(modules), "failed": {n: m["error"] for n, m in failed.items()},
+                              **({"message": "; ".join(f"{n}: {m['error']}" for n, m in failed.items())[:2000]}
+                                 if failed else {})},
+                trace="\n".join(m["trace"] for m in failed.values())[-8000:],
+            ))
+        findings = [f.as_dict() for f in static] + [
+            {"kind": "runtime_import", "file": a["importer"]["file"].removeprefix(cand_root),
+             "line": a["importer"]["line"], "detail": f"imports {a['module']} at run time"} for a in runtime
+        ]
+        results.append(ProbeResult(
+            property=INDEPENDENCE,
+            outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
+            score=0.0 if findings else 1.0,
+            context=context,
+            observations={"findings": findings, **({"message": "; ".join(
+                f"{f['file']}:{f['line']} {f['detail']}" for f in findings)[:2000]} if findings else {})},
+        ))
+        return results
+
+    return probe
+
+
+def audit_check(transliteration: bool = True) -> Probe:
+    """The static migration audit as one result per kind of finding."""
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        context = base_context(ctx, "probes.checks:audit_check", transliteration=transliteration)
+        findings = audit_candidate(ctx.candidate, ctx.source, forbidden=ctx.forbidden("candidate"),
+                                   source_mount=ctx.task.settings.source_mount, transliteration=transliteration)
+        results = []
+        for kind, prop in AUDIT_PROPERTIES.items():
+            if kind == "transliteration" and not transliteration:
+                continue
+            mine = [f.as_dict() for f in findings if f.kind == kind]
+            observations = {"findings": mine}
+            if mine:
+                observations["message"] = "; ".join(f"{f['file']}:{f['line']} {f['detail']}" for f in mine)[:2000]
+            results.append(ProbeResult(property=prop, outcome=Outcome.VIOLATED if mine else Outcome.ESTABLISHED,
+                                       score=0.0 if mine else 1.0, context=context, observations=observations))
+        return results
+
+    return probe
+
+
+def _false_leaves(manifest: dict, arrays: dict) -> list[str]:
+    bad = []
+    for path, entry in manifest.items():
+        if entry["kind"] == "value" and entry.get("value") is False:
+            bad.append(path)
+        elif entry["kind"] == "array" and entry["dtype"] == "bool" and not bool(arrays[entry["key"]].all()):
+            bad.append(path)
+    return bad
+
+
+def candidate_check(path: str, name: str) -> Probe:
+    """A `check_<name>` function of a probe file, run on the candidate side only.
+
+    The function returns named values; every boolean among them must be true. A
+    crash in the candidate's code is violated, one in the probe's code not_established.
+    """
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        file = Path(path)
+        meta = probe_names(file, checks=True).get(name, {})
+        prop = Property(id=str(meta.get("id") or f"{file.stem}.{name}"), kind=str(meta.get("kind", "check")),
+                        level=int(meta.get("level", 0)), description=str(meta.get("description", "")))
+        context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
+        context.update({"probe_file": str(file), "probe_name": name, "component": meta.get("component")})
+        root = _check_dir(ctx, f"{file.stem}-{name}")
+        shutil.copy(file, root / "probe.py")
+        (run,) = run_side(ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], name=name, mode="check",
+                          timeout_s=meta.get("timeout_s"))
+        if not run["ok"]:
+            if run["blame"] in ("candidate", "timeout"):
+                return [ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context,
+                                    trace=run["trace"], observations={"message": f"the candidate crashed ({run['blame']})"})]
+            return [not_established(prop, f"the check failed in {run['blame']} code: its calling convention may "
+                                     "not fit the candidate", trace=run["trace"], context=context)]
+        output = run["output"]
+        bad = _false_leaves(output.manifest, output.arrays)
+        values = {p: e.get("value") for p, e in output.manifest.items() if e["kind"] == "value"}
+        observations = {"values": values, "timing": {"candidate_compute_s": run["report"]["compute_s"]}}
+        if bad:
+            observations["message"] = "false: " + ", ".join(bad)
+        booleans = [e for e in output.manifest.values() if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"]
+        if not booleans:
+            return [not_established(prop, "the check returned no boolean to decide on", context=context)]
+        return [ProbeResult(property=prop, outcome=Outcome.VIOLATED if bad else Outcome.ESTABLISHED,
+                            score=1.0 - len(bad) / len(booleans), context=context, observations=observations)]
+
+    return probe

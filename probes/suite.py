@@ -1,0 +1,121 @@
+"""Assembling and running probes: built-in checks, the bundled library, probe files.
+
+- `builtin_checks(task)`: candidate-side checks every task gets (imports,
+  independence, the static audit).
+- `task_probes(task)`: the bundled probe library for a known task
+  (`probes/library/<task name>/*.py`), written from the task's visible parts only.
+- `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`).
+- `run_probes(ctx, probes)`: run them; a probe that raises becomes a
+  not_established result with its trace, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from benchmark_adapter.task import Task
+from evidence_store.records import ProbeResult, Property
+from probes.base import Probe, not_established
+from probes.checks import audit_check, candidate_check, imports_check
+from probes.context import ProbeContext
+from probes.differential import ProbeFileError, differential_probe, probe_names
+
+LIBRARY = Path(__file__).with_name("library")
+PROBE_FILE_FORMAT = (Path(__file__).with_name("README.md")).read_text() if (Path(__file__).with_name("README.md")).is_file() else ""
+"""The probe-file format, as taught to whoever writes probes (the Verifier role)."""
+
+Progress = Callable[[int, int, list[ProbeResult]], None]
+
+
+def _named(probe: Probe, name: str) -> Probe:
+    probe.__name__ = name  # type: ignore[attr-defined]
+    probe.__qualname__ = name  # type: ignore[attr-defined]
+    return probe
+
+
+def builtin_checks(task: Task) -> list[Probe]:
+    """Candidate-side checks and the static audit, for any task."""
+    return [_named(imports_check(), "imports"), _named(audit_check(), "audit")]
+
+
+def library_dir(task: Task | str) -> Path:
+    """Where the bundled probes of a task live (`probes/library/<name>`, '-' read as '_')."""
+    name = task if isinstance(task, str) else task.name
+    return LIBRARY / name.replace("-", "_")
+
+
+def task_probes(task: Task | str) -> list[Probe]:
+    """The bundled probe library of a known task (empty for an unknown one)."""
+    folder = library_dir(task)
+    probes: list[Probe] = []
+    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        if path.name.startswith("_"):
+            continue
+        probes.extend(load_probe_file(path))
+    return probes
+
+
+def load_probe_file(path: Path | str) -> list[Probe]:
+    """The differential probes and candidate checks one probe file defines.
+
+    Raises:
+        ProbeFileError: the file is missing or not a probe file (see `probes/README.md`).
+    """
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise ProbeFileError(f"probe file not found: {path}")
+    pairs = probe_names(path)
+    checks = probe_names(path, checks=True)
+    probes = [_named(differential_probe(str(path), name), f"{path.stem}:{name}") for name in sorted(pairs)]
+    probes += [_named(candidate_check(str(path), name), f"{path.stem}:check_{name}") for name in sorted(checks)]
+    return probes
+
+
+def _run_one(ctx: ProbeContext, probe: Probe) -> list[ProbeResult]:
+    start = time.perf_counter()
+    try:
+        results = list(probe(ctx))
+    except Exception as exc:  # a probe's own failure is data, never the candidate's fault
+        name = getattr(probe, "__name__", "probe")
+        prop = Property(id=f"probe:{name}", kind="differential", level=1)
+        results = [not_established(prop, f"the probe failed: {type(exc).__name__}: {exc}",
+                                   trace=traceback.format_exc()[-8000:])]
+    elapsed = time.perf_counter() - start
+    for result in results:
+        result.observations.setdefault("timing", {})["probe_wall_s"] = elapsed
+    return results
+
+
+def run_probes(
+    ctx: ProbeContext, probes: list[Probe], *, jobs: int = 1, progress: Progress | None = None
+) -> list[ProbeResult]:
+    """Run every probe on `ctx`; results in the order of `probes`.
+
+    Args:
+        ctx: the candidate and how both sides run.
+        probes: probes from the factories, `builtin_checks`, `task_probes`, `load_probe_file`.
+        jobs: probes run at once (each side of each probe is its own process).
+        progress: called as progress(done, total, results_of_that_probe).
+    """
+    total = len(probes)
+    if jobs <= 1:
+        out: list[ProbeResult] = []
+        for i, probe in enumerate(probes, start=1):
+            results = _run_one(ctx, probe)
+            if progress is not None:
+                progress(i, total, results)
+            out.extend(results)
+        return out
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_run_one, ctx, probe) for probe in probes]
+        collected = []
+        for i, future in enumerate(futures, start=1):
+            results = future.result()
+            if progress is not None:
+                progress(i, total, results)
+            collected.extend(results)
+        return collected
