@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+
+from harness.budget import Budget, BudgetExceeded, BudgetTracker
+from harness.errors import TwinError
+from harness.litellm_client import LiteLLMModel
+from harness.model import ModelReply, ModelRequestError, Usage
+from harness.model_factory import MeteredModel, make_model
+from harness.scripted import ScriptedModel
+from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+
+
+def test_scripted_model_records_and_charges(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "- {content: one, usage: {prompt_tokens: 5, completion_tokens: 1}, cost_usd: 0.5}\n- two\n"
+    )
+    trajectory = Trajectory(tmp_path / "t.jsonl")
+    trajectory.set_context(round=3, step=1)
+    budget = BudgetTracker(Budget(max_usd=0.5))
+    model = make_model(f"scripted:{script}", trajectory=trajectory, budget=budget)
+    assert isinstance(model, MeteredModel) and isinstance(model.inner, ScriptedModel)
+    assert model.label == "scripted"
+    assert model.query([{"role": "user", "content": "q"}], role="diagnoser").content == "one"
+    with pytest.raises(BudgetExceeded, match="dollars"):
+        model.query([])
+    (record,) = trajectory.records()
+    assert isinstance(record, ModelCallRecord)
+    assert (record.index, record.role, record.round, record.step) == (0, "diagnoser", 3, 1)
+    assert record.label == "scripted"
+    assert budget.spent.tokens_in == 5
+
+
+def test_live_names_make_a_litellm_model_without_importing_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("TWIN_API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TWIN_API_KEY", "sk-env")
+    model = make_model("anthropic/claude-x", cache_dir=tmp_path, temperature=0.2, max_tokens=99)
+    inner = model.inner
+    assert isinstance(inner, LiteLLMModel)
+    assert (inner.name, inner.api_base, inner.temperature, inner.max_tokens) == (
+        "anthropic/claude-x",
+        "http://127.0.0.1:9/v1",
+        0.2,
+        99,
+    )
+    assert inner.cache is not None and inner.cache.directory == tmp_path
+    assert model.label == "anthropic/claude-x"
+    explicit = make_model("openai/x", api_base="http://h/v1", api_key="sk-arg").inner
+    assert explicit.api_base == "http://h/v1" and explicit._api_key == "sk-arg"
+
+
+@pytest.mark.parametrize("name", ["", "   ", "scripted:", "replay:  "])
+def test_empty_names_are_clear_errors(name):
+    with pytest.raises(TwinError):
+        make_model(name)
+
+
+def test_bad_retry_settings_are_rejected():
+    with pytest.raises(TwinError, match="max_retries"):
+        make_model("openai/x", max_retries=-1)
+    with pytest.raises(TwinError, match="timeout_s"):
+        make_model("openai/x", timeout_s=0)
+
+
+class Refusing:
+    name = "refusing"
+
+    def query(self, messages, tools=None, *, role="agent"):
+        raise ModelRequestError("refused: context window")
+
+
+class Free:
+    name = "free"
+
+    def query(self, messages, tools=None, *, role="agent"):
+        return ModelReply(content="ok", usage=Usage(prompt_tokens=2))
+
+
+def test_metered_model_records_failures_and_does_not_charge_them(tmp_path):
+    trajectory = Trajectory(tmp_path / "t.jsonl")
+    budget = BudgetTracker(Budget())
+    model = MeteredModel(Refusing(), trajectory=trajectory, budget=budget)
+    with pytest.raises(ModelRequestError):
+        model.query([], role="verifier")
+    (record,) = trajectory.records()
+    assert isinstance(record, ModelErrorRecord)
+    assert (record.kind, record.role, record.error) == (
+        "request",
+        "verifier",
+        "refused: context window",
+    )
+    assert budget.spent.calls == 0
+
+
+def test_metered_model_works_without_trajectory_or_budget():
+    model = MeteredModel(Free())
+    assert model.label == "free"
+    assert model.query([]).content == "ok"

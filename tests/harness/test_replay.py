@@ -1,0 +1,149 @@
+"""Record a run through litellm and a fake server, then replay it without any server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import TwinError
+from harness.model import ReplayDivergence
+from harness.model_factory import make_model
+from harness.replay import ReplayModel
+from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from tests.fakes import FakeOpenAIServer, text, tool_call
+
+SYSTEM = "You migrate PyTorch code to JAX."
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("read_file", "bash")
+]
+
+
+def tiny_loop(
+    model, *, task="Port model.py", tool_output="took 0.31 s", role="migrator", tools=TOOLS
+):
+    """A two-role miniature of the agent loop: enough history to replay."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+    while True:
+        reply = model.query(messages, tools, role=role)
+        messages.append(reply.as_message())
+        if not reply.tool_calls:
+            break
+        for call in reply.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_output})
+    verdict = model.query(
+        [{"role": "user", "content": "verify: " + reply.content}], role="verifier"
+    )
+    return reply.content, verdict.content
+
+
+@pytest.fixture
+def recording(tmp_path):
+    """A trajectory of 3 model calls (tool call, answer, verifier) recorded live."""
+    path = tmp_path / "live" / "trajectory.jsonl"
+    scripted = [
+        tool_call("read_file", {"path": "/source/model.py"}, id="call_1", prompt_tokens=30),
+        text("ported", prompt_tokens=50, completion_tokens=7),
+        text("looks right", prompt_tokens=20),
+    ]
+    with FakeOpenAIServer(scripted) as server:
+        model = make_model(
+            "openai/fake-local",
+            api_base=server.base_url,
+            api_key="sk-dummy",
+            trajectory=Trajectory(path),
+        )
+        result = tiny_loop(model)
+    assert result == ("ported", "looks right")
+    return path
+
+
+def test_replay_round_trip_reproduces_the_run_without_a_server(recording, tmp_path):
+    new = Trajectory(tmp_path / "replayed" / "trajectory.jsonl")
+    model = make_model(f"replay:{recording}", trajectory=new)
+    assert model.label == f"replayed from {recording}"
+    # Tool results (timings) may differ; they are not compared.
+    assert tiny_loop(model, tool_output="took 0.97 s") == ("ported", "looks right")
+    assert model.inner.remaining == 0
+    original = Trajectory(recording).model_calls()
+    replayed = new.model_calls()
+    assert [r.role for r in replayed] == ["migrator", "migrator", "verifier"]
+    assert [r.reply.content for r in replayed] == [r.reply.content for r in original]
+    assert [r.reply.usage for r in replayed] == [r.reply.usage for r in original]
+    assert all(r.reply.cost_usd == 0.0 for r in replayed)
+    assert all(r.label.startswith("replayed from") for r in replayed)
+
+
+def test_replay_accepts_a_run_directory(recording):
+    assert make_model(f"replay:{recording.parent}").inner.path == recording
+
+
+def test_changed_user_text_says_where(recording):
+    with pytest.raises(ReplayDivergence) as info:
+        tiny_loop(make_model(f"replay:{recording}"), task="Port layers.py")
+    message = str(info.value)
+    assert message.startswith("replay diverged at call 0 (role migrator), message 1 (user)")
+    assert "'Port model.py'" in message and "'Port layers.py'" in message
+
+
+def test_changed_role_diverges(recording):
+    with pytest.raises(
+        ReplayDivergence, match="call 0 .*role: expected 'migrator', got 'diagnoser'"
+    ):
+        tiny_loop(make_model(f"replay:{recording}"), role="diagnoser")
+
+
+def test_changed_tools_diverge(recording):
+    with pytest.raises(ReplayDivergence, match=r"tools: expected \['read_file', 'bash'\]"):
+        tiny_loop(make_model(f"replay:{recording}"), tools=TOOLS[:1])
+
+
+def test_changed_tool_call_id_diverges_at_the_second_call(recording):
+    model = ReplayModel(recording)
+    calls = Trajectory(recording).model_calls()
+    first = model.query(calls[0].request.messages, TOOLS, role="migrator")
+    messages = [*calls[0].request.messages, first.as_message()]
+    messages.append({"role": "tool", "tool_call_id": "call_other", "content": "x"})
+    with pytest.raises(ReplayDivergence, match="call 1 .*message 3 .tool.: tool_call_id"):
+        model.query(messages, TOOLS, role="migrator")
+
+
+def test_extra_message_diverges(recording):
+    model = ReplayModel(recording)
+    request = Trajectory(recording).model_calls()[0].request
+    with pytest.raises(ReplayDivergence, match="expected 2 messages, got 3"):
+        model.query(
+            [*request.messages, {"role": "user", "content": "more"}], TOOLS, role="migrator"
+        )
+
+
+def test_running_past_the_recording_diverges(recording, tmp_path):
+    trajectory = Trajectory(tmp_path / "t.jsonl")
+    model = make_model(f"replay:{recording}", trajectory=trajectory)
+    tiny_loop(model)
+    with pytest.raises(ReplayDivergence, match="call 3 .*ends after 3 model calls"):
+        model.query([{"role": "user", "content": "again"}], role="verifier")
+    last = trajectory.records()[-1]
+    assert isinstance(last, ModelErrorRecord) and last.kind == "replay"
+
+
+def test_missing_or_empty_recording_is_a_clear_error(tmp_path):
+    with pytest.raises(TwinError, match="no trajectory"):
+        make_model(f"replay:{tmp_path / 'absent.jsonl'}")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(TwinError, match="no model calls"):
+        make_model(f"replay:{empty}")
+    with pytest.raises(TwinError, match="needs a path"):
+        make_model("replay:")
+
+
+def test_recorded_request_is_what_was_sent(recording):
+    records = Trajectory(recording).records()
+    assert all(isinstance(r, ModelCallRecord) for r in records)
+    second = records[1].request.messages
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert json.loads(second[2]["tool_calls"][0]["function"]["arguments"]) == {
+        "path": "/source/model.py"
+    }
