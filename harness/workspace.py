@@ -40,8 +40,12 @@ class Workspace(BaseModel):
     """Host directories of one run's workspace."""
 
     root: Path = Field(description="The workspace directory.")
-    source: Path = Field(description="Copy of the original repository, without history (read-only inside).")
-    assets: Path | None = Field(default=None, description="The task's assets, reused read-only (None: none).")
+    source: Path = Field(
+        description="Copy of the original repository, without history (read-only inside)."
+    )
+    assets: Path | None = Field(
+        default=None, description="The task's assets, reused read-only (None: none)."
+    )
     candidate: Path = Field(description="The candidate the Migrator writes (rw for it only).")
 
 
@@ -135,7 +139,9 @@ def role_boundary(
     mounts = [*python_mounts(), Mount(host=ws.source, inside=settings.source_mount)]
     if ws.assets is not None:
         mounts.append(Mount(host=ws.assets, inside=settings.assets_mount))
-    mounts.append(Mount(host=ws.candidate, inside=settings.candidate_mount, writable=write_candidate))
+    mounts.append(
+        Mount(host=ws.candidate, inside=settings.candidate_mount, writable=write_candidate)
+    )
     mounts += list(extra_mounts)
     return Boundary(
         name=name,
@@ -149,7 +155,9 @@ def role_boundary(
     )
 
 
-def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
+def grader_boundary(
+    task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None
+) -> Boundary:
     """The boundary of the task's unchanged grader.
 
     The candidate at /app (read-only), the task's tests at /tests (read-only), assets at
@@ -185,9 +193,20 @@ def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: P
 
 
 def _run_files(ws: Workspace, audit_log: Path | None) -> list[Path]:
-    """The run's own files next to the workspace (evidence, trajectories, logs): never visible."""
-    visible = {ws.source, ws.candidate, ws.assets}
-    files = [p for p in ws.root.iterdir() if p not in visible] if ws.root.is_dir() else []
-    if audit_log is not None:
-        files.append(audit_log)
+    """The run's own files (evidence, trajectories, logs, grades): never visible.
+
+    Everything in the workspace root and in the audit log's directory (the run
+    directory) except the workspace's visible roots and the directories holding them.
+    """
+    visible = [p.resolve() for p in (ws.source, ws.candidate, ws.assets) if p is not None]
+    places = [ws.root] + ([audit_log.parent] if audit_log is not None else [])
+    files: list[Path] = [] if audit_log is None else [audit_log]
+    for place in places:
+        if not place.is_dir():
+            continue
+        for entry in place.iterdir():
+            resolved = entry.resolve()
+            if any(resolved == v or resolved in v.parents for v in visible):
+                continue
+            files.append(entry)
     return files

@@ -23,7 +23,6 @@ from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.process import SYSTEM_PATH, host_prlimit, limit_prefix, run_limited
 
 
-
 def bwrap_path() -> str | None:
     """Where bubblewrap is installed, if it is."""
     return shutil.which("bwrap")
@@ -65,7 +64,9 @@ class BwrapSandbox:
     def __init__(self, boundary: Boundary) -> None:
         executable = bwrap_path()
         if executable is None:
-            raise SandboxError("bubblewrap (bwrap) is not installed: install it or pass --sandbox none")
+            raise SandboxError(
+                "bubblewrap (bwrap) is not installed: install it or pass --sandbox none"
+            )
         self.boundary = boundary
         self._bwrap = executable
         self._prefix = self._build_prefix()
@@ -108,6 +109,7 @@ class BwrapSandbox:
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         args += self._cover_hidden()
         args += self._hide_packages()
+        args += ["--remount-ro", "/"]  # only the writable mount and /tmp take writes
         return args
 
     def _cover_hidden(self) -> list[str]:

@@ -118,7 +118,9 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
         if kept:
-            subprocess.run(["cp", "-al", "--", *kept, str(staging)], check=True, capture_output=True)
+            subprocess.run(
+                ["cp", "-al", "--", *kept, str(staging)], check=True, capture_output=True
+            )
         staging.chmod(0o755)
         try:
             staging.rename(target)

@@ -193,7 +193,9 @@ def run_limited(
         threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
     ]
     if stdin is not None:
-        readers.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
+        readers.append(
+            threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
+        )
     for reader in readers:
         reader.start()
     expired = threading.Event()
