@@ -34,11 +34,12 @@ PROVIDER_BASES: dict[str, str] = {
     "openai": "OPENAI_API_BASE",
     "anthropic": "ANTHROPIC_API_BASE",
     "ollama": "OLLAMA_API_BASE",
+    "ollama_chat": "OLLAMA_API_BASE",
     "azure": "AZURE_API_BASE",
 }
 """Provider → the environment variable litellm reads a base URL from."""
 
-KEYLESS = {"ollama", "replay", "scripted"}
+KEYLESS = {"ollama", "ollama_chat", "replay", "scripted"}
 
 
 def provider_of(model: str) -> str:
