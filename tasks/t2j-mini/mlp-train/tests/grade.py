@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -83,11 +84,15 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
 
     params = {"interface": drivers.INTERFACE, "forbidden": FORBIDDEN,
               "trajectory_steps": meta["trajectory_steps"]}
-    num = run_candidate(drivers.NUMERIC, app_dir=app, assets_dir=assets, inputs=inputs, json_inputs=params,
-                        timeout_s=NUMERIC_TIMEOUT_S, forbidden=FORBIDDEN)
     budget_s = max(BUDGET_FLOOR_S, BUDGET_FACTOR * float(meta["reference_wall_s"]))
-    e2e = run_candidate(drivers.END_TO_END, app_dir=app, assets_dir=assets,
-                        json_inputs={"budget_s": budget_s}, timeout_s=budget_s + 120.0, forbidden=FORBIDDEN)
+    # the two candidate runs are independent: run them side by side
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        num_future = pool.submit(run_candidate, drivers.NUMERIC, app_dir=app, assets_dir=assets, inputs=inputs,
+                                 json_inputs=params, timeout_s=NUMERIC_TIMEOUT_S, forbidden=FORBIDDEN)
+        e2e_future = pool.submit(run_candidate, drivers.END_TO_END, app_dir=app, assets_dir=assets,
+                                 json_inputs={"budget_s": budget_s}, timeout_s=budget_s + 120.0,
+                                 forbidden=FORBIDDEN)
+        num, e2e = num_future.result(), e2e_future.result()
     runtime_clean = not (num.leaked or e2e.leaked or _forbidden_missing(num) or _forbidden_missing(e2e))
     add("L0.independence.runtime", "spec", 0, 1.0 if runtime_clean else 0.0,
         ", ".join(num.leaked + e2e.leaked) or ("imports a forbidden package" if not runtime_clean else ""))
