@@ -2,9 +2,91 @@
 
 from __future__ import annotations
 
-from harness.errors import NotImplementedYet
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness.errors import TwinError
+
+_STYLE = {"established": "green", "violated": "bold red", "not_established": "yellow"}
 
 
-def probe_command() -> None:
+def probe_command(
+    task: Path = typer.Option(..., "--task", help="Task directory (Harbor format)."),
+    candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
+    probe: list[Path] = typer.Option(None, "--probe", help="Probe file to run (repeatable); see probes/README.md."),
+    builtin: bool = typer.Option(True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."),
+    library: bool = typer.Option(True, "--library/--no-library", help="Run the task's bundled probe library."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON (one object) instead of a table."),
+    sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
+    device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
+    precision: str = typer.Option("highest", "--precision", help="highest, default or bf16 (both sides)."),
+    jobs: int = typer.Option(1, "--jobs", help="Probes run at once."),
+    workdir: Path = typer.Option(None, "--workdir", help="Keep probe files, inputs and outputs here."),
+    audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
+) -> None:
     """Probe a candidate against the task's original and print what is established."""
-    raise NotImplementedYet("twin probe is not implemented yet")
+    from probes.context import make_context
+    from probes.localize import localize_divergence
+    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
+
+    if jobs < 1:
+        raise TwinError("--jobs must be at least 1")
+    probe_files = list(probe or [])
+    for path in probe_files:
+        if not path.expanduser().is_file():
+            raise TwinError(f"probe file not found: {path}")
+    ctx = make_context(task, candidate, sandbox_kind=sandbox, device=device, precision=precision,
+                       workdir=workdir, audit_log=audit_log)
+    probes = builtin_checks(ctx.task) if builtin else []
+    if library:
+        probes += task_probes(ctx.task)
+    for path in probe_files:
+        try:
+            probes += load_probe_file(path)
+        except ValueError as exc:
+            raise TwinError(str(exc)) from None
+    if not probes:
+        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}")
+    console = Console(stderr=as_json)
+    with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
+        def progress(done: int, total: int, _results) -> None:
+            status.update(f"probing {ctx.candidate}: {done}/{total}")
+
+        results = run_probes(ctx, probes, jobs=jobs, progress=progress)
+    found = localize_divergence(ctx, results)
+    if found is not None:
+        results.append(found)
+    if as_json:
+        print(json.dumps({"task": ctx.task.name, "candidate": str(ctx.candidate), "workdir": str(ctx.workdir),
+                          "results": [r.model_dump(mode="json") for r in results]}, indent=2))
+    else:
+        _print_table(console, ctx, results)
+
+
+def _print_table(console: Console, ctx, results) -> None:
+    counts = {k: sum(r.outcome.value == k for r in results) for k in _STYLE}
+    title = f"{ctx.task.name}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    table = Table(title=title)
+    table.add_column("property")
+    table.add_column("level", justify="right")
+    table.add_column("outcome")
+    table.add_column("score", justify="right")
+    table.add_column("noise floor", justify="right")
+    table.add_column("detail", overflow="fold")
+    for r in results:
+        noise = r.observations.get("noise_floor")
+        detail = r.observations.get("message") or (r.trace.strip().splitlines()[-1] if r.trace.strip() else "")
+        table.add_row(
+            r.property.id,
+            str(r.property.level),
+            f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]",
+            "" if r.score is None else f"{r.score:.6f}",
+            "" if noise is None else f"{noise:.1e}",
+            str(detail)[:200],
+        )
+    console.print(table)
+    console.print(f"probe files and outputs: {ctx.workdir}")
