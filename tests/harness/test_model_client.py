@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from harness.model_factory import make_model
 from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, error, text, tool_call, tool_calls
 
+REPO = Path(__file__).resolve().parents[2]
 HI = [{"role": "user", "content": "hi"}]
 READ_TOOL = {
     "type": "function",
@@ -105,12 +109,14 @@ def test_server_errors_exhaust_retries_as_infra_failure(server, tmp_path):
         (400, "This model's maximum context length is 8192 tokens, you requested 9000"),
     ],
 )
-def test_refusals_are_not_retried(server, tmp_path, status, message):
+def test_refusals_are_not_retried(server, tmp_path, capfd, status, message):
     server.push(error(status, message), text("must not be reached"))
     trajectory = Trajectory(tmp_path / "trajectory.jsonl")
     with pytest.raises(ModelRequestError, match="refused"):
         local(server, trajectory=trajectory).query(HI)
     assert len(server.requests) == 1
+    printed = capfd.readouterr()
+    assert printed.out == "" and "Give Feedback" not in printed.err  # litellm kept quiet
     (record,) = trajectory.records()
     assert isinstance(record, ModelErrorRecord) and record.kind == "request"
 
@@ -227,6 +233,17 @@ def test_response_cache_hits_skip_the_server(server, tmp_path):
     other = local(server, "openai/gpt-4o-mini", cache_dir=tmp_path / "cache", temperature=0.7)
     assert other.query(HI).content == "second live answer"
     assert len(server.requests) == 2
+
+
+def test_litellm_is_imported_lazily_and_offline():
+    probe = (
+        "import sys, os, harness.cli, harness.model_factory, harness.litellm_client;"
+        "assert 'litellm' not in sys.modules and 'openai' not in sys.modules;"
+        "harness.litellm_client._import_litellm();"
+        "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_repr_never_shows_the_key():
