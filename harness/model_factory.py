@@ -121,6 +121,7 @@ def make_model(
     timeout_s: float = 600,
     max_retries: int = 5,
     backoff_s: float = 2.0,
+    replay_start: int = 0,
 ) -> MeteredModel:
     """The model named `name`, recording into `trajectory` and charging `budget`.
 
@@ -135,6 +136,7 @@ def make_model(
         timeout_s: seconds per attempt.
         max_retries: retries on rate limits, 5xx, timeouts and connection failures.
         backoff_s: first retry delay (doubles each retry).
+        replay_start: for `replay:`, the recorded call to continue from (resumed runs).
 
     Raises:
         TwinError: empty name, or a replay/script file that cannot be used.
@@ -146,7 +148,7 @@ def make_model(
     if name.startswith("replay:"):
         from harness.replay import ReplayModel
 
-        inner = ReplayModel(Path(_path_of(name, "replay:")))
+        inner = ReplayModel(Path(_path_of(name, "replay:")), start=replay_start)
     elif name.startswith("scripted:"):
         from harness.scripted import ScriptedModel
 

@@ -27,12 +27,15 @@ class ReplayModel:
 
     Args:
         path: the recorded trajectory (a file, or a run directory holding one).
+        start: index of the first recorded call to replay (a resumed run continues
+            where it stopped; earlier calls are already in its history).
 
     Raises:
-        TwinError: the file is missing, unreadable or holds no model calls.
+        TwinError: the file is missing, unreadable or holds no model calls, or `start`
+            lies outside the recording.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, start: int = 0) -> None:
         path = Path(path)
         if path.is_dir():
             path = path / "trajectory.jsonl"
@@ -44,7 +47,11 @@ class ReplayModel:
         self.calls: list[ModelCallRecord] = Trajectory(path).model_calls()
         if not self.calls:
             raise TwinError(f"replay: {path} records no model calls")
-        self._next = 0
+        if not 0 <= start <= len(self.calls):
+            raise TwinError(
+                f"replay: cannot start at call {start}; {path} records {len(self.calls)} calls"
+            )
+        self._next = start
         self._lock = threading.Lock()
 
     @property

@@ -147,3 +147,11 @@ def test_recorded_request_is_what_was_sent(recording):
     assert json.loads(second[2]["tool_calls"][0]["function"]["arguments"]) == {
         "path": "/source/model.py"
     }
+
+
+def test_resumed_replay_continues_from_a_later_call(recording):
+    calls = Trajectory(recording).model_calls()
+    model = make_model(f"replay:{recording}", replay_start=2)
+    assert model.query(calls[2].request.messages, role="verifier").content == "looks right"
+    with pytest.raises(TwinError, match="cannot start at call 4; .* records 3 calls"):
+        make_model(f"replay:{recording}", replay_start=4)
