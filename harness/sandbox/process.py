@@ -167,6 +167,9 @@ def run_limited(
     Raises:
         SandboxError: the program could not be started at all.
     """
+    program = argv[0] if "/" not in argv[0] else os.path.join(cwd or ".", argv[0])
+    if shutil.which(program, path=env.get("PATH", SYSTEM_PATH)) is None:
+        raise SandboxError(f"could not start {argv[0]}: no such program")
     cgroup = PidsCgroup.create(limits.max_procs)
     if cgroup is not None:
         argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs_file, *argv]

@@ -1,0 +1,226 @@
+"""The Docker sandbox: the same contract as `bwrap`, through a Docker engine.
+
+Each command runs in a fresh container that is removed when the command ends
+(so nothing outlives it), built from the boundary like the bubblewrap sandbox:
+only the boundary's roots are bind-mounted (read-only unless writable), hidden
+packages are removed from site-packages, the root filesystem is read-only with
+a private `/tmp`, the network is `none` unless allowed, the user is not root,
+every capability is dropped, privileges cannot be regained, and processes and
+memory are capped. Containers carry the label `twin.sandbox`; `reap_containers`
+removes any a killed harness left behind.
+
+The interpreter and system roots come from the host (the boundary mounts them at
+the same paths), so the image only has to provide an empty root; it is
+`$TWIN_DOCKER_IMAGE`, else `debian:bookworm-slim`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from harness.boundary import Boundary
+from harness.sandbox.base import ExecResult, SandboxError
+from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
+from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail
+
+LABEL = "twin.sandbox"
+DEFAULT_IMAGE = "debian:bookworm-slim"
+_STDIN_INSIDE = "/run/twin-stdin"
+
+
+def _client():
+    """A connected Docker client, or SandboxError saying what is missing."""
+    try:
+        import docker
+    except ImportError:
+        raise SandboxError(
+            "sandbox 'docker' needs the docker package: pip install 'twin-harness[docker]'"
+        ) from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types for "no engine"
+        raise SandboxError(
+            f"no Docker engine reachable ({exc.__class__.__name__}): start Docker "
+            "or use --sandbox bwrap"
+        ) from None
+    return client
+
+
+def container_user() -> str:
+    """The user commands run as: the harness's own, or nobody when the harness is root."""
+    uid, gid = os.getuid(), os.getgid()
+    return f"{uid}:{gid}" if uid != 0 else "65534:65534"
+
+
+def container_config(
+    boundary: Boundary,
+    argv: list[str],
+    *,
+    workdir: str,
+    env: dict[str, str],
+    image: str,
+    stdin_file: Path | None = None,
+    scratch: Path | None = None,
+) -> dict:
+    """Keyword arguments of `containers.run` for one command (pure: no engine needed)."""
+    volumes: dict[str, dict[str, str]] = {}
+    for mount in boundary.mounts:
+        volumes[str(mount.host)] = {"bind": mount.inside, "mode": "rw" if mount.writable else "ro"}
+    packages = tuple(sorted(boundary.hidden_packages))
+    for site_dir in site_dirs() if packages else []:
+        inside = _inside_of(boundary, site_dir)
+        drop = hidden_entries(site_dir, packages) if inside else frozenset()
+        if drop:
+            pruned = pruned_site_dir(site_dir, drop)
+            if pruned is None:
+                raise SandboxError(f"cannot hide {', '.join(packages)} from {site_dir} for docker")
+            volumes[str(pruned)] = {"bind": inside, "mode": "ro"}
+    for hidden in boundary.hidden:
+        inside = _inside_of(boundary, hidden)
+        if inside is not None and hidden.exists():
+            empty = tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
+            volumes[empty] = {"bind": inside, "mode": "ro"}
+    if stdin_file is not None:
+        volumes[str(stdin_file)] = {"bind": _STDIN_INSIDE, "mode": "ro"}
+        argv = ["/bin/sh", "-c", f'exec "$@" < {_STDIN_INSIDE}', "twin-stdin", *argv]
+    limits = boundary.limits
+    return dict(
+        image=image,
+        command=argv,
+        detach=True,
+        working_dir=workdir,
+        environment=env,
+        volumes=volumes,
+        network_mode="bridge" if boundary.network else "none",
+        user=container_user(),
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        read_only=True,
+        tmpfs={"/tmp": "rw,nosuid,nodev,size=1g"},
+        pids_limit=limits.max_procs,
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",
+        labels={LABEL: "1", f"{LABEL}.boundary": boundary.name},
+        init=True,
+    )
+
+
+def _inside_of(boundary: Boundary, host: Path) -> str | None:
+    best = None
+    for mount in boundary.mounts:
+        if host == mount.host or mount.host in host.parents:
+            if best is None or len(mount.host.parts) > len(best[0].parts):
+                best = (
+                    mount.host,
+                    os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}"),
+                )
+    return best[1] if best else None
+
+
+class DockerSandbox:
+    """Runs each command in a fresh, labelled container that is always removed."""
+
+    def __init__(self, boundary: Boundary, image: str | None = None) -> None:
+        self.boundary = boundary
+        self.image = image or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
+        self._client = _client()
+        self._closed = False
+
+    def exec(
+        self,
+        command: list[str] | str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult:
+        """Run `command` (argv list, or a string run by `bash -c`) in a new container."""
+        if self._closed:
+            raise SandboxError(f"sandbox {self.boundary.name} is closed")
+        workdir = cwd or self.boundary.workdir
+        if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
+            self.boundary.to_host(workdir)
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        wall = timeout_s if timeout_s is not None else self.boundary.limits.wall_s
+        with tempfile.TemporaryDirectory(prefix="twin-docker-") as scratch:
+            stdin_file = None
+            if stdin is not None:
+                stdin_file = Path(scratch) / "stdin"
+                stdin_file.write_text(stdin)
+            config = container_config(
+                self.boundary,
+                argv,
+                workdir=workdir,
+                env=sandbox_env(self.boundary, env),
+                image=self.image,
+                stdin_file=stdin_file,
+                scratch=Path(scratch),
+            )
+            return self._run(config, wall)
+
+    def _run(self, config: dict, wall: float) -> ExecResult:
+        start = time.monotonic()
+        try:
+            container = self._client.containers.run(**config)
+        except Exception as exc:
+            raise SandboxError(f"docker could not start the command: {exc}") from None
+        timed_out = False
+        try:
+            try:
+                status = container.wait(timeout=wall)
+                returncode = int(status.get("StatusCode", 1))
+            except Exception:  # requests' ReadTimeout/ConnectionError: the wall time passed
+                timed_out = True
+                container.kill()
+                returncode = TIMEOUT_RETURNCODE
+            out, err = (
+                HeadTail(self.boundary.limits.output_bytes),
+                HeadTail(self.boundary.limits.output_bytes),
+            )
+            for chunk in container.logs(stdout=True, stderr=False, stream=True):
+                out.feed(chunk)
+            for chunk in container.logs(stdout=False, stderr=True, stream=True):
+                err.feed(chunk)
+        finally:
+            container.remove(force=True)
+        return ExecResult(
+            returncode=returncode,
+            stdout=out.text(),
+            stderr=err.text(),
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            duration_s=time.monotonic() - start,
+        )
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file (checked against the boundary first; read on the host)."""
+        return read_checked(self.boundary, path)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file under the writable root (checked against the boundary first)."""
+        write_checked(self.boundary, path, data)
+
+    def close(self) -> None:
+        """Remove any container of this sandbox that is still there."""
+        self._closed = True
+        reap_containers(self._client, boundary=self.boundary.name)
+
+
+def reap_containers(client=None, *, boundary: str | None = None) -> int:
+    """Remove containers labelled by twin (all, or one boundary's); returns how many."""
+    client = client or _client()
+    label = LABEL if boundary is None else f"{LABEL}.boundary={boundary}"
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": label}):
+        try:
+            container.remove(force=True)
+            removed += 1
+        except Exception:
+            pass
+    return removed

@@ -1,0 +1,113 @@
+"""The Docker sandbox: its container settings (no engine needed) and, with an engine, a run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.boundary import Boundary, Limits, Mount
+from harness.sandbox.base import SandboxError
+from harness.sandbox.docker import LABEL, container_config, container_user
+from harness.sandbox.registry import make_sandbox
+
+
+def boundary(tmp_path: Path, **kwargs) -> Boundary:
+    (tmp_path / "cand").mkdir(exist_ok=True)
+    (tmp_path / "src" / "hidden").mkdir(parents=True, exist_ok=True)
+    fields = dict(
+        name="migrator",
+        mounts=[
+            Mount(host=tmp_path / "cand", inside="/app", writable=True),
+            Mount(host=tmp_path / "src", inside="/source"),
+        ],
+        hidden=[tmp_path / "src" / "hidden"],
+        limits=Limits(max_procs=32, memory_mb=512),
+        workdir="/app",
+    )
+    fields.update(kwargs)
+    return Boundary(**fields)
+
+
+def test_container_is_locked_down(tmp_path):
+    config = container_config(
+        boundary(tmp_path), ["true"], workdir="/app", env={"HOME": "/tmp"}, image="img", scratch=tmp_path
+    )
+    assert config["network_mode"] == "none"
+    assert config["cap_drop"] == ["ALL"] and "no-new-privileges" in config["security_opt"]
+    assert config["read_only"] and "/tmp" in config["tmpfs"]
+    assert config["pids_limit"] == 32 and config["mem_limit"] == "512m"
+    assert config["labels"][LABEL] == "1"
+    assert not config["user"].startswith("0:")
+    volumes = config["volumes"]
+    assert volumes[str((tmp_path / "cand").resolve())] == {"bind": "/app", "mode": "rw"}
+    assert volumes[str((tmp_path / "src").resolve())] == {"bind": "/source", "mode": "ro"}
+    covers = [v for v in volumes.values() if v["bind"] == "/source/hidden"]
+    assert covers == [{"bind": "/source/hidden", "mode": "ro"}]
+    assert config["environment"] == {"HOME": "/tmp"}
+
+
+def test_network_only_when_allowed(tmp_path):
+    config = container_config(
+        boundary(tmp_path, network=True), ["true"], workdir="/app", env={}, image="img"
+    )
+    assert config["network_mode"] == "bridge"
+
+
+def test_user_is_never_root():
+    user = container_user()
+    assert user.split(":")[0] != "0"
+    if os.getuid() != 0:
+        assert user == f"{os.getuid()}:{os.getgid()}"
+
+
+def test_hidden_packages_are_replaced_by_a_pruned_site_packages(tmp_path):
+    import sys
+
+    from harness.workspace import python_mounts
+
+    b = Boundary(name="c", mounts=python_mounts(), hidden_packages=["torch"])
+    config = container_config(b, ["true"], workdir="/", env={}, image="img")
+    site = next(v for v in config["volumes"].items() if v[1]["bind"].endswith("site-packages"))
+    assert site[1]["bind"].startswith(sys.prefix)
+    assert not (Path(site[0]) / "torch").exists() and (Path(site[0]) / "numpy").exists()
+
+
+def test_stdin_goes_through_a_mounted_file(tmp_path):
+    stdin = tmp_path / "stdin"
+    stdin.write_text("x")
+    config = container_config(
+        boundary(tmp_path), ["cat"], workdir="/app", env={}, image="img", stdin_file=stdin
+    )
+    assert config["command"][-1] == "cat" and config["command"][0] == "/bin/sh"
+    assert config["volumes"][str(stdin)]["mode"] == "ro"
+
+
+def _engine() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+def test_without_engine_make_sandbox_says_so(tmp_path):
+    if _engine():
+        pytest.skip("a Docker engine is running here")
+    with pytest.raises(SandboxError, match="Docker"):
+        make_sandbox("docker", boundary(tmp_path))
+
+
+@pytest.mark.skipif(not _engine(), reason="no Docker engine")
+def test_docker_run_end_to_end(tmp_path):
+    sandbox = make_sandbox("docker", boundary(tmp_path, mounts=[Mount(host=tmp_path, inside="/app")]))
+    try:
+        result = sandbox.exec("echo hi; id -u; ls /source", timeout_s=60)
+        assert result.stdout.splitlines()[0] == "hi"
+        assert result.stdout.splitlines()[1] != "0"
+        assert sandbox.exec("sleep 30", timeout_s=1).timed_out
+    finally:
+        sandbox.close()
