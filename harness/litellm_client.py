@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import time
+import uuid
 from typing import Any
 
 from harness.model import (
@@ -233,8 +234,13 @@ def _one_line(exc: Exception, limit: int = 400) -> str:
 def _parse_response(response: Any) -> ModelReply:
     message = response.choices[0].message
     calls = [
-        ToolCall.from_raw(call.id or f"call_{i}", call.function.name or "", call.function.arguments)
-        for i, call in enumerate(getattr(message, "tool_calls", None) or [])
+        # Some local servers send no id; tool messages must answer a unique one.
+        ToolCall.from_raw(
+            call.id or f"call_{uuid.uuid4().hex[:12]}",
+            call.function.name or "",
+            call.function.arguments,
+        )
+        for call in getattr(message, "tool_calls", None) or []
     ]
     usage = getattr(response, "usage", None)
     return ModelReply(

@@ -249,3 +249,10 @@ def test_litellm_is_imported_lazily_and_offline():
 def test_repr_never_shows_the_key():
     model = LiteLLMModel("openai/x", api_key="sk-very-secret", api_base="http://127.0.0.1:1/v1")
     assert "sk-very-secret" not in repr(model)
+
+
+def test_missing_tool_call_ids_get_unique_ones(server):
+    server.push(tool_calls([("read_file", {"path": "a"}, ""), ("read_file", {"path": "b"}, "")]))
+    first, second = local(server).query(HI, [READ_TOOL]).tool_calls
+    assert first.id.startswith("call_") and second.id.startswith("call_")
+    assert first.id != second.id
