@@ -50,7 +50,7 @@ class ProbeContext:
         audit_log: where boundary refusals are appended.
         candidate_commit: the candidate commit the results are taken on.
         seed: seed of the inputs and of both sides' random generators.
-        timeout_s: wall-time limit of one side of one probe.
+        timeout_s: wall-time limit of one side of one probe file (plus what its probes ask for).
     """
 
     task: Task
@@ -64,7 +64,7 @@ class ProbeContext:
     audit_log: Path | None = None
     candidate_commit: str | None = None
     seed: int = 0
-    timeout_s: float = 300.0
+    timeout_s: float = 600.0
     _sandboxes: dict = field(default_factory=dict, repr=False)
 
     @property

@@ -130,8 +130,28 @@ def differential_probe(
         meta = probe_names(file).get(name)
         if meta is None:
             raise ProbeFileError(f"{file}: no probe named {name!r}")
-        meta.update({k.removeprefix("property_"): v for k, v in options.items()})
-        return [run_matched_probe(ctx, file, name, meta, rerun_options={"path": str(file), "name": name, **options})]
+        meta.update({("id" if k == "property_id" else k): v for k, v in options.items()})
+        return run_matched_probes(ctx, file, {name: meta}, rerun={name: {"path": str(file), "name": name, **options}})
+
+    return probe
+
+
+def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
+    """Every differential probe of a file (or those in `names`), run together.
+
+    Each side runs once for the whole file (one process imports torch or jax once),
+    and every probe still gets its own inputs, outputs and result.
+    """
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        file = Path(path)
+        found = probe_names(file)
+        chosen = {n: found[n] for n in (names if names is not None else sorted(found)) if n in found}
+        missing = sorted(set(names or []) - set(found))
+        if missing:
+            raise ProbeFileError(f"{file}: no probe named {', '.join(missing)}")
+        rerun = {n: {"path": str(file), "name": n} for n in chosen}
+        return run_matched_probes(ctx, file, chosen, rerun=rerun)
 
     return probe
 
@@ -145,16 +165,21 @@ def _property(file: Path, name: str, meta: dict) -> Property:
     )
 
 
-def _prepare(ctx: ProbeContext, file: Path, prop: Property) -> Path:
-    digest = hashlib.sha1(f"{file.resolve()}:{prop.id}".encode()).hexdigest()[:8]
-    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", prop.id)[:60]
+def _prepare(ctx: ProbeContext, file: Path, names: list[str]) -> Path:
+    digest = hashlib.sha1(f"{file.resolve()}:{','.join(names)}".encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", file.stem)[:40]
     root = ctx.workdir / "probes" / f"{slug}-{digest}"
     if root.exists():
         shutil.rmtree(root)
-    (root / "inputs").mkdir(parents=True)
+    for name in names:
+        (root / _slot(name) / "inputs").mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
     shutil.copy(file, root / "probe.py")
     return root
+
+
+def _slot(name: str) -> str:
+    return name or "_"
 
 
 def run_side(
@@ -196,14 +221,20 @@ def run_side(
         "cwd": own_root,
         "forbid": ctx.forbidden(side),
         "runs": [
-            {"out_dir": f"{root_inside}/{run['out']}", "dtype": run["dtype"], "make_inputs": run.get("make_inputs", False)}
+            {
+                "out_dir": f"{root_inside}/{run['out']}",
+                "dtype": run["dtype"],
+                "make_inputs": run.get("make_inputs", False),
+                **({"name": run["name"]} if "name" in run else {}),
+                **({"inputs_dir": f"{root_inside}/{run['inputs']}"} if "inputs" in run else {}),
+            }
             for run in runs
         ],
     }
     for run in runs:
         if (root / run["out"]).exists():
             shutil.rmtree(root / run["out"])
-    config_file = f"{config_name or runs[0]['out']}.json"
+    config_file = f"{config_name or runs[0]['out'].replace('/', '_')}.json"
     (root / config_file).write_text(json.dumps(config))
     result = ctx.sandbox(side).exec(
         [sys.executable, f"{root_inside}/driver.py", f"{root_inside}/{config_file}"],
@@ -239,38 +270,64 @@ def _candidate_forbidden(report: dict, ctx: ProbeContext) -> list[dict]:
     ]
 
 
-def run_matched_probe(
-    ctx: ProbeContext, file: Path, name: str, meta: dict, *, rerun_options: dict | None = None
-) -> ProbeResult:
-    """Run one matched differential probe and decide its outcome (see the module docstring)."""
-    prop = _property(file, name, meta)
-    context = base_context(ctx, "probes.differential:differential_probe", **(rerun_options or {"path": str(file), "name": name}))
-    context.update({"probe_file": str(file), "probe_name": name, "dtype": ctx.dtype, "component": meta.get("component")})
-    context["probe_sha1"] = hashlib.sha1(file.read_bytes()).hexdigest()
-    timeout = meta.get("timeout_s")
-    root = _prepare(ctx, file, prop)
-    timing: dict[str, float] = {}
+def run_matched_probes(
+    ctx: ProbeContext, file: Path, probes: dict[str, dict], *, rerun: dict[str, dict]
+) -> list[ProbeResult]:
+    """Run matched differential probes of one file and decide each outcome (see the module docstring).
 
-    noise_mode = meta.get("noise", "float64")
-    runs = [{"out": "ref", "dtype": ctx.dtype, "make_inputs": True}]
-    if noise_mode == "float64":
-        runs.append({"out": "ref64", "dtype": "float64"})
-    ref, *noise = run_side(ctx, root, "reference", runs, name=name, timeout_s=timeout)
+    Args:
+        probes: probe name -> metadata.
+        rerun: probe name -> options of `differential_probe` that re-run it alone.
+    """
+    names = list(probes)
+    root = _prepare(ctx, file, names)
+    sha1 = hashlib.sha1(file.read_bytes()).hexdigest()
+    timeout = ctx.timeout_s + sum(float(m.get("timeout_s") or 0) for m in probes.values())
+    wants_f64 = {n for n, m in probes.items() if m.get("noise", "float64") == "float64"}
+    runs = []
+    for name in names:
+        slot = _slot(name)
+        runs.append({"out": f"{slot}/ref", "dtype": ctx.dtype, "make_inputs": True, "name": name, "inputs": f"{slot}/inputs"})
+        if name in wants_f64:
+            runs.append({"out": f"{slot}/ref64", "dtype": "float64", "name": name, "inputs": f"{slot}/inputs"})
+    reference = dict(zip([(r["name"], r["out"].split("/")[-1]) for r in runs],
+                         run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference")))
+    rerun_noise = [n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")]
+    if rerun_noise:
+        again = [{"out": f"{_slot(n)}/ref2", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"} for n in rerun_noise]
+        for name, result in zip(rerun_noise, run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2")):
+            reference[(name, "ref2")] = result
+    ok_names = [n for n in names if reference[(n, "ref")]["ok"]]
+    cand_runs = [{"out": f"{_slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"} for n in ok_names]
+    candidate = dict(zip(ok_names, run_side(ctx, root, "candidate", cand_runs, timeout_s=timeout, config_name="candidate")
+                         if cand_runs else []))
+    results = []
+    for name in names:
+        meta = probes[name]
+        context = base_context(ctx, "probes.differential:differential_probe", **rerun[name])
+        context.update({"probe_file": str(file), "probe_name": name, "dtype": ctx.dtype,
+                        "component": meta.get("component"), "probe_sha1": sha1})
+        noise = reference.get((name, "ref64")) if name in wants_f64 else None
+        if noise is None or not noise["ok"]:
+            noise = reference.get((name, "ref2"))
+            context["noise_source"] = "rerun"
+        else:
+            context["noise_source"] = "float64"
+        results.append(_decide(ctx, _property(file, name, meta), meta, context, root / _slot(name),
+                               reference[(name, "ref")], noise, candidate.get(name)))
+    return results
+
+
+def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult:
+    """The outcome of one probe from its reference, noise and candidate runs."""
     if not ref["ok"]:
         return not_established(prop, "the reference side failed: the probe does not fit the original",
                                trace=ref["trace"], context=context)
-    timing["reference_compute_s"] = ref["report"]["compute_s"]
-    context["inputs"] = _inputs_summary(root / "inputs")
-    if not noise or not noise[0]["ok"]:
-        noise_mode = "rerun"
-        noise = run_side(ctx, root, "reference", [{"out": "ref2", "dtype": ctx.dtype}], name=name, timeout_s=timeout)
-        if not noise[0]["ok"]:
-            return not_established(prop, "the reference side failed on its second run", trace=noise[0]["trace"],
-                                   context=context)
-    noise_run = noise[0]
-    context["noise_source"] = noise_mode
-
-    (cand,) = run_side(ctx, root, "candidate", [{"out": "cand", "dtype": ctx.dtype}], name=name, timeout_s=timeout)
+    context["inputs"] = _inputs_summary(slot_dir / "inputs")
+    timing = {"reference_compute_s": ref["report"]["compute_s"]}
+    if noise is None or not noise["ok"]:
+        return not_established(prop, "the reference side failed on its second run",
+                               trace=(noise or {}).get("trace", ""), context=context)
     if not cand["ok"]:
         forbidden = cand.get("error", {}).get("forbidden_imports", [])
         if cand["blame"] in ("candidate", "timeout"):
@@ -281,9 +338,8 @@ def run_matched_probe(
         return not_established(prop, f"the candidate side failed in {cand['blame']} code: the probe's calling "
                                "convention may not fit the candidate", trace=cand["trace"], context=context)
     timing["candidate_compute_s"] = cand["report"]["compute_s"]
-
     try:
-        comparison = compare_outputs(ref["output"], cand["output"], noise_run["output"], meta.get("compare"))
+        comparison = compare_outputs(ref["output"], cand["output"], noise["output"], meta.get("compare"))
     except ValueError as exc:
         return not_established(prop, f"bad probe metadata: {exc}", context=context)
     forbidden = _candidate_forbidden(cand["report"], ctx)

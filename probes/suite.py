@@ -22,7 +22,7 @@ from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
 from probes.checks import audit_check, candidate_check, imports_check
 from probes.context import ProbeContext
-from probes.differential import ProbeFileError, differential_probe, probe_names
+from probes.differential import ProbeFileError, probe_file_probe, probe_names
 
 LIBRARY = Path(__file__).with_name("library")
 PROBE_FILE_FORMAT = (Path(__file__).with_name("README.md")).read_text() if (Path(__file__).with_name("README.md")).is_file() else ""
@@ -70,7 +70,7 @@ def load_probe_file(path: Path | str) -> list[Probe]:
         raise ProbeFileError(f"probe file not found: {path}")
     pairs = probe_names(path)
     checks = probe_names(path, checks=True)
-    probes = [_named(differential_probe(str(path), name), f"{path.stem}:{name}") for name in sorted(pairs)]
+    probes = [_named(probe_file_probe(str(path)), path.stem)] if pairs else []
     probes += [_named(candidate_check(str(path), name), f"{path.stem}:check_{name}") for name in sorted(checks)]
     return probes
 

@@ -1,0 +1,1 @@
+"""Bundled probe files, one folder per task (read by `probes.suite.task_probes`)."""
