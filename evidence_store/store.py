@@ -26,7 +26,6 @@ from evidence_store.records import (
     DiagnosisRecord,
     EvidenceRecord,
     Outcome,
-    Property,
     RoundInfo,
 )
 from evidence_store.schema import EvidenceStoreError, connect, migrate
@@ -42,7 +41,22 @@ _RECORD_COLUMNS = (
     "p.description, e.outcome, e.score, e.context, e.observations, e.trace, e.time"
 )
 _SELECT_RECORDS = f"SELECT {_RECORD_COLUMNS} FROM evidence e JOIN properties p USING (prop_key)"
+# The prompt rendering reads neither contexts (they may hold whole probe sources) nor
+# established records (they render as ids): leaving them out keeps it fast.
+_SELECT_PROBLEMS = (
+    _SELECT_RECORDS.replace("e.context", "'{}'") + " WHERE e.outcome != 'established' AND"
+)
 _NO_ROUND_LIMIT = 2**62
+
+_LATEST_IDS = (
+    "SELECT (SELECT x.record_id FROM evidence x WHERE x.property_id = ids.property_id "
+    "AND x.round <= ? ORDER BY x.round DESC, x.record_id DESC LIMIT 1) "
+    "FROM (SELECT DISTINCT property_id FROM properties) ids"
+)
+"""The id of each property's latest record up to a round (one index seek per property)."""
+
+PropKey = tuple[str, str, int, str]
+"""A property as stored: (id, kind, level, description)."""
 
 
 class EvidenceStore:
@@ -70,6 +84,7 @@ class EvidenceStore:
             raise EvidenceStoreError(f"{self.path} is not a file")
         self._pid = os.getpid()
         self._inherited: list[sqlite3.Connection] = []
+        self._prop_keys: dict[PropKey, int] = {}
         self._db: sqlite3.Connection | None = connect(self.path)
         try:
             self.migrated_from = migrate(self._db, self.path)
@@ -152,7 +167,9 @@ class EvidenceStore:
         """
         rows = [_to_row(r) for r in records]
         with self._write() as conn:
-            return _insert_records(conn, rows)
+            ids, new_keys = _insert_records(conn, rows, self._prop_keys)
+        self._prop_keys.update(new_keys)  # only once committed: a rolled-back key never existed
+        return ids
 
     def record_run(self, run_id: str, config: Mapping[str, Any] | None = None) -> None:
         """Note a run and its configuration (kept on first call; later calls change nothing)."""
@@ -270,13 +287,12 @@ class EvidenceStore:
         Args:
             up_to_round: ignore records of later rounds (the state as it stood after that round).
         """
+        return self._latest(_SELECT_RECORDS + " WHERE", up_to_round)
+
+    def _latest(self, select: str, up_to_round: int | None) -> dict[str, EvidenceRecord]:
         limit = _NO_ROUND_LIMIT if up_to_round is None else up_to_round
         rows = self._conn.execute(
-            f"{_SELECT_RECORDS} WHERE e.record_id IN (SELECT (SELECT x.record_id FROM evidence x "
-            "WHERE x.property_id = ids.property_id AND x.round <= ? "
-            "ORDER BY x.round DESC, x.record_id DESC LIMIT 1) "
-            "FROM (SELECT DISTINCT property_id FROM properties) ids) ORDER BY e.property_id",
-            (limit,),
+            f"{select} e.record_id IN ({_LATEST_IDS}) ORDER BY e.property_id", (limit,)
         )
         return {row[4]: _from_row(row) for row in rows}
 
@@ -289,8 +305,13 @@ class EvidenceStore:
 
     def summary(self, *, up_to_round: int | None = None) -> views.Summary:
         """Counts of latest outcomes per outcome, kind and level."""
-        latest = self.latest(up_to_round=up_to_round)
-        return views.summarize(latest, up_to_round)
+        limit = _NO_ROUND_LIMIT if up_to_round is None else up_to_round
+        counts = self._conn.execute(
+            "SELECT p.kind, p.level, e.outcome, count(*) FROM evidence e JOIN properties p "
+            f"USING (prop_key) WHERE e.record_id IN ({_LATEST_IDS}) GROUP BY 1, 2, 3",
+            (limit,),
+        )
+        return views.summarize_counts(counts, up_to_round)
 
     def render_for_prompt(
         self,
@@ -308,19 +329,41 @@ class EvidenceStore:
             previous_round: the state regressions are measured against; by default the
                 latest round with evidence before `up_to_round` (none: no regressions).
         """
-        with self._snapshot():
-            rounds = self.evidence_rounds()
-            current = up_to_round if up_to_round is not None else (rounds[-1] if rounds else None)
-            if previous_round is None and current is not None:
-                earlier = [r for r in rounds if r < current]
-                previous_round = earlier[-1] if earlier else None
-            latest = self.latest(up_to_round=current)
-            change = None
-            if previous_round is not None and current is not None:
-                change = views.transitions(
-                    self.latest(up_to_round=previous_round), latest, previous_round, current
+        with self._snapshot() as conn:
+            if up_to_round is None:
+                up_to_round = conn.execute("SELECT max(round) FROM evidence").fetchone()[0]
+            if previous_round is None and up_to_round is not None:
+                previous_round = conn.execute(
+                    "SELECT max(round) FROM evidence WHERE round < ?", (up_to_round,)
+                ).fetchone()[0]
+            limit = _NO_ROUND_LIMIT if up_to_round is None else up_to_round
+            problems = self._latest(_SELECT_PROBLEMS, up_to_round)
+            established = [
+                pid
+                for (pid,) in conn.execute(
+                    "SELECT property_id FROM evidence WHERE outcome = 'established' AND "
+                    f"record_id IN ({_LATEST_IDS}) ORDER BY property_id",
+                    (limit,),
                 )
-        return views.render(latest, change, max_chars=max_chars, round=current)
+            ]
+            previous = None if previous_round is None else self._outcomes(previous_round)
+        return views.render_parts(
+            problems,
+            established,
+            previous,
+            max_chars=max_chars,
+            round=up_to_round,
+            previous_round=previous_round,
+        )
+
+    def _outcomes(self, up_to_round: int) -> dict[str, views.Seen]:
+        """Each property's latest outcome and its round, without building records."""
+        rows = self._conn.execute(
+            "SELECT e.property_id, e.outcome, e.round FROM evidence e WHERE e.record_id IN "
+            f"({_LATEST_IDS})",
+            (up_to_round,),
+        )
+        return {pid: views.Seen(Outcome(outcome), round) for pid, outcome, round in rows}
 
     # ---- exchange -----------------------------------------------------------------------------
     def export_jsonl(self, out: IO[str]) -> int:
@@ -356,7 +399,7 @@ class EvidenceStore:
                     (info.candidate_commit, info.note, info.run_id, info.round),
                 )
             _insert_diagnoses(conn, parsed.diagnoses)
-            _insert_records(conn, rows)
+            _insert_records(conn, rows, {})
         return len(parsed.records) + len(parsed.diagnoses)
 
 
@@ -391,25 +434,30 @@ def _to_row(record: EvidenceRecord) -> dict[str, Any]:
 
 
 def _from_row(row: tuple[Any, ...]) -> EvidenceRecord:
-    # Rows were validated when appended; constructing without re-validation keeps views fast.
-    return EvidenceRecord.model_construct(
-        record_id=row[0],
-        schema_version=row[1],
-        run_id=row[2],
-        round=row[3],
-        property=Property.model_construct(id=row[4], kind=row[5], level=row[6], description=row[7]),
-        outcome=Outcome(row[8]),
-        score=row[9],
-        context=json.loads(row[10]),
-        observations=json.loads(row[11]),
-        trace=row[12],
-        time=row[13],
+    # pydantic-core validates a plain dict faster than `model_construct` builds the models.
+    return EvidenceRecord.model_validate(
+        {
+            "record_id": row[0],
+            "schema_version": row[1],
+            "run_id": row[2],
+            "round": row[3],
+            "property": {"id": row[4], "kind": row[5], "level": row[6], "description": row[7]},
+            "outcome": row[8],
+            "score": row[9],
+            "context": _loads(row[10]),
+            "observations": _loads(row[11]),
+            "trace": row[12],
+            "time": row[13],
+        }
     )
 
 
-def _insert_records(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> list[int]:
+def _insert_records(
+    conn: sqlite3.Connection, rows: list[dict[str, Any]], known: Mapping[PropKey, int]
+) -> tuple[list[int], dict[PropKey, int]]:
+    """Insert rows; return their ids and the property keys looked up on the way."""
     ids: list[int] = []
-    prop_keys: dict[tuple[str, str, int, str], int] = {}
+    prop_keys: dict[PropKey, int] = dict(known)
     seen_rounds: set[tuple[str, int]] = set()
     for row in rows:
         run_round = (row["run_id"], row["round"])
@@ -427,7 +475,7 @@ def _insert_records(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> lis
             {**row, "prop_key": prop_keys[prop], "property_id": prop[0]},
         )
         ids.append(cursor.fetchone()[0])
-    return ids
+    return ids, prop_keys
 
 
 def _insert_diagnoses(conn: sqlite3.Connection, records: list[DiagnosisRecord]) -> list[int]:
@@ -449,7 +497,11 @@ def _insert_diagnoses(conn: sqlite3.Connection, records: list[DiagnosisRecord]) 
     return ids
 
 
-def _prop_key(conn: sqlite3.Connection, prop: tuple[str, str, int, str]) -> int:
+def _loads(text: str) -> Any:
+    return {} if text == "{}" else json.loads(text)
+
+
+def _prop_key(conn: sqlite3.Connection, prop: PropKey) -> int:
     conn.execute(
         "INSERT OR IGNORE INTO properties (property_id, kind, level, description) "
         "VALUES (?, ?, ?, ?)",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -119,17 +121,26 @@ class Summary(BaseModel):
 
 def summarize(latest: Latest, up_to_round: int | None = None) -> Summary:
     """Count latest outcomes per outcome, per kind and per level."""
+    counts = Counter(
+        (r.property.kind, r.property.level, Outcome(r.outcome).value) for r in latest.values()
+    )
+    return summarize_counts(((k, lv, o, n) for (k, lv, o), n in counts.items()), up_to_round)
+
+
+def summarize_counts(
+    counts: Iterable[tuple[str, int, str, int]], up_to_round: int | None = None
+) -> Summary:
+    """Fold (kind, level, outcome, properties) counts into a `Summary`."""
     by_outcome = {o.value: 0 for o in Outcome}
     by_kind: dict[str, Counter[str]] = {}
     by_level: dict[int, Counter[str]] = {}
-    for record in latest.values():
-        outcome = Outcome(record.outcome).value
-        by_outcome[outcome] += 1
-        by_kind.setdefault(record.property.kind, Counter())[outcome] += 1
-        by_level.setdefault(record.property.level, Counter())[outcome] += 1
+    for kind, level, outcome, n in counts:
+        by_outcome[outcome] += n
+        by_kind.setdefault(kind, Counter())[outcome] += n
+        by_level.setdefault(level, Counter())[outcome] += n
     return Summary(
         up_to_round=up_to_round,
-        properties=len(latest),
+        properties=sum(by_outcome.values()),
         by_outcome=by_outcome,
         by_kind={k: dict(by_kind[k]) for k in sorted(by_kind)},
         by_level={lv: dict(by_level[lv]) for lv in sorted(by_level)},
@@ -140,71 +151,106 @@ DETAIL_CHARS = 160
 """How much of a record's observations or trace one rendered line keeps."""
 
 
-def render(latest: Latest, change: Transitions | None, *, max_chars: int, round: int | None) -> str:
+class Seen(NamedTuple):
+    """A property's latest outcome in an earlier state, and the round it came from."""
+
+    outcome: Outcome
+    round: int
+
+
+def render(
+    latest: Latest,
+    previous: Mapping[str, Seen] | None,
+    *,
+    max_chars: int,
+    round: int | None,
+    previous_round: int | None = None,
+) -> str:
     """Render the latest evidence as text of at most `max_chars` characters.
 
-    Order: regressions (from `change`), violated, not established, established
-    (ids only). Lines are added in that order until the next one would not fit;
-    the last line then counts, per section, what was left out.
+    Order: regressions (established in `previous`, violated now), violated, not
+    established, established (ids only). Lines are added in that order until the
+    next one would not fit; the last line then counts, per section, what was left out.
+    """
+    problems = {p: r for p, r in latest.items() if r.outcome != E}
+    established = sorted(p for p, r in latest.items() if r.outcome == E)
+    return render_parts(
+        problems,
+        established,
+        previous,
+        max_chars=max_chars,
+        round=round,
+        previous_round=previous_round,
+    )
+
+
+def render_parts(
+    problems: Latest,
+    established: Sequence[str],
+    previous: Mapping[str, Seen] | None,
+    *,
+    max_chars: int,
+    round: int | None,
+    previous_round: int | None = None,
+) -> str:
+    """`render`, given the latest records that are not established and the ids that are.
+
+    The store calls this directly so that established properties, which render as
+    ids only, need no records built. Lines are formatted only when they are reached.
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be positive, not {max_chars}")
-    regressions = [c for c in change.regressions if c.after is not None] if change else []
-    regressed = {c.property_id for c in regressions}
-    sections: list[tuple[str, list[str]]] = [
-        ("regressions", [_line("REGRESSED", c.after, c.before) for c in regressions]),  # type: ignore[arg-type]
-        (
-            "violated",
-            [
-                _line("VIOLATED", r)
-                for p, r in sorted(latest.items())
-                if r.outcome == V and p not in regressed
-            ],
-        ),
-        (
-            "not established",
-            [_line("UNRESOLVED", r) for _, r in sorted(latest.items()) if r.outcome == N],
-        ),
+    ordered = sorted(problems.items())
+    before = previous or {}
+    regressed = [
+        (r, seen)
+        for p, r in ordered
+        if r.outcome == V and (seen := before.get(p)) is not None and seen.outcome == E
     ]
-    established = sorted(p for p, r in latest.items() if r.outcome == E)
-    counts = Counter(Outcome(r.outcome).value for r in latest.values())
+    regressed_ids = {r.property.id for r, _ in regressed}
+    violated = [r for p, r in ordered if r.outcome == V and p not in regressed_ids]
+    unresolved = [r for _, r in ordered if r.outcome == N]
+    sections: list[tuple[str, int, Iterator[str]]] = [
+        ("regressions", len(regressed), (_line("REGRESSED", r, s.round) for r, s in regressed)),
+        ("violated", len(violated), (_line("VIOLATED", r) for r in violated)),
+        ("not established", len(unresolved), (_line("UNRESOLVED", r) for r in unresolved)),
+    ]
     where = "all rounds" if round is None else f"after round {round}"
-    since = (
-        f" ({len(regressed)} regressed since round {change.from_round})"
-        if change and regressed
-        else ""
-    )
+    since = f" ({len(regressed)} regressed since round {previous_round})" if regressed else ""
     header = (
-        f"Evidence {where}: {len(latest)} properties; {counts[E.value]} established, "
-        f"{counts[V.value]} violated{since}, {counts[N.value]} not established."
+        f"Evidence {where}: {len(problems) + len(established)} properties; "
+        f"{len(established)} established, "
+        f"{len(regressed) + len(violated)} violated{since}, {len(unresolved)} not established."
     )
-    totals = {name: len(lines) for name, lines in sections} | {"established": len(established)}
-    reserve = len(_left_out(totals)) + 1
-    text, left = header, dict(totals)
+    left = {name: n for name, n, _ in sections} | {"established": len(established)}
+    reserve = len(_left_out(left)) + 1
+    parts, used = [header], len(header)
 
-    def fits(piece: str) -> bool:
-        return len(text) + len(piece) + reserve <= max_chars
+    def add(piece: str) -> bool:
+        nonlocal used
+        if used + len(piece) + reserve > max_chars:
+            return False
+        parts.append(piece)
+        used += len(piece)
+        return True
 
-    for name, lines in sections:
+    for name, _, lines in sections:
         for line in lines:
-            if not fits("\n" + line):
+            if not add("\n" + line):
                 break
-            text += "\n" + line
             left[name] -= 1
         if left[name]:
             break
     else:
-        title = f"\nEstablished ({len(established)}): "
-        if established and fits(title + established[0]):
-            text += title + established[0]
+        if established and add(f"\nEstablished ({len(established)}): {established[0]}"):
             left["established"] -= 1
             for pid in established[1:]:
-                if not fits(", " + pid):
+                if not add(", " + pid):
                     break
-                text += ", " + pid
                 left["established"] -= 1
     if any(left.values()):
-        text += "\n" + _left_out(left)
+        parts.append("\n" + _left_out(left))
+    text = "".join(parts)
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
@@ -213,13 +259,13 @@ def _left_out(left: dict[str, int]) -> str:
     return f"[{sum(left.values())} more not shown: {parts}]"
 
 
-def _line(label: str, record: EvidenceRecord, established: EvidenceRecord | None = None) -> str:
+def _line(label: str, record: EvidenceRecord, established_in: int | None = None) -> str:
     prop = record.property
     parts = [f"- {label} {prop.id} ({prop.kind}, L{prop.level}, round {record.round}"]
     if record.score is not None:
         parts.append(f", score {record.score:.3g}")
-    if established is not None:
-        parts.append(f", established in round {established.round}")
+    if established_in is not None:
+        parts.append(f", established in round {established_in}")
     parts.append(")")
     detail = _detail(record)
     return "".join(parts) + (f": {detail}" if detail else "")

@@ -204,3 +204,19 @@ def test_a_tight_budget_keeps_violations_and_drops_established_first():
 def test_render_refuses_a_non_positive_budget():
     with pytest.raises(ValueError, match="positive"):
         render({}, None, max_chars=0, round=None)
+
+
+def test_the_stores_summary_agrees_with_counting_the_latest_records(store):
+    for round in range(4):
+        store.append_many(
+            _rec(
+                f"p{i}",
+                ("established", "violated", "not_established")[(i + round) % 3],
+                round,
+                kind=("jit", "imports")[i % 2],
+                level=i % 3,
+            )
+            for i in range(12 + round)
+        )
+    for up_to in (None, 0, 2):
+        assert store.summary(up_to_round=up_to) == summarize(store.latest(up_to_round=up_to), up_to)
