@@ -37,6 +37,19 @@ with section("interface"):
 
 import jax, jax.numpy as jnp
 from mlp_train import checkpoint, config, data, losses, model, optim
+
+
+def compiled(fn, static_argnums):
+    """fn under jax.jit (one compilation instead of many eager ones); eager if it does not trace."""
+    jitted = jax.jit(fn, static_argnums=static_argnums)
+
+    def call(*args):
+        try:
+            return jitted(*args)
+        except Exception:
+            return fn(*args)
+
+    return call
 MC, TC = config.ModelConfig(), config.TrainConfig()
 INIT = os.path.join(ASSETS, "init.safetensors")
 DATA = os.path.join(ASSETS, "dataset.npz")
@@ -62,22 +75,25 @@ with section("schedule"):
     save("schedule/lr", np.array([optim.lr_at(s, TC) for s in range(TC.total_steps + 5)]))
 
 with section("hidden"):
+    hidden_states = compiled(model.hidden_states, (2,))
     for n in (1, 33):
-        for i, h in enumerate(model.hidden_states(params, jnp.asarray(INPUTS[f"x_{n}"]), MC)):
+        for i, h in enumerate(hidden_states(params, jnp.asarray(INPUTS[f"x_{n}"]), MC)):
             save(f"hidden/{n}/{i}", np.asarray(h))
 
 with section("forward"):
+    forward = compiled(model.apply, (2,))
     for n in (1, 8, 64):
-        save(f"logits/{n}", np.asarray(model.apply(params, jnp.asarray(INPUTS[f"x_{n}"]), MC)))
+        save(f"logits/{n}", np.asarray(forward(params, jnp.asarray(INPUTS[f"x_{n}"]), MC)))
 
 with section("loss"):
+    cross_entropy = compiled(losses.cross_entropy, (2,))
     for s in (0.0, 0.1):
-        ce = losses.cross_entropy(jnp.asarray(INPUTS["ce_logits"]), jnp.asarray(INPUTS["ce_labels"]), s)
+        ce = cross_entropy(jnp.asarray(INPUTS["ce_logits"]), jnp.asarray(INPUTS["ce_labels"]), s)
         save(f"ce/{s}", np.asarray(ce))
 
 with section("grad"):
     from mlp_train import train as train_mod
-    loss, grads = jax.value_and_grad(train_mod.loss_fn)(
+    loss, grads = compiled(jax.value_and_grad(train_mod.loss_fn), (3, 4))(
         params, jnp.asarray(INPUTS["grad_x"]), jnp.asarray(INPUTS["grad_y"]), MC, TC)
     save("grad/loss", np.asarray(loss))
     for key, value in checkpoint.to_state_dict(grads).items():

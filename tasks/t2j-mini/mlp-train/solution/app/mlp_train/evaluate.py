@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from mlp_train.config import ModelConfig
@@ -16,6 +17,7 @@ def evaluate(params: Any, ds: Dataset, cfg: ModelConfig) -> dict[str, float]:
     """Mean loss and accuracy of the model on `ds`, in eval mode (no dropout)."""
     logits = apply(params, jnp.asarray(ds.x), cfg, train=False)
     labels = jnp.asarray(ds.y)
-    loss = float(cross_entropy(logits, labels))
-    accuracy = float(jnp.mean(jnp.argmax(logits, axis=-1) == labels))
-    return {"loss": loss, "accuracy": accuracy}
+    loss, accuracy = jax.device_get(
+        (cross_entropy(logits, labels), jnp.mean(jnp.argmax(logits, axis=-1) == labels))
+    )
+    return {"loss": float(loss), "accuracy": float(accuracy)}

@@ -1,0 +1,250 @@
+"""The shared t2j-mini grading library (tasks/t2j-mini/common/grading.py) and its per-task copies."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+COMMON = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "common"
+requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"t2j_{name}", COMMON / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+g = _load("grading")
+sync = _load("sync")
+
+MEASURES = [
+    lambda a, b: g.tensor_similarity(a, b),
+    lambda a, b: g.distributional_similarity(a, b),
+    lambda a, b: g.exact_agreement(a, b),
+]
+
+
+# ---- similarity measures --------------------------------------------------------------------
+@pytest.mark.parametrize("measure", MEASURES)
+def test_identical_arrays_score_one(measure):
+    x = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
+    assert measure(x, x.copy()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("measure", MEASURES)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_score_zero(measure, bad):
+    x = np.ones((3, 4), dtype=np.float32)
+    y = x.copy()
+    y[1, 2] = bad
+    assert measure(y, x) == 0.0
+    assert measure(x, y) == 0.0
+
+
+@pytest.mark.parametrize("measure", MEASURES)
+def test_shape_mismatch_scores_zero(measure):
+    assert measure(np.ones((3, 4)), np.ones((4, 3))) == 0.0
+    assert measure(np.ones((3, 4)), np.ones((3, 4, 1))) == 0.0
+
+
+def test_tensor_similarity_sees_uniform_scaling_that_a_cosine_misses():
+    x = np.arange(1.0, 10.0)
+    assert g.tensor_similarity(2 * x, x) == pytest.approx(math.sqrt(0.5))
+    assert g.tensor_similarity(-x, x) == pytest.approx(0.0, abs=1e-3)
+    assert g.tensor_similarity(np.zeros(3), np.zeros(3)) == 1.0
+    assert g.tensor_similarity(np.zeros(3), np.ones(3)) == 0.0
+
+
+def test_tensor_similarity_decreases_with_error_and_stays_bounded():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=1000)
+    scores = [g.tensor_similarity(x + eps * rng.normal(size=1000), x) for eps in (1e-6, 1e-3, 1e-1, 1.0, 10.0)]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert scores == sorted(scores, reverse=True)
+    assert scores[0] > 0.9999 and scores[-1] < 0.8
+
+
+def test_float64_inputs_are_promoted_to_float32():
+    x = np.array([1.0, 2.0, 3.0])
+    assert g.tensor_similarity(x + 1e-12, x) == 1.0
+    assert g.scalar_similarity(1.0 + 1e-12, 1.0) == 1.0
+
+
+def test_distributional_similarity_ignores_additive_constant_not_temperature():
+    z = np.random.default_rng(2).normal(size=(6, 10))
+    assert g.distributional_similarity(z + 5.0, z) == pytest.approx(1.0)
+    assert g.distributional_similarity(2.0 * z, z) < 0.95
+    assert g.distributional_similarity(np.float32(1.0), np.float32(1.0)) == 0.0  # needs a class axis
+
+
+def test_scalar_similarity_reaches_zero_at_mean_magnitude():
+    assert g.scalar_similarity(1.0, 1.0) == 1.0
+    assert g.scalar_similarity(1.1, 1.0) == pytest.approx(1 - 0.2 / 2.1)
+    assert g.scalar_similarity(3.0, 1.0) == pytest.approx(0.0, abs=1e-9)
+    assert g.scalar_similarity(-1.0, 1.0) == 0.0
+    assert g.scalar_similarity([1.0, 2.0], [1.0, 2.0]) == 0.0  # not a scalar
+    assert g.scalar_similarity(float("nan"), 1.0) == 0.0
+
+
+def test_banded_scalar_is_one_inside_the_band_and_scalar_outside():
+    assert g.banded_scalar_similarity(1.04, 1.0, band=0.05) == 1.0
+    outside = g.banded_scalar_similarity(1.15, 1.0, band=0.05)
+    assert outside == pytest.approx(1 - 2 * 0.1 / 2.15)
+    assert outside < 1.0
+    assert g.banded_scalar_similarity(1.0, 1.0, band=-1.0) == 0.0
+    assert g.banded_scalar_similarity(1.0, 1.0, band=float("nan")) == 0.0
+
+
+def test_exact_agreement_counts_equal_elements():
+    assert g.exact_agreement([1, 2, 3, 4], [1, 2, 0, 4]) == 0.75
+    assert g.exact_agreement([], []) == 1.0
+    assert g.exact_agreement([1, 2], [1, 2, 3]) == 0.0
+
+
+# ---- checks and reward ----------------------------------------------------------------------
+def _checks(spec=(1.0,), numeric=(1.0,), behavioral=(1.0,)):
+    out = [g.Check(f"s{i}", "spec", 0, s) for i, s in enumerate(spec)]
+    out += [g.Check(f"n{i}", "numeric", 1, s) for i, s in enumerate(numeric)]
+    out += [g.Check(f"b{i}", "behavioral", 5, s) for i, s in enumerate(behavioral)]
+    return out
+
+
+def test_reward_is_spec_gated_and_renormalized():
+    full = g.spec_gated_reward(_checks(), independent=True)
+    assert full["reward"] == 1.0
+    assert g.spec_gated_reward(_checks(), independent=False)["reward"] == 0.0
+    half_spec = g.spec_gated_reward(_checks(spec=(1.0, 0.0)), independent=True)
+    assert half_spec["reward"] == pytest.approx(0.5)
+    mixed = g.spec_gated_reward(_checks(numeric=(1.0, 0.5), behavioral=(0.0,)), independent=True)
+    assert mixed["reward"] == pytest.approx((0.75 + 0.0) / 2)
+    numeric_only = g.spec_gated_reward(_checks(numeric=(0.8,), behavioral=()), independent=True)
+    assert numeric_only["reward"] == pytest.approx(0.8)
+    assert numeric_only["components"]["behavioral"] is None
+    assert set(full["checks"]) == {"s0", "n0", "b0"}
+
+
+def test_check_rejects_unknown_aspect_and_clamps_scores():
+    with pytest.raises(ValueError):
+        g.Check("x", "style", 0, 1.0)
+    assert g.Check("x", "numeric", 1, float("nan")).score == 0.0
+    assert g.Check("x", "numeric", 1, 3.0).score == 1.0
+
+
+def test_write_reward_is_atomic_json(tmp_path):
+    path = g.write_reward(tmp_path / "logs", {"reward": 0.5, "components": {}})
+    assert path.name == "reward.json"
+    assert '"reward": 0.5' in path.read_text()
+    assert [p.name for p in path.parent.iterdir()] == ["reward.json"]
+
+
+# ---- static independence --------------------------------------------------------------------
+def test_scan_finds_every_way_of_importing_torch(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "clean.py").write_text("import numpy as np\nimport torchvision_like_name_not\n")
+    (tmp_path / "pkg" / "a.py").write_text("import os\nimport torch.nn as nn\n")
+    (tmp_path / "pkg" / "b.py").write_text("from torch import tensor\n")
+    (tmp_path / "pkg" / "c.py").write_text("import importlib\nm = importlib.import_module('torch')\n")
+    (tmp_path / "pkg" / "d.py").write_text("def f():\n    try:\n        import torch\n    except ImportError:\n        pass\n")
+    (tmp_path / "pkg" / "e.py").write_text("def broken(:\n")
+    findings = g.scan_forbidden_imports(tmp_path, ["torch"])
+    files = sorted({f.split(":")[0] for f in findings})
+    assert files == ["pkg/a.py", "pkg/b.py", "pkg/c.py", "pkg/d.py", "pkg/e.py"]
+    assert g.scan_forbidden_imports(tmp_path / "pkg", ["jaxlib"]) == ["e.py:1: does not parse"]
+
+
+# ---- running the candidate ------------------------------------------------------------------
+@pytest.fixture()
+def candidate(tmp_path):
+    app = tmp_path / "app"
+    (app / "pkg").mkdir(parents=True)
+    (app / "pkg" / "__init__.py").write_text("VALUE = 7\n")
+    secret = tmp_path / "tests" / "refs"
+    secret.mkdir(parents=True)
+    (secret / "answer.txt").write_text("42")
+    return app, secret
+
+
+@requires_bwrap
+def test_driver_sees_candidate_inputs_but_not_grader_files_torch_or_network(candidate):
+    app, secret = candidate
+    driver = f"""
+import os, socket
+with section("use"):
+    import pkg
+    record("value", pkg.VALUE)
+    save("doubled", INPUTS["x"] * 2)
+    record("param", PARAMS["p"])
+with section("secret"):
+    record("secret", open({str(secret / 'answer.txt')!r}).read())
+with section("torch"):
+    import torch
+with section("net"):
+    socket.create_connection(("127.0.0.1", 9), timeout=2)
+with section("write_app"):
+    open(os.path.join(APP, "x.txt"), "w").write("x")
+"""
+    run = g.run_candidate(driver, app_dir=app, inputs={"x": np.arange(3)}, json_inputs={"p": "q"}, timeout_s=120)
+    assert run.isolation == "bwrap"
+    assert run.finished and run.returncode == 0
+    assert run.values["value"] == 7 and run.values["param"] == "q"
+    assert run.arrays["doubled"].tolist() == [0, 2, 4]
+    assert run.failed("use") is None
+    assert "secret" not in run.values and "No such file" in run.errors["secret"]
+    assert "No module named 'torch'" in run.errors["torch"]
+    assert run.failed("net") is not None
+    assert run.failed("write_app") is not None and not (app / "x.txt").exists()
+    assert run.leaked == []
+
+
+@requires_bwrap
+def test_timeout_and_crash_are_data_not_exceptions(candidate):
+    app, _ = candidate
+    slow = g.run_candidate("import time\nwith section('a'):\n    record('a', 1)\ntime.sleep(60)\n",
+                           app_dir=app, timeout_s=3)
+    assert slow.timed_out and slow.returncode == 124 and not slow.finished
+    crash = g.run_candidate("record('before', 1)\nraise SystemExit(3)\n", app_dir=app, timeout_s=60)
+    assert crash.returncode == 3 and not crash.finished
+    assert crash.values["before"] == 1  # outputs written at exit even after a failure
+    assert "did not run" in crash.failed("later")
+
+
+def test_without_isolation_the_blocker_still_removes_torch(candidate):
+    app, _ = candidate
+    run = g.run_candidate("with section('t'):\n    import torch\nrecord('ok', 1)\n", app_dir=app,
+                          timeout_s=120, isolation="none")
+    assert run.isolation == "none" and run.values["ok"] == 1
+    assert "No module named 'torch'" in run.errors["t"]
+
+
+@requires_bwrap
+def test_leaked_modules_are_reported(candidate):
+    app, _ = candidate
+    # a module compiled into the interpreter cannot be removed from disk: as a stand-in for a
+    # forbidden package that slipped through, the runtime check must list it
+    run = g.run_candidate("import itertools\n", app_dir=app, timeout_s=60, forbidden=["itertools"])
+    assert run.finished and "itertools" in run.leaked
+
+
+# ---- per-task copies ------------------------------------------------------------------------
+def test_every_task_carries_an_identical_copy():
+    assert sync.task_test_dirs(), "no t2j-mini task found"
+    assert sync.stale_copies() == []
+
+
+def test_sync_refreshes_a_stale_copy(tmp_path):
+    suite = tmp_path / "suite"
+    (suite / "t" / "tests").mkdir(parents=True)
+    (suite / "t" / "tests" / "test.sh").write_text("#!/bin/sh\n")
+    (suite / "t" / "tests" / "grading.py").write_text("old")
+    assert sync.stale_copies(suite) == [suite / "t" / "tests" / "grading.py"]
+    sync.sync(suite)
+    assert sync.stale_copies(suite) == []
