@@ -20,7 +20,13 @@ from pathlib import Path
 from harness.boundary import SECRET_NAME, Boundary, BoundaryViolation, Limits
 from harness.sandbox.base import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.process import SYSTEM_PATH, host_prlimit, limit_prefix, run_limited
+from harness.sandbox.process import (
+    SYSTEM_PATH,
+    host_prlimit,
+    limit_prefix,
+    pids_cgroup_available,
+    run_limited,
+)
 
 
 def bwrap_path() -> str | None:
@@ -105,12 +111,38 @@ class BwrapSandbox:
         for mount in sorted(b.mounts, key=lambda m: len(m.inside)):
             if not mount.host.exists():
                 raise SandboxError(f"boundary {b.name}: mount source {mount.host} does not exist")
+            link = self._same_symlink(mount)
+            if link is not None:
+                args += ["--symlink", link, mount.inside]
+                continue
             args += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         args += self._cover_hidden()
         args += self._hide_packages()
         args += ["--remount-ro", "/"]  # only the writable mount and /tmp take writes
         return args
+
+    def _same_symlink(self, mount) -> str | None:
+        """The host's link text where a mount repeats a host symlink (`/bin` -> `usr/bin`).
+
+        A symlink inside is cheaper than another bind mount, and it is exactly what the
+        host has, provided the target is mounted at its own path.
+        """
+        if mount.writable or not os.path.islink(mount.inside):
+            return None
+        if Path(os.path.realpath(mount.inside)) != mount.host:
+            return None
+        if self._inside_of_other(mount) != str(mount.host):
+            return None
+        return os.readlink(mount.inside)
+
+    def _inside_of_other(self, skip) -> str | None:
+        for mount in self.boundary.mounts:
+            if mount is skip:
+                continue
+            if skip.host == mount.host or mount.host in skip.host.parents:
+                return os.path.normpath(f"{mount.inside}/{skip.host.relative_to(mount.host)}")
+        return None
 
     def _cover_hidden(self) -> list[str]:
         """Cover hidden roots that lie under a mounted root (an empty, read-only layer)."""
@@ -180,8 +212,9 @@ class BwrapSandbox:
         if not argv:
             raise SandboxError("empty command")
         limits = self._limits(timeout_s)
-        # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox.
-        wrapper = limit_prefix(limits, prlimit=self._prlimit, nproc=True)
+        # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
+        # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
+        wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
         full = [*self._prefix, "--chdir", workdir, "--", *wrapper, *argv]
         return run_limited(
             full,

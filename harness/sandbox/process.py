@@ -75,7 +75,7 @@ class PidsCgroup:
     @classmethod
     def create(cls, max_procs: int) -> PidsCgroup | None:
         """A fresh group, or None where no writable pids hierarchy exists."""
-        if not os.access(_PIDS_CGROUP_ROOT, os.W_OK):
+        if not pids_cgroup_available():
             return None
         parent = _PIDS_CGROUP_ROOT / "twin"
         path = parent / uuid.uuid4().hex[:12]
@@ -146,6 +146,11 @@ def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[st
     return [*args, "--"]
 
 
+def pids_cgroup_available() -> bool:
+    """Whether commands can be put in a pids cgroup here (then it, not RLIMIT_NPROC, caps them)."""
+    return os.access(_PIDS_CGROUP_ROOT, os.W_OK)
+
+
 def host_prlimit() -> str | None:
     return shutil.which("prlimit", path=SYSTEM_PATH)
 
@@ -171,9 +176,13 @@ def run_limited(
     if shutil.which(program, path=env.get("PATH", SYSTEM_PATH)) is None:
         raise SandboxError(f"could not start {argv[0]}: no such program")
     cgroup = PidsCgroup.create(limits.max_procs)
-    if cgroup is not None:
-        argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs_file, *argv]
     preexec = None if rlimits_in_argv else _rlimits_setter(limits)
+    if cgroup is not None:
+        # One small shell joins the group and sets the rlimits, then becomes the command.
+        kib = limits.memory_mb * 1024
+        join = f'echo $$ > "$0" && ulimit -v {kib} && ulimit -c 0 && exec "$@"'
+        argv = ["/bin/sh", "-c", join, cgroup.procs_file, *argv]
+        preexec = None
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
