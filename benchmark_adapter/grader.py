@@ -102,7 +102,7 @@ def run_grader(
         try:
             env, script = _grader_env(task, candidate, logs_dir, isolated=sandbox != "none")
             started = time.monotonic()
-            result = box.exec(["bash", script], cwd=env["TESTS_DIR"], env=env,
+            result = box.exec(["bash", script], cwd="/tests", env=env,
                               timeout_s=task.verifier_timeout_s)
             duration = time.monotonic() - started
         finally:
