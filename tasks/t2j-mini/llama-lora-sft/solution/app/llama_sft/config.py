@@ -54,7 +54,7 @@ class TrainConfig:
     warmup_steps: int = 5
     total_steps: int = 60
     batch_size: int = 8
-    max_seq_len: int = 80
+    max_seq_len: int = 64
     val_fraction: float = 0.1
     split_seed: int = 1234
     seed: int = 0

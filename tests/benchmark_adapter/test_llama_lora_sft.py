@@ -1,0 +1,200 @@
+"""The llama-lora-sft task: it loads, its oracle earns full reward, its grader has teeth.
+
+The grader is run exactly as shipped (tests/test.sh, with the path variables pointing at
+temporary directories) on the oracle, on the unmigrated PyTorch original, on a candidate
+that imports torch, on an empty candidate and on seeded defects (a fast subset by default,
+the full sweep with check coverage under `-m slow`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmark_adapter.defects import apply_defect
+from benchmark_adapter.grader import Grade
+from benchmark_adapter.sweep import run_sweep
+from benchmark_adapter.task import load_task
+from tests.conftest import TASKS_DIR
+
+TASK = TASKS_DIR / "t2j-mini" / "llama-lora-sft"
+ORACLE = TASK / "solution" / "app"
+ASSETS = TASK / "environment" / "assets"
+FAST_DEFECTS = ["attention-no-causal-mask", "label-mask-off-by-one", "adamw-decay-on-frozen-base"]
+MODULES = {
+    "__init__", "config", "tokenizer", "template", "data", "lora", "checkpoint", "loss", "optim",
+    "evaluate", "train", "modeling/__init__", "modeling/norm", "modeling/rotary", "modeling/attention",
+    "modeling/mlp", "modeling/llama",
+}
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="the oracle needs jax")
+
+
+def _defects():
+    path = Path(__file__).parent / "defects" / "llama_lora_sft.py"
+    spec = importlib.util.spec_from_file_location("llama_lora_sft_defects", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DEFECTS
+
+
+DEFECTS = _defects()
+
+
+def grade(candidate: Path, logs: Path) -> dict:
+    """Run the shipped grader on `candidate`; returns reward.json."""
+    env = {**os.environ, "TESTS_DIR": str(TASK / "tests"), "APP_DIR": str(candidate),
+           "ASSETS_DIR": str(ASSETS), "LOGS_DIR": str(logs), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(TASK / "tests" / "test.sh")], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads((logs / "reward.json").read_text())
+
+
+def _modules(package: Path) -> set[str]:
+    return {str(p.relative_to(package).with_suffix("")) for p in package.rglob("*.py")}
+
+
+@pytest.fixture(scope="module")
+def oracle_result(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("oracle")
+    app = root / "app"
+    subprocess.run(["bash", str(TASK / "solution" / "solve.sh")], env={**os.environ, "APP_DIR": str(app)},
+                   check=True)
+    return grade(app, root / "logs")
+
+
+def test_task_loads_and_hides_its_grader():
+    task = load_task(TASK)
+    assert task.name == "llama-lora-sft"
+    assert task.settings.forbidden_packages == ["torch"]
+    assert task.tests_dir in task.hidden_roots and task.solution_dir in task.hidden_roots
+    assert _modules(task.source_dir / "llama_sft") == _modules(ORACLE / "llama_sft") == MODULES
+    for module in ("config", "tokenizer", "template", "data", "lora", "checkpoint", "loss", "optim",
+                   "evaluate", "train"):
+        assert f"`{module}`" in task.instruction
+
+
+def test_assets_are_small_and_regenerated_exactly(tmp_path):
+    out = tmp_path / "assets"
+    subprocess.run([sys.executable, str(TASK / "environment" / "make_assets.py"), "--out", str(out)], check=True)
+    for name in ("config.json", "model.safetensors", "sft_data.jsonl"):
+        assert (out / name).read_bytes() == (ASSETS / name).read_bytes(), name
+    assert (ASSETS / "model.safetensors").stat().st_size < 5_000_000
+    from safetensors.numpy import load_file
+
+    config = json.loads((ASSETS / "config.json").read_text())
+    tensors = load_file(str(ASSETS / "model.safetensors"))
+    head_dim = config["dim"] // config["n_heads"]
+    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (config["n_kv_heads"] * head_dim, config["dim"])
+    versions = json.loads((TASK / "tests" / "refs" / "VERSIONS.json").read_text())
+    assert versions["torch"].startswith("2.") and versions["numpy"]
+
+
+def test_grading_library_is_the_shared_copy():
+    common = TASKS_DIR / "t2j-mini" / "common" / "grading.py"
+    assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
+
+
+def test_defects_apply_to_the_oracle(tmp_path):
+    assert len(DEFECTS) >= 12
+    assert len({d.name for d in DEFECTS}) == len(DEFECTS)
+    for defect in DEFECTS:
+        assert defect.component.startswith("llama_sft.")
+        apply_defect(ORACLE, defect, tmp_path / defect.name)
+
+
+def test_oracle_scores_at_least_097(oracle_result):
+    assert oracle_result["reward"] >= 0.97, json.dumps(oracle_result["checks"], indent=1)
+    assert oracle_result["components"]["independence"] == 1.0
+    assert oracle_result["components"]["spec"] == 1.0
+    failing = {k: v["score"] for k, v in oracle_result["checks"].items() if v["score"] < 0.97}
+    assert not failing, failing
+
+
+def test_torch_original_scores_zero(tmp_path):
+    app = tmp_path / "app"
+    shutil.copytree(TASK / "environment" / "source", app)
+    result = grade(app, tmp_path / "logs")
+    assert result["reward"] == 0.0
+    assert result["components"]["independence"] == 0.0
+    assert any("torch" in f for f in result["independence"]["static"])
+
+
+def test_guarded_torch_import_scores_zero(tmp_path):
+    """Numerically perfect, but the candidate reaches for torch: the gate zeroes the reward."""
+    app = tmp_path / "app"
+    shutil.copytree(ORACLE, app)
+    lora = app / "llama_sft" / "lora.py"
+    lora.write_text("try:\n    import torch  # noqa: F401\nexcept ImportError:\n    torch = None\n" + lora.read_text())
+    result = grade(app, tmp_path / "logs")
+    assert result["reward"] == 0.0
+    assert result["components"]["independence"] == 0.0
+    assert result["checks"]["L3.forward.lora"]["score"] > 0.97  # the numbers alone would have passed
+
+
+def test_empty_candidate_scores_zero(tmp_path):
+    app = tmp_path / "app"
+    app.mkdir()
+    result = grade(app, tmp_path / "logs")
+    assert result["reward"] == 0.0
+    assert result["checks"]["L0.layout"]["score"] == 0.0
+
+
+@pytest.mark.parametrize("name", FAST_DEFECTS)
+def test_fast_defects_lower_the_reward(name, oracle_result, tmp_path):
+    defect = next(d for d in DEFECTS if d.name == name)
+    app = apply_defect(ORACLE, defect, tmp_path / "app")
+    result = grade(app, tmp_path / "logs")
+    assert result["reward"] < oracle_result["reward"] - 1e-6
+    tripped = [k for k, v in result["checks"].items() if v["score"] < oracle_result["checks"][k]["score"] - 1e-6]
+    assert tripped, f"{name} tripped no check"
+
+
+def _grade_fn(task, candidate: Path) -> Grade:
+    logs = candidate.parent / "logs"
+    result = grade(candidate, logs)
+    return Grade(task=task.name, candidate=str(candidate), reward=result["reward"],
+                 components=result["components"], checks=result["checks"], reward_file="reward.json",
+                 returncode=0, duration_s=0.0, sandbox="test.sh")
+
+
+@pytest.mark.slow
+def test_full_defect_sweep_catches_every_defect_and_trips_most_checks(oracle_result, tmp_path):
+    task = load_task(TASK)
+    oracle = Grade(task=task.name, candidate=str(ORACLE), reward=oracle_result["reward"],
+                   components=oracle_result["components"], checks=oracle_result["checks"],
+                   reward_file="reward.json", returncode=0, duration_s=0.0, sandbox="test.sh")
+    report = run_sweep(task, DEFECTS, grade_fn=_grade_fn, oracle_grade=oracle)
+    missed = [d.name for d in report.defects if not d.caught]
+    assert not missed, missed
+    assert report.tripped_fraction >= 0.85, report.untripped_checks
+
+
+@pytest.mark.slow
+def test_references_are_reproduced_by_the_original(tmp_path):
+    """Re-recording from the PyTorch original gives the stored inputs and references."""
+    pytest.importorskip("torch")
+    copy = tmp_path / "task"
+    shutil.copytree(TASK, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, str(copy / "tests" / "record_refs.py")], check=True, capture_output=True,
+                   timeout=900)
+    for name in ("inputs/inputs.npz", "refs/refs.npz"):
+        fresh, stored = np.load(copy / "tests" / name), np.load(TASK / "tests" / name)
+        assert set(fresh.files) == set(stored.files)
+        for key in stored.files:
+            np.testing.assert_allclose(fresh[key], stored[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    fresh_values = json.loads((copy / "tests" / "refs" / "refs.json").read_text())
+    stored_values = json.loads((TASK / "tests" / "refs" / "refs.json").read_text())
+    for key in ("data.val_prompts", "data.batches", "tok.encode", "template.prompt", "loss.count"):
+        assert fresh_values[key] == stored_values[key], key
+    assert fresh_values["train.fixed.metrics"]["val_loss"] == pytest.approx(
+        stored_values["train.fixed.metrics"]["val_loss"], rel=1e-5)
