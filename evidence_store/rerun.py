@@ -36,8 +36,10 @@ class RerunSpec(BaseModel):
     options: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of the factory."
     )
-    task: str = Field(description="The task directory the probe ran for.")
-    candidate: str = Field(description="The candidate directory the probe examined.")
+    task: str | None = Field(default=None, description="The task directory the probe ran for.")
+    candidate: str | None = Field(
+        default=None, description="The candidate directory the probe examined."
+    )
 
     def to_context(self) -> dict[str, Any]:
         """The entry to put under `context["rerun"]` of a probe result."""
@@ -49,14 +51,19 @@ def rerun_record(
     record_id: int,
     *,
     round: int | None = None,
+    task: Path | str | None = None,
+    candidate: Path | str | None = None,
     context_builder: ContextBuilder | None = None,
 ) -> EvidenceRecord:
     """Re-execute record `record_id` and append the new result to `store`.
 
     Args:
         round: the round to file the new record under (default: the original's round).
+        task: the task directory (default: the one the spec names).
+        candidate: the candidate to examine (default: the one the spec names), e.g. a
+            later round's candidate to see whether a property still holds.
         context_builder: builds the probe context (default: `probes.context.make_context`
-            on the loaded task, with the original's candidate commit).
+            with the original's seed, device, precision, sandbox and candidate commit).
 
     Returns:
         The appended record (with its record id). Its context is the original's, updated
@@ -64,14 +71,26 @@ def rerun_record(
         that raises is recorded as `not_established` with its traceback: it could not tell.
 
     Raises:
-        RerunError: the record has no usable rerun spec, or its factory cannot be loaded
-            or does not return a probe.
+        RerunError: the record has no usable rerun spec (or it names no task or candidate
+            and none is given), or its factory cannot be loaded or does not return a probe.
     """
     original = store.get(record_id)
-    spec = _spec(original)
+    stored = _spec(original)
+    spec = stored.model_copy(
+        update={
+            "task": str(task or stored.task or ""),
+            "candidate": str(candidate or stored.candidate or ""),
+        }
+    )
+    for name in ("task", "candidate"):
+        if not getattr(spec, name):
+            raise RerunError(f"record {record_id}: its rerun spec names no {name}; give one")
     probe = _load_probe(spec, record_id)
     build = context_builder or _default_context
-    ctx = build(Path(spec.task), Path(spec.candidate), original.context)
+    carried = dict(original.context)
+    if spec.candidate != stored.candidate:
+        carried.pop("candidate_commit", None)  # the original's commit says nothing of this one
+    ctx = build(Path(str(spec.task)), Path(str(spec.candidate)), carried)
     try:
         result = _as_result(probe(ctx), original)
     except RerunError:
@@ -84,9 +103,9 @@ def rerun_record(
             trace=traceback.format_exc(),
         )
     # What the original kept (seeds, versions, commit) still describes this execution unless
-    # the probe reports otherwise.
-    context = {**original.context, **result.context, "rerun_of": record_id}
-    context.setdefault("rerun", spec.to_context())
+    # the probe reports otherwise; the spec names the task and candidate actually used.
+    context = {**carried, **result.context, "rerun_of": record_id}
+    context["rerun"] = {**spec.to_context(), **result.context.get("rerun", {})}
     record = EvidenceRecord.from_result(
         result.model_copy(update={"context": context}),
         run_id=original.run_id,
@@ -151,12 +170,17 @@ def _as_result(value: Any, original: EvidenceRecord) -> ProbeResult:
 
 
 def _default_context(task_dir: Path, candidate: Path, context: Mapping[str, Any]) -> Any:
-    from benchmark_adapter.task import load_task
-
     try:
         from probes.context import make_context
     except ImportError as exc:
         raise RerunError(f"cannot build a probe context: {exc}") from None
-    return make_context(
-        load_task(task_dir), candidate, candidate_commit=context.get("candidate_commit")
-    )
+    # Run it as it ran: same seed, device, precision, sandbox and candidate commit.
+    names = {
+        "seed": "seed",
+        "device": "device",
+        "precision": "precision",
+        "sandbox": "sandbox_kind",
+        "candidate_commit": "candidate_commit",
+    }
+    options = {opt: context[key] for key, opt in names.items() if context.get(key) is not None}
+    return make_context(task_dir, candidate, **options)

@@ -96,7 +96,11 @@ def connect(path: Path) -> sqlite3.Connection:
         EvidenceStoreError: the file is not a SQLite database.
     """
     try:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        # Each thread uses its own connection; check_same_thread=False only lets `close()`
+        # close them all from whichever thread calls it.
+        conn = sqlite3.connect(
+            path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        )
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # WAL: readers never block the writer and never see a half-committed transaction;
         # a killed writer's uncommitted frames are ignored on the next open. NORMAL sync keeps

@@ -6,6 +6,7 @@ no store, a round or kind the run does not have) is one line and exit 2.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -205,6 +206,12 @@ def rerun_command(
     run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
     record: int = typer.Argument(..., help="Record id to re-execute."),
     round: int | None = typer.Option(None, "--round", help="File the result under this round."),
+    task: str | None = typer.Option(
+        None, "--task", help="Task directory (default: the record's, else the run's)."
+    ),
+    candidate: str | None = typer.Option(
+        None, "--candidate", help="Candidate to examine (default: the record's, else the run's)."
+    ),
 ) -> None:
     """Re-execute a record from what it kept and append the new result."""
     from evidence_store.rerun import rerun_record
@@ -213,5 +220,29 @@ def rerun_command(
         raise EvidenceStoreError(f"round must be non-negative, not {round}")
     with _open(run) as store:
         original = store.get(record)
-        new = rerun_record(store, record, round=round)
+        spec = original.context.get("rerun")
+        named = spec if isinstance(spec, dict) else {}
+        run_task, run_candidate = _run_defaults(store.path.parent)
+        new = rerun_record(
+            store,
+            record,
+            round=round,
+            task=task or (None if named.get("task") else run_task),
+            candidate=candidate or (None if named.get("candidate") else run_candidate),
+        )
     Console().print(_records_table(f"record {record} re-run", [original, new]))
+
+
+def _run_defaults(run_dir: Path) -> tuple[str | None, str | None]:
+    """The task and candidate of a run directory, where it records them."""
+    from harness.run import RunDir
+
+    layout = RunDir(run_dir)
+    task = None
+    if layout.config_path.is_file():
+        try:
+            task = json.loads(layout.config_path.read_text()).get("task")
+        except (OSError, ValueError, AttributeError):
+            task = None
+    candidate = str(layout.candidate.resolve()) if layout.candidate.is_dir() else None
+    return task, candidate

@@ -150,6 +150,45 @@ def test_a_record_without_a_usable_spec_cannot_be_rerun(store, make_record):
     plain = store.append(make_record("p", "violated", 1))
     with pytest.raises(RerunError, match="no 'rerun' entry"):
         rerun_record(store, plain, context_builder=_builder(0.0))
-    broken = store.append(make_record("q", "violated", 1, context={"rerun": {"factory": "m:f"}}))
-    with pytest.raises(RerunError, match="bad rerun spec: task"):
+    broken = store.append(make_record("q", "violated", 1, context={"rerun": {"options": {}}}))
+    with pytest.raises(RerunError, match="bad rerun spec: factory"):
         rerun_record(store, broken, context_builder=_builder(0.0))
+    no_task = store.append(make_record("r", "violated", 1, context={"rerun": {"factory": "m:f"}}))
+    with pytest.raises(RerunError, match="names no task; give one"):
+        rerun_record(store, no_task, context_builder=_builder(0.0))
+    assert store.count() == 3
+
+
+def test_a_spec_without_task_and_candidate_runs_on_the_ones_given(store, factories):
+    # As the built-in probes write it: factory and options only.
+    record = EvidenceRecord(
+        run_id="run-1",
+        round=2,
+        outcome=Outcome.VIOLATED,
+        property=Property(id="value.below_limit", kind="differential", level=1),
+        context={
+            "rerun": {"factory": "rerun_factories:threshold_probe", "options": {"limit": 5.0}},
+            "candidate_commit": "old",
+            "seed": 4,
+        },
+    )
+    rid = store.append(record)
+    build_seen_commit = []
+
+    def recording_build(task_dir, candidate, context):
+        build_seen_commit.append(context.get("candidate_commit"))
+        return {"value": 1.0}
+
+    new = rerun_record(
+        store, rid, task="/tasks/t9", candidate="/runs/r/round-3", context_builder=recording_build
+    )
+    assert new.outcome == Outcome.ESTABLISHED
+    assert new.context["rerun"] == {
+        "factory": "rerun_factories:threshold_probe",
+        "options": {"limit": 5.0},
+        "task": "/tasks/t9",
+        "candidate": "/runs/r/round-3",
+    }
+    # Another candidate: the original's commit is neither passed on nor carried over.
+    assert build_seen_commit == [None] and "candidate_commit" not in new.context
+    assert new.context["seed"] == 4

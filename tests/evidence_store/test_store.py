@@ -208,3 +208,15 @@ def test_a_forked_child_uses_its_own_connection(store, make_record):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert sorted(store.latest()) == ["child", "parent"]
+
+
+def test_a_runs_configuration_is_recorded_once(store, make_record):
+    store.append(make_record("p", "established", 0, run_id="r9"))
+    assert store.run_config("r9") == {}
+    store.record_run("r9", {"model": "replay:x", "rounds": 2})
+    store.record_run("r9", {"model": "other"})
+    assert store.run_config("r9") == {"model": "replay:x", "rounds": 2}
+    with pytest.raises(EvidenceStoreError, match="no run 'r10'"):
+        store.run_config("r10")
+    with pytest.raises(EvidenceStoreError, match="cannot be stored as JSON"):
+        store.record_run("r11", {"x": object()})

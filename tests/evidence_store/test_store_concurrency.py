@@ -133,3 +133,27 @@ def test_a_writer_killed_mid_batch_leaves_whole_batches_only(tmp_path):
         assert count >= size and count % size == 0
         batches = {r.context["batch"] for r in store.records()}
         assert batches == set(range(count // size))
+
+
+def test_threads_of_one_process_append_through_one_store_object(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evidence_store.records import EvidenceRecord, Property
+
+    def batch(worker: int) -> list[int]:
+        records = [
+            EvidenceRecord(
+                run_id="run",
+                round=1,
+                outcome="established",
+                property=Property(id=f"t{worker}.{i}", kind="jit"),
+            )
+            for i in range(20)
+        ]
+        return [i for r in records for i in store.append_many([r])]
+
+    with EvidenceStore(tmp_path / "evidence.sqlite") as store:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            ids = [i for chunk in pool.map(batch, range(4)) for i in chunk]
+        assert sorted(ids) == list(range(1, 81))
+        assert len(store.latest()) == 80

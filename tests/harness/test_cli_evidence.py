@@ -100,6 +100,37 @@ def test_rerun_appends_the_new_result(run_dir, capsys, monkeypatch, tmp_path):
         assert store.latest()["fwd.logits"].context["rerun_of"] == rid
 
 
+def test_rerun_takes_task_and_candidate_from_the_run_directory(
+    run_dir, capsys, monkeypatch, tmp_path
+):
+    (tmp_path / "cli_rerun_factory2.py").write_text(
+        "from evidence_store.records import ProbeResult, Property\n"
+        "def make(limit):\n"
+        "    prop = Property(id='loss', kind='differential')\n"
+        "    return lambda ctx: [ProbeResult(property=prop, outcome='violated', score=limit)]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (run_dir / "config.json").write_text(json.dumps({"task": "/tasks/t-mini", "model": "m"}))
+    (run_dir / "candidate").mkdir()
+    seen = []
+    monkeypatch.setattr(
+        rerun,
+        "_default_context",
+        lambda task, candidate, context: seen.append((str(task), str(candidate))),
+    )
+    spec = {"factory": "cli_rerun_factory2:make", "options": {"limit": 0.5}}
+    with EvidenceStore.open_run("r1") as store:
+        rid = store.append(_rec("loss", "established", 2, context={"rerun": spec}))
+    assert main(["evidence", "rerun", "r1", str(rid), "--round", "3"]) == 0
+    assert seen == [("/tasks/t-mini", str(run_dir / "candidate"))]
+    assert main(["evidence", "rerun", "r1", str(rid), "--candidate", "/elsewhere"]) == 0
+    assert seen[-1] == ("/tasks/t-mini", "/elsewhere")
+    with EvidenceStore.open_run("r1") as store:
+        [first, second] = store.records(property_id="loss")[-2:]
+    assert first.round == 3 and first.outcome == Outcome.VIOLATED
+    assert second.context["rerun"]["candidate"] == "/elsewhere"
+
+
 def test_an_empty_store_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "empty").mkdir(parents=True)
