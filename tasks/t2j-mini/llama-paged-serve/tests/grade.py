@@ -29,6 +29,7 @@ TESTS = Path(os.environ.get("TESTS_DIR", "/tests"))
 sys.path.insert(0, str(TESTS))
 
 from grading import (  # noqa: E402
+    CandidateRun,
     Check,
     banded_scalar_similarity,
     distributional_similarity,
@@ -60,10 +61,13 @@ def main() -> None:
     meta = json.loads((TESTS / "refs" / "meta.json").read_text())
 
     findings = scan_forbidden_imports(APP, ["torch"]) if APP.is_dir() else ["candidate directory missing"]
-    run = run_candidate(
-        (TESTS / "driver.py").read_text(), app_dir=APP, assets_dir=ASSETS, inputs=inputs,
-        json_inputs=params, timeout_s=DRIVER_TIMEOUT_S,
-    )
+    if findings:  # the gate is closed whatever the numbers say: do not spend time running it
+        run = CandidateRun(returncode=-1, timed_out=False, duration_s=0.0, isolation="not run")
+    else:
+        run = run_candidate(
+            (TESTS / "driver.py").read_text(), app_dir=APP, assets_dir=ASSETS, inputs=inputs,
+            json_inputs=params, timeout_s=DRIVER_TIMEOUT_S,
+        )
     independent = not findings and not run.leaked
     checks = spec_checks(run, refs) + numeric_checks(run, inputs, refs, params) + behavioral_checks(run, refs, meta)
     result = spec_gated_reward(checks, independent=independent)
@@ -72,6 +76,7 @@ def main() -> None:
         "isolation": run.isolation, "duration_s": round(run.duration_s, 2), "returncode": run.returncode,
         "timed_out": run.timed_out, "errors": {k: v[-800:] for k, v in run.errors.items()},
         "serve_budget_s": round(BUDGET_FACTOR * meta["serve_seconds"], 2),
+        "section_s": run.values.get("__section_s__", {}),
     }
     write_reward(LOGS, result)
 

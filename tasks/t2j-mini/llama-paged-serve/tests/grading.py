@@ -380,8 +380,12 @@ def save(name, array):
 def record(name, value):
     _VALUES[name] = value
 
+_TIMES = {}
+
 @_ctx.contextmanager
 def section(name):
+    import time as _time
+    _start = _time.monotonic()
     try:
         yield
         _SECTIONS.append(name)
@@ -389,10 +393,13 @@ def section(name):
         if isinstance(exc, KeyboardInterrupt):
             raise
         _ERRORS[name] = "".join(_tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+    finally:
+        _TIMES[name] = round(_time.monotonic() - _start, 3)
 
 def _flush(finished):
     _VALUES["__sections__"] = _SECTIONS
     _VALUES["__errors__"] = _ERRORS
+    _VALUES["__section_s__"] = _TIMES
     _VALUES["__leaked__"] = sorted(m for m in list(_sys.modules) if m.split(".")[0] in _FORBIDDEN)
     _VALUES["__finished__"] = finished
     _np.savez(_os.path.join(_SCRATCH, "outputs.npz"), **_ARRAYS)

@@ -34,7 +34,7 @@ RAGGED_TEXTS = [  # three batches of four prompts, lengths straddling block boun
 ]
 SERVE_PROMPTS = [
     "the cat", "a dog looked", "my friend ran to the", "she opened", "the robot carried a blue",
-    "he", "our team found an apple", "the old man painted the door with", "a small bird", "the moon",
+    "he", "our team found an apple", "the old man painted a red", "a small bird", "the moon",
 ]
 SERVE_MAX_TOKENS = [40, 40, 40, 8, 40, 5, 3, 40, 12, 40]
 SERVE_IGNORE_EOS = [False, False, True, False, False, False, False, True, False, False]

@@ -15,6 +15,7 @@ def expand_kv_heads(x: Array, n_heads: int) -> Array:
     return jnp.repeat(x, n_heads // x.shape[-2], axis=-2)
 
 
+@jax.jit
 def prefill_attention(q: Array, k: Array, v: Array, lengths: Array) -> Array:
     """Causal attention over right-padded prompts.
 
@@ -35,6 +36,7 @@ def prefill_attention(q: Array, k: Array, v: Array, lengths: Array) -> Array:
     return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
+@jax.jit
 def paged_decode_attention(
     q: Array, k_cache: Array, v_cache: Array, block_tables: Array, context_lens: Array
 ) -> Array:

@@ -84,9 +84,11 @@ class LLMEngine:
 
     def _sample(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int]:
         """Sample with fixed-size arrays (padded to max_num_seqs rows) so the sampler compiles once."""
+        params = [s.sampling_params for s in seqs]
+        if all(p.greedy for p in params):  # greedy batches need no sampler at all
+            return [int(t) for t in np.argmax(logits, axis=-1)]
         rows = self.engine_config.max_num_seqs
         pad = rows - len(seqs)
-        params = [s.sampling_params for s in seqs]
         full_logits = np.zeros((rows, logits.shape[-1]), np.float32)
         full_logits[: len(seqs)] = logits
         tokens = sample_tokens(

@@ -29,6 +29,7 @@ def init_cache(config: ModelConfig, num_blocks: int, block_size: int) -> KVCache
     return KVCache(jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
 
 
+@jax.jit
 def write_to_cache(
     k_cache: Array, v_cache: Array, k: Array, v: Array, slot_mapping: Array
 ) -> tuple[Array, Array]:

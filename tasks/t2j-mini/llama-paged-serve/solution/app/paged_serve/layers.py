@@ -8,6 +8,7 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
+@jax.jit
 def rms_norm(x: Array, weight: Array, eps: float) -> Array:
     """Root-mean-square normalisation over the last axis, then a learned scale: [..., D] -> [..., D]."""
     x = jnp.asarray(x, jnp.float32)
@@ -27,6 +28,7 @@ def rotate_half(x: Array) -> Array:
     return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+@jax.jit
 def apply_rotary(x: Array, positions: Array, theta: float) -> Array:
     """Rotate query/key heads by their positions.
 
