@@ -219,7 +219,7 @@ class TwinLoop:
     def regressions(self, t: int) -> list[str]:
         if t < 2:
             return []
-        return sorted(r.property.id for r in self.store.transitions(t - 1, t).regressions)
+        return sorted(c.property_id for c in self.store.transitions(t - 1, t).regressions)
 
     def regression_text(self, t: int) -> str:
         ids = self.regressions(t)

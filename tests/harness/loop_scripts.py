@@ -18,7 +18,7 @@ OPS_GOOD = (
     "def scale(x, k):\n    return np.multiply(x, k)\n"
 )
 OPS_BUGGY = OPS_GOOD.replace("np.multiply(x, k)", "np.multiply(x, k + 1)")
-PROBE = '''PROBES = {"": {"id": "calc.ops", "level": 1, "description": "add and scale match the original"}}
+PROBE = '''PROBES = {"calc_ops": {"id": "calc.ops", "level": 1, "description": "add and scale match the original"}}
 
 
 def inputs(env):
@@ -36,8 +36,8 @@ def candidate(env):
 '''
 
 
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": arguments}], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}
+def call(tool: str, **arguments) -> dict:
+    return {"tool_calls": [{"name": tool, "arguments": arguments}], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}
 
 
 def diagnose(complete: bool = False) -> dict:

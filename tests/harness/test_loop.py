@@ -51,7 +51,7 @@ def test_regression_in_round_two_is_flagged_and_round_one_is_delivered(tmp_path)
     state = run.load_state()
     assert outcomes(run, "calc.ops")[-1] == (2, "violated")
     store = EvidenceStore(run.evidence, create=False)
-    assert [r.property.id for r in store.transitions(1, 2).regressions] == ["calc.ops"]
+    assert [c.property_id for c in store.transitions(1, 2).regressions] == ["calc.ops"]
     store.close()
     assert state.final_round == 1
     assert "round 1" in state.final_choice
@@ -148,7 +148,7 @@ def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monke
         assert server.remaining == 0
         first = server.requests[0].body
         assert {t["function"]["name"] for t in first["tools"]} >= {"read_file", "bash", "submit"}
-        assert server.requests[0].headers.get("Authorization") == "Bearer sk-fake-key-for-tests"
+        assert server.requests[0].headers.get("authorization") == "Bearer sk-fake-key-for-tests"
     assert "sk-fake-key-for-tests" not in run.config_path.read_text()
     assert "sk-fake-key-for-tests" not in run.trajectory.read_text()
     state = run.load_state()
