@@ -56,16 +56,19 @@ def test_read_hidden_file_by_absolute_host_path(arena, which):
 
 def test_read_tests_by_relative_path_from_candidate(arena):
     depth = "../" * 12
-    result = shell(
-        arena, f"cd /app && cat {depth}{str(arena.task.root).lstrip('/')}/tests/refs/secret.txt"
-    )
+    secret = f"{depth}{str(arena.task.root).lstrip('/')}/tests/refs/secret.txt"
+    result = shell(arena, f"cd /app && test -w . && echo IN-APP && cat {secret}")
+    assert "IN-APP" in result.stdout, "the attempt must start from the writable candidate"
     assert result.returncode != 0
     assert_no_secret(result)
 
 
 def test_read_tests_through_symlink_planted_in_candidate(arena):
     target = arena.task.root / "tests"
-    result = shell(arena, f"ln -sfn {target} /app/planted && cat /app/planted/refs/secret.txt")
+    result = shell(
+        arena, f"ln -sfn {target} /app/planted && echo PLANTED && cat /app/planted/refs/secret.txt"
+    )
+    assert "PLANTED" in result.stdout and (arena.ws.candidate / "planted").is_symlink()
     assert result.returncode != 0
     assert_no_secret(result)
 
@@ -99,7 +102,10 @@ def test_only_sandbox_processes_are_visible(arena):
 
 
 def test_hard_link_to_hidden_file_from_shell(arena):
-    result = shell(arena, f"ln {arena.task.root}/tests/refs/secret.txt /app/hl && cat /app/hl")
+    result = shell(
+        arena, f"test -w /app && echo IN-APP; ln {arena.task.root}/tests/refs/secret.txt /app/hl && cat /app/hl"
+    )
+    assert "IN-APP" in result.stdout
     assert result.returncode != 0
     assert not (arena.ws.candidate / "hl").exists()
     assert_no_secret(result)
