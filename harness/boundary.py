@@ -72,7 +72,10 @@ class Boundary(BaseModel):
     )
     hidden_packages: list[str] = Field(
         default_factory=list,
-        description="Top-level Python packages physically absent inside (import raises ModuleNotFoundError).",
+        description=(
+            "Top-level Python packages physically absent inside "
+            "(import raises ModuleNotFoundError)."
+        ),
     )
     network: bool = Field(default=False, description="Whether any network is reachable.")
     env: dict[str, str] = Field(

@@ -27,7 +27,8 @@ VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", "
 _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_ENTRIES = (
     "passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-    "localtime", "ssl/certs", "ssl/openssl.cnf", "pki", "ca-certificates", "alternatives", "fonts", "mime.types",
+    "localtime", "ssl/certs", "ssl/openssl.cnf", "pki", "ca-certificates", "alternatives",
+    "fonts", "mime.types",
 )  # fmt: skip
 _COMPLETE = ".source-complete"
 

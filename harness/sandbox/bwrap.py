@@ -188,7 +188,7 @@ class BwrapSandbox:
         return args
 
     def _inside_prlimit(self) -> str | None:
-        """Where `prlimit` is visible inside, if it is (it sets the limits in the user namespace)."""
+        """Where `prlimit` is visible inside, if it is (it sets limits in the user namespace)."""
         prlimit = host_prlimit()
         return self._inside_of(Path(prlimit).resolve()) if prlimit else None
 
@@ -214,7 +214,11 @@ class BwrapSandbox:
         limits = self._limits(timeout_s)
         # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
         # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
-        wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
+        wrapper = (
+            []
+            if pids_cgroup_available()
+            else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
+        )
         full = [*self._prefix, "--chdir", workdir, "--", *wrapper, *argv]
         return run_limited(
             full,

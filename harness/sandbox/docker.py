@@ -83,7 +83,9 @@ def container_config(
     for hidden in boundary.hidden:
         inside = _inside_of(boundary, hidden)
         if inside is not None and hidden.exists():
-            empty = tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
+            empty = (
+                tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
+            )
             volumes[empty] = {"bind": inside, "mode": "ro"}
     if stdin_file is not None:
         volumes[str(stdin_file)] = {"bind": _STDIN_INSIDE, "mode": "ro"}

@@ -1,4 +1,4 @@
-"""The workspace: a source copy without history, an idempotent candidate, the boundaries over them."""
+"""The workspace: a source copy without history, a kept candidate, the boundaries over them."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def test_source_is_copied_without_history_or_links_out(task, tmp_path):
     assert ".git" not in names and ".gitmodules" not in names and "packed-refs" not in names
     assert (ws.source / "pkg" / "__init__.py").read_text() == "VALUE = 1\n"
     assert (ws.source / "inside_link").is_symlink()
-    assert not (ws.source / "outside_link").exists() and not (ws.source / "outside_link").is_symlink()
+    assert (
+        not (ws.source / "outside_link").exists() and not (ws.source / "outside_link").is_symlink()
+    )
     assert os.stat(ws.source / "hard_alias").st_nlink == 1, "copies get fresh inodes"
     assert not any(SECRET in p.read_text() for p in ws.source.rglob("*.py"))
     assert ws.assets == task.assets_dir and ws.candidate.is_dir()
@@ -88,11 +90,18 @@ def test_role_boundaries(task, tmp_path):
     assert migrator.hidden_packages == ["torch"] and migrator.workdir == "/app"
     assert not migrator.network
     hidden = set(migrator.hidden)
-    assert (task.root / "tests").resolve() in hidden and (task.root / "solution").resolve() in hidden
+    assert (task.root / "tests").resolve() in hidden and (
+        task.root / "solution"
+    ).resolve() in hidden
     assert (tmp_path / "run" / "evidence.sqlite").resolve() in hidden
     assert audit.resolve() in hidden
     reference = role_boundary(
-        task, ws, name="verifier:reference", write_candidate=False, side="reference", audit_log=audit
+        task,
+        ws,
+        name="verifier:reference",
+        write_candidate=False,
+        side="reference",
+        audit_log=audit,
     )
     assert reference.hidden_packages == [] and not any(m.writable for m in reference.mounts)
 

@@ -43,7 +43,7 @@ def assert_refused_and_audited(arena, call, target: str) -> None:
     assert record["target"] == target and record["boundary"] == "migrator"
 
 
-# ---- reading hidden files from the shell ----------------------------------------------------------
+# ---- reading hidden files from the shell ---------------------------------------------------------
 @pytest.mark.parametrize(
     "which", range(5), ids=["tests", "solution", "task.toml", "evidence", "audit"]
 )
@@ -89,21 +89,24 @@ def test_read_through_parent_process_cwd_and_root(arena):
     result = shell(
         arena,
         f"for p in /proc/[0-9]*; do cat $p/cwd{arena.task.root}/tests/refs/secret.txt "
-        f"$p/root{arena.task.root}/tests/refs/secret.txt; done; cat /proc/$PPID/cwd/../../tests/refs/secret.txt",
+        f"$p/root{arena.task.root}/tests/refs/secret.txt; done; "
+        "cat /proc/$PPID/cwd/../../tests/refs/secret.txt",
     )
     assert result.returncode != 0
     assert_no_secret(result)
 
 
 def test_only_sandbox_processes_are_visible(arena):
-    result = shell(arena, "ls -d /proc/[0-9]* | wc -l; kill -0 %d && echo REACHED" % os.getpid())
+    result = shell(arena, f"ls -d /proc/[0-9]* | wc -l; kill -0 {os.getpid()} && echo REACHED")
     assert "REACHED" not in result.stdout
     assert int(result.stdout.split()[0]) < 10
 
 
 def test_hard_link_to_hidden_file_from_shell(arena):
     result = shell(
-        arena, f"test -w /app && echo IN-APP; ln {arena.task.root}/tests/refs/secret.txt /app/hl && cat /app/hl"
+        arena,
+        f"test -w /app && echo IN-APP; "
+        f"ln {arena.task.root}/tests/refs/secret.txt /app/hl && cat /app/hl",
     )
     assert "IN-APP" in result.stdout
     assert result.returncode != 0
@@ -118,7 +121,7 @@ def test_list_task_directory(arena):
 
 
 def test_find_secret_anywhere_in_the_filesystem(arena):
-    # Everything but the system and interpreter trees (mounted from fixed host paths, and slow to scan).
+    # All but the system and interpreter trees (mounted from fixed host paths, slow to scan).
     trees = (
         "/usr",
         "/lib",
@@ -134,7 +137,8 @@ def test_find_secret_anywhere_in_the_filesystem(arena):
     prune = " ".join(f"-path {p} -prune -o" for p in trees)
     result = shell(
         arena,
-        f"find / {prune} -type f -print0 2>/dev/null | xargs -0 grep -Il {SECRET} 2>/dev/null; echo done",
+        f"find / {prune} -type f -print0 2>/dev/null | xargs -0 grep -Il {SECRET} 2>/dev/null; "
+        "echo done",
         timeout_s=60,
     )
     assert "done" in result.stdout
@@ -151,7 +155,7 @@ def test_twin_repository_and_home_are_not_mounted(arena, repo_root):
         assert any(Path.home() / entry in [p, *p.parents] for p in prefixes), entry
 
 
-# ---- history of the source repository -------------------------------------------------------------
+# ---- history of the source repository ------------------------------------------------------------
 def test_source_has_no_git_history(arena):
     result = shell(
         arena,
@@ -163,7 +167,7 @@ def test_source_has_no_git_history(arena):
     assert_no_secret(result)
 
 
-# ---- secrets in the environment -------------------------------------------------------------------
+# ---- secrets in the environment ------------------------------------------------------------------
 def test_environment_has_no_api_keys(arena):
     assert os.environ["OPENAI_API_KEY"] == API_KEY  # the harness itself holds one
     result = shell(arena, "env")
@@ -179,7 +183,7 @@ def test_proc_environ_of_every_visible_process_has_no_keys(arena):
     assert API_KEY not in result.stdout
 
 
-# ---- network --------------------------------------------------------------------------------------
+# ---- network -------------------------------------------------------------------------------------
 CONNECT = """
 import socket, sys
 routes = [l for l in open('/proc/net/route').read().splitlines()[1:] if l.strip()]
@@ -212,7 +216,11 @@ def test_loopback_server_of_the_host_is_unreachable(arena):
     server.listen(1)
     try:
         port = server.getsockname()[1]
-        code = f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\nexcept OSError: print('refused')"
+        code = (
+            "import socket\ntry:\n"
+            f" socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\n"
+            "except OSError: print('refused')"
+        )
         result = shell(arena, ["python", "-c", code])
         assert result.stdout.strip() == "refused", result
     finally:
@@ -261,14 +269,15 @@ def test_plant_reward_file_where_the_grader_looks(arena, name):
 def test_mount_and_device_tricks_fail(arena):
     result = shell(
         arena,
-        "mount -t tmpfs none /tmp/m 2>&1 || echo nomount; mknod /tmp/disk b 8 0 2>&1 || echo nomknod; "
+        "mkdir /tmp/m; mount -t tmpfs none /tmp/m 2>&1 || echo nomount; "
+        "mknod /tmp/disk b 8 0 2>&1 || echo nomknod; "
         "ls /dev/sda /dev/vda /run/docker.sock 2>&1; grep CapEff /proc/self/status",
     )
     assert "nomount" in result.stdout and "nomknod" in result.stdout
     assert "CapEff:\t0000000000000000" in result.stdout
 
 
-# ---- the harness's own tools --------------------------------------------------------------------
+# ---- the harness's own tools ---------------------------------------------------------------------
 def test_tool_read_by_host_path_is_refused_and_audited(arena):
     target = str(arena.task.root / "tests" / "refs" / "secret.txt")
     assert_refused_and_audited(arena, lambda: arena.sandbox.read_file(target), target)
@@ -332,7 +341,7 @@ def test_tool_read_of_audit_log_and_evidence_is_refused(arena):
         assert_refused_and_audited(arena, lambda t=target: arena.sandbox.read_file(t), target)
 
 
-# ---- hidden packages ------------------------------------------------------------------------------
+# ---- hidden packages -----------------------------------------------------------------------------
 def test_torch_is_physically_absent_on_the_candidate_side(arena):
     code = (
         "import importlib.util, sys\n"
@@ -348,7 +357,7 @@ def test_torch_is_physically_absent_on_the_candidate_side(arena):
     assert found.stdout.strip() == "", found.stdout
 
 
-# ---- resource exhaustion ----------------------------------------------------------------------------
+# ---- resource exhaustion -------------------------------------------------------------------------
 def test_infinite_loop_is_killed_at_the_wall_time(arena):
     start = time.monotonic()
     result = shell(arena, "while true; do :; done", timeout_s=1.0)
@@ -359,7 +368,8 @@ def test_infinite_loop_is_killed_at_the_wall_time(arena):
 def test_fork_bomb_is_contained(arena):
     code = (
         "import os, time\nn = 0\n"
-        "try:\n    for _ in range(500):\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        n += 1\n"
+        "try:\n    for _ in range(500):\n        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n        n += 1\n"
         "except OSError as exc:\n    print('capped', n, exc.errno)\n"
     )
     start = time.monotonic()
@@ -393,7 +403,8 @@ def test_background_process_dies_with_the_command(arena):
     start = time.monotonic()
     result = shell(
         arena,
-        "(sleep 1; echo late > /app/late) > /dev/null 2>&1 & disown; setsid sleep 60 & echo started",
+        "(sleep 1; echo late > /app/late) > /dev/null 2>&1 & disown; "
+        "setsid sleep 60 & echo started",
     )
     assert result.stdout.strip() == "started"
     assert time.monotonic() - start < 5

@@ -79,7 +79,9 @@ def test_same_interpreter_inside_with_torch_absent(sandbox):
     assert "ModuleNotFoundError: No module named 'torch'" in missing.stderr
 
 
-FIND_TORCH = "import importlib.util as u; s = u.find_spec('torch'); print(open(s.origin).read(0) == '')"
+FIND_TORCH = (
+    "import importlib.util as u; s = u.find_spec('torch'); print(open(s.origin).read(0) == '')"
+)
 
 
 def test_reference_side_and_host_keep_torch(candidate):
@@ -216,4 +218,3 @@ def test_bwrap_binary_missing(monkeypatch, candidate):
     monkeypatch.setattr("harness.sandbox.bwrap.bwrap_path", lambda: None)
     with pytest.raises(SandboxError, match="bubblewrap"):
         make(candidate)
-

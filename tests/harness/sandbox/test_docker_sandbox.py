@@ -32,7 +32,12 @@ def boundary(tmp_path: Path, **kwargs) -> Boundary:
 
 def test_container_is_locked_down(tmp_path):
     config = container_config(
-        boundary(tmp_path), ["true"], workdir="/app", env={"HOME": "/tmp"}, image="img", scratch=tmp_path
+        boundary(tmp_path),
+        ["true"],
+        workdir="/app",
+        env={"HOME": "/tmp"},
+        image="img",
+        scratch=tmp_path,
     )
     assert config["network_mode"] == "none"
     assert config["cap_drop"] == ["ALL"] and "no-new-privileges" in config["security_opt"]
@@ -103,7 +108,9 @@ def test_without_engine_make_sandbox_says_so(tmp_path):
 
 @pytest.mark.skipif(not _engine(), reason="no Docker engine")
 def test_docker_run_end_to_end(tmp_path):
-    sandbox = make_sandbox("docker", boundary(tmp_path, mounts=[Mount(host=tmp_path, inside="/app")]))
+    sandbox = make_sandbox(
+        "docker", boundary(tmp_path, mounts=[Mount(host=tmp_path, inside="/app")])
+    )
     try:
         result = sandbox.exec("echo hi; id -u; ls /source", timeout_s=60)
         assert result.stdout.splitlines()[0] == "hi"

@@ -31,7 +31,9 @@ def test_run_limited_reports_status_output_and_time_out():
     limits = Limits(wall_s=5, output_bytes=100)
     ok = run_limited([sys.executable, "-c", "print('hi')"], env={}, cwd="/", limits=limits)
     assert ok.ok and ok.stdout == "hi\n" and ok.duration_s > 0
-    slow = run_limited(["sleep", "10"], env={}, cwd="/", limits=limits.model_copy(update={"wall_s": 0.3}))
+    slow = run_limited(
+        ["sleep", "10"], env={}, cwd="/", limits=limits.model_copy(update={"wall_s": 0.3})
+    )
     assert slow.timed_out and slow.returncode == 124
 
 
