@@ -104,3 +104,11 @@ def base_two_rounds() -> list[dict]:
 def write_script(path: Path, replies: list[dict]) -> str:
     path.write_text(json.dumps(replies))
     return f"scripted:{path}"
+
+
+def twin_with_slow_migration(seconds: int) -> list[dict]:
+    """Like `twin_fix_in_round_two`, but round 1's Migrator runs a slow command after writing."""
+    replies = twin_fix_in_round_two()
+    slow = call("bash", command=f"sleep {seconds}")
+    replies.insert(3, slow)  # after the two writes, before the Migrator submits
+    return replies

@@ -154,3 +154,43 @@ def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monke
     state = run.load_state()
     assert state.final_round == 2 and state.spent.calls == len(responses) - 1
     assert json.loads(run.grades.read_text())["rounds"][-1]["reward"] == 1.0
+
+
+def test_killed_run_resumes_from_its_last_complete_step(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model = plans.write_script(tmp_path / "script.json", plans.twin_with_slow_migration(6))
+    runs = tmp_path / "runs"
+    command = [
+        sys.executable, "-m", "harness.cli", "migrate", "--task", str(plans.TINY_TASK), "--model", model,
+        "--rounds", "2", "--runs-dir", str(runs), "--run-id", "k",
+    ]
+    proc = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trajectory = runs / "k" / "trajectory.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill while the Migrator's slow command runs
+        if trajectory.exists() and '"sleep 6"' in trajectory.read_text():
+            break
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run = RunDir(runs / "k")
+    killed = run.load_state()
+    assert killed.status == "running"
+    assert [r.done for r in killed.rounds] == [["diagnose"]]
+    assert (run.candidate / "calc" / "ops.py").exists()  # half-done work on disk
+
+    assert main(["migrate", "--resume", "k", "--runs-dir", str(runs)]) == 0
+    state = run.load_state()
+    assert state.status == "finished"
+    assert [r.done for r in state.rounds] == [["diagnose", "migrate", "verify"]] * 2
+    assert state.final_round == 2
+    assert outcomes(run, "calc.ops") == [(1, "violated"), (2, "established")]
+    roles = [json.loads(line)["role"] for line in run.trajectory.read_text().splitlines() if '"model_call"' in line]
+    assert roles.count("diagnoser") == 2  # round 1's diagnosis was not asked for again
+    assert json.loads(run.grades.read_text())["rounds"][-1]["reward"] == 1.0
