@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -135,32 +136,52 @@ def candidate_check(path: str, name: str) -> Probe:
     """
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        file = Path(path)
-        meta = probe_names(file, checks=True).get(name, {})
-        prop = Property(id=str(meta.get("id") or f"{file.stem}.{name}"), kind=str(meta.get("kind", "check")),
-                        level=int(meta.get("level", 0)), description=str(meta.get("description", "")))
-        context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
-        context.update({"probe_file": str(file), "probe_name": name, "component": meta.get("component")})
-        root = _check_dir(ctx, f"{file.stem}-{name}")
-        shutil.copy(file, root / "probe.py")
-        (run,) = run_side(ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], name=name, mode="check",
-                          timeout_s=meta.get("timeout_s"))
-        if not run["ok"]:
-            if run["blame"] in ("candidate", "timeout"):
-                return [ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context,
-                                    trace=run["trace"], observations={"message": f"the candidate crashed ({run['blame']})"})]
-            return [not_established(prop, f"the check failed in {run['blame']} code: its calling convention may "
-                                     "not fit the candidate", trace=run["trace"], context=context)]
-        output = run["output"]
-        bad = _false_leaves(output.manifest, output.arrays)
-        values = {p: e.get("value") for p, e in output.manifest.items() if e["kind"] == "value"}
-        observations = {"values": values, "timing": {"candidate_compute_s": run["report"]["compute_s"]}}
-        if bad:
-            observations["message"] = "false: " + ", ".join(bad)
-        booleans = [e for e in output.manifest.values() if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"]
-        if not booleans:
-            return [not_established(prop, "the check returned no boolean to decide on", context=context)]
-        return [ProbeResult(property=prop, outcome=Outcome.VIOLATED if bad else Outcome.ESTABLISHED,
-                            score=1.0 - len(bad) / len(booleans), context=context, observations=observations)]
+        return run_candidate_checks(ctx, Path(path), [name])
 
     return probe
+
+
+def file_checks(path: str, names: list[str] | None = None) -> Probe:
+    """Every `check_*` function of a probe file (or those in `names`), run in one candidate-side process."""
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        found = probe_names(Path(path), checks=True)
+        return run_candidate_checks(ctx, Path(path), sorted(found) if names is None else names)
+
+    return probe
+
+
+def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> list[ProbeResult]:
+    """Run candidate-only checks of one file; one result per check."""
+    found = probe_names(file, checks=True)
+    digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]
+    root = _check_dir(ctx, f"{file.stem}-{digest}")
+    shutil.copy(file, root / "probe.py")
+    runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
+    timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
+    outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
+    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes)]
+
+
+def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:
+    prop = Property(id=str(meta.get("id") or f"{file.stem}.{name}"), kind=str(meta.get("kind", "check")),
+                    level=int(meta.get("level", 0)), description=str(meta.get("description", "")))
+    context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
+    context.update({"probe_file": str(file), "probe_name": name, "component": meta.get("component")})
+    if not run["ok"]:
+        if run["blame"] in ("candidate", "timeout"):
+            return ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context,
+                               trace=run["trace"], observations={"message": f"the candidate crashed ({run['blame']})"})
+        return not_established(prop, f"the check failed in {run['blame']} code: its calling convention may "
+                               "not fit the candidate", trace=run["trace"], context=context)
+    output = run["output"]
+    bad = _false_leaves(output.manifest, output.arrays)
+    values = {p: e.get("value") for p, e in output.manifest.items() if e["kind"] == "value"}
+    observations = {"values": values, "timing": {"candidate_compute_s": run["report"]["compute_s"]}}
+    if bad:
+        observations["message"] = "false: " + ", ".join(bad)
+    booleans = [e for e in output.manifest.values() if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"]
+    if not booleans:
+        return not_established(prop, "the check returned no boolean to decide on", context=context)
+    return ProbeResult(property=prop, outcome=Outcome.VIOLATED if bad else Outcome.ESTABLISHED,
+                       score=1.0 - len(bad) / len(booleans), context=context, observations=observations)

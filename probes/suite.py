@@ -20,7 +20,7 @@ from pathlib import Path
 from benchmark_adapter.task import Task
 from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
-from probes.checks import audit_check, candidate_check, imports_check
+from probes.checks import audit_check, file_checks, imports_check
 from probes.context import ProbeContext
 from probes.differential import ProbeFileError, probe_file_probe, probe_names
 
@@ -71,7 +71,8 @@ def load_probe_file(path: Path | str) -> list[Probe]:
     pairs = probe_names(path)
     checks = probe_names(path, checks=True)
     probes = [_named(probe_file_probe(str(path)), path.stem)] if pairs else []
-    probes += [_named(candidate_check(str(path), name), f"{path.stem}:check_{name}") for name in sorted(checks)]
+    if checks:
+        probes.append(_named(file_checks(str(path)), f"{path.stem}:checks"))
     return probes
 
 

@@ -46,6 +46,16 @@ def verdict(
                        context=context, observations=observations)
 
 
+def start_failure(prop: Property, exc: SessionError) -> ProbeResult:
+    """A side that did not start: the candidate's failure if the original started, else no verdict."""
+    if exc.side == "candidate":
+        return ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0,
+                           observations={"differences": ["the candidate did not start"], "reason": str(exc)},
+                           trace=str(exc))
+    return ProbeResult(property=prop, outcome=Outcome.NOT_ESTABLISHED, observations={"reason": str(exc)},
+                       trace=str(exc))
+
+
 def _clip(obs: dict[str, Any], limit: int = 4000) -> dict[str, Any]:
     """An observation small enough to store: long texts are cut (the rerun has everything)."""
     def cut(value: Any) -> Any:
@@ -83,7 +93,7 @@ def matched_probe(
         `probe(ctx) -> list[ProbeResult]`, one result per case. A side that cannot
         start makes every case `not_established` (the probe could not tell).
     """
-    cmp = comparison if isinstance(comparison, Comparison) else Comparison(kind=kind, **(comparison or {}))
+    cmp = comparison if isinstance(comparison, Comparison) else Comparison.model_validate({"kind": kind, **(comparison or {})})
     if cmp.kind != kind:
         raise ValueError(f"a {cmp.kind} comparison cannot judge a {kind} probe")
     names = [case["name"] for case in cases]
@@ -100,8 +110,7 @@ def matched_probe(
         try:
             session = DifferentialSession(ctx, kind, sides, timeout_s=timeout_s).__enter__()
         except SessionError as exc:
-            return [ProbeResult(property=p, outcome=Outcome.NOT_ESTABLISHED, observations={"reason": str(exc)},
-                                trace=traceback.format_exc()) for p in props]
+            return [start_failure(p, exc) for p in props]
         results = []
         try:
             for prop, case in zip(props, cases, strict=True):

@@ -19,7 +19,7 @@ from typing import Any
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.services.compare import Comparison, ProbeCannotTell, differences
-from probes.services.matched import LEVEL, Probe, rerun_spec
+from probes.services.matched import LEVEL, Probe, rerun_spec, start_failure
 from probes.services.regression import regression_result
 from probes.services.session import DifferentialSession, SessionError
 from probes.services.strategies import strategy_for
@@ -136,7 +136,9 @@ def counterexample_probe(
         stable); and per confirmed counterexample a `regression:<kind>:<hash>` result whose
         rerun replays the minimal input.
     """
-    cmp = Comparison(kind=kind, **(comparison or {}))
+    cmp = Comparison.model_validate({"kind": kind, **(comparison or {})})
+    if cmp.kind != kind:
+        raise ValueError(f"a {cmp.kind} comparison cannot judge a {kind} search")
     budget = Budget(max_examples=max_examples, seconds=seconds)
     options = {"kind": kind, "sides": sides, "spaces": spaces, "comparison": comparison or {},
                "max_examples": max_examples, "seconds": seconds, "seed": seed, "timeout_s": timeout_s}
@@ -146,8 +148,7 @@ def counterexample_probe(
         try:
             session = DifferentialSession(ctx, kind, sides, timeout_s=timeout_s).__enter__()
         except SessionError as exc:
-            return [ProbeResult(property=_search_property(kind, name), outcome=Outcome.NOT_ESTABLISHED,
-                                observations={"reason": str(exc)}, trace=traceback.format_exc()) for name in spaces]
+            return [start_failure(_search_property(kind, name), exc) for name in spaces]
         try:
             for name, space in spaces.items():
                 context = {"probe": f"search:{kind}", "space": space, "budget": budget.__dict__, "seed": seed,

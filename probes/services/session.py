@@ -31,7 +31,16 @@ SIDES = ("reference", "candidate")
 
 
 class SessionError(TwinError):
-    """A side's driver could not be started or stopped answering (the probe cannot tell)."""
+    """A side's driver could not be started or stopped answering.
+
+    Attributes:
+        side: the side that failed to start ('candidate' after the reference started
+            fine: the candidate's own failure), or None when it failed later.
+    """
+
+    def __init__(self, message: str, side: str | None = None) -> None:
+        super().__init__(message)
+        self.side = side
 
 
 @dataclass
@@ -169,11 +178,13 @@ class DifferentialSession:
             except OSError:
                 if not driver.alive() or time.monotonic() > deadline:
                     error = driver.result.get("error") or driver.tail() or " (no output)"
-                    raise SessionError(f"{driver.side} side of the {self.kind} probe did not start: {error}") from None
+                    raise SessionError(f"{driver.side} side of the {self.kind} probe did not start: {error}",
+                                       side=driver.side) from None
                 time.sleep(0.02)
         hello = driver.receive(max(1.0, deadline - time.monotonic()))
         if "startup_error" in hello:
-            raise SessionError(f"{driver.side} side of the {self.kind} probe did not start: {hello['startup_error'][-2000:]}")
+            raise SessionError(f"{driver.side} side of the {self.kind} probe did not start: "
+                               f"{hello['startup_error'][-2000:]}", side=driver.side)
         self.started[driver.side] = time.monotonic()
 
     # ---- using it -----------------------------------------------------------------------------

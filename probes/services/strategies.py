@@ -42,6 +42,10 @@ class RequestSpace(BaseModel):
     json_fields: dict[str, Pool] = Field(default_factory=dict, description="Fields of a JSON object body.")
     content_types: list[str] = Field(default_factory=list, description="Content-Type values for bodies.")
     raw_bodies: list[str] = Field(default_factory=list, description="Literal bodies (e.g. malformed JSON).")
+    body_optional: bool = Field(default=True, description="Requests may come without a body.")
+    repeat_parameters: bool = Field(
+        default=True, description="A query or form parameter may occur twice (first-vs-last value semantics)."
+    )
     alphabet: str = Field(default=DEFAULT_ALPHABET, description="Characters of free text.")
 
 
@@ -96,9 +100,25 @@ def _path(st, template: str, alphabet: str):
         if name == "int":
             out.append(st.one_of(st.integers(0, 20).map(str), st.sampled_from(["007", "-1", "99999999999"])))
         else:
-            out.append(st.text(alphabet=alphabet, min_size=1, max_size=6).map(lambda s: quote(s, safe="")))
+            # '/' stays out of drawn segments: an encoded or doubled slash tests the server's
+            # path normalization, not the application (search for it with a literal template).
+            segment = alphabet.replace("/", "") or "a"
+            out.append(st.text(alphabet=segment, min_size=1, max_size=6).map(lambda s: quote(s, safe="")))
         out.append(st.just(rest))
     return st.tuples(*out).map("".join)
+
+
+def _encode_pairs(pairs: list[tuple[str, Any]]) -> str:
+    return "&".join(f"{quote(str(k), safe='')}={quote(str(v), safe='')}" for k, v in pairs)
+
+
+def _repeat(st, space: RequestSpace, pools: dict[str, Pool]):
+    """Maybe one more (name, value) pair for a parameter that may then occur twice."""
+    if not space.repeat_parameters or not pools:
+        return st.none()
+    names = sorted(pools)
+    pair = st.sampled_from(names).flatmap(lambda k: _pool(st, pools[k], space.alphabet).map(lambda v: (k, v)))
+    return st.one_of(st.none(), pair)
 
 
 def request_strategy(space: RequestSpace):
@@ -107,10 +127,10 @@ def request_strategy(space: RequestSpace):
 
     alphabet = space.alphabet
     paths = st.one_of(*[_path(st, p, alphabet) for p in space.paths]) if space.paths else st.just("/")
-    bodies = [st.none()]
+    bodies = [st.none()] if space.body_optional or not (space.form or space.json_fields or space.raw_bodies) else []
     if space.form:
-        bodies.append(_optional_items(st, space.form, alphabet).map(
-            lambda d: ("form", "&".join(f"{quote(str(k))}={quote(str(v))}" for k, v in d.items()))))
+        bodies.append(st.tuples(_optional_items(st, space.form, alphabet), _repeat(st, space, space.form)).map(
+            lambda t: ("form", _encode_pairs(list(t[0].items()) + ([t[1]] if t[1] else [])))))
     if space.json_fields:
         bodies.append(_optional_items(st, space.json_fields, alphabet).map(lambda d: ("json", json.dumps(d))))
     if space.raw_bodies:
@@ -119,10 +139,11 @@ def request_strategy(space: RequestSpace):
     accept = st.one_of(st.none(), _accept(st, space.accept)) if space.accept else st.none()
 
     def build(parts) -> dict[str, Any]:
-        method, path, query, headers, accept_value, cookies, body, content_type = parts
+        method, path, (query, repeated), headers, accept_value, cookies, body, content_type = parts
         target = path
-        if query:
-            target += "?" + "&".join(f"{quote(k)}={quote(str(v), safe='')}" for k, v in query.items())
+        pairs = list(query.items()) + ([repeated] if repeated else [])
+        if pairs:
+            target += "?" + _encode_pairs(pairs)
         lines = [[k, str(v)] for k, v in headers.items()]
         if accept_value is not None:
             lines.append(["Accept", accept_value])
@@ -139,7 +160,7 @@ def request_strategy(space: RequestSpace):
     return st.tuples(
         st.sampled_from(space.methods),
         paths,
-        _optional_items(st, space.query, alphabet),
+        st.tuples(_optional_items(st, space.query, alphabet), _repeat(st, space, space.query)),
         _optional_items(st, space.headers, alphabet),
         accept,
         _optional_items(st, space.cookies, alphabet),

@@ -1,0 +1,75 @@
+"""Counterexample search: found, shrunk, reproduced three times, saved, re-run until fixed."""
+
+from __future__ import annotations
+
+import json
+
+from evidence_store.records import Outcome
+from evidence_store.rerun import rerun_record
+from evidence_store.store import EvidenceStore
+from probes.context import make_context
+from probes.services.regression import save_regression
+from probes.services.search import counterexample_probe
+from tests.probes.services.conftest import ORIGINAL_LIB
+
+SPACE = {"call": "verlib:parse_version", "alphabet": "1. x",
+         "args": [{"values": ["1.2.3", "4", "0.1"], "free_text": True, "max_size": 6}]}
+# forgets to strip the version text: " 1" parses on the original and raises here
+NO_STRIP = ORIGINAL_LIB.replace('parts = text.strip().split(".")', 'parts = text.split(".")')
+
+
+def search(ctx, **options):
+    probe = counterexample_probe("python_api", {"reference": {}, "candidate": {}}, {"versions": SPACE},
+                                 max_examples=300, seconds=60, **options)
+    return {r.property.id.split(":")[0]: r for r in probe(ctx)}
+
+
+def test_no_counterexample_on_an_identical_candidate(tiny_context):
+    results = search(tiny_context())
+    assert set(results) == {"search"}
+    assert results["search"].outcome == Outcome.ESTABLISHED
+    assert results["search"].observations["evaluations"] == 300
+
+
+def test_counterexample_is_shrunk_reproduced_and_saved(tiny_context, tmp_path):
+    ctx = tiny_context(lib=NO_STRIP)
+    results = search(ctx)
+    found = results["search"]
+    assert found.outcome == Outcome.VIOLATED
+    assert found.observations["reproduced"] == 3 and found.observations["reference_stable"]
+    value = found.observations["input"]["calls"][0]["args"][0]
+    assert value.strip() != value and len(value) <= 3, value  # shrunk to a space and a digit or so
+    regression = results["regression"]
+    assert regression.outcome == Outcome.VIOLATED
+    assert regression.context["rerun"]["options"]["cases"][0]["input"] == found.observations["input"]
+    assert regression.context["found_by"] == found.property.id
+
+    store = EvidenceStore(tmp_path / "evidence.sqlite")
+    record = save_regression(store, regression, run_id="r1", round=1)
+
+    def build(task, candidate, _context):
+        return make_context(task, candidate, sandbox_kind="none", workdir=tmp_path / "rerun")
+
+    again = rerun_record(store, record.record_id, round=2, context_builder=build)
+    assert again.outcome == Outcome.VIOLATED
+    (ctx.candidate / "verlib.py").write_text(ORIGINAL_LIB)  # the fix
+    fixed = rerun_record(store, record.record_id, round=3, context_builder=build)
+    assert fixed.outcome == Outcome.ESTABLISHED
+    assert fixed.property.id == record.property.id
+    assert fixed.context["comparison_digest"] == record.context["comparison_digest"]
+
+
+def test_search_is_deterministic_for_a_seed(tiny_context):
+    first = search(tiny_context(lib=NO_STRIP), seed=3)["search"].observations["input"]
+    second = search(tiny_context(lib=NO_STRIP), seed=3)["search"].observations["input"]
+    assert json.dumps(first) == json.dumps(second)
+
+
+def test_candidate_that_cannot_start_is_violated(tiny_context):
+    probe = counterexample_probe("python_api", {"reference": {"preload": ["verlib"]},
+                                                "candidate": {"preload": ["verlib"]}}, {"versions": SPACE},
+                                 max_examples=5)
+    ctx = tiny_context(lib="raise SystemError('broken at import')\n")
+    [result] = probe(ctx)
+    assert result.outcome == Outcome.VIOLATED
+    assert "broken at import" in result.observations["reason"]

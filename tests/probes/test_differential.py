@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import CANDIDATES, FIXTURES, TINY
+
+from evidence_store.records import Outcome
+from probes.context import make_context
+from probes.differential import ProbeFileError, differential_probe, probe_file_probe, probe_names
+
+NUMPY_PROBES = FIXTURES / "probe_numpy.py"
+
+
+def _run(candidate: str, tmp_path, probe_file=NUMPY_PROBES):
+    ctx = make_context(TINY, CANDIDATES / candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    return {r.property.id: r for r in probe_file_probe(str(probe_file))(ctx)}
+
+
+@pytest.fixture(scope="module")
+def good_results(tmp_path_factory):
+    return _run("good", tmp_path_factory.mktemp("good"))
+
+
+@pytest.fixture(scope="module")
+def wrong_results(tmp_path_factory):
+    return _run("wrong", tmp_path_factory.mktemp("wrong"))
+
+
+def test_good_candidate_is_established_with_noise_floor(good_results):
+    for pid in ("np.affine", "np.net", "np.labels"):
+        result = good_results[pid]
+        assert result.outcome is Outcome.ESTABLISHED, (pid, result.observations, result.trace)
+        assert 0.999 < result.score <= 1.0
+        assert "noise_floor" in result.observations
+    assert good_results["np.affine"].context["noise_source"] == "float64"
+    assert good_results["np.affine"].observations["noise_floor"] > 0
+    assert good_results["np.labels"].context["noise_source"] == "rerun"
+    assert good_results["np.net"].observations["outputs"]["stats/shape/0"]["measure"] == "exact"
+
+
+def test_results_carry_what_reruns_them(good_results):
+    result = good_results["np.affine"]
+    assert result.context["rerun"] == {
+        "factory": "probes.differential:differential_probe",
+        "options": {"path": str(NUMPY_PROBES), "name": "affine"},
+    }
+    assert result.context["inputs"]["x"] == {"shape": [5, 4], "dtype": "float32"}
+    assert result.context["component"] == "model.Affine"
+    assert result.context["seed"] == 0
+
+
+def test_wrong_candidate_is_violated(wrong_results):
+    result = wrong_results["np.affine"]
+    assert result.outcome is Outcome.VIOLATED
+    assert result.score < 0.9
+    assert "y: tensor score" in result.observations["message"]
+    assert wrong_results["np.net"].outcome is Outcome.VIOLATED
+
+
+def test_misfit_calling_convention_is_not_established_with_trace(good_results, wrong_results):
+    for results in (good_results, wrong_results):
+        result = results["np.misfit"]
+        assert result.outcome is Outcome.NOT_ESTABLISHED
+        assert "AttributeError" in result.trace and "Net" in result.trace
+        assert "calling convention" in result.observations["message"]
+
+
+def test_crash_in_candidate_code_is_violated(tmp_path):
+    results = _run("crashy", tmp_path)
+    result = results["np.affine"]
+    assert result.outcome is Outcome.VIOLATED
+    assert "ValueError" in result.trace or "matmul" in result.trace
+
+
+def test_candidate_importing_torch_is_violated(tmp_path):
+    result = _run("torchy", tmp_path)["np.affine"]
+    assert result.outcome is Outcome.VIOLATED
+    assert "torch" in result.trace
+    assert result.observations["forbidden_imports"][0]["module"] == "torch"
+
+
+def test_structure_mismatch_is_violated(tmp_path, candidate_copy):
+    cand = candidate_copy("good")
+    text = (cand / "model.py").read_text()
+    (cand / "model.py").write_text(text + "\n\ndef _unused():\n    pass\n")
+    probe = tmp_path / "shape_probe.py"
+    probe.write_text(
+        "def reference(env):\n    import numpy as np\n    return {'y': np.zeros((2, 3)), 'meta': {'k': 1}}\n\n"
+        "def candidate(env):\n    import numpy as np\n    return {'y': np.zeros((3, 2)), 'meta': {'j': 1}}\n"
+    )
+    ctx = make_context(TINY, cand, sandbox_kind="none", workdir=tmp_path / "work")
+    (result,) = differential_probe(str(probe))(ctx)
+    assert result.outcome is Outcome.VIOLATED
+    assert any("shape (3, 2)" in s for s in result.observations["structure"])
+    assert any("fields ['k'] missing" in s for s in result.observations["structure"])
+    assert result.score == 0.0
+
+
+def test_reference_failure_is_not_established(tmp_path):
+    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
+    (result,) = differential_probe(str(FIXTURES / "probe_broken_reference.py"))(ctx)
+    assert result.outcome is Outcome.NOT_ESTABLISHED
+    assert "reference side failed" in result.observations["message"]
+    assert "DoesNotExist" in result.trace
+
+
+def test_real_torch_reference_against_numpy_candidate(tmp_path):
+    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
+    (result,) = differential_probe(str(FIXTURES / "probe_tiny.py"), "net")(ctx)
+    assert result.outcome is Outcome.ESTABLISHED, (result.observations, result.trace)
+    assert result.context["noise_source"] == "float64"
+    assert 0 < result.observations["noise_floor"] < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("def reference(env):\n    return {}\n", "no matching candidate"),
+        ("def candidate_x(env):\n    return {}\n", "no matching reference_x"),
+        ("x = 1\n", "defines no probe"),
+        ("def reference(:\n", "invalid syntax"),
+        ("PROBES = dict(a=1)\ndef reference(env): pass\ndef candidate(env): pass\n", "literal dict"),
+    ],
+)
+def test_bad_probe_files_are_refused(tmp_path, text, message):
+    path = tmp_path / "bad.py"
+    path.write_text(text)
+    with pytest.raises(ProbeFileError, match=message):
+        probe_names(path)
+
+
+def test_probe_names_reads_metadata_without_running(tmp_path):
+    path = tmp_path / "meta.py"
+    shutil.copy(NUMPY_PROBES, path)
+    names = probe_names(path)
+    assert set(names) == {"affine", "net", "misfit", "labels"}
+    assert names["affine"]["component"] == "model.Affine"
+    assert set(probe_names(path, checks=True)) == {"ok", "bad", "misfit", "nothing"}
