@@ -42,17 +42,23 @@ SPACES = {
         "raw_bodies": ["{", "[]", "null", "{\"title\": \"A\", \"price\": 1}"],
         "accept": ["application/json", "text/html", "*/*"],
     },
-    "account": {
-        "methods": ["POST", "GET"],
-        "paths": ["/login", "/account", "/logout"],
+    "login": {
+        "methods": ["POST"],
+        "paths": ["/login"],
         "query": {"next": {"values": ["/books", "//evil", "/a b", "http://x", "/books/3"], **TEXT}},
         "form": {
             "username": {"values": ["ann", " bob ", "", "x" * 33, "a.b-c_d", "ann\n"], **TEXT},
             "password": {"values": ["hunter2", "hunter", "", " hunter2"]},
         },
-        "cookies": {"user": {"values": ["ann", "", "\"ann\"", "a b"], **TEXT}},
         "content_types": ["application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=utf-8",
                           "text/plain"],
+        "body_optional": False,
+        "accept": ["application/json", "text/html", "*/*"],
+    },
+    "session": {
+        "methods": ["GET", "POST"],
+        "paths": ["/account", "/logout"],
+        "cookies": {"user": {"values": ["ann", "", "\"ann\"", "a b"], **TEXT}},
         "accept": ["application/json", "text/html", "*/*"],
     },
     "prefs": {

@@ -20,7 +20,7 @@ NO_STRIP = ORIGINAL_LIB.replace('parts = text.strip().split(".")', 'parts = text
 
 def search(ctx, **options):
     probe = counterexample_probe("python_api", {"reference": {}, "candidate": {}}, {"versions": SPACE},
-                                 max_examples=300, seconds=60, **options)
+                                 max_examples=150, seconds=60, **options)
     return {r.property.id.split(":")[0]: r for r in probe(ctx)}
 
 
@@ -28,7 +28,7 @@ def test_no_counterexample_on_an_identical_candidate(tiny_context):
     results = search(tiny_context())
     assert set(results) == {"search"}
     assert results["search"].outcome == Outcome.ESTABLISHED
-    assert results["search"].observations["evaluations"] == 300
+    assert results["search"].observations["evaluations"] == 150
 
 
 def test_counterexample_is_shrunk_reproduced_and_saved(tiny_context, tmp_path):
