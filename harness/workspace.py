@@ -119,6 +119,15 @@ def python_mounts() -> list[Mount]:
     return mounts
 
 
+def default_limits() -> Limits:
+    """`Limits()` with room for the threads numerical libraries start per core.
+
+    The process cap counts threads; XLA and BLAS start several pools of one thread per
+    core, so a fixed 256 would fail on large machines.
+    """
+    return Limits(max_procs=max(Limits().max_procs, 16 * (os.cpu_count() or 1)))
+
+
 def role_boundary(
     task: Task,
     ws: Workspace,
@@ -150,7 +159,7 @@ def role_boundary(
         hidden=[*task.hidden_roots, *_run_files(ws, audit_log)],
         hidden_packages=list(settings.forbidden_packages) if side == "candidate" else [],
         network=settings.allow_network,
-        limits=limits or Limits(),
+        limits=limits or default_limits(),
         workdir=settings.candidate_mount,
         audit_log=audit_log,
     )
@@ -186,7 +195,7 @@ def grader_boundary(
         hidden=hidden,
         hidden_packages=list(settings.forbidden_packages),
         network=False,
-        limits=Limits(wall_s=task.verifier_timeout_s),
+        limits=default_limits().model_copy(update={"wall_s": task.verifier_timeout_s}),
         workdir="/tests",
         audit_log=audit_log,
         nested_sandbox=True,

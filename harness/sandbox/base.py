@@ -52,7 +52,7 @@ class Sandbox(Protocol):
         timeout_s: float | None = None,
         stdin: str | None = None,
     ) -> ExecResult:
-        """Run `command` (argv list, or a string run by `bash -lc`)."""
+        """Run `command` (argv list, or a string run by `bash -c`)."""
         ...
 
     def read_file(self, path: str) -> bytes:
