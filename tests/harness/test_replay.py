@@ -155,3 +155,28 @@ def test_resumed_replay_continues_from_a_later_call(recording):
     assert model.query(calls[2].request.messages, role="verifier").content == "looks right"
     with pytest.raises(TwinError, match="cannot start at call 4; .* records 3 calls"):
         make_model(f"replay:{recording}", replay_start=4)
+
+
+def test_measured_numbers_in_user_text_may_differ_but_words_and_counts_may_not(tmp_path):
+    from harness.replay import request_difference
+
+    path = tmp_path / "trajectory.jsonl"
+    model = make_model(
+        "scripted:" + str(_script(tmp_path)), trajectory=Trajectory(path)
+    )
+    model.query([{"role": "user", "content": "round 2: forward score=0.9330 noise_floor=4.59e-13"}])
+    (recorded,) = Trajectory(path).model_calls()
+
+    def differs(text):
+        return request_difference(recorded, [{"role": "user", "content": text}], None, "agent")
+
+    assert differs("round 2: forward score=0.9329 noise_floor=4.61e-13") is None
+    assert "character 6" in differs("round 3: forward score=0.9330 noise_floor=4.59e-13")
+    assert differs("round 2: forward score=established noise_floor=4.59e-13") is not None
+    assert differs("round 2: logits score=0.9330 noise_floor=4.59e-13") is not None
+
+
+def _script(tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["ok"]))
+    return script
