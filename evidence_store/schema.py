@@ -75,6 +75,10 @@ CREATE TABLE diagnoses (
     time           REAL NOT NULL
 );
 CREATE INDEX diagnoses_by_round ON diagnoses (round);
+CREATE TRIGGER diagnoses_no_update BEFORE UPDATE ON diagnoses
+BEGIN SELECT RAISE(ABORT, 'diagnoses are append-only'); END;
+CREATE TRIGGER diagnoses_no_delete BEFORE DELETE ON diagnoses
+BEGIN SELECT RAISE(ABORT, 'diagnoses are append-only'); END;
 -- Serves the latest-outcome-per-property view: one index seek per property.
 CREATE INDEX evidence_latest ON evidence (property_id, round DESC, record_id DESC);
 """

@@ -72,11 +72,16 @@ def test_a_property_keeps_each_records_own_description(store, make_record):
 
 def test_records_are_append_only_in_the_file_itself(store, make_record):
     store.append(make_record("p", "violated", 1))
+    store.record_diagnosis("run-1", 1, {"gaps": []})
     conn = sqlite3.connect(store.path)
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        conn.execute("UPDATE evidence SET outcome = 'established'")
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        conn.execute("DELETE FROM evidence")
+    for statement in (
+        "UPDATE evidence SET outcome = 'established'",
+        "DELETE FROM evidence",
+        "UPDATE diagnoses SET diagnosis = '{}'",
+        "DELETE FROM diagnoses",
+    ):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute(statement)
     conn.close()
     assert store.get(1).outcome == Outcome.VIOLATED
 

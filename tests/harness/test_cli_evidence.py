@@ -174,3 +174,14 @@ def test_a_run_without_a_store_is_refused_without_creating_one(tmp_path):
     assert proc.returncode == 2
     assert "no evidence store at runs/bare/evidence.sqlite" in proc.stderr
     assert not (tmp_path / "runs" / "bare" / STORE_FILENAME).exists()
+
+
+def test_a_store_from_a_newer_twin_is_refused_by_the_cli(run_dir, capsys):
+    import sqlite3
+
+    conn = sqlite3.connect(run_dir / STORE_FILENAME)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    assert main(["evidence", "show", "r1"]) == 2
+    assert "schema version 99, newer than" in " ".join(capsys.readouterr().err.split())
