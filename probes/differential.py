@@ -74,7 +74,8 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
             match = re.fullmatch(r"check(?:_(\w+))?", func)
             if match:
                 name = match.group(1) or ""
-                names[name] = dict(metadata.get(name or Path(path).stem, {}))
+                key = name or Path(path).stem
+                names[name] = dict(metadata.get(f"check_{key}", metadata.get(key, {})))
         return names
     for side in SIDE_FUNCTIONS:
         other = SIDE_FUNCTIONS[1 - SIDE_FUNCTIONS.index(side)]

@@ -93,14 +93,15 @@ def module_graph(source: Path):
     return graph
 
 
-def _matches(component: str, node: str) -> bool:
-    """Whether a probe's component names this graph node (exactly or by a dotted suffix)."""
-    return node == component or node.endswith("." + component) or component.endswith("." + node)
-
-
 def _node_for(graph, component: str) -> str | None:
-    hits = [n for n in graph.nodes if _matches(component, n)]
-    return min(hits, key=len) if hits else None
+    """The graph node a component names: itself, else the shortest node ending in it, else its deepest prefix."""
+    if component in graph:
+        return component
+    longer = [n for n in graph.nodes if n.endswith("." + component)]
+    if longer:
+        return min(longer, key=len)
+    shorter = [n for n in graph.nodes if component.startswith(n + ".") or component.endswith("." + n)]
+    return max(shorter, key=len) if shorter else None
 
 
 def _depends(graph, upper: str, lower: str) -> bool:

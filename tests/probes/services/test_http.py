@@ -1,0 +1,73 @@
+"""HTTP probes on the Bookshop task: both services on loopback, same requests, raw answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmark_adapter.defects import apply_defect
+from evidence_store.records import Outcome
+from probes.context import make_context
+from probes.services.http import HttpRequest, http_probe, service_sides
+from tests.conftest import TASKS_DIR, requires_bwrap
+from tests.probes.services.test_strategies import bookshop_defect
+
+TASK = TASKS_DIR / "flask-to-starlette"
+ORACLE = TASK / "solution" / "app"
+SIDES = service_sides(
+    ["{python}", "-m", "flask", "--app", "app", "run", "--port", "{port}"],
+    ["{python}", "-m", "uvicorn", "app:app", "--port", "{port}", "--log-level", "warning"],
+    startup_s=90,
+)
+REQUESTS = {
+    "index-json": HttpRequest(headers=[("Accept", "application/json")]),
+    "trailing-slash": HttpRequest(target="/books/"),
+    "login": HttpRequest(method="POST", target="/login", body="username=ann&password=hunter2",
+                         headers=[("Content-Type", "application/x-www-form-urlencoded")]),
+}
+
+
+def run(candidate, tmp_path, sandbox="none", requests=REQUESTS):
+    ctx = make_context(TASK, candidate, sandbox_kind=sandbox, workdir=tmp_path / "work", timeout_s=180)
+    try:
+        return {r.property.id: r for r in http_probe(SIDES, requests)(ctx)}
+    finally:
+        ctx.close()
+
+
+def test_oracle_answers_like_the_original(tmp_path):
+    results = run(ORACLE, tmp_path)
+    assert {r.outcome for r in results.values()} == {Outcome.ESTABLISHED}
+    login = results["http:login"].observations["reference"]
+    assert login["status"] == 302
+    assert any(k == "Set-Cookie" and v.startswith("user=ann") for k, v in login["headers"])
+
+
+def test_redirected_trailing_slash_is_violated(tmp_path):
+    candidate = apply_defect(ORACLE, bookshop_defect("redirect-slashes"), tmp_path / "cand")
+    results = run(candidate, tmp_path)
+    assert results["http:trailing-slash"].outcome == Outcome.VIOLATED
+    assert results["http:trailing-slash"].observations["differences"][0] == "status: 404 != 307"
+    assert results["http:index-json"].outcome == Outcome.ESTABLISHED
+
+
+def test_candidate_service_that_does_not_start_is_violated(tmp_path):
+    candidate = tmp_path / "broken"
+    candidate.mkdir()
+    (candidate / "app.py").write_text("raise RuntimeError('no app here')\n")
+    results = run(candidate, tmp_path, requests={"index": HttpRequest()})
+    assert results["http:index"].outcome == Outcome.VIOLATED
+    assert "no app here" in results["http:index"].observations["reason"]
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_in_bwrap_flask_is_absent_on_the_candidate_side(tmp_path):
+    candidate = tmp_path / "still-flask"
+    candidate.mkdir()
+    (candidate / "app.py").write_text("from flask import Flask\nfrom starlette.applications import Starlette\n"
+                                      "app = Starlette()\n")
+    results = run(candidate, tmp_path, sandbox="bwrap", requests={"index": HttpRequest()})
+    assert results["http:index"].outcome == Outcome.VIOLATED
+    assert "No module named 'flask'" in results["http:index"].observations["reason"]
+    oracle = run(ORACLE, tmp_path / "o", sandbox="bwrap", requests={"index": HttpRequest()})
+    assert oracle["http:index"].outcome == Outcome.ESTABLISHED
