@@ -9,9 +9,11 @@ these a command sees, and where.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -21,6 +23,7 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.task import Task
 from harness.boundary import Boundary, Limits, Mount
 from harness.errors import TwinError
+from harness.sandbox.packages import cache_root
 
 # Names never copied from the source repository: version-control state and pointers elsewhere.
 VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})
@@ -112,11 +115,48 @@ def python_mounts() -> list[Mount]:
         if not any(root == c or c in root.parents for c in covered):
             mounts.append(Mount(host=root, inside=str(root)))
             covered.append(root)
-    for name in _ETC_ENTRIES:
-        path = Path("/etc") / name
-        if path.exists():
-            mounts.append(Mount(host=path.resolve(), inside=str(path)))
+    etc = etc_snapshot()
+    if etc is not None:
+        mounts.append(Mount(host=etc, inside="/etc"))
     return mounts
+
+
+def etc_snapshot() -> Path | None:
+    """A copy of the parts of `/etc` programs need, and nothing else (no shadow, no keys).
+
+    One mount of a small directory instead of a mount per file: every bind mount adds
+    to the start-up time of each command. Rebuilt when any copied entry changes.
+    """
+    entries = [Path("/etc") / name for name in _ETC_ENTRIES]
+    entries = [p for p in entries if p.exists()]
+    if not entries:
+        return None
+    stamp = "\0".join(f"{p}:{p.stat().st_mtime_ns}:{p.stat().st_size}" for p in entries)
+    target = cache_root() / "etc" / hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    if target.is_dir():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".etc-", dir=target.parent))
+        for path in entries:
+            dest = staging / path.relative_to("/etc")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_symlink():
+                dest.symlink_to(os.readlink(path))
+            elif path.is_dir():
+                shutil.copytree(path, dest, symlinks=True)
+            else:
+                shutil.copy2(path, dest)
+        staging.chmod(0o755)
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)  # built at the same time elsewhere
+    except OSError as exc:
+        raise WorkspaceError(
+            f"cannot prepare the sandbox's /etc in {target.parent}: {exc}"
+        ) from None
+    return target
 
 
 def default_limits() -> Limits:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -244,35 +245,76 @@ def test_abstract_unix_socket_of_the_host_is_unreachable(arena):
 
 
 # ---- writing outside the candidate, planting rewards ---------------------------------------------
+def _attempt_writes(arena, paths: list[str]) -> None:
+    """Try to create each (new, uniquely named) path; remove any that reached the host.
+
+    Only new names are used, so a broken sandbox fails the test without damaging the host.
+    """
+    created_before = {p for p in paths if os.path.lexists(p)}
+    assert not created_before, created_before
+    try:
+        result = shell(
+            arena,
+            "for p in " + " ".join(paths) + "; do "
+            "echo 1 > $p 2>/dev/null && echo WROTE $p; done; true",
+        )
+        reached = [p for p in paths if os.path.lexists(p)]
+        assert not reached, f"reached the host: {reached}"
+        return result
+    finally:
+        for path in paths:
+            if os.path.lexists(path) and not os.path.isdir(path):
+                os.unlink(path)
+
+
 def test_write_outside_candidate_from_shell(arena):
-    venv = arena.boundary.mounts[0].inside
-    result = shell(
-        arena,
-        f"for p in /source/x /assets/x /usr/x /etc/passwd {venv}/x /x /proc/x; do "
-        "echo pwned > $p 2>/dev/null && echo WROTE $p; done; true",
-    )
-    assert "WROTE" not in result.stdout
-    assert not (arena.ws.source / "x").exists()
+    tag = f"twin-redteam-{uuid.uuid4().hex[:8]}"
+    venv = Path(sys.prefix)
+    paths = [
+        f"/source/{tag}",
+        f"/assets/{tag}",
+        f"/usr/{tag}",
+        f"/etc/{tag}",
+        f"{venv}/{tag}",
+        f"/{tag}",
+        f"{arena.task.root}/tests/{tag}",
+    ]
+    result = _attempt_writes(arena, paths)
+    assert "WROTE /source" not in result.stdout and "WROTE /usr" not in result.stdout
+    assert not (arena.ws.source / tag).exists()
 
 
 @pytest.mark.parametrize("name", ["reward.txt", "reward.json"])
 def test_plant_reward_file_where_the_grader_looks(arena, name):
-    targets = [f"/logs/verifier/{name}", f"{arena.logs_dir}/{name}", f"{arena.run_dir}/{name}"]
-    # Host paths under /tmp land in the sandbox's private /tmp, if anywhere: never on the host.
-    shell(arena, "; ".join(f"mkdir -p $(dirname {t}) 2>/dev/null; echo 1 > {t}" for t in targets))
-    assert not (arena.logs_dir / name).exists() and not (arena.run_dir / name).exists()
+    # The grader's own logs directory and the run directory on the host. (/logs/verifier inside
+    # a role sandbox is on its read-only root; host paths under /tmp would land in its private
+    # /tmp.) None of these may appear on the host.
+    _attempt_writes(arena, [f"{arena.logs_dir}/{name}", f"{arena.run_dir}/{name}"])
+    if not os.path.lexists("/logs"):  # on a host that has one, a broken sandbox would write there
+        try:
+            inside = shell(arena, f"mkdir -p /logs/verifier && echo 1 > /logs/verifier/{name}")
+            assert inside.returncode != 0 and not os.path.lexists("/logs")
+        finally:
+            if os.path.isdir("/logs"):
+                shutil.rmtree("/logs")
     for target in (f"/logs/verifier/{name}", f"{arena.logs_dir}/{name}"):
         assert_refused_and_audited(arena, lambda t=target: arena.sandbox.write_file(t, "1"), target)
     assert not (arena.logs_dir / name).exists()
 
 
 def test_mount_and_device_tricks_fail(arena):
-    result = shell(
-        arena,
-        "mkdir /tmp/m; mount -t tmpfs none /tmp/m 2>&1 || echo nomount; "
-        "mknod /tmp/disk b 8 0 2>&1 || echo nomknod; "
-        "ls /dev/sda /dev/vda /run/docker.sock 2>&1; grep CapEff /proc/self/status",
-    )
+    node = f"/tmp/twin-redteam-{uuid.uuid4().hex[:8]}"
+    try:
+        result = shell(
+            arena,
+            f"mkdir {node}.d; mount -t tmpfs none {node}.d 2>&1 || echo nomount; "
+            f"mknod {node} b 8 0 2>&1 || echo nomknod; "
+            "ls /dev/sda /dev/vda /run/docker.sock 2>&1; grep CapEff /proc/self/status",
+        )
+    finally:
+        for path in (node, node + ".d"):
+            if os.path.lexists(path):
+                os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
     assert "nomount" in result.stdout and "nomknod" in result.stdout
     assert "CapEff:\t0000000000000000" in result.stdout
 
