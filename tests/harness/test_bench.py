@@ -106,3 +106,17 @@ def test_killed_bench_resumes_where_it_stopped(tmp_path):
     assert len(after) == 2 and all(t["status"] == "ok" for t in after.values())
     for trial_id, trial in done_before.items():
         assert after[trial_id]["attempts"] == trial["attempts"]
+
+
+def test_ray_executor_gives_the_same_results_as_the_local_pool(tmp_path):
+    pytest.importorskip("ray")
+    import ray
+
+    local = run_bench(config(tmp_path), tmp_path / "local")
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        distributed = run_bench(config(tmp_path, executor="ray"), tmp_path / "ray")
+    finally:
+        ray.shutdown()
+    strip = lambda results: {k: (t.status, t.rewards, t.snapshot_rewards) for k, t in results.trials.items()}  # noqa: E731
+    assert strip(distributed) == strip(local)

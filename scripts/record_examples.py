@@ -1,0 +1,129 @@
+"""Record the bundled example trajectories in `examples/<task>/<scaffold>.jsonl`.
+
+The examples are SCRIPTED demonstrations of the loop's mechanics, not a model's
+work: the scripted replies write the task's oracle with one seeded defect (from
+twin's own defect lists), the Verifier writes probes from twin's probe library,
+and the next round repairs the defect. Replaying a recording (`--model
+replay:examples/…`) reproduces the run without any model, and every output of
+such a run says it is replayed.
+
+Run it again whenever a prompt or tool changes (the replay then reports where the
+requests diverge):
+
+    .venv/bin/python scripts/record_examples.py [TASK ...]
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmark_adapter.defects import Defect  # noqa: E402
+from benchmark_adapter.task import load_task  # noqa: E402
+from harness.commands.migrate import run_migration  # noqa: E402
+from harness.run import RunConfig, RunDir  # noqa: E402
+
+TASKS = REPO / "tasks" / "t2j-mini"
+EXAMPLES = REPO / "examples"
+DEMO_DEFECT = {
+    "mlp-train": "gelu-tanh-approximation",
+    "llama-lora-sft": "rotary-half-sign",
+    "llama-paged-serve": "rotary-interleaved",
+}
+DEMO_PROBES = {"mlp-train": ["model"], "llama-lora-sft": ["model"], "llama-paged-serve": ["model"]}
+
+
+def call(tool: str, **arguments) -> dict:
+    return {"tool_calls": [{"name": tool, "arguments": arguments}], "usage": {"prompt_tokens": 0, "completion_tokens": 0}}
+
+
+def defect_of(task: str) -> Defect:
+    module = importlib.import_module(f"tests.benchmark_adapter.defects.{task.replace('-', '_')}")
+    return next(d for d in module.DEFECTS if d.name == DEMO_DEFECT[task])
+
+
+def oracle_files(task: str, defect: Defect) -> dict[str, str]:
+    root = TASKS / task / "solution" / "app"
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".toml", ".md", ".txt"):
+            rel = str(path.relative_to(root))
+            text = path.read_text()
+            files[rel] = text.replace(defect.old, defect.new) if rel == defect.file else text
+    return files
+
+
+def probe_files(task: str) -> dict[str, str]:
+    library = REPO / "probes" / "library" / task.replace("-", "_")
+    return {name: (library / f"{name}.py").read_text() for name in DEMO_PROBES[task] if (library / f"{name}.py").is_file()}
+
+
+def twin_plan(task: str) -> list[dict]:
+    defect = defect_of(task)
+    probes = probe_files(task)
+    diagnosis = {
+        "summary": "Nothing is migrated yet.",
+        "gaps": [{"title": "migrate the package", "objective": "write the JAX package in /app mirroring /source",
+                  "evidence": [], "probes": ["forward passes against the original"], "priority": 1}],
+        "complete": False,
+    }
+    replies = [call("read_file", path="/source"), call("submit", diagnosis=diagnosis)]
+    replies += [call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()]
+    replies += [call("submit", summary="wrote the JAX package")]
+    replies += [call("run_checks")]
+    for name, source in probes.items():
+        replies += [call("write_probe", name=f"{name}_probes", source=source), call("run_probe", name=f"{name}_probes")]
+    replies += [call("submit", summary="checked the candidate and probed the model against the original")]
+    fix = {
+        "summary": f"A probe of {defect.component} is violated.",
+        "gaps": [{"title": f"{defect.component} diverges from the original", "objective": defect.description or "repair it",
+                  "evidence": [], "probes": ["re-run the model probes"], "priority": 1}],
+        "complete": False,
+    }
+    replies += [call("submit", diagnosis=fix)]
+    replies += [call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old), call("submit", summary="repaired")]
+    replies += [call("submit", summary="the earlier probes were re-run on the repaired candidate")]
+    return replies
+
+
+def base_plan(task: str) -> list[dict]:
+    defect = defect_of(task)
+    replies = [call("read_file", path="/source")]
+    replies += [call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()]
+    replies += [call("submit", summary="wrote the JAX package")]
+    replies += [call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old), call("submit", summary="continued")]
+    return replies
+
+
+def record(task: str, scaffold: str) -> Path:
+    import json
+
+    load_task(TASKS / task)
+    plan = twin_plan(task) if scaffold == "twin" else base_plan(task)
+    with tempfile.TemporaryDirectory(prefix="twin-record-") as tmp:
+        script = Path(tmp) / "script.json"
+        script.write_text(json.dumps(plan))
+        config = RunConfig.build(task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=False)
+        run = RunDir.create(Path(tmp) / "runs", config, "record")
+        print(run_migration(run))
+        out = EXAMPLES / task / f"{scaffold}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(run.trajectory, out)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    for task in argv or list(DEMO_DEFECT):
+        for scaffold in ("twin", "base"):
+            print(f"recorded {record(task, scaffold)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
