@@ -180,20 +180,64 @@ def save_inputs(inputs: dict, inputs_dir: Path) -> None:
 
 
 # ---- sides ------------------------------------------------------------------------------------
+def _configure_torch(torch, seed: int, dtype: str, precision: str) -> None:
+    torch.manual_seed(seed)
+    if precision != "default":
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.set_default_dtype(torch.float64 if dtype == "float64" else torch.float32)
+
+
+class TorchConfigurator:
+    """Applies seed, dtype and precision to torch when (and only if) the probe imports it.
+
+    Importing torch costs seconds; a reference side that does not need it should not pay.
+    """
+
+    def __init__(self) -> None:
+        self.settings: tuple[int, str, str] | None = None
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" or self.settings is None:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, configurator = spec.loader, self
+
+        class ConfiguringLoader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                _configure_torch(module, *configurator.settings)
+
+            def __getattr__(self, attr):
+                return getattr(loader, attr)
+
+        spec.loader = ConfiguringLoader()
+        return spec
+
+
+TORCH_CONFIGURATOR = TorchConfigurator()
+
+
 def _seed_everything(seed: int, side: str, dtype: str, precision: str) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
-    if side == "reference" and "torch" not in FORBIDDEN_SET:
-        try:
-            import torch
-        except ImportError:
-            return
-        torch.manual_seed(seed)
-        if precision != "default":
-            torch.set_float32_matmul_precision("highest")
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        torch.set_default_dtype(torch.float64 if dtype == "float64" else torch.float32)
+    if side != "reference" or "torch" in FORBIDDEN_SET:
+        return
+    TORCH_CONFIGURATOR.settings = (seed, dtype, precision)
+    if "torch" in sys.modules:
+        _configure_torch(sys.modules["torch"], seed, dtype, precision)
+    elif TORCH_CONFIGURATOR not in sys.meta_path:
+        sys.meta_path.insert(0, TORCH_CONFIGURATOR)
 
 
 def _load_probe(config: dict):

@@ -38,13 +38,14 @@ def bookshop_defect(name: str):
     return next(d for d in module.DEFECTS if d.name == name)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(request_strategy(SPACE))
 def test_requests_are_well_formed(request):
     assert request["method"] in ("GET", "POST")
     path = request["target"].split("?")[0]
     assert path in ("/items",) or path.startswith(("/items/", "/x/"))
-    assert "/" not in path.removeprefix("/x/").removeprefix("/items/")  # segments never hold a slash
+    if path.startswith("/x/"):
+        assert "/" not in path.removeprefix("/x/")  # drawn segments never hold a slash
     names = [h[0] for h in request["headers"]]
     assert len(names) == len(set(names))
     if "body" in request:
@@ -54,7 +55,7 @@ def test_requests_are_well_formed(request):
 def test_every_part_of_the_space_is_reached():
     seen = set()
 
-    @settings(max_examples=300, deadline=None, database=None)
+    @settings(max_examples=150, deadline=None, database=None)
     @given(request_strategy(SPACE))
     def collect(request):
         names = {h[0] for h in request["headers"]}

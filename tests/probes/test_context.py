@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import CANDIDATES, TINY
+
+from probes.context import ProbeOptionError, make_context
+from tests.conftest import requires_bwrap
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device": "tpu"}, "--device must be one of"),
+        ({"precision": "fp8"}, "--precision must be one of"),
+        ({"sandbox_kind": "docker"}, "--sandbox must be one of"),
+        ({"colour": "red"}, "unknown probe option"),
+    ],
+)
+def test_bad_options(options, message, tmp_path):
+    with pytest.raises(ProbeOptionError, match=message):
+        make_context(TINY, CANDIDATES / "good", workdir=tmp_path, **options)
+
+
+def test_missing_candidate_and_task(tmp_path):
+    with pytest.raises(ProbeOptionError, match="candidate directory not found"):
+        make_context(TINY, tmp_path / "nope")
+    from benchmark_adapter.task import TaskError
+
+    with pytest.raises(TaskError):
+        make_context(tmp_path, CANDIDATES / "good")
+
+
+def test_roots_and_policy(tmp_path):
+    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    assert ctx.roots("reference")["candidate"] is None
+    assert ctx.roots("candidate")["source"] is None
+    assert ctx.roots("candidate")["candidate"] == str(ctx.candidate)
+    assert ctx.forbidden("candidate") == ["torch"] and ctx.forbidden("reference") == []
+    env = ctx.side_env()
+    assert env["JAX_PLATFORMS"] == "cpu" and env["JAX_DEFAULT_MATMUL_PRECISION"] == "highest"
+    assert make_context(TINY, CANDIDATES / "good", precision="bf16", workdir=tmp_path).dtype == "bfloat16"
+
+
+@requires_bwrap
+def test_bwrap_sides_hide_torch_source_and_hidden_files(tmp_path):
+    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="bwrap", workdir=tmp_path)
+    assert ctx.roots("candidate")["candidate"] == "/app"
+    script = (
+        "import importlib.util, os\n"
+        "print(importlib.util.find_spec('torch') is None, os.path.exists('/source'),"
+        " os.path.exists('/app/model.py'), os.path.exists('/assets/info.json'))\n"
+    )
+
+    result = ctx.sandbox("candidate").exec([sys.executable, "-c", script])
+    assert result.ok, result.stderr
+    assert result.stdout.split() == ["True", "False", "True", "True"]
+    ref = ctx.sandbox("reference").exec([sys.executable, "-c", "import os; print(os.path.exists('/source/model.py'),"
+                                         " os.path.exists('/app'), os.listdir('/source'))"])
+    assert ref.ok, ref.stderr
+    assert ref.stdout.startswith("True False")
+    ctx.close()
