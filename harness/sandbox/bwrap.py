@@ -12,6 +12,7 @@ start its own nested sandbox (then they are kept inside a user namespace only).
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
 import stat
 import sys
@@ -205,7 +206,7 @@ class BwrapSandbox:
         """Run `command` (argv list, or a string run by `bash -c`) inside the sandbox."""
         if self._closed:
             raise SandboxError(f"sandbox {self.boundary.name} is closed")
-        workdir = cwd or self.boundary.workdir
+        workdir = posixpath.join(self.boundary.workdir, cwd or ".")
         if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
             self.boundary.to_host(workdir)
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)

@@ -17,6 +17,7 @@ the same paths), so the image only has to provide an empty root; it is
 from __future__ import annotations
 
 import os
+import posixpath
 import tempfile
 import time
 from pathlib import Path
@@ -145,7 +146,7 @@ class DockerSandbox:
         """Run `command` (argv list, or a string run by `bash -c`) in a new container."""
         if self._closed:
             raise SandboxError(f"sandbox {self.boundary.name} is closed")
-        workdir = cwd or self.boundary.workdir
+        workdir = posixpath.join(self.boundary.workdir, cwd or ".")
         if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
             self.boundary.to_host(workdir)
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)

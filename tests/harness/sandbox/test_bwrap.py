@@ -50,6 +50,8 @@ def test_exit_status_stdin_and_cwd(sandbox):
     result = sandbox.exec("cat; exit 3", stdin="fed", cwd="/tmp")
     assert result.returncode == 3 and result.stdout == "fed" and not result.ok
     assert sandbox.exec("pwd", cwd="/usr").stdout.strip() == "/usr"
+    assert sandbox.exec("mkdir -p sub && cd sub && pwd").stdout.strip() == "/app/sub"
+    assert sandbox.exec("pwd", cwd="sub").stdout.strip() == "/app/sub"
 
 
 def test_environment_is_built_from_scratch(sandbox, monkeypatch):
