@@ -41,8 +41,9 @@ def load_defects():
 
 def search(candidate: Path, args) -> dict:
     ctx = make_context(TASK, candidate, sandbox_kind=args.sandbox)
-    probe = counterexample_probe("http", SIDES, SPACES, max_examples=args.max_examples,
-                                 seconds=args.seconds, seed=args.seed)
+    probe = counterexample_probe(
+        "http", SIDES, SPACES, max_examples=args.max_examples, seconds=args.seconds, seed=args.seed
+    )
     start = time.monotonic()
     try:
         results = probe(ctx)
@@ -53,14 +54,20 @@ def search(candidate: Path, args) -> dict:
         if result.property.id.startswith("search:"):
             obs = result.observations
             row["spaces"][result.property.id.split(":", 2)[2]] = {
-                "outcome": str(result.outcome), "size": obs.get("size"), "evaluations": obs.get("evaluations"),
-                "seconds": round(obs.get("seconds", 0.0), 1), "input": obs.get("input"),
-                "differences": obs.get("differences", [])[:2]}
+                "outcome": str(result.outcome),
+                "size": obs.get("size"),
+                "evaluations": obs.get("evaluations"),
+                "seconds": round(obs.get("seconds", 0.0), 1),
+                "input": obs.get("input"),
+                "differences": obs.get("differences", [])[:2],
+            }
     found = [(name, s) for name, s in row["spaces"].items() if s["outcome"] == "violated"]
     row["found"] = bool(found)
     if found:
         name, best = min(found, key=lambda item: item[1]["size"])
-        row.update(space=name, size=best["size"], input=best["input"], time_to_first=best["seconds"])
+        row.update(
+            space=name, size=best["size"], input=best["input"], time_to_first=best["seconds"]
+        )
     return row
 
 
@@ -77,27 +84,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         wanted = set(args.only.split(","))
         defects = [d for d in defects if d.name in wanted]
-    print(f"budget per space: {args.max_examples} generated inputs, {args.seconds:.0f}s (shrinking included); "
-          f"{len(SPACES)} spaces; sandbox {args.sandbox}; seed {args.seed}")
+    print(
+        f"budget per space: {args.max_examples} generated inputs, {args.seconds:.0f}s (shrinking included); "
+        f"{len(SPACES)} spaces; sandbox {args.sandbox}; seed {args.seed}"
+    )
     rows = {}
     oracle = search(ORACLE, args)
     rows["(oracle)"] = oracle
-    print(f"{'(oracle)':28s} counterexample={'yes' if oracle['found'] else 'no':3s} time={oracle['seconds']}s")
+    print(
+        f"{'(oracle)':28s} counterexample={'yes' if oracle['found'] else 'no':3s} time={oracle['seconds']}s"
+    )
     with tempfile.TemporaryDirectory(prefix="twin-cx-") as tmp:
         for defect in defects:
             candidate = apply_defect(ORACLE, defect, Path(tmp) / defect.name)
             row = search(candidate, args)
             rows[defect.name] = row
-            detail = (f"space={row['space']:8s} size={row['size']:4d} chars first-found={row['time_to_first']}s"
-                      if row["found"] else "")
-            print(f"{defect.name:28s} counterexample={'yes' if row['found'] else 'no':3s} "
-                  f"time={row['seconds']}s {detail}", flush=True)
+            detail = (
+                f"space={row['space']:8s} size={row['size']:4d} chars first-found={row['time_to_first']}s"
+                if row["found"]
+                else ""
+            )
+            print(
+                f"{defect.name:28s} counterexample={'yes' if row['found'] else 'no':3s} "
+                f"time={row['seconds']}s {detail}",
+                flush=True,
+            )
             if row["found"]:
                 print(f"{'':28s}   {json.dumps(row['input'])}")
     caught = sum(rows[d.name]["found"] for d in defects)
-    print(f"found a confirmed shrunk counterexample for {caught}/{len(defects)} seeded defects "
-          f"({100.0 * caught / max(1, len(defects)):.0f}%); oracle: "
-          f"{'counterexample found (oracle diverges!)' if oracle['found'] else 'none found'}")
+    print(
+        f"found a confirmed shrunk counterexample for {caught}/{len(defects)} seeded defects "
+        f"({100.0 * caught / max(1, len(defects)):.0f}%); oracle: "
+        f"{'counterexample found (oracle diverges!)' if oracle['found'] else 'none found'}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

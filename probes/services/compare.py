@@ -17,7 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Observation = dict[str, Any]
-SERVER_HEADERS = ["date", "server", "content-length", "connection", "keep-alive", "transfer-encoding"]
+SERVER_HEADERS = [
+    "date",
+    "server",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+]
 
 
 class ProbeCannotTell(Exception):
@@ -25,60 +32,89 @@ class ProbeCannotTell(Exception):
 
 
 class Comparison(BaseModel):
-    """How two observations of the same input are compared. Kind-specific fields apply to that kind."""
+    """How two observations of one input are compared; kind-specific fields apply to that kind."""
 
     kind: Literal["http", "process", "python_api"] = Field(description="The probe kind compared.")
     status: bool = Field(default=True, description="http: compare the status code.")
     ignore_headers: list[str] = Field(
         default_factory=lambda: list(SERVER_HEADERS),
-        description="http: header names (any case) never compared; servers add these by themselves.",
+        description="http: header names (any case) never compared; servers add these themselves.",
     )
     only_headers: list[str] | None = Field(
         default=None, description="http: if set, compare only these headers (besides Set-Cookie)."
     )
     cookie_ignore_attributes: list[str] = Field(
         default_factory=lambda: ["expires"],
-        description="http: Set-Cookie attributes not compared (Expires is absolute time; Max-Age is kept).",
+        description="http: Set-Cookie attributes not compared (Expires is absolute; Max-Age kept).",
     )
     body: Literal["auto", "exact", "json", "ignore"] = Field(
-        default="auto", description="http: 'auto' compares JSON bodies as parsed JSON, others byte for byte."
+        default="auto",
+        description="http: 'auto' compares JSON bodies as parsed JSON, others byte for byte.",
     )
     ignore_json_paths: list[str] = Field(
-        default_factory=list, description="http/process: dotted JSON paths ('items.*.updated') not compared."
+        default_factory=list,
+        description="http/process: dotted JSON paths ('items.*.updated') not compared.",
     )
     exit_status: bool = Field(default=True, description="process: compare the exit status.")
-    stdout: Literal["exact", "json", "ignore"] = Field(default="exact", description="process: stdout mode.")
+    stdout: Literal["exact", "json", "ignore"] = Field(
+        default="exact", description="process: stdout mode."
+    )
     stderr: Literal["exact", "ignore"] = Field(default="exact", description="process: stderr mode.")
     files: bool = Field(default=True, description="process: compare files written and removed.")
-    ignore_files: list[str] = Field(default_factory=list, description="process: glob patterns not compared.")
-    values: bool = Field(default=True, description="python_api: compare returned values (exactly, types kept).")
-    exception_types: bool = Field(default=True, description="python_api: compare raised exception types.")
-    exception_messages: bool = Field(default=False, description="python_api: compare exception messages too.")
+    ignore_files: list[str] = Field(
+        default_factory=list, description="process: glob patterns not compared."
+    )
+    values: bool = Field(
+        default=True, description="python_api: compare returned values (exactly, types kept)."
+    )
+    exception_types: bool = Field(
+        default=True, description="python_api: compare raised exception types."
+    )
+    exception_messages: bool = Field(
+        default=False, description="python_api: compare exception messages too."
+    )
 
     def digest(self) -> str:
         """A stable hash of the comparison, stored with every result that used it."""
-        return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()[
+            :16
+        ]
 
 
 def loosenings(old: Comparison, new: Comparison) -> list[str]:
     """What `new` no longer compares that `old` did (empty when `new` is as strict or stricter)."""
     found = []
-    for name in ("status", "exit_status", "files", "values", "exception_types", "exception_messages"):
+    for name in (
+        "status",
+        "exit_status",
+        "files",
+        "values",
+        "exception_types",
+        "exception_messages",
+    ):
         if getattr(old, name) and not getattr(new, name):
             found.append(f"{name} no longer compared")
     for name in ("ignore_headers", "cookie_ignore_attributes", "ignore_json_paths", "ignore_files"):
         added = {v.lower() for v in getattr(new, name)} - {v.lower() for v in getattr(old, name)}
         if added:
             found.append(f"{name} adds {', '.join(sorted(added))}")
-    if new.only_headers is not None and (old.only_headers is None or set(new.only_headers) < set(old.only_headers)):
+    if new.only_headers is not None and (
+        old.only_headers is None or set(new.only_headers) < set(old.only_headers)
+    ):
         found.append("only_headers narrows the headers compared")
-    for name, strict in (("body", ("exact", "json", "auto")), ("stdout", ("exact", "json")), ("stderr", ("exact",))):
+    for name, strict in (
+        ("body", ("exact", "json", "auto")),
+        ("stdout", ("exact", "json")),
+        ("stderr", ("exact",)),
+    ):
         if getattr(old, name) in strict and getattr(new, name) == "ignore":
             found.append(f"{name} no longer compared")
     return found
 
 
-def differences(comparison: Comparison, reference: Observation, candidate: Observation) -> list[str]:
+def differences(
+    comparison: Comparison, reference: Observation, candidate: Observation
+) -> list[str]:
     """Human-readable differences between two observations (empty: the same under `comparison`).
 
     Raises:
@@ -98,7 +134,9 @@ def differences(comparison: Comparison, reference: Observation, candidate: Obser
 def _http(cmp: Comparison, ref: Observation, cand: Observation) -> list[str]:
     for key in ("transport_error", "service_down"):
         if key in ref:
-            raise ProbeCannotTell(f"the original failed to answer ({key}): {str(ref.get(key))[:300]}")
+            raise ProbeCannotTell(
+                f"the original failed to answer ({key}): {str(ref.get(key))[:300]}"
+            )
         if key in cand:
             return [f"candidate did not answer ({key}): {str(cand.get(key))[:300]}"]
     diffs = []
@@ -130,7 +168,7 @@ def _headers(obs: Observation) -> dict[str, list[str]]:
 
 
 def _cookies(values: list[str], drop: set[str]) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    """Set-Cookie values as (name, value, sorted attributes); attribute names are case-insensitive."""
+    """Set-Cookie values as (name, value, sorted attributes); attribute names ignore case."""
     parsed = []
     for raw in values:
         first, *attrs = raw.split(";")
@@ -142,7 +180,9 @@ def _cookies(values: list[str], drop: set[str]) -> list[tuple[str, str, list[tup
         for attr in attrs:
             key, _, val = attr.strip().partition("=")
             if key and key.lower() not in drop:
-                kept.append((key.lower(), val.strip().lower() if key.lower() == "samesite" else val.strip()))
+                kept.append(
+                    (key.lower(), val.strip().lower() if key.lower() == "samesite" else val.strip())
+                )
         parsed.append((name.strip(), value, sorted(kept)))
     return sorted(parsed)
 
@@ -217,8 +257,14 @@ def _process(cmp: Comparison, ref: Observation, cand: Observation) -> list[str]:
     diffs = []
     if ref.get("spawn_error"):
         raise ProbeCannotTell(f"the original could not be started: {ref['spawn_error']}")
-    if cmp.exit_status and (ref.get("exit"), ref.get("timed_out")) != (cand.get("exit"), cand.get("timed_out")):
-        diffs.append(f"exit: {ref.get('exit')} != {cand.get('exit')}" + (" (timed out)" if cand.get("timed_out") else ""))
+    if cmp.exit_status and (ref.get("exit"), ref.get("timed_out")) != (
+        cand.get("exit"),
+        cand.get("timed_out"),
+    ):
+        diffs.append(
+            f"exit: {ref.get('exit')} != {cand.get('exit')}"
+            + (" (timed out)" if cand.get("timed_out") else "")
+        )
     if cmp.stdout != "ignore":
         ref_out, cand_out = _raw(ref.get("stdout")), _raw(cand.get("stdout"))
         if cmp.stdout == "json":
@@ -233,8 +279,11 @@ def _process(cmp: Comparison, ref: Observation, cand: Observation) -> list[str]:
         if not same:
             diffs.append(f"stdout: {ref_out[:200]!r} != {cand_out[:200]!r}")
     if cmp.stderr == "exact" and _raw(ref.get("stderr")) != _raw(cand.get("stderr")):
-        diffs.append(f"stderr: {_raw(ref.get('stderr'))[:200]!r} != {_raw(cand.get('stderr'))[:200]!r}")
+        diffs.append(
+            f"stderr: {_raw(ref.get('stderr'))[:200]!r} != {_raw(cand.get('stderr'))[:200]!r}"
+        )
     if cmp.files:
+
         def kept(names):
             return {n for n in names if not any(fnmatch.fnmatch(n, p) for p in cmp.ignore_files)}
 
@@ -245,7 +294,9 @@ def _process(cmp: Comparison, ref: Observation, cand: Observation) -> list[str]:
             elif name not in ref_f:
                 diffs.append(f"file {name}: written (or left behind) by the candidate only")
             elif _raw(ref_f[name]) != _raw(cand_f[name]):
-                diffs.append(f"file {name}: {_raw(ref_f[name])[:120]!r} != {_raw(cand_f[name])[:120]!r}")
+                diffs.append(
+                    f"file {name}: {_raw(ref_f[name])[:120]!r} != {_raw(cand_f[name])[:120]!r}"
+                )
         ref_rm, cand_rm = kept(ref.get("removed", [])), kept(cand.get("removed", []))
         if ref_rm != cand_rm:
             diffs.append(f"removed files: {sorted(ref_rm)} != {sorted(cand_rm)}")
@@ -262,8 +313,16 @@ def _python_api(cmp: Comparison, ref: Observation, cand: Observation) -> list[st
     for i, (r, c) in enumerate(zip(ref["calls"], cand["calls"], strict=True)):
         if "raised" in r or "raised" in c:
             if cmp.exception_types and r.get("raised") != c.get("raised"):
-                got = f"raised {c['raised']}" if "raised" in c else f"returned {_short(c.get('value'))}"
-                want = f"raised {r['raised']}" if "raised" in r else f"returned {_short(r.get('value'))}"
+                got = (
+                    f"raised {c['raised']}"
+                    if "raised" in c
+                    else f"returned {_short(c.get('value'))}"
+                )
+                want = (
+                    f"raised {r['raised']}"
+                    if "raised" in r
+                    else f"returned {_short(r.get('value'))}"
+                )
                 diffs.append(f"call {i}: {want} != {got}")
             elif cmp.exception_messages and r.get("message") != c.get("message"):
                 diffs.append(f"call {i}: message {r.get('message')!r} != {c.get('message')!r}")

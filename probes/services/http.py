@@ -20,17 +20,25 @@ class HttpRequest(BaseModel):
 
     method: str = Field(default="GET", description="HTTP method.")
     target: str = Field(default="/", description="Path and query, e.g. '/books?q=a'.")
-    headers: list[tuple[str, str]] = Field(default_factory=list, description="Header lines, in order.")
+    headers: list[tuple[str, str]] = Field(
+        default_factory=list, description="Header lines, in order."
+    )
     body: str | None = Field(default=None, description="Request body (UTF-8 text).")
 
     def as_input(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"method": self.method, "target": self.target, "headers": [list(h) for h in self.headers]}
+        data: dict[str, Any] = {
+            "method": self.method,
+            "target": self.target,
+            "headers": [list(h) for h in self.headers],
+        }
         if self.body is not None:
             data["body"] = {"text": self.body}
         return data
 
 
-def service_sides(reference_argv: list[str], candidate_argv: list[str], *, startup_s: float = 30.0) -> dict[str, Any]:
+def service_sides(
+    reference_argv: list[str], candidate_argv: list[str], *, startup_s: float = 30.0
+) -> dict[str, Any]:
     """Driver settings starting each side's service; argv may use `{python}`, `{port}`, `{root}`."""
     return {
         "reference": {"server": {"argv": reference_argv, "cwd": "{root}", "startup_s": startup_s}},
@@ -52,6 +60,11 @@ def http_probe(
         comparison: fields of an HTTP `Comparison` (defaults ignore only Date, Server,
             Content-Length, Connection and cookie Expires).
     """
-    cases = [{"name": name, "input": (HttpRequest.model_validate(r) if isinstance(r, dict) else r).as_input()}
-             for name, r in requests.items()]
+    cases = [
+        {
+            "name": name,
+            "input": (HttpRequest.model_validate(r) if isinstance(r, dict) else r).as_input(),
+        }
+        for name, r in requests.items()
+    ]
     return matched_probe("http", sides, cases, comparison, **options)

@@ -23,7 +23,12 @@ LEVEL = 3
 
 def rerun_spec(ctx, factory: str, options: dict[str, Any]) -> dict[str, Any]:
     """The `context["rerun"]` entry of a result (see `evidence_store.rerun.RerunSpec`)."""
-    return {"factory": factory, "options": options, "task": str(ctx.task.root), "candidate": str(ctx.candidate)}
+    return {
+        "factory": factory,
+        "options": options,
+        "task": str(ctx.task.root),
+        "candidate": str(ctx.candidate),
+    }
 
 
 def verdict(
@@ -34,30 +39,57 @@ def verdict(
     context: dict[str, Any],
 ) -> ProbeResult:
     """Compare two observations of one input and turn the outcome into a result."""
-    context = {**context, "comparison": comparison.model_dump(), "comparison_digest": comparison.digest()}
+    context = {
+        **context,
+        "comparison": comparison.model_dump(),
+        "comparison_digest": comparison.digest(),
+    }
     try:
         diffs = differences(comparison, reference, candidate)
     except ProbeCannotTell as exc:
-        return ProbeResult(property=prop, outcome=Outcome.NOT_ESTABLISHED, context=context,
-                           observations={"reason": str(exc)}, trace=str(exc))
-    observations = {"differences": diffs, "reference": _clip(reference), "candidate": _clip(candidate)}
+        return ProbeResult(
+            property=prop,
+            outcome=Outcome.NOT_ESTABLISHED,
+            context=context,
+            observations={"reason": str(exc)},
+            trace=str(exc),
+        )
+    observations = {
+        "differences": diffs,
+        "reference": _clip(reference),
+        "candidate": _clip(candidate),
+    }
     outcome = Outcome.VIOLATED if diffs else Outcome.ESTABLISHED
-    return ProbeResult(property=prop, outcome=outcome, score=0.0 if diffs else 1.0,
-                       context=context, observations=observations)
+    return ProbeResult(
+        property=prop,
+        outcome=outcome,
+        score=0.0 if diffs else 1.0,
+        context=context,
+        observations=observations,
+    )
 
 
 def start_failure(prop: Property, exc: SessionError) -> ProbeResult:
-    """A side that did not start: the candidate's failure if the original started, else no verdict."""
+    """A side that did not start: the candidate's failure if the original started, else no verdict"""
     if exc.side == "candidate":
-        return ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0,
-                           observations={"differences": ["the candidate did not start"], "reason": str(exc)},
-                           trace=str(exc))
-    return ProbeResult(property=prop, outcome=Outcome.NOT_ESTABLISHED, observations={"reason": str(exc)},
-                       trace=str(exc))
+        return ProbeResult(
+            property=prop,
+            outcome=Outcome.VIOLATED,
+            score=0.0,
+            observations={"differences": ["the candidate did not start"], "reason": str(exc)},
+            trace=str(exc),
+        )
+    return ProbeResult(
+        property=prop,
+        outcome=Outcome.NOT_ESTABLISHED,
+        observations={"reason": str(exc)},
+        trace=str(exc),
+    )
 
 
 def _clip(obs: dict[str, Any], limit: int = 4000) -> dict[str, Any]:
     """An observation small enough to store: long texts are cut (the rerun has everything)."""
+
     def cut(value: Any) -> Any:
         if isinstance(value, str) and len(value) > limit:
             return value[:limit] + "…"
@@ -93,20 +125,37 @@ def matched_probe(
         `probe(ctx) -> list[ProbeResult]`, one result per case. A side that cannot
         start makes every case `not_established` (the probe could not tell).
     """
-    cmp = comparison if isinstance(comparison, Comparison) else Comparison.model_validate({"kind": kind, **(comparison or {})})
+    cmp = (
+        comparison
+        if isinstance(comparison, Comparison)
+        else Comparison.model_validate({"kind": kind, **(comparison or {})})
+    )
     if cmp.kind != kind:
         raise ValueError(f"a {cmp.kind} comparison cannot judge a {kind} probe")
     names = [case["name"] for case in cases]
     if len(set(names)) != len(names):
         raise ValueError("case names must be unique")
     prefix = property_prefix or kind
-    options = {"kind": kind, "sides": sides, "cases": cases, "comparison": cmp.model_dump(),
-               "property_prefix": prefix, "description": description, "timeout_s": timeout_s}
+    options = {
+        "kind": kind,
+        "sides": sides,
+        "cases": cases,
+        "comparison": cmp.model_dump(),
+        "property_prefix": prefix,
+        "description": description,
+        "timeout_s": timeout_s,
+    }
 
     def probe(ctx) -> list[ProbeResult]:
-        props = [Property(id=f"{prefix}:{name}", kind="differential", level=LEVEL,
-                          description=description or f"{kind} behaviour of case {name} matches the original")
-                 for name in names]
+        props = [
+            Property(
+                id=f"{prefix}:{name}",
+                kind="differential",
+                level=LEVEL,
+                description=description or f"{kind} behaviour of case {name} matches the original",
+            )
+            for name in names
+        ]
         try:
             session = DifferentialSession(ctx, kind, sides, timeout_s=timeout_s).__enter__()
         except SessionError as exc:
@@ -115,13 +164,24 @@ def matched_probe(
         try:
             for prop, case in zip(props, cases, strict=True):
                 one = {**options, "cases": [case]}
-                context = {"probe": kind, "input": case["input"], "sides": sides,
-                           "rerun": rerun_spec(ctx, "probes.services.matched:factory", one)}
+                context = {
+                    "probe": kind,
+                    "input": case["input"],
+                    "sides": sides,
+                    "rerun": rerun_spec(ctx, "probes.services.matched:factory", one),
+                }
                 try:
                     reference, candidate = session.observe(case["input"])
                 except SessionError as exc:
-                    results.append(ProbeResult(property=prop, outcome=Outcome.NOT_ESTABLISHED, context=context,
-                                               observations={"reason": str(exc)}, trace=traceback.format_exc()))
+                    results.append(
+                        ProbeResult(
+                            property=prop,
+                            outcome=Outcome.NOT_ESTABLISHED,
+                            context=context,
+                            observations={"reason": str(exc)},
+                            trace=traceback.format_exc(),
+                        )
+                    )
                     continue
                 results.append(verdict(prop, cmp, reference, candidate, context))
         finally:

@@ -33,7 +33,18 @@ def python_api_probe(
 ) -> Probe:
     """A probe making each named sequence of calls on both sides and comparing the results."""
     side = {"preload": preload or []}
-    built = [{"name": name, "input": {"calls": [(ApiCall.model_validate(c) if isinstance(c, dict) else c).model_dump()
-                                                for c in calls]}}
-             for name, calls in cases.items()]
-    return matched_probe("python_api", {"reference": side, "candidate": side}, built, comparison, **options)
+    built = [
+        {
+            "name": name,
+            "input": {
+                "calls": [
+                    (ApiCall.model_validate(c) if isinstance(c, dict) else c).model_dump()
+                    for c in calls
+                ]
+            },
+        }
+        for name, calls in cases.items()
+    ]
+    return matched_probe(
+        "python_api", {"reference": side, "candidate": side}, built, comparison, **options
+    )

@@ -24,26 +24,64 @@ def regression_id(kind: str, value: dict[str, Any]) -> str:
     return digest
 
 
-def regression_probe(kind: str, sides: dict[str, Any], input: dict[str, Any],
-                     comparison: dict[str, Any] | Comparison, **options: Any) -> Probe:
+def regression_probe(
+    kind: str,
+    sides: dict[str, Any],
+    input: dict[str, Any],
+    comparison: dict[str, Any] | Comparison,
+    **options: Any,
+) -> Probe:
     """The probe replaying one reproducer (what a saved regression record re-runs)."""
-    cmp = comparison if isinstance(comparison, Comparison) else Comparison.model_validate({"kind": kind, **comparison})
-    return matched_probe(kind, sides, [{"name": regression_id(kind, input), "input": input}], cmp,
-                         property_prefix=f"regression:{kind}",
-                         description=options.pop("description", "") or f"a saved {kind} counterexample no longer differs",
-                         **options)
+    cmp = (
+        comparison
+        if isinstance(comparison, Comparison)
+        else Comparison.model_validate({"kind": kind, **comparison})
+    )
+    return matched_probe(
+        kind,
+        sides,
+        [{"name": regression_id(kind, input), "input": input}],
+        cmp,
+        property_prefix=f"regression:{kind}",
+        description=options.pop("description", "")
+        or f"a saved {kind} counterexample no longer differs",
+        **options,
+    )
 
 
-def regression_result(ctx, kind: str, sides: dict[str, Any], value: dict[str, Any], comparison: Comparison,
-                      reference: dict[str, Any], candidate: dict[str, Any], **extra: Any) -> ProbeResult:
+def regression_result(
+    ctx,
+    kind: str,
+    sides: dict[str, Any],
+    value: dict[str, Any],
+    comparison: Comparison,
+    reference: dict[str, Any],
+    candidate: dict[str, Any],
+    **extra: Any,
+) -> ProbeResult:
     """The result of a freshly confirmed reproducer, with the rerun spec of its regression probe."""
-    prop = Property(id=f"regression:{kind}:{regression_id(kind, value)}", kind="differential", level=LEVEL,
-                    description=f"a saved {kind} counterexample no longer differs")
-    options = {"kind": kind, "sides": sides, "cases": [{"name": regression_id(kind, value), "input": value}],
-               "comparison": comparison.model_dump(), "property_prefix": f"regression:{kind}",
-               "description": prop.description, "timeout_s": 30.0}
-    context = {"probe": f"regression:{kind}", "input": value, "sides": sides, **extra,
-               "rerun": rerun_spec(ctx, "probes.services.matched:factory", options)}
+    prop = Property(
+        id=f"regression:{kind}:{regression_id(kind, value)}",
+        kind="differential",
+        level=LEVEL,
+        description=f"a saved {kind} counterexample no longer differs",
+    )
+    options = {
+        "kind": kind,
+        "sides": sides,
+        "cases": [{"name": regression_id(kind, value), "input": value}],
+        "comparison": comparison.model_dump(),
+        "property_prefix": f"regression:{kind}",
+        "description": prop.description,
+        "timeout_s": 30.0,
+    }
+    context = {
+        "probe": f"regression:{kind}",
+        "input": value,
+        "sides": sides,
+        **extra,
+        "rerun": rerun_spec(ctx, "probes.services.matched:factory", options),
+    }
     return verdict(prop, comparison, reference, candidate, context)
 
 

@@ -89,15 +89,31 @@ def search_counterexample(
             stats["cannot_tell"] += 1
             return False
 
-    config = settings(max_examples=budget.max_examples, database=None, deadline=None,
-                      phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    config = settings(
+        max_examples=budget.max_examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     try:
         minimal = find(strategy, differs, settings=config, random=random.Random(seed))
     except NoSuchExample:
-        return SearchOutcome(found=False, evaluations=stats["evaluations"], seconds=time.monotonic() - start,
-                             cannot_tell=stats["cannot_tell"], out_of_time=stats["out_of_time"])
-    outcome = SearchOutcome(found=True, input=minimal, size=input_size(minimal), evaluations=stats["evaluations"],
-                            cannot_tell=stats["cannot_tell"], out_of_time=stats["out_of_time"])
+        return SearchOutcome(
+            found=False,
+            evaluations=stats["evaluations"],
+            seconds=time.monotonic() - start,
+            cannot_tell=stats["cannot_tell"],
+            out_of_time=stats["out_of_time"],
+        )
+    outcome = SearchOutcome(
+        found=True,
+        input=minimal,
+        size=input_size(minimal),
+        evaluations=stats["evaluations"],
+        cannot_tell=stats["cannot_tell"],
+        out_of_time=stats["out_of_time"],
+    )
     first_reference = None
     for _ in range(REPRODUCTIONS):
         reference, candidate = session.observe(minimal)
@@ -140,8 +156,16 @@ def counterexample_probe(
     if cmp.kind != kind:
         raise ValueError(f"a {cmp.kind} comparison cannot judge a {kind} search")
     budget = Budget(max_examples=max_examples, seconds=seconds)
-    options = {"kind": kind, "sides": sides, "spaces": spaces, "comparison": comparison or {},
-               "max_examples": max_examples, "seconds": seconds, "seed": seed, "timeout_s": timeout_s}
+    options = {
+        "kind": kind,
+        "sides": sides,
+        "spaces": spaces,
+        "comparison": comparison or {},
+        "max_examples": max_examples,
+        "seconds": seconds,
+        "seed": seed,
+        "timeout_s": timeout_s,
+    }
 
     def probe(ctx) -> list[ProbeResult]:
         results = []
@@ -151,15 +175,29 @@ def counterexample_probe(
             return [start_failure(_search_property(kind, name), exc) for name in spaces]
         try:
             for name, space in spaces.items():
-                context = {"probe": f"search:{kind}", "space": space, "budget": budget.__dict__, "seed": seed,
-                           "comparison": cmp.model_dump(), "comparison_digest": cmp.digest(),
-                           "rerun": rerun_spec(ctx, "probes.services.search:factory", {**options, "spaces": {name: space}})}
+                context = {
+                    "probe": f"search:{kind}",
+                    "space": space,
+                    "budget": budget.__dict__,
+                    "seed": seed,
+                    "comparison": cmp.model_dump(),
+                    "comparison_digest": cmp.digest(),
+                    "rerun": rerun_spec(
+                        ctx, "probes.services.search:factory", {**options, "spaces": {name: space}}
+                    ),
+                }
                 try:
                     found = search_counterexample(session, kind, space, cmp, budget, seed=seed)
                 except SessionError as exc:
-                    results.append(ProbeResult(property=_search_property(kind, name), outcome=Outcome.NOT_ESTABLISHED,
-                                               context=context, observations={"reason": str(exc)},
-                                               trace=traceback.format_exc()))
+                    results.append(
+                        ProbeResult(
+                            property=_search_property(kind, name),
+                            outcome=Outcome.NOT_ESTABLISHED,
+                            context=context,
+                            observations={"reason": str(exc)},
+                            trace=traceback.format_exc(),
+                        )
+                    )
                     continue
                 results.extend(_results(ctx, kind, name, sides, cmp, found, context, session))
         finally:
@@ -170,25 +208,63 @@ def counterexample_probe(
 
 
 def _search_property(kind: str, name: str) -> Property:
-    return Property(id=f"search:{kind}:{name}", kind="counterexample_search", level=LEVEL,
-                    description=f"no input drawn from space {name!r} makes the candidate answer differently")
+    return Property(
+        id=f"search:{kind}:{name}",
+        kind="counterexample_search",
+        level=LEVEL,
+        description=f"no input drawn from space {name!r} makes the candidate answer differently",
+    )
 
 
-def _results(ctx, kind, name, sides, cmp, found: SearchOutcome, context, session) -> list[ProbeResult]:
+def _results(
+    ctx, kind, name, sides, cmp, found: SearchOutcome, context, session
+) -> list[ProbeResult]:
     observations = {k: v for k, v in found.__dict__.items()}
     prop = _search_property(kind, name)
     if not found.found:
-        return [ProbeResult(property=prop, outcome=Outcome.ESTABLISHED, score=1.0, context=context,
-                            observations=observations)]
+        return [
+            ProbeResult(
+                property=prop,
+                outcome=Outcome.ESTABLISHED,
+                score=1.0,
+                context=context,
+                observations=observations,
+            )
+        ]
     if not found.confirmed:
-        return [ProbeResult(property=prop, outcome=Outcome.NOT_ESTABLISHED, context=context, observations=observations,
-                            trace="a difference was found but did not reproduce three times on a stable original")]
+        return [
+            ProbeResult(
+                property=prop,
+                outcome=Outcome.NOT_ESTABLISHED,
+                context=context,
+                observations=observations,
+                trace="a difference was found but did not reproduce three times "
+                "on a stable original",
+            )
+        ]
     reference, candidate = session.observe(found.input)
-    regression = regression_result(ctx, kind, sides, found.input, cmp, reference, candidate,
-                                   found_by=prop.id, reproduced=found.reproduced)
+    regression = regression_result(
+        ctx,
+        kind,
+        sides,
+        found.input,
+        cmp,
+        reference,
+        candidate,
+        found_by=prop.id,
+        reproduced=found.reproduced,
+    )
     observations["regression"] = regression.property.id
-    return [ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context,
-                        observations=observations), regression]
+    return [
+        ProbeResult(
+            property=prop,
+            outcome=Outcome.VIOLATED,
+            score=0.0,
+            context=context,
+            observations=observations,
+        ),
+        regression,
+    ]
 
 
 def factory(**options: Any) -> Probe:

@@ -26,7 +26,11 @@ from typing import Any
 from harness.errors import TwinError
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
-DRIVER_FILES = {"http": "http_driver.py", "process": "process_driver.py", "python_api": "api_driver.py"}
+DRIVER_FILES = {
+    "http": "http_driver.py",
+    "process": "process_driver.py",
+    "python_api": "api_driver.py",
+}
 SIDES = ("reference", "candidate")
 
 
@@ -67,7 +71,9 @@ class SideDriver:
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SessionError(f"{self.side} driver gave no answer within {timeout_s:.0f}s{self.tail()}")
+                raise SessionError(
+                    f"{self.side} driver gave no answer within {timeout_s:.0f}s{self.tail()}"
+                )
             ready, _, _ = select.select([self.reader], [], [], min(left, 0.5))
             if ready:
                 chunk = os.read(self.reader.fileno(), 1 << 16)
@@ -104,8 +110,15 @@ class DifferentialSession:
         SessionError: a side could not start (its log tail is in the message).
     """
 
-    def __init__(self, ctx, kind: str, sides: dict[str, dict[str, Any]], *,
-                 timeout_s: float = 30.0, startup_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        ctx,
+        kind: str,
+        sides: dict[str, dict[str, Any]],
+        *,
+        timeout_s: float = 30.0,
+        startup_s: float = 60.0,
+    ) -> None:
         if kind not in DRIVER_FILES:
             raise SessionError(f"unknown session kind {kind!r}; known: {', '.join(DRIVER_FILES)}")
         missing = [s for s in SIDES if s not in sides]
@@ -149,7 +162,9 @@ class DifferentialSession:
             "fifo_in": f"{inside}/in",
             "fifo_out": f"{inside}/out",
             "python": sys.executable,
-            "forbidden": self.ctx.forbidden(side) if self.ctx.resolved_sandbox_kind == "none" else [],
+            "forbidden": self.ctx.forbidden(side)
+            if self.ctx.resolved_sandbox_kind == "none"
+            else [],
             "env": {**self.ctx.side_env(), **self.sides[side].get("env", {})},
         }
         (host_dir / "config.json").write_text(json.dumps(config, indent=1))
@@ -169,7 +184,9 @@ class DifferentialSession:
 
     def _handshake(self, driver: SideDriver) -> None:
         deadline = time.monotonic() + self.startup_s
-        driver.reader = os.fdopen(os.open(driver.host_dir / "out", os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0)
+        driver.reader = os.fdopen(
+            os.open(driver.host_dir / "out", os.O_RDONLY | os.O_NONBLOCK), "rb", buffering=0
+        )
         while driver.writer is None:
             try:
                 fd = os.open(driver.host_dir / "in", os.O_WRONLY | os.O_NONBLOCK)
@@ -178,13 +195,18 @@ class DifferentialSession:
             except OSError:
                 if not driver.alive() or time.monotonic() > deadline:
                     error = driver.result.get("error") or driver.tail() or " (no output)"
-                    raise SessionError(f"{driver.side} side of the {self.kind} probe did not start: {error}",
-                                       side=driver.side) from None
+                    raise SessionError(
+                        f"{driver.side} side of the {self.kind} probe did not start: {error}",
+                        side=driver.side,
+                    ) from None
                 time.sleep(0.02)
         hello = driver.receive(max(1.0, deadline - time.monotonic()))
         if "startup_error" in hello:
-            raise SessionError(f"{driver.side} side of the {self.kind} probe did not start: "
-                               f"{hello['startup_error'][-2000:]}", side=driver.side)
+            raise SessionError(
+                f"{driver.side} side of the {self.kind} probe did not start: "
+                f"{hello['startup_error'][-2000:]}",
+                side=driver.side,
+            )
         self.started[driver.side] = time.monotonic()
 
     # ---- using it -----------------------------------------------------------------------------

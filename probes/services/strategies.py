@@ -23,7 +23,9 @@ class Pool(BaseModel):
     """Values to choose from, optionally plus free text."""
 
     values: list[Any] = Field(default_factory=list, description="Literal values (JSON types).")
-    free_text: bool = Field(default=False, description="Also draw short free text from the alphabet.")
+    free_text: bool = Field(
+        default=False, description="Also draw short free text from the alphabet."
+    )
     max_size: int = Field(default=8, description="Longest free text drawn.")
 
 
@@ -32,19 +34,33 @@ class RequestSpace(BaseModel):
 
     methods: list[str] = Field(default_factory=lambda: ["GET"])
     paths: list[str] = Field(description="Path templates; '{int}' and '{text}' are drawn.")
-    query: dict[str, Pool] = Field(default_factory=dict, description="Parameter -> values (each may be absent).")
-    headers: dict[str, Pool] = Field(default_factory=dict, description="Header -> values (each may be absent).")
-    accept: list[str] = Field(
-        default_factory=list, description="Media ranges an Accept header is composed of (with q values)."
+    query: dict[str, Pool] = Field(
+        default_factory=dict, description="Parameter -> values (each may be absent)."
     )
-    cookies: dict[str, Pool] = Field(default_factory=dict, description="Cookie -> values (each may be absent).")
+    headers: dict[str, Pool] = Field(
+        default_factory=dict, description="Header -> values (each may be absent)."
+    )
+    accept: list[str] = Field(
+        default_factory=list,
+        description="Media ranges an Accept header is composed of (with q values).",
+    )
+    cookies: dict[str, Pool] = Field(
+        default_factory=dict, description="Cookie -> values (each may be absent)."
+    )
     form: dict[str, Pool] = Field(default_factory=dict, description="URL-encoded form fields.")
-    json_fields: dict[str, Pool] = Field(default_factory=dict, description="Fields of a JSON object body.")
-    content_types: list[str] = Field(default_factory=list, description="Content-Type values for bodies.")
-    raw_bodies: list[str] = Field(default_factory=list, description="Literal bodies (e.g. malformed JSON).")
+    json_fields: dict[str, Pool] = Field(
+        default_factory=dict, description="Fields of a JSON object body."
+    )
+    content_types: list[str] = Field(
+        default_factory=list, description="Content-Type values for bodies."
+    )
+    raw_bodies: list[str] = Field(
+        default_factory=list, description="Literal bodies (e.g. malformed JSON)."
+    )
     body_optional: bool = Field(default=True, description="Requests may come without a body.")
     repeat_parameters: bool = Field(
-        default=True, description="A query or form parameter may occur twice (first-vs-last value semantics)."
+        default=True,
+        description="A query or form parameter may occur twice (first-vs-last value semantics).",
     )
     alphabet: str = Field(default=DEFAULT_ALPHABET, description="Characters of free text.")
 
@@ -53,7 +69,9 @@ class ProcessSpace(BaseModel):
     """Where process runs are drawn from: an argv template plus drawn arguments, stdin and files."""
 
     argv: list[str] = Field(description="Fixed leading argv, e.g. ['{python}', '{root}/cli.py'].")
-    args: list[Pool] = Field(default_factory=list, description="Positional arguments (each may be absent).")
+    args: list[Pool] = Field(
+        default_factory=list, description="Positional arguments (each may be absent)."
+    )
     options: dict[str, Pool] = Field(default_factory=dict, description="--option -> values.")
     flags: list[str] = Field(default_factory=list, description="Flags that may be present.")
     stdin: Pool = Field(default_factory=Pool)
@@ -66,7 +84,9 @@ class ApiSpace(BaseModel):
 
     call: str = Field(description="'module:function'.")
     args: list[Pool] = Field(default_factory=list, description="Positional arguments, in order.")
-    kwargs: dict[str, Pool] = Field(default_factory=dict, description="Keyword arguments (each may be absent).")
+    kwargs: dict[str, Pool] = Field(
+        default_factory=dict, description="Keyword arguments (each may be absent)."
+    )
     alphabet: str = Field(default=DEFAULT_ALPHABET)
 
 
@@ -86,10 +106,14 @@ def _optional_items(st, pools: dict[str, Pool], alphabet: str):
 
 
 def _accept(st, media: list[str]):
-    quality = st.sampled_from(["", ";q=1", ";q=0.9", ";q=0.5", ";q=0.1", ";q=0", "; q=0.8", ";q=1.0"])
+    quality = st.sampled_from(
+        ["", ";q=1", ";q=0.9", ";q=0.5", ";q=0.1", ";q=0", "; q=0.8", ";q=1.0"]
+    )
     item = st.tuples(st.sampled_from(media), quality).map("".join)
     separator = st.sampled_from([",", ", "])
-    return st.tuples(st.lists(item, min_size=1, max_size=3), separator).map(lambda t: t[1].join(t[0]))
+    return st.tuples(st.lists(item, min_size=1, max_size=3), separator).map(
+        lambda t: t[1].join(t[0])
+    )
 
 
 def _path(st, template: str, alphabet: str):
@@ -98,12 +122,18 @@ def _path(st, template: str, alphabet: str):
     for piece in pieces[1:]:
         name, _, rest = piece.partition("}")
         if name == "int":
-            out.append(st.one_of(st.integers(0, 20).map(str), st.sampled_from(["007", "-1", "99999999999"])))
+            out.append(
+                st.one_of(
+                    st.integers(0, 20).map(str), st.sampled_from(["007", "-1", "99999999999"])
+                )
+            )
         else:
             # '/' stays out of drawn segments: an encoded or doubled slash tests the server's
             # path normalization, not the application (search for it with a literal template).
             segment = alphabet.replace("/", "") or "a"
-            out.append(st.text(alphabet=segment, min_size=1, max_size=6).map(lambda s: quote(s, safe="")))
+            out.append(
+                st.text(alphabet=segment, min_size=1, max_size=6).map(lambda s: quote(s, safe=""))
+            )
         out.append(st.just(rest))
     return st.tuples(*out).map("".join)
 
@@ -117,7 +147,9 @@ def _repeat(st, space: RequestSpace, pools: dict[str, Pool]):
     if not space.repeat_parameters or not pools:
         return st.none()
     names = sorted(pools)
-    pair = st.sampled_from(names).flatmap(lambda k: _pool(st, pools[k], space.alphabet).map(lambda v: (k, v)))
+    pair = st.sampled_from(names).flatmap(
+        lambda k: _pool(st, pools[k], space.alphabet).map(lambda v: (k, v))
+    )
     return st.one_of(st.none(), pair)
 
 
@@ -126,13 +158,24 @@ def request_strategy(space: RequestSpace):
     from hypothesis import strategies as st
 
     alphabet = space.alphabet
-    paths = st.one_of(*[_path(st, p, alphabet) for p in space.paths]) if space.paths else st.just("/")
-    bodies = [st.none()] if space.body_optional or not (space.form or space.json_fields or space.raw_bodies) else []
+    paths = (
+        st.one_of(*[_path(st, p, alphabet) for p in space.paths]) if space.paths else st.just("/")
+    )
+    bodies = (
+        [st.none()]
+        if space.body_optional or not (space.form or space.json_fields or space.raw_bodies)
+        else []
+    )
     if space.form:
-        bodies.append(st.tuples(_optional_items(st, space.form, alphabet), _repeat(st, space, space.form)).map(
-            lambda t: ("form", _encode_pairs(list(t[0].items()) + ([t[1]] if t[1] else [])))))
+        bodies.append(
+            st.tuples(
+                _optional_items(st, space.form, alphabet), _repeat(st, space, space.form)
+            ).map(lambda t: ("form", _encode_pairs(list(t[0].items()) + ([t[1]] if t[1] else []))))
+        )
     if space.json_fields:
-        bodies.append(_optional_items(st, space.json_fields, alphabet).map(lambda d: ("json", json.dumps(d))))
+        bodies.append(
+            _optional_items(st, space.json_fields, alphabet).map(lambda d: ("json", json.dumps(d)))
+        )
     if space.raw_bodies:
         bodies.append(st.sampled_from(space.raw_bodies).map(lambda b: ("raw", b)))
     content_types = st.sampled_from(space.content_types) if space.content_types else st.none()
@@ -152,7 +195,9 @@ def request_strategy(space: RequestSpace):
         request: dict[str, Any] = {"method": method, "target": target, "headers": lines}
         if body is not None:
             kind, text = body
-            default = {"form": "application/x-www-form-urlencoded", "json": "application/json"}.get(kind, "text/plain")
+            default = {"form": "application/x-www-form-urlencoded", "json": "application/json"}.get(
+                kind, "text/plain"
+            )
             lines.append(["Content-Type", content_type or default])
             request["body"] = {"text": text}
         return request
@@ -174,8 +219,16 @@ def process_strategy(space: ProcessSpace):
     from hypothesis import strategies as st
 
     alphabet = space.alphabet
-    args = st.tuples(*[st.one_of(st.none(), _pool(st, p, alphabet)) for p in space.args]) if space.args else st.just(())
-    flags = st.lists(st.sampled_from(space.flags), unique=True, max_size=len(space.flags)) if space.flags else st.just([])
+    args = (
+        st.tuples(*[st.one_of(st.none(), _pool(st, p, alphabet)) for p in space.args])
+        if space.args
+        else st.just(())
+    )
+    flags = (
+        st.lists(st.sampled_from(space.flags), unique=True, max_size=len(space.flags))
+        if space.flags
+        else st.just([])
+    )
 
     def build(parts) -> dict[str, Any]:
         positional, options, chosen_flags, stdin, files = parts
@@ -183,25 +236,42 @@ def process_strategy(space: ProcessSpace):
         for name, value in options.items():
             argv += [name, str(value)]
         argv += chosen_flags
-        return {"argv": argv, "stdin": {"text": str(stdin)}, "files": {k: {"text": str(v)} for k, v in files.items()},
-                "env": {}}
+        return {
+            "argv": argv,
+            "stdin": {"text": str(stdin)},
+            "files": {k: {"text": str(v)} for k, v in files.items()},
+            "env": {},
+        }
 
-    return st.tuples(args, _optional_items(st, space.options, alphabet), flags,
-                     _pool(st, space.stdin, alphabet), _optional_items(st, space.files, alphabet)).map(build)
+    return st.tuples(
+        args,
+        _optional_items(st, space.options, alphabet),
+        flags,
+        _pool(st, space.stdin, alphabet),
+        _optional_items(st, space.files, alphabet),
+    ).map(build)
 
 
 def api_strategy(space: ApiSpace):
     """A strategy of Python API inputs (one call) drawn from `space`."""
     from hypothesis import strategies as st
 
-    args = st.tuples(*[_pool(st, p, space.alphabet) for p in space.args]) if space.args else st.just(())
+    args = (
+        st.tuples(*[_pool(st, p, space.alphabet) for p in space.args])
+        if space.args
+        else st.just(())
+    )
     return st.tuples(args, _optional_items(st, space.kwargs, space.alphabet)).map(
-        lambda parts: {"calls": [{"call": space.call, "args": list(parts[0]), "kwargs": parts[1]}]})
+        lambda parts: {"calls": [{"call": space.call, "args": list(parts[0]), "kwargs": parts[1]}]}
+    )
 
 
 def strategy_for(kind: str, space: dict[str, Any]):
     """The strategy of a space given as data (kind: 'http', 'process' or 'python_api')."""
-    builders = {"http": (RequestSpace, request_strategy), "process": (ProcessSpace, process_strategy),
-                "python_api": (ApiSpace, api_strategy)}
+    builders = {
+        "http": (RequestSpace, request_strategy),
+        "process": (ProcessSpace, process_strategy),
+        "python_api": (ApiSpace, api_strategy),
+    }
     model, build = builders[kind]
     return build(model.model_validate(space))

@@ -38,10 +38,20 @@ DEFECTS = _defects()
 
 
 def grade(candidate: Path, logs: Path) -> dict:
-    env = {**os.environ, "TESTS_DIR": str(TASK / "tests"), "APP_DIR": str(candidate), "LOGS_DIR": str(logs),
-           "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(TASK / "tests" / "test.sh")], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        **os.environ,
+        "TESTS_DIR": str(TASK / "tests"),
+        "APP_DIR": str(candidate),
+        "LOGS_DIR": str(logs),
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        ["bash", str(TASK / "tests" / "test.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads((logs / "reward.json").read_text())
 
@@ -69,13 +79,21 @@ def test_recorded_answers_are_the_originals(tmp_path):
     """Re-recording from the original reproduces the stored references (except absolute times)."""
     copy = tmp_path / "task"
     shutil.copytree(TASK, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, str(copy / "tests" / "record_refs.py")], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, str(copy / "tests" / "record_refs.py")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     fresh = json.loads((copy / "tests" / "refs" / "responses.json").read_text())
     stored = json.loads((TASK / "tests" / "refs" / "responses.json").read_text())
 
     def stable(answer):
-        headers = [(k, v.split("Expires=")[0]) for k, v in answer["headers"] if k.lower() not in ("date", "server")]
+        headers = [
+            (k, v.split("Expires=")[0])
+            for k, v in answer["headers"]
+            if k.lower() not in ("date", "server")
+        ]
         return answer["status"], headers, answer["body"]
 
     assert {n: stable(a) for n, a in fresh.items()} == {n: stable(a) for n, a in stored.items()}
@@ -92,7 +110,10 @@ def test_oracle_earns_full_reward(tmp_path):
 
 @pytest.mark.parametrize(
     "defect",
-    [pytest.param(d, id=d.name, marks=() if d.name in FAST_DEFECTS else pytest.mark.slow) for d in DEFECTS],
+    [
+        pytest.param(d, id=d.name, marks=() if d.name in FAST_DEFECTS else pytest.mark.slow)
+        for d in DEFECTS
+    ],
 )
 def test_grader_catches_seeded_defect(defect, tmp_path):
     candidate = apply_defect(ORACLE, defect, tmp_path / "candidate")
@@ -116,13 +137,19 @@ def _variant(tmp_path: Path, edit) -> Path:
 NOT_MIGRATED = {
     "imports-flask": lambda c: (c / "extra.py").write_text("from flask import Flask\n"),
     "imports-werkzeug-dynamically": lambda c: (c / "extra.py").write_text(
-        "import importlib\nhttp = importlib.import_module('werkzeug.http')\n"),
+        "import importlib\nhttp = importlib.import_module('werkzeug.http')\n"
+    ),
     "lists-flask": lambda c: (c / "requirements.txt").write_text("starlette\nFlask==3.0\n"),
-    "vendors-flask": lambda c: ((c / "flask").mkdir(), (c / "flask" / "__init__.py").write_text("")),
+    "vendors-flask": lambda c: (
+        (c / "flask").mkdir(),
+        (c / "flask" / "__init__.py").write_text(""),
+    ),
     "proxies-to-source": lambda c: (c / "proxy.py").write_text(
-        "import sys\nsys.path.insert(0, '/source')\nimport starlette\n"),
+        "import sys\nsys.path.insert(0, '/source')\nimport starlette\n"
+    ),
     "wraps-wsgi": lambda c: (c / "bridge.py").write_text(
-        "from starlette.middleware.wsgi import WSGIMiddleware\n"),
+        "from starlette.middleware.wsgi import WSGIMiddleware\n"
+    ),
 }
 
 
@@ -147,9 +174,12 @@ def test_grader_vetoes_a_flask_import_end_to_end(tmp_path):
 
 def test_flask_is_absent_when_the_candidate_runs(tmp_path):
     """An import hidden from the audit still fails: Flask is not installed where the candidate runs."""
+
     def sneak(c: Path) -> None:
         text = (c / "app.py").read_text()
-        (c / "app.py").write_text(text + "\nimport importlib\nimportlib.import_module('fla' + 'sk')\n")
+        (c / "app.py").write_text(
+            text + "\nimport importlib\nimportlib.import_module('fla' + 'sk')\n"
+        )
 
     result = grade(_variant(tmp_path, sneak), tmp_path / "logs")
     log = json.loads((tmp_path / "logs" / "details.json").read_text())["server_log_tail"]
@@ -162,11 +192,14 @@ def test_flask_is_absent_when_the_candidate_runs(tmp_path):
 @requires_bwrap
 def test_candidate_cannot_read_the_references(tmp_path):
     """A candidate that looks for the grader's files finds nothing (nested sandbox)."""
+
     def peek(c: Path) -> None:
         text = (c / "app.py").read_text()
-        probe = ("import os as _os\n"
-                 "_SEEN = [p for p in ('/tests/refs/responses.json', %r) if _os.path.exists(p)]\n"
-                 "assert not _SEEN, _SEEN\n") % str(TASK / "tests" / "refs" / "responses.json")
+        probe = (
+            "import os as _os\n"
+            "_SEEN = [p for p in ('/tests/refs/responses.json', %r) if _os.path.exists(p)]\n"
+            "assert not _SEEN, _SEEN\n"
+        ) % str(TASK / "tests" / "refs" / "responses.json")
         (c / "app.py").write_text(text + "\n" + probe)
 
     result = grade(_variant(tmp_path, peek), tmp_path / "logs")
@@ -179,4 +212,6 @@ def test_missing_candidate_scores_zero(tmp_path):
     empty.mkdir()
     result = grade(empty, tmp_path / "logs")
     assert result["reward"] == 0.0
-    assert "missing" in " ".join(json.loads((tmp_path / "logs" / "details.json").read_text())["audit"])
+    assert "missing" in " ".join(
+        json.loads((tmp_path / "logs" / "details.json").read_text())["audit"]
+    )

@@ -14,16 +14,17 @@ import os
 import sys
 import traceback
 
-BLOCKER = '''
+BLOCKER = """
 import sys
 FORBIDDEN = {forbidden!r}
 class _Refuse:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in FORBIDDEN:
-            raise ModuleNotFoundError(f"No module named {{name!r}} (absent on the candidate side)", name=name)
+            message = f"No module named {{name!r}} (absent on the candidate side)"
+            raise ModuleNotFoundError(message, name=name)
         return None
 sys.meta_path.insert(0, _Refuse())
-'''
+"""
 
 
 def encode_bytes(data: bytes) -> dict:
@@ -88,7 +89,10 @@ def serve(config: dict, setup, handle) -> int:
     `{"startup_error": traceback}`, so the other end never waits on a driver that
     could not start.
     """
-    with open(config["fifo_out"], "w", encoding="utf-8") as out, open(config["fifo_in"], encoding="utf-8") as inp:
+    with (
+        open(config["fifo_out"], "w", encoding="utf-8") as out,
+        open(config["fifo_in"], encoding="utf-8") as inp,
+    ):
         try:
             state = setup()
         except Exception:

@@ -53,12 +53,16 @@ def resolve(target: str):
 def run_calls(calls: list[dict]) -> list[dict]:
     results, values = [], []
     for call in calls:
+
         def arg(value):
             return values[value["$ref"]] if isinstance(value, dict) and "$ref" in value else value
 
         try:
             func = resolve(call["call"])
-            value = func(*[arg(a) for a in call.get("args", [])], **{k: arg(v) for k, v in call.get("kwargs", {}).items()})
+            value = func(
+                *[arg(a) for a in call.get("args", [])],
+                **{k: arg(v) for k, v in call.get("kwargs", {}).items()},
+            )
             values.append(value)
             results.append({"value": encode(value)})
         except Exception as exc:  # the behaviour under test, not a driver failure

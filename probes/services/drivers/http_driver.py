@@ -51,13 +51,17 @@ class Service:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited with {self.proc.returncode} before listening:\n{self.tail()}")
+                raise RuntimeError(
+                    f"service exited with {self.proc.returncode} before listening:\n{self.tail()}"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"service did not listen on port {self.port} within {limit_s}s:\n{self.tail()}")
+        raise RuntimeError(
+            f"service did not listen on port {self.port} within {limit_s}s:\n{self.tail()}"
+        )
 
     def tail(self, limit: int = 4000) -> str:
         self.log.flush()
@@ -67,10 +71,14 @@ class Service:
     def request(self, req: dict) -> dict:
         if self.proc.poll() is not None:
             return {"service_down": True, "exit": self.proc.returncode, "log": self.tail()}
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=float(req.get("timeout_s", 10.0)))
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=float(req.get("timeout_s", 10.0))
+        )
         try:
             body = decode_bytes(req.get("body")) if req.get("body") is not None else None
-            conn.putrequest(req.get("method", "GET"), req.get("target", "/"), skip_accept_encoding=True)
+            conn.putrequest(
+                req.get("method", "GET"), req.get("target", "/"), skip_accept_encoding=True
+            )
             headers = [list(h) for h in req.get("headers", [])]
             if body is not None and not any(h[0].lower() == "content-length" for h in headers):
                 headers.append(["Content-Length", str(len(body))])

@@ -39,7 +39,9 @@ def run_one(config: dict, req: dict) -> dict:
         seeded = {}
         for rel, content in req.get("files", {}).items():
             if os.path.isabs(rel) or ".." in rel.split("/"):
-                return {"driver_error": f"file {rel!r} is not a relative path inside the case directory"}
+                return {
+                    "driver_error": f"file {rel!r} is not a relative path inside the case directory"
+                }
             path = os.path.join(scratch, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             data = decode_bytes(content)
@@ -59,13 +61,31 @@ def run_one(config: dict, req: dict) -> dict:
                 capture_output=True,
                 timeout=float(req.get("timeout_s", config.get("timeout_s", 30.0))),
             )
-            status = {"exit": proc.returncode, "stdout": encode_bytes(proc.stdout), "stderr": encode_bytes(proc.stderr)}
+            status = {
+                "exit": proc.returncode,
+                "stdout": encode_bytes(proc.stdout),
+                "stderr": encode_bytes(proc.stderr),
+            }
         except subprocess.TimeoutExpired:
-            status = {"exit": None, "timed_out": True, "stdout": {"text": ""}, "stderr": {"text": ""}}
+            status = {
+                "exit": None,
+                "timed_out": True,
+                "stdout": {"text": ""},
+                "stderr": {"text": ""},
+            }
         except OSError as exc:
-            status = {"exit": None, "spawn_error": f"{type(exc).__name__}: {exc}", "stdout": {"text": ""}, "stderr": {"text": ""}}
+            status = {
+                "exit": None,
+                "spawn_error": f"{type(exc).__name__}: {exc}",
+                "stdout": {"text": ""},
+                "stderr": {"text": ""},
+            }
         after = snapshot(scratch)
-        status["files"] = {rel: encode_bytes(data) for rel, data in sorted(after.items()) if seeded.get(rel) != data}
+        status["files"] = {
+            rel: encode_bytes(data)
+            for rel, data in sorted(after.items())
+            if seeded.get(rel) != data
+        }
         status["removed"] = sorted(rel for rel in seeded if rel not in after)
         del case
         return status

@@ -34,7 +34,7 @@ def bump():
     return len(COUNTER)
 '''
 
-ORIGINAL_CLI = '''
+ORIGINAL_CLI = """
 import sys, os
 mode = sys.argv[1] if len(sys.argv) > 1 else "upper"
 text = sys.stdin.read()
@@ -48,10 +48,12 @@ elif mode == "save":
 else:
     print(f"unknown mode {mode}", file=sys.stderr)
     sys.exit(2)
-'''
+"""
 
 
-def write_task(root: Path, *, lib: str = ORIGINAL_LIB, cli: str = ORIGINAL_CLI) -> tuple[Path, Path]:
+def write_task(
+    root: Path, *, lib: str = ORIGINAL_LIB, cli: str = ORIGINAL_CLI
+) -> tuple[Path, Path]:
     """A task whose original holds `verlib.py` and `cli.py`; returns (task dir, candidate dir)."""
     task = root / "task"
     source = task / "environment" / "source"
@@ -77,7 +79,9 @@ def tiny_context(tmp_path):
     def build(*, lib: str = ORIGINAL_LIB, cli: str = ORIGINAL_CLI, sandbox_kind: str = "none"):
         root = tmp_path / f"t{len(made)}"
         task, candidate = write_task(root, lib=lib, cli=cli)
-        ctx = make_context(task, candidate, sandbox_kind=sandbox_kind, workdir=root / "work", timeout_s=120)
+        ctx = make_context(
+            task, candidate, sandbox_kind=sandbox_kind, workdir=root / "work", timeout_s=120
+        )
         made.append(ctx)
         return ctx
 

@@ -1,4 +1,4 @@
-"""The static migration audit on flask-to-starlette candidates: Flask imports and proxies are flagged."""
+"""The static audit on flask-to-starlette candidates: Flask imports and proxies are flagged."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 
 from tests.conftest import TASKS_DIR
 
-audit = pytest.importorskip("probes.audit", reason="the static migration audit (probes/audit.py) is not there yet")
+audit = pytest.importorskip(
+    "probes.audit", reason="the static migration audit (probes/audit.py) is not there yet"
+)
 
 TASK = TASKS_DIR / "flask-to-starlette"
 ORACLE = TASK / "solution" / "app"
@@ -17,12 +19,21 @@ FORBIDDEN = ["flask", "werkzeug"]
 
 CHEATS = {
     "imports-flask": ("shim.py", "from flask import Flask\n", "forbidden_import"),
-    "imports-werkzeug-dynamically": ("shim.py", "import importlib\nimportlib.import_module('werkzeug.http')\n",
-                                     "forbidden_import"),
-    "proxies-to-source": ("proxy.py", "import sys\nsys.path.insert(0, '/source')\nfrom app import app as original\n",
-                          "loads_original"),
-    "serves-the-original": ("run.py", "import subprocess\n"
-                            "subprocess.Popen(['flask', '--app', '/source/app', 'run'])\n", "loads_original"),
+    "imports-werkzeug-dynamically": (
+        "shim.py",
+        "import importlib\nimportlib.import_module('werkzeug.http')\n",
+        "forbidden_import",
+    ),
+    "proxies-to-source": (
+        "proxy.py",
+        "import sys\nsys.path.insert(0, '/source')\nfrom app import app as original\n",
+        "loads_original",
+    ),
+    "serves-the-original": (
+        "run.py",
+        "import subprocess\nsubprocess.Popen(['flask', '--app', '/source/app', 'run'])\n",
+        "loads_original",
+    ),
 }
 
 

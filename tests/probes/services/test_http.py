@@ -21,13 +21,19 @@ SIDES = service_sides(
 REQUESTS = {
     "index-json": HttpRequest(headers=[("Accept", "application/json")]),
     "trailing-slash": HttpRequest(target="/books/"),
-    "login": HttpRequest(method="POST", target="/login", body="username=ann&password=hunter2",
-                         headers=[("Content-Type", "application/x-www-form-urlencoded")]),
+    "login": HttpRequest(
+        method="POST",
+        target="/login",
+        body="username=ann&password=hunter2",
+        headers=[("Content-Type", "application/x-www-form-urlencoded")],
+    ),
 }
 
 
 def run(candidate, tmp_path, sandbox="none", requests=REQUESTS):
-    ctx = make_context(TASK, candidate, sandbox_kind=sandbox, workdir=tmp_path / "work", timeout_s=180)
+    ctx = make_context(
+        TASK, candidate, sandbox_kind=sandbox, workdir=tmp_path / "work", timeout_s=180
+    )
     try:
         return {r.property.id: r for r in http_probe(SIDES, requests)(ctx)}
     finally:
@@ -64,8 +70,9 @@ def test_candidate_service_that_does_not_start_is_violated(tmp_path):
 def test_in_bwrap_flask_is_absent_on_the_candidate_side(tmp_path):
     candidate = tmp_path / "still-flask"
     candidate.mkdir()
-    (candidate / "app.py").write_text("from flask import Flask\nfrom starlette.applications import Starlette\n"
-                                      "app = Starlette()\n")
+    (candidate / "app.py").write_text(
+        "from flask import Flask\nfrom starlette.applications import Starlette\napp = Starlette()\n"
+    )
     results = run(candidate, tmp_path, sandbox="bwrap", requests={"index": HttpRequest()})
     assert results["http:index"].outcome == Outcome.VIOLATED
     assert "No module named 'flask'" in results["http:index"].observations["reason"]

@@ -8,7 +8,11 @@ from tests.probes.services.conftest import ORIGINAL_CLI
 
 RUNS = {
     "upper": {"argv": ["{python}", "{root}/cli.py", "upper"], "stdin": "abc"},
-    "save": {"argv": ["{python}", "{root}/cli.py", "save"], "stdin": "kept", "files": {"cache.tmp": "old"}},
+    "save": {
+        "argv": ["{python}", "{root}/cli.py", "save"],
+        "stdin": "kept",
+        "files": {"cache.tmp": "old"},
+    },
     "unknown": {"argv": ["{python}", "{root}/cli.py", "zip"]},
 }
 
@@ -20,7 +24,9 @@ def by_id(results):
 def test_same_program_establishes_every_run(tiny_context):
     results = by_id(process_probe(RUNS)(tiny_context()))
     assert {r.outcome for r in results.values()} == {Outcome.ESTABLISHED}
-    assert results["process:save"].observations["reference"]["files"] == {"out.txt": {"text": "kept"}}
+    assert results["process:save"].observations["reference"]["files"] == {
+        "out.txt": {"text": "kept"}
+    }
     assert results["process:save"].observations["reference"]["removed"] == ["cache.tmp"]
 
 
@@ -42,7 +48,9 @@ def test_exit_status_and_stderr(tiny_context):
 def test_ignored_files_are_recorded_with_the_result(tiny_context):
     cli = ORIGINAL_CLI.replace('open("out.txt", "w")', 'open("out.log", "w")')
     strict = by_id(process_probe(RUNS)(tiny_context(cli=cli)))["process:save"]
-    loose = by_id(process_probe(RUNS, {"ignore_files": ["out.*"]})(tiny_context(cli=cli)))["process:save"]
+    loose = by_id(process_probe(RUNS, {"ignore_files": ["out.*"]})(tiny_context(cli=cli)))[
+        "process:save"
+    ]
     assert strict.outcome == Outcome.VIOLATED
     assert loose.outcome == Outcome.ESTABLISHED
     assert loose.context["comparison"]["ignore_files"] == ["out.*"]

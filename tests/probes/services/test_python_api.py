@@ -22,7 +22,9 @@ def test_identical_packages_establish_every_case(tiny_context):
     results = by_id(python_api_probe(CASES)(tiny_context()))
     assert {r.outcome for r in results.values()} == {Outcome.ESTABLISHED}
     # forked per case: the second case sees a fresh counter, both sides alike
-    assert results["python_api:state"].observations["reference"]["calls"][1]["value"] == {"$int": "2"}
+    assert results["python_api:state"].observations["reference"]["calls"][1]["value"] == {
+        "$int": "2"
+    }
 
 
 def test_a_list_is_not_a_tuple(tiny_context):
@@ -33,14 +35,21 @@ def test_a_list_is_not_a_tuple(tiny_context):
 
 
 def test_exception_type_matters_and_message_only_when_asked(tiny_context):
-    lib = ORIGINAL_LIB.replace('raise ValueError(f"bad version {text!r}")', 'raise TypeError("bad version")')
+    lib = ORIGINAL_LIB.replace(
+        'raise ValueError(f"bad version {text!r}")', 'raise TypeError("bad version")'
+    )
     results = by_id(python_api_probe(CASES)(tiny_context(lib=lib)))
     assert results["python_api:bad"].outcome == Outcome.VIOLATED
-    assert "raised ValueError != raised TypeError" in results["python_api:bad"].observations["differences"][0]
+    assert (
+        "raised ValueError != raised TypeError"
+        in results["python_api:bad"].observations["differences"][0]
+    )
 
     reworded = ORIGINAL_LIB.replace('f"bad version {text!r}"', '"not a version"')
     loose = by_id(python_api_probe(CASES)(tiny_context(lib=reworded)))
-    strict = by_id(python_api_probe(CASES, {"exception_messages": True})(tiny_context(lib=reworded)))
+    strict = by_id(
+        python_api_probe(CASES, {"exception_messages": True})(tiny_context(lib=reworded))
+    )
     assert loose["python_api:bad"].outcome == Outcome.ESTABLISHED
     assert strict["python_api:bad"].outcome == Outcome.VIOLATED
     assert strict["python_api:bad"].context["comparison"]["exception_messages"] is True

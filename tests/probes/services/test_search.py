@@ -12,15 +12,24 @@ from probes.services.regression import save_regression
 from probes.services.search import counterexample_probe
 from tests.probes.services.conftest import ORIGINAL_LIB
 
-SPACE = {"call": "verlib:parse_version", "alphabet": "1. x",
-         "args": [{"values": ["1.2.3", "4", "0.1"], "free_text": True, "max_size": 6}]}
+SPACE = {
+    "call": "verlib:parse_version",
+    "alphabet": "1. x",
+    "args": [{"values": ["1.2.3", "4", "0.1"], "free_text": True, "max_size": 6}],
+}
 # forgets to strip the version text: " 1" parses on the original and raises here
 NO_STRIP = ORIGINAL_LIB.replace('parts = text.strip().split(".")', 'parts = text.split(".")')
 
 
 def search(ctx, **options):
-    probe = counterexample_probe("python_api", {"reference": {}, "candidate": {}}, {"versions": SPACE},
-                                 max_examples=150, seconds=60, **options)
+    probe = counterexample_probe(
+        "python_api",
+        {"reference": {}, "candidate": {}},
+        {"versions": SPACE},
+        max_examples=150,
+        seconds=60,
+        **options,
+    )
     return {r.property.id.split(":")[0]: r for r in probe(ctx)}
 
 
@@ -41,7 +50,9 @@ def test_counterexample_is_shrunk_reproduced_and_saved(tiny_context, tmp_path):
     assert value.strip() != value and len(value) <= 3, value  # shrunk to a space and a digit or so
     regression = results["regression"]
     assert regression.outcome == Outcome.VIOLATED
-    assert regression.context["rerun"]["options"]["cases"][0]["input"] == found.observations["input"]
+    assert (
+        regression.context["rerun"]["options"]["cases"][0]["input"] == found.observations["input"]
+    )
     assert regression.context["found_by"] == found.property.id
 
     store = EvidenceStore(tmp_path / "evidence.sqlite")
@@ -66,9 +77,12 @@ def test_search_is_deterministic_for_a_seed(tiny_context):
 
 
 def test_candidate_that_cannot_start_is_violated(tiny_context):
-    probe = counterexample_probe("python_api", {"reference": {"preload": ["verlib"]},
-                                                "candidate": {"preload": ["verlib"]}}, {"versions": SPACE},
-                                 max_examples=5)
+    probe = counterexample_probe(
+        "python_api",
+        {"reference": {"preload": ["verlib"]}, "candidate": {"preload": ["verlib"]}},
+        {"versions": SPACE},
+        max_examples=5,
+    )
     ctx = tiny_context(lib="raise SystemError('broken at import')\n")
     [result] = probe(ctx)
     assert result.outcome == Outcome.VIOLATED

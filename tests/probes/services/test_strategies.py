@@ -31,7 +31,12 @@ SPACE = RequestSpace(
 
 
 def bookshop_defect(name: str):
-    path = Path(__file__).resolve().parents[2] / "benchmark_adapter" / "defects" / "flask_to_starlette.py"
+    path = (
+        Path(__file__).resolve().parents[2]
+        / "benchmark_adapter"
+        / "defects"
+        / "flask_to_starlette.py"
+    )
     spec = importlib.util.spec_from_file_location("flask_to_starlette_defects", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -81,9 +86,19 @@ def test_required_body_is_always_there():
 
 
 @settings(max_examples=50, deadline=None)
-@given(process_strategy(ProcessSpace(argv=["{python}", "cli.py"], args=[Pool(values=["x"])], flags=["-v"],
-                                     files={"in.txt": Pool(values=["1"])})),
-       api_strategy(ApiSpace(call="m:f", args=[Pool(values=[1, 2])], kwargs={"k": Pool(values=[True])})))
+@given(
+    process_strategy(
+        ProcessSpace(
+            argv=["{python}", "cli.py"],
+            args=[Pool(values=["x"])],
+            flags=["-v"],
+            files={"in.txt": Pool(values=["1"])},
+        )
+    ),
+    api_strategy(
+        ApiSpace(call="m:f", args=[Pool(values=[1, 2])], kwargs={"k": Pool(values=[True])})
+    ),
+)
 def test_process_and_api_inputs(run, case):
     assert run["argv"][:2] == ["{python}", "cli.py"]
     assert set(run["files"]) <= {"in.txt"}
