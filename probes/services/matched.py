@@ -70,7 +70,7 @@ def verdict(
 
 
 def start_failure(prop: Property, exc: SessionError) -> ProbeResult:
-    """A side that did not start: the candidate's failure if the original started, else no verdict"""
+    """A side that did not start: the candidate's failure if the original started, else none."""
     if exc.side == "candidate":
         return ProbeResult(
             property=prop,

@@ -170,7 +170,11 @@ def counterexample_probe(
     def probe(ctx) -> list[ProbeResult]:
         results = []
         try:
-            session = DifferentialSession(ctx, kind, sides, timeout_s=timeout_s).__enter__()
+            # the session lives through every space's budget, the reproductions and the start
+            lifetime = 120.0 + len(spaces) * (seconds + (REPRODUCTIONS + 2) * 2 * timeout_s)
+            session = DifferentialSession(
+                ctx, kind, sides, timeout_s=timeout_s, lifetime_s=lifetime
+            ).__enter__()
         except SessionError as exc:
             return [start_failure(_search_property(kind, name), exc) for name in spaces]
         try:

@@ -103,6 +103,8 @@ class DifferentialSession:
             for a Python API probe: `{"preload": [...]}`); `{python}` and `{root}` are filled in.
         timeout_s: how long one input may take on one side.
         startup_s: how long a side may take to become ready.
+        lifetime_s: how long the drivers may live in all (default: the context's timeout);
+            a search holds its session for its whole budget.
 
     Use as a context manager; `observe(input)` returns `(reference, candidate)`.
 
@@ -118,6 +120,7 @@ class DifferentialSession:
         *,
         timeout_s: float = 30.0,
         startup_s: float = 60.0,
+        lifetime_s: float | None = None,
     ) -> None:
         if kind not in DRIVER_FILES:
             raise SessionError(f"unknown session kind {kind!r}; known: {', '.join(DRIVER_FILES)}")
@@ -126,6 +129,7 @@ class DifferentialSession:
             raise SessionError(f"{kind} session: no settings for side(s) {', '.join(missing)}")
         self.ctx, self.kind, self.sides = ctx, kind, sides
         self.timeout_s, self.startup_s = timeout_s, startup_s
+        self.lifetime_s = max(lifetime_s or 0.0, float(ctx.timeout_s))
         self.drivers: dict[str, SideDriver] = {}
         self.started: dict[str, float] = {}
 
@@ -174,7 +178,7 @@ class DifferentialSession:
 
         def run() -> None:
             try:
-                result["exec"] = sandbox.exec(argv, cwd=root, timeout_s=self.ctx.timeout_s)
+                result["exec"] = sandbox.exec(argv, cwd=root, timeout_s=self.lifetime_s)
             except Exception as exc:  # reported by the handshake
                 result["error"] = f"{type(exc).__name__}: {exc}"
 
