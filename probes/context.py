@@ -51,6 +51,8 @@ class ProbeContext:
         candidate_commit: the candidate commit the results are taken on.
         seed: seed of the inputs and of both sides' random generators.
         timeout_s: wall-time limit of one side of one probe file (plus what its probes ask for).
+        reference_cache: where reference-side outputs are kept and re-used (they do
+            not depend on the candidate); None to always run the reference.
     """
 
     task: Task
@@ -65,6 +67,7 @@ class ProbeContext:
     candidate_commit: str | None = None
     seed: int = 0
     timeout_s: float = 600.0
+    reference_cache: Path | None = None
     _sandboxes: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -185,7 +188,8 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
     candidate = Path(candidate).expanduser().resolve()
     if not candidate.is_dir():
         raise ProbeOptionError(f"candidate directory not found: {candidate}")
-    known = {"sandbox_kind", "device", "precision", "workdir", "audit_log", "candidate_commit", "seed", "timeout_s"}
+    known = {"sandbox_kind", "device", "precision", "workdir", "audit_log", "candidate_commit", "seed", "timeout_s",
+             "reference_cache"}
     unknown = set(options) - known
     if unknown:
         raise ProbeOptionError(f"unknown probe option(s): {', '.join(sorted(unknown))}")
@@ -195,6 +199,9 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
             raise ProbeOptionError(f"--{name.split('_')[0]} must be one of {', '.join(allowed)}, not {options[name]!r}")
     if options.get("sandbox_kind") == "bwrap" and shutil.which("bwrap") is None:
         raise ProbeOptionError("bubblewrap (bwrap) is not installed: install it or use --sandbox none")
+    if options.get("reference_cache") is not None:
+        options["reference_cache"] = Path(options["reference_cache"]).resolve()
+        options["reference_cache"].mkdir(parents=True, exist_ok=True)
     workdir = options.pop("workdir", None)
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twin-probe-"))
     workdir.mkdir(parents=True, exist_ok=True)

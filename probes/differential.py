@@ -251,9 +251,10 @@ def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
         error = json.loads((out_host / "error.json").read_text())
         return {"ok": False, "blame": error["blame"], "trace": error["trace"], "error": error, "log": log}
     if not (out_host / "manifest.json").is_file():
-        if result.timed_out:
+        if result is not None and result.timed_out:
             return {"ok": False, "blame": "timeout", "trace": f"timed out after {result.duration_s:.0f}s\n{log}"}
-        return {"ok": False, "blame": "unknown", "trace": f"exit {result.returncode}, no output\n{log}"}
+        code = result.returncode if result is not None else "?"
+        return {"ok": False, "blame": "unknown", "trace": f"exit {code}, no output\n{log}"}
     report = json.loads((out_host / "manifest.json").read_text())
     arrays = {}
     if (out_host / "arrays.npz").is_file():
@@ -291,13 +292,7 @@ def run_matched_probes(
         runs.append({"out": f"{slot}/ref", "dtype": ctx.dtype, "make_inputs": True, "name": name, "inputs": f"{slot}/inputs"})
         if name in wants_f64:
             runs.append({"out": f"{slot}/ref64", "dtype": "float64", "name": name, "inputs": f"{slot}/inputs"})
-    reference = dict(zip([(r["name"], r["out"].split("/")[-1]) for r in runs],
-                         run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference")))
-    rerun_noise = [n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")]
-    if rerun_noise:
-        again = [{"out": f"{_slot(n)}/ref2", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"} for n in rerun_noise]
-        for name, result in zip(rerun_noise, run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2")):
-            reference[(name, "ref2")] = result
+    reference = _reference_runs(ctx, root, file, names, runs, timeout)
     ok_names = [n for n in names if reference[(n, "ref")]["ok"]]
     cand_runs = [{"out": f"{_slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"} for n in ok_names]
     candidate = dict(zip(ok_names, run_side(ctx, root, "candidate", cand_runs, timeout_s=timeout, config_name="candidate")
@@ -317,6 +312,59 @@ def run_matched_probes(
         results.append(_decide(ctx, _property(file, name, meta), meta, context, root / _slot(name),
                                reference[(name, "ref")], noise, candidate.get(name)))
     return results
+
+
+REFERENCE_OUTS = ("ref", "ref64", "ref2")
+
+
+def _tree_digest(root: Path | None) -> str:
+    if root is None or not root.is_dir():
+        return "-"
+    h = hashlib.sha1()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        stat = path.stat()
+        h.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout) -> dict:
+    """The reference side's runs (and the inputs they drew), from `ctx.reference_cache` when it holds them.
+
+    The reference does not depend on the candidate: a defect sweep or a later round
+    re-uses it. The cache key covers the probe file, the names, seed, dtype, precision,
+    device, and the original's and the assets' files.
+    """
+    key = hashlib.sha1(
+        "|".join([file.read_text(errors="replace"), ",".join(names), str(ctx.seed), ctx.dtype, ctx.precision,
+                  ctx.device, _tree_digest(ctx.source), _tree_digest(ctx.assets)]).encode()
+    ).hexdigest()[:16]
+    cached = ctx.reference_cache / key if ctx.reference_cache is not None else None
+    if cached is None or not (cached / "done").is_file():
+        reference = dict(zip([(r["name"], r["out"].split("/")[-1]) for r in runs],
+                             run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference")))
+        again_names = [n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")]
+        if again_names:
+            again = [{"out": f"{_slot(n)}/ref2", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"}
+                     for n in again_names]
+            for name, result in zip(again_names, run_side(ctx, root, "reference", again, timeout_s=timeout,
+                                                          config_name="reference2")):
+                reference[(name, "ref2")] = result
+        if cached is None:
+            return reference
+        for name in names:
+            for part in ("inputs", *REFERENCE_OUTS):
+                if (root / _slot(name) / part).is_dir():
+                    shutil.copytree(root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True)
+        (cached / "done").write_text("ok")
+        return reference
+    reference = {}
+    for name in names:
+        for part in ("inputs", *REFERENCE_OUTS):
+            if (cached / _slot(name) / part).is_dir():
+                shutil.copytree(cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True)
+                if part != "inputs":
+                    reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)")
+    return reference
 
 
 def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult:

@@ -137,3 +137,15 @@ def test_probe_names_reads_metadata_without_running(tmp_path):
     assert set(names) == {"affine", "net", "misfit", "labels"}
     assert names["affine"]["component"] == "model.Affine"
     assert set(probe_names(path, checks=True)) == {"ok", "bad", "misfit", "nothing"}
+
+
+def test_reference_cache_is_reused_across_candidates(tmp_path):
+    cache = tmp_path / "cache"
+    first = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "a", reference_cache=cache)
+    (good,) = differential_probe(str(NUMPY_PROBES), "affine")(first)
+    assert len(list(cache.glob("*/done"))) == 1
+    second = make_context(TINY, CANDIDATES / "wrong", sandbox_kind="none", workdir=tmp_path / "b", reference_cache=cache)
+    (wrong,) = differential_probe(str(NUMPY_PROBES), "affine")(second)
+    assert not list((tmp_path / "b" / "probes").glob("*/reference.json"))
+    assert good.outcome is Outcome.ESTABLISHED and wrong.outcome is Outcome.VIOLATED
+    assert wrong.observations["noise_floor"] == good.observations["noise_floor"]
