@@ -220,3 +220,14 @@ def test_bwrap_binary_missing(monkeypatch, candidate):
     monkeypatch.setattr("harness.sandbox.bwrap.bwrap_path", lambda: None)
     with pytest.raises(SandboxError, match="bubblewrap"):
         make(candidate)
+
+
+def test_candidate_side_runs_jax_and_multiprocessing(sandbox):
+    jit = "import jax, jax.numpy as jnp; print(jax.jit(lambda x: (2 * x).sum())(jnp.ones(3)))"
+    result = sandbox.exec(["python", "-c", jit], timeout_s=120)
+    assert result.stdout.strip() == "6.0", result.stderr[-2000:]
+    pool = (
+        "import multiprocessing as mp\nif __name__ == '__main__':\n"
+        "    with mp.Pool(2) as p: print(p.map(abs, [-1, -2]))"
+    )
+    assert sandbox.exec(["python", "-c", pool]).stdout.strip() == "[1, 2]"
