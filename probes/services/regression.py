@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from evidence_store.records import EvidenceRecord, ProbeResult, Property
-from probes.services.compare import Comparison
+from probes.services.compare import Comparison, loosenings
 from probes.services.matched import LEVEL, Probe, matched_probe, rerun_spec, verdict
 
 
@@ -92,3 +92,21 @@ def save_regression(store, result: ProbeResult, *, run_id: str, round: int) -> E
     record = EvidenceRecord.from_result(result, run_id=run_id, round=round)
     record.record_id = store.append(record)
     return record
+
+
+def loosened_since(store, result: ProbeResult) -> list[str]:
+    """What `result` compares less strictly than the first stored result of its property.
+
+    A comparison is kept with every result; a later result of the same property that
+    ignores more (headers, JSON paths, files, exception types) is named here, so the
+    loop and the reports can refuse or flag a probe made to pass by comparing less.
+    """
+    if "comparison" not in result.context:
+        return []
+    earlier = [
+        r for r in store.records(property_id=result.property.id) if "comparison" in r.context
+    ]
+    if not earlier:
+        return []
+    first = Comparison.model_validate(earlier[0].context["comparison"])
+    return loosenings(first, Comparison.model_validate(result.context["comparison"]))

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from benchmark_adapter.defects import apply_defect
@@ -78,3 +83,46 @@ def test_in_bwrap_flask_is_absent_on_the_candidate_side(tmp_path):
     assert "No module named 'flask'" in results["http:index"].observations["reason"]
     oracle = run(ORACLE, tmp_path / "o", sandbox="bwrap", requests={"index": HttpRequest()})
     assert oracle["http:index"].outcome == Outcome.ESTABLISHED
+
+
+def graded_requests() -> dict[str, HttpRequest]:
+    """The grader's recorded requests (read here by the test suite, never by a probe)."""
+    cases = json.loads((TASK / "tests" / "cases.json").read_text())
+    return {
+        c["name"]: HttpRequest(
+            method=c["method"], target=c["target"], headers=c["headers"], body=c.get("body")
+        )
+        for c in cases
+    }
+
+
+def test_probes_establish_every_graded_behaviour_of_the_oracle(tmp_path):
+    results = run(ORACLE, tmp_path, requests=graded_requests())
+    assert len(results) >= 60
+    assert {r.outcome for r in results.values()} == {Outcome.ESTABLISHED}
+
+
+@pytest.mark.parametrize("name", ["user-cookie-httponly", "form-charset-parameter"])
+def test_probes_and_grader_flag_the_same_cases(name, tmp_path):
+    candidate = apply_defect(ORACLE, bookshop_defect(name), tmp_path / "cand")
+    flagged = {
+        k.split(":", 1)[1]
+        for k, r in run(candidate, tmp_path, requests=graded_requests()).items()
+        if r.outcome == Outcome.VIOLATED
+    }
+    env = {
+        **os.environ,
+        "TESTS_DIR": str(TASK / "tests"),
+        "APP_DIR": str(candidate),
+        "LOGS_DIR": str(tmp_path / "logs"),
+        "PYTHON": sys.executable,
+    }
+    subprocess.run(
+        ["bash", str(TASK / "tests" / "test.sh")],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    failed = set(json.loads((tmp_path / "logs" / "details.json").read_text())["failures"])
+    assert flagged and flagged == failed

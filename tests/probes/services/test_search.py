@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
-from evidence_store.records import Outcome
+from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.rerun import rerun_record
 from evidence_store.store import EvidenceStore
 from probes.context import make_context
-from probes.services.regression import save_regression
+from probes.services.python_api import python_api_probe
+from probes.services.regression import loosened_since, save_regression
 from probes.services.search import counterexample_probe
 from tests.probes.services.conftest import ORIGINAL_LIB
 
@@ -87,3 +88,18 @@ def test_candidate_that_cannot_start_is_violated(tiny_context):
     [result] = probe(ctx)
     assert result.outcome == Outcome.VIOLATED
     assert "broken at import" in result.observations["reason"]
+
+
+def test_a_loosened_comparison_is_named(tiny_context, tmp_path):
+    cases = {"bad": [{"call": "verlib:parse_version", "args": ["x"]}]}
+    ctx = tiny_context()
+    strict = python_api_probe(cases, {"exception_messages": True})(ctx)[0]
+    loose = python_api_probe(cases, {"exception_types": False})(ctx)[0]
+    store = EvidenceStore(tmp_path / "evidence.sqlite")
+    assert loosened_since(store, strict) == []
+    store.append(EvidenceRecord.from_result(strict, run_id="r", round=1))
+    assert loosened_since(store, strict) == []
+    assert loosened_since(store, loose) == [
+        "exception_types no longer compared",
+        "exception_messages no longer compared",
+    ]
