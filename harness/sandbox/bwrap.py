@@ -18,7 +18,7 @@ import stat
 import sys
 from pathlib import Path
 
-from harness.boundary import SECRET_NAME, Boundary, BoundaryViolation, Limits
+from harness.boundary import SECRET_NAME, Boundary, Limits
 from harness.sandbox.base import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.process import (
@@ -282,7 +282,7 @@ def write_checked(boundary: Boundary, path: str, data: bytes | str) -> None:
         if ancestor.exists():
             break
         if ancestor.is_symlink():
-            raise BoundaryViolation(f"{path}: dangling symbolic link in its parents")
+            boundary.refuse("write", path, "a dangling symbolic link in its parents")
     parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
     tmp = parent / f".{host.name}.twin-tmp-{os.getpid()}"
