@@ -105,6 +105,7 @@ class TrialResult(BaseModel):
     calls: int = 0
     wall_s: float = 0.0
     stop_reason: str = ""
+    trial_wall_s: float = Field(default=0.0, description="Launch to collected result, this attempt.")
     attempts: int = 0
     error: str = ""
     failures: list[dict] = Field(
@@ -125,7 +126,8 @@ class BenchResults(BaseModel):
     config: BenchConfig
     trials: dict[str, TrialResult] = Field(default_factory=dict)
     overhead_s: dict[str, float] = Field(
-        default_factory=dict, description="Per trial: bench machinery time (not model, not grader)."
+        default_factory=dict,
+        description="Per trial: time outside its `twin migrate` process (bookkeeping, post-run checks).",
     )
 
 
@@ -289,12 +291,14 @@ def run_bench(
         return trial_command(spec, config, run_dir.resolve()), run_dir
 
     def record(spec: TrialSpec, code: int, started: float, model_and_grader_s: float) -> TrialResult:
+        # model_and_grader_s: time inside the trial's own process; the rest is the bench's
         attempts_n[spec.trial_id] += 1
         result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id])
         if result.status == "ok":
             result.failures = post_run_failures(spec, bench.runs / spec.trial_id, config.sandbox)
+        result.trial_wall_s = time.monotonic() - started
         results.trials[spec.trial_id] = result
-        results.overhead_s[spec.trial_id] = max(0.0, time.monotonic() - started - model_and_grader_s)
+        results.overhead_s[spec.trial_id] = max(0.0, result.trial_wall_s - model_and_grader_s)
         bench.save(results)
         if on_trial is not None:
             on_trial(result)
