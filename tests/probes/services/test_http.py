@@ -102,7 +102,9 @@ def test_probes_establish_every_graded_behaviour_of_the_oracle(tmp_path):
     assert {r.outcome for r in results.values()} == {Outcome.ESTABLISHED}
 
 
-@pytest.mark.parametrize("name", ["user-cookie-httponly", "form-charset-parameter"])
+@pytest.mark.parametrize(
+    "name", ["user-cookie-httponly", pytest.param("form-charset-parameter", marks=pytest.mark.slow)]
+)
 def test_probes_and_grader_flag_the_same_cases(name, tmp_path):
     candidate = apply_defect(ORACLE, bookshop_defect(name), tmp_path / "cand")
     flagged = {
