@@ -14,7 +14,9 @@ happens to agree with its float64 run exactly. For discrete outputs (exact
 agreement) the tolerance is the reference's own disagreement, doubled, without a
 floor. For `banded` outputs the band is that same tolerance in absolute units and
 the score is `banded_scalar_similarity`. The noise floor is recorded with every
-result.
+result. A leaf whose tolerance reaches a whole distance unit (the reference does
+not reproduce itself at all, e.g. an unseeded random draw) cannot fail, so it is
+reported as uninformative and counts neither for nor against the candidate.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ class LeafScore:
     tolerance: float
     ok: bool
 
+    @property
+    def informative(self) -> bool:
+        """Whether the comparison could fail: a reference that cannot reproduce itself
+        (tolerance of a whole distance unit, e.g. an unseeded random draw) proves nothing."""
+        return self.measure == "banded" or self.tolerance < 1.0
+
     def as_dict(self) -> dict:
         return {
             "measure": self.measure,
@@ -67,6 +75,7 @@ class LeafScore:
             "noise": self.noise,
             "tolerance": self.tolerance,
             "ok": self.ok,
+            **({} if self.informative else {"informative": False}),
         }
 
 
@@ -82,15 +91,19 @@ class Comparison:
         return not self.structure and all(leaf.ok for leaf in self.leaves)
 
     @property
+    def informative(self) -> list[LeafScore]:
+        return [leaf for leaf in self.leaves if leaf.informative]
+
+    @property
     def score(self) -> float:
-        """Plain average of leaf scores; every structural mismatch counts as one 0."""
-        scores = [leaf.score for leaf in self.leaves] + [0.0] * len(self.structure)
+        """Plain average of informative leaf scores; every structural mismatch counts as one 0."""
+        scores = [leaf.score for leaf in self.informative] + [0.0] * len(self.structure)
         return float(np.mean(scores)) if scores else (0.0 if self.structure else 1.0)
 
     @property
     def noise_floor(self) -> float:
-        """The largest reference self-disagreement among the leaves (a distance)."""
-        return max((leaf.noise for leaf in self.leaves), default=0.0)
+        """The largest reference self-disagreement among the informative leaves (a distance)."""
+        return max((leaf.noise for leaf in self.informative), default=0.0)
 
     def failing(self) -> list[str]:
         return self.structure + [

@@ -403,8 +403,12 @@ def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult
     }
     if problems:
         observations["message"] = "; ".join(problems)[:2000]
-    if not comparison.leaves and not comparison.structure:
-        return not_established(prop, "the probe returned nothing comparable", context=context)
+    if not comparison.informative and not comparison.structure and not forbidden:
+        return not_established(prop, "the probe returned nothing comparable (every output is beyond the "
+                               "reference's own reproducibility)", context=context)
+    uninformative = [leaf.path for leaf in comparison.leaves if not leaf.informative]
+    if uninformative:
+        observations["uninformative"] = uninformative
     return ProbeResult(
         property=prop,
         outcome=Outcome.VIOLATED if problems else Outcome.ESTABLISHED,

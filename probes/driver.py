@@ -109,6 +109,24 @@ def _to_numpy(value):
     return arr, name
 
 
+def _numeric_array(value):
+    """A non-empty list of plain numbers (possibly nested, rectangular) as an array, else None."""
+    if not value:
+        return None
+    flat = value
+    while isinstance(flat, (list, tuple)) and flat and isinstance(flat[0], (list, tuple)):
+        flat = flat[0]
+    if not isinstance(flat, (list, tuple)) or not flat:
+        return None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat):
+        return None
+    try:
+        arr = np.asarray(value)
+    except ValueError:
+        return None
+    return arr if arr.dtype.kind in "iuf" else None
+
+
 def _join(path: str, key) -> str:
     return f"{path}/{key}" if path else str(key)
 
@@ -143,6 +161,12 @@ def encode(value, path: str, manifest: dict, arrays: dict, depth: int = 0) -> No
         manifest[path] = {"kind": "object", "type": typename, "keys": names}
         for field in names:
             encode(getattr(value, field), _join(path, field), manifest, arrays, depth + 1)
+    elif isinstance(value, (list, tuple)) and _numeric_array(value) is not None:
+        # A list of numbers (or a rectangular nested one) is one array: compared as a whole.
+        arr = _numeric_array(value)
+        key = f"a{len(arrays)}"
+        arrays[key] = arr
+        manifest[path] = {"kind": "array", "shape": list(arr.shape), "dtype": str(arr.dtype), "key": key}
     elif isinstance(value, (list, tuple)):
         manifest[path] = {"kind": "sequence", "type": typename, "length": len(value)}
         for i, item in enumerate(value):

@@ -91,3 +91,12 @@ def test_nan_in_candidate_is_violated():
     bad[0, 0] = np.nan
     out = compare_outputs(side(y=X), side(y=bad), side(y=X))
     assert not out.consistent and out.score == 0.0
+
+
+def test_outputs_the_reference_cannot_reproduce_are_uninformative():
+    rng = np.random.default_rng(0)
+    ref, again = side(y=rng.standard_normal(20), z=X), side(y=rng.standard_normal(20), z=X)
+    out = compare_outputs(ref, side(y=rng.standard_normal(20), z=X), again)
+    assert [leaf.path for leaf in out.informative] == ["z"]
+    assert out.consistent and out.score == pytest.approx(1.0)
+    assert out.leaves[0].as_dict()["informative"] is False
