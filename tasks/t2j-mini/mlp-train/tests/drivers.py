@@ -76,13 +76,13 @@ with section("schedule"):
 
 with section("hidden"):
     hidden_states = compiled(model.hidden_states, (2,))
-    for n in (1, 33):
+    for n in PARAMS["hidden_inputs"]:
         for i, h in enumerate(hidden_states(params, jnp.asarray(INPUTS[f"x_{n}"]), MC)):
             save(f"hidden/{n}/{i}", np.asarray(h))
 
 with section("forward"):
     forward = compiled(model.apply, (2,))
-    for n in (1, 8, 64):
+    for n in PARAMS["logit_inputs"]:
         save(f"logits/{n}", np.asarray(forward(params, jnp.asarray(INPUTS[f"x_{n}"]), MC)))
 
 with section("loss"):

@@ -83,7 +83,8 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
     add("L0.independence.static", "spec", 0, 0.0 if findings else 1.0, "; ".join(findings[:5]))
 
     params = {"interface": drivers.INTERFACE, "forbidden": FORBIDDEN,
-              "trajectory_steps": meta["trajectory_steps"]}
+              "trajectory_steps": meta["trajectory_steps"], "hidden_inputs": meta["hidden_inputs"],
+              "logit_inputs": meta["logit_inputs"]}
     budget_s = max(BUDGET_FLOOR_S, BUDGET_FACTOR * float(meta["reference_wall_s"]))
     # the two candidate runs are independent: run them side by side
     with ThreadPoolExecutor(max_workers=2) as pool:
