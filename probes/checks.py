@@ -46,6 +46,12 @@ def _check_dir(ctx: ProbeContext, name: str) -> Path:
     return root
 
 
+def _module_of(rel: str) -> str:
+    """'pkg/mod.py' -> 'pkg.mod' (the component a finding in that file names)."""
+    parts = list(Path(rel).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
+
+
 def imports_check() -> Probe:
     """Import every candidate module with the source framework absent; report imports and independence."""
 
@@ -66,6 +72,7 @@ def imports_check() -> Probe:
                                              source_mount=ctx.task.settings.source_mount, transliteration=False)
                   if f.kind == "forbidden_import"]
         results = []
+        first_failed = next(iter(failed), None)
         if not modules:
             results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
         else:
@@ -79,6 +86,8 @@ def imports_check() -> Probe:
                                  if failed else {})},
                 trace="\n".join(m["trace"] for m in failed.values())[-8000:],
             ))
+            if first_failed:
+                results[-1].context = {**context, "component": first_failed}
         findings = [f.as_dict() for f in static] + [
             {"kind": "runtime_import", "file": a["importer"]["file"].removeprefix(cand_root),
              "line": a["importer"]["line"], "detail": f"imports {a['module']} at run time"} for a in runtime
@@ -87,7 +96,7 @@ def imports_check() -> Probe:
             property=INDEPENDENCE,
             outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
             score=0.0 if findings else 1.0,
-            context=context,
+            context={**context, **({"component": _module_of(findings[0]["file"])} if findings else {})},
             observations={"findings": findings, **({"message": "; ".join(
                 f"{f['file']}:{f['line']} {f['detail']}" for f in findings)[:2000]} if findings else {})},
         ))

@@ -1,0 +1,156 @@
+"""Measure the probe suite on the bundled tasks: oracle, seeded defects, localization, overhead.
+
+For each task: the oracle candidate (`solution/app`, copied) must have no violated
+property and at least 90% established; every seeded defect
+(`tests/benchmark_adapter/defects/<task>.py`) should produce a violated property,
+and divergence localization should name the defect's component. Wall time of the
+full suite is printed next to the time of the bare computations it runs (the
+reference and candidate functions themselves), so the harness's overhead shows
+as a ratio.
+
+    python benchmarks/probes.py [--task mlp-train ...] [--no-defects] [--sandbox bwrap|none]
+                                [--jobs N] [--limit K] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmark_adapter.defects import apply_defect  # noqa: E402
+from benchmark_adapter.task import load_task  # noqa: E402
+from evidence_store.records import Outcome  # noqa: E402
+from probes.context import make_context  # noqa: E402
+from probes.localize import localize_divergence  # noqa: E402
+from probes.suite import builtin_checks, run_probes, task_probes  # noqa: E402
+
+TASKS = ROOT / "tasks" / "t2j-mini"
+DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
+
+
+def load_defects(task_name: str) -> list:
+    path = DEFECTS / f"{task_name.replace('-', '_')}.py"
+    if not path.is_file():
+        return []
+    spec = importlib.util.spec_from_file_location(f"defects_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.DEFECTS)
+
+
+def _strip(name: str, package: str) -> list[str]:
+    parts = name.split(".")
+    return parts[1:] if parts and parts[0] == package else parts
+
+
+def component_match(found: str | None, wanted: str, package: str) -> tuple[bool, bool]:
+    """(names the component: one dotted path is a prefix of the other; names its module)."""
+    if not found:
+        return False, False
+    a, b = _strip(found, package), _strip(wanted, package)
+    n = min(len(a), len(b))
+    return a[:n] == b[:n], bool(a and b and a[0] == b[0])
+
+
+def bare_seconds(results) -> float:
+    total = 0.0
+    for r in results:
+        timing = r.observations.get("timing", {})
+        total += timing.get("reference_compute_s", 0.0) + timing.get("candidate_compute_s", 0.0)
+    return total
+
+
+def run_suite(task, candidate: Path, workdir: Path, args, cache: Path):
+    ctx = make_context(task, candidate, sandbox_kind=args.sandbox, workdir=workdir, reference_cache=cache)
+    probes = builtin_checks(task) + task_probes(task)
+    start = time.perf_counter()
+    results = run_probes(ctx, probes, jobs=args.jobs)
+    wall = time.perf_counter() - start
+    return ctx, results, wall
+
+
+def summarize(results) -> dict:
+    counts = {o.value: sum(r.outcome is o for r in results) for o in Outcome}
+    return {"counts": counts, "n": len(results),
+            "violated": sorted(r.property.id for r in results if r.outcome is Outcome.VIOLATED),
+            "not_established": sorted(r.property.id for r in results if r.outcome is Outcome.NOT_ESTABLISHED)}
+
+
+def bench_task(name: str, args, scratch: Path) -> dict:
+    task = load_task(TASKS / name)
+    package = {"mlp-train": "mlp_train", "llama-lora-sft": "llama_sft", "llama-paged-serve": "paged_serve"}.get(name, "")
+    oracle = scratch / name / "oracle"
+    shutil.copytree(task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__"))
+    cache = scratch / name / "reference-cache"
+    _, results, wall = run_suite(task, oracle, scratch / name / "work-oracle", args, cache)
+    summary = summarize(results)
+    established = summary["counts"]["established"] / max(1, summary["n"])
+    # Second oracle run: the reference comes from the cache, so this is the suite's cost per candidate.
+    _, again, wall_cached = run_suite(task, oracle, scratch / name / "work-oracle-2", args, cache)
+    bare = bare_seconds(again)
+    print(f"\n== {name}: {summary['n']} properties; oracle {summary['counts']}; "
+          f"established {established:.0%}; violated {summary['violated'] or 'none'}")
+    if summary["not_established"]:
+        print(f"   not established on the oracle: {summary['not_established']}")
+    print(f"   wall: first run {wall:.1f}s (reference + candidate), per candidate {wall_cached:.1f}s; "
+          f"bare computations {bare:.1f}s; overhead ratio {wall_cached / max(bare, 1e-9):.1f}x")
+    report = {"task": name, "oracle": summary, "oracle_established_fraction": established,
+              "wall_first_s": wall, "wall_per_candidate_s": wall_cached, "bare_s": bare, "defects": []}
+    if args.no_defects:
+        return report
+    defects = load_defects(name)[: args.limit or None]
+    for defect in defects:
+        dest = scratch / name / f"defect-{defect.name}"
+        apply_defect(oracle, defect, dest)
+        ctx, res, dwall = run_suite(task, dest, scratch / name / f"work-{defect.name}", args, cache)
+        found = localize_divergence(ctx, res)
+        component = found.observations["component"] if found else None
+        exact, module = component_match(component, defect.component, package)
+        violated = sorted(r.property.id for r in res if r.outcome is Outcome.VIOLATED)
+        report["defects"].append({"name": defect.name, "component": defect.component, "violated": violated,
+                                  "localized": component, "localized_exact": exact, "localized_module": module,
+                                  "wall_s": dwall})
+        mark = "caught" if violated else "MISSED"
+        print(f"   {defect.name:32} {mark:6} localized {component!s:45} want {defect.component:35} "
+              f"{'ok' if exact else ('module' if module else 'no')}  ({dwall:.0f}s) {violated[:4]}")
+    caught = [d for d in report["defects"] if d["violated"]]
+    if defects:
+        n = len(defects)
+        exact = sum(d["localized_exact"] for d in caught)
+        module = sum(d["localized_module"] for d in caught)
+        print(f"   defects caught {len(caught)}/{n} ({len(caught) / n:.0%}); localized among caught: "
+              f"component {exact}/{len(caught)}, module {module}/{len(caught)}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", action="append", help="task name (default: every task with a probe library)")
+    parser.add_argument("--no-defects", action="store_true", help="only the oracle")
+    parser.add_argument("--sandbox", default="auto", choices=["auto", "bwrap", "none"])
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=0, help="at most this many defects per task")
+    parser.add_argument("--out", type=Path, help="write the measurements as JSON")
+    args = parser.parse_args(argv)
+    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)]
+    scratch = Path(tempfile.mkdtemp(prefix="twin-bench-probes-"))
+    try:
+        reports = [bench_task(name, args, scratch) for name in names]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.out:
+        args.out.write_text(json.dumps(reports, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
