@@ -97,8 +97,9 @@ with section("schedule"):
 
 with section("rms_norm"):
     from llama_sft.modeling.norm import rms_norm
+    norm = jax.jit(lambda x, w: rms_norm(x, w, cfg.norm_eps))
     for i in range(PARAMS["norm_cases"]):
-        save(f"rms_norm.{i}", rms_norm(jnp.asarray(INPUTS[f"rms_norm.{i}"]), layer["attn_norm"], cfg.norm_eps))
+        save(f"rms_norm.{i}", norm(jnp.asarray(INPUTS[f"rms_norm.{i}"]), layer["attn_norm"]))
 
 with section("rope"):
     from llama_sft.modeling.rotary import apply_rotary, rope_cos_sin
@@ -108,21 +109,27 @@ with section("rope"):
         save(f"rope.sin.{i}", sin)
 
 with section("rotary"):
-    save("rotary.apply", apply_rotary(jnp.asarray(INPUTS["rotary.x"]), jnp.asarray(INPUTS["rotary.cos"]), jnp.asarray(INPUTS["rotary.sin"])))
+    save("rotary.apply", jax.jit(apply_rotary)(jnp.asarray(INPUTS["rotary.x"]), jnp.asarray(INPUTS["rotary.cos"]), jnp.asarray(INPUTS["rotary.sin"])))
 
 with section("attention"):
     from llama_sft.modeling.attention import attention
+    attn_lora = jax.jit(lambda x, c, s: attention(layer, adapter, x, c, s, cfg, scale))
+    attn_base = jax.jit(lambda x, c, s: attention(layer, None, x, c, s, cfg, scale))
     for i in range(PARAMS["attn_cases"]):
         x, cos, sin = (jnp.asarray(INPUTS[f"attn.{n}.{i}"]) for n in ("x", "cos", "sin"))
-        save(f"attn.lora.{i}", attention(layer, adapter, x, cos, sin, cfg, scale))
-        save(f"attn.base.{i}", attention(layer, None, x, cos, sin, cfg, scale))
+        save(f"attn.lora.{i}", attn_lora(x, cos, sin))
+        if i in PARAMS["base_cases"]["attn"]:
+            save(f"attn.base.{i}", attn_base(x, cos, sin))
 
 with section("mlp"):
     from llama_sft.modeling.mlp import swiglu
+    mlp_lora = jax.jit(lambda x: swiglu(layer, adapter, x, scale))
+    mlp_base = jax.jit(lambda x: swiglu(layer, None, x, scale))
     for i in range(PARAMS["mlp_cases"]):
         x = jnp.asarray(INPUTS[f"mlp.x.{i}"])
-        save(f"mlp.lora.{i}", swiglu(layer, adapter, x, scale))
-        save(f"mlp.base.{i}", swiglu(layer, None, x, scale))
+        save(f"mlp.lora.{i}", mlp_lora(x))
+        if i in PARAMS["base_cases"]["mlp"]:
+            save(f"mlp.base.{i}", mlp_base(x))
 
 with section("lora_linear"):
     from llama_sft.lora import lora_linear
@@ -130,7 +137,7 @@ with section("lora_linear"):
 
 with section("lora_init"):
     from llama_sft.lora import init_lora
-    for k, v in _flatten(init_lora(jax.random.key(PARAMS["init_seed"]), cfg, lcfg)).items():
+    for k, v in _flatten(jax.jit(lambda key: init_lora(key, cfg, lcfg))(jax.random.key(PARAMS["init_seed"]))).items():
         save(f"init.{k}", v)
 
 params = None
@@ -154,9 +161,12 @@ with section("adapter_io"):
 
 with section("forward"):
     from llama_sft.modeling.llama import forward
+    fwd = jax.jit(lambda p, l, ids: forward(p, l, ids, cfg, scale))
+    fwd_base = jax.jit(lambda p, ids: forward(p, None, ids, cfg, scale))
     for i in range(PARAMS["forward_cases"]):
-        save(f"forward.base.{i}", forward(params, None, jnp.asarray(INPUTS[f"forward.ids.{i}"]), cfg, scale))
-        save(f"forward.lora.{i}", forward(params, test_lora, jnp.asarray(INPUTS[f"forward.ids.{i}"]), cfg, scale))
+        if i in PARAMS["base_cases"]["forward"]:
+            save(f"forward.base.{i}", fwd_base(params, jnp.asarray(INPUTS[f"forward.ids.{i}"])))
+        save(f"forward.lora.{i}", fwd(params, test_lora, jnp.asarray(INPUTS[f"forward.ids.{i}"])))
 
 with section("loss"):
     from llama_sft.loss import sft_loss, token_nll
@@ -168,7 +178,7 @@ with section("loss"):
 
 with section("grads"):
     ids, labels = jnp.asarray(INPUTS["loss.input_ids"]), jnp.asarray(INPUTS["loss.labels"])
-    grads = jax.grad(lambda l: sft_loss(forward(params, l, ids, cfg, scale), labels))(_unflatten_lora("adapter"))
+    grads = jax.jit(jax.grad(lambda l: sft_loss(forward(params, l, ids, cfg, scale), labels)))(_unflatten_lora("adapter"))
     for k, v in _flatten(grads).items():
         save(f"grads.{k}", v)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ INIT_ADAPTER_SEED = 11
 INIT_STAT_SEEDS = range(10)
 OWN_INIT_SEEDS = (0, 1, 2, 3, 4)
 WALL_REPEATS = 2
+BAND_STDS = 3.0
 # A short, aggressive optimizer probe: large rate and decay, clipping active, warmup visible.
 PROBE_TRAIN = {
     "learning_rate": 0.01, "weight_decay": 0.1, "warmup_steps": 2, "total_steps": 6,
@@ -111,15 +113,24 @@ def pooled_init_std(model, lcfg) -> float:
     return float(np.concatenate(vals).std())
 
 
-def run_cli(config_path: Path, out: Path, extra: list[str]) -> tuple[dict, float, dict]:
+def spread_band(samples: list[float]) -> float:
+    """Half-width of the original's own run-to-run variation: three sample standard deviations."""
+    return float(BAND_STDS * np.std(np.asarray(samples, dtype=np.float64), ddof=1))
+
+
+def run_cli(config_path: Path, out: Path, extra: list[str]) -> tuple[dict, float, float, dict]:
+    """Run the original's entry point; returns (metrics, wall s, CPU s, trained adapter)."""
     argv = [sys.executable, "-m", "llama_sft.train", "--checkpoint-dir", str(ASSETS),
             "--data", str(ASSETS / "sft_data.jsonl"), "--config", str(config_path), "--out", str(out), *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, cwd=SOURCE, check=True, capture_output=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     from safetensors.numpy import load_file
 
-    return json.loads((out / "metrics.json").read_text()), wall, load_file(str(out / "adapter.safetensors"))
+    return json.loads((out / "metrics.json").read_text()), wall, cpu, load_file(str(out / "adapter.safetensors"))
 
 
 def main() -> None:
@@ -220,7 +231,7 @@ def main() -> None:
     loss = sft_loss(logits, batch["labels"])
     total, count = token_nll(logits, batch["labels"])
     inputs["loss.logits"] = np32(logits)
-    values["loss.value"], values["loss.sum"], values["loss.count"] = float(loss), float(total), int(count)
+    values["loss.value"], values["loss.sum"], values["loss.count"] = loss.item(), total.item(), int(count)
     loss.backward()
     _, grads = adapter_arrays(test_model, lcfg, grads=True)
     refs.update({f"grads.{k}": v for k, v in grads.items()})
@@ -228,7 +239,7 @@ def main() -> None:
     # L1 LoRA initialisation statistics over seeds (the reference's own spread)
     stds = [pooled_init_std(lora_model(cfg, lcfg, s), lcfg) for s in INIT_STAT_SEEDS]
     values["init.std_mean"] = float(np.mean(stds))
-    values["init.std_band"] = float(np.max(np.abs(np.array(stds) - np.mean(stds))))
+    values["init.std_band"] = spread_band(stds)
 
     # L4 optimizer steps from a fresh adapter on fixed batches
     probe_cfg = TrainConfig(**PROBE_TRAIN)
@@ -264,19 +275,21 @@ def main() -> None:
         tmp = Path(tmp)
         init_path = tmp / "init.safetensors"
         save_file(init_file, str(init_path))
-        walls, vals = [], []
+        walls, cpus, vals = [], [], []
         for r in range(WALL_REPEATS):
-            metrics, wall, adapter = run_cli(config_path, tmp / f"fixed{r}", ["--init-adapter", str(init_path)])
+            metrics, wall, cpu, adapter = run_cli(config_path, tmp / f"fixed{r}", ["--init-adapter", str(init_path)])
             walls.append(wall)
+            cpus.append(cpu)
             vals.append(metrics["val_loss"])
         values["train.fixed.metrics"] = metrics
         values["train.fixed.val_band"] = float(max(vals) - min(vals))
         refs.update({f"train.fixed.adapter.{k}": v for k, v in adapter.items()})
         values["train.wall_s"] = float(min(walls))
+        values["train.cpu_s"] = float(min(cpus))
         own = [run_cli(config_path, tmp / f"own{s}", ["--seed", str(s)])[0]["val_loss"] for s in OWN_INIT_SEEDS]
         values["train.own.val_losses"] = own
         values["train.own.val_mean"] = float(np.mean(own))
-        values["train.own.val_band"] = float(np.max(np.abs(np.array(own) - np.mean(own))))
+        values["train.own.val_band"] = spread_band(own)
         values["train.own.seed"] = OWN_INIT_SEEDS[0]
 
     params_json = {
@@ -294,7 +307,8 @@ def main() -> None:
     versions = {"torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
                 "machine": platform.machine(), "device": "cpu", "dtype": "float32"}
     (TESTS / "refs" / "VERSIONS.json").write_text(json.dumps(versions, indent=1) + "\n")
-    print(json.dumps({"wall_s": values["train.wall_s"], "own_val": own, "fixed_val": vals}))
+    print(json.dumps({"wall_s": values["train.wall_s"], "cpu_s": values["train.cpu_s"], "own_val": own,
+                      "fixed_val": vals}))
 
 
 if __name__ == "__main__":
