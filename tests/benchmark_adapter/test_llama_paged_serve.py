@@ -26,10 +26,23 @@ from tests.conftest import TASKS_DIR
 TASK = TASKS_DIR / "t2j-mini" / "llama-paged-serve"
 ORACLE = TASK / "solution" / "app"
 ASSETS = TASK / "environment" / "assets"
-FAST_DEFECTS = ["prefill-no-causal-mask", "top-p-exclusive", "max-tokens-off-by-one"]
+# Far above the oracle's own run-to-run spread (float32 reduction order, about 1e-7).
+NOISE = 1e-3
+FAST_DEFECTS = ["prefill-no-causal-mask", "finished-output-order", "module-renamed"]
 MODULES = {
-    "config", "tokenizer", "layers", "kv_cache", "attention", "model", "checkpoint", "sampler",
-    "sequence", "block_manager", "scheduler", "model_runner", "engine",
+    "config",
+    "tokenizer",
+    "layers",
+    "kv_cache",
+    "attention",
+    "model",
+    "checkpoint",
+    "sampler",
+    "sequence",
+    "block_manager",
+    "scheduler",
+    "model_runner",
+    "engine",
 }
 
 pytestmark = pytest.mark.skipif(
@@ -50,10 +63,21 @@ DEFECTS = _defects()
 
 def grade(candidate: Path, logs: Path) -> dict:
     """Run the shipped grader on `candidate`; returns reward.json."""
-    env = {**os.environ, "TESTS_DIR": str(TASK / "tests"), "APP_DIR": str(candidate),
-           "ASSETS_DIR": str(ASSETS), "LOGS_DIR": str(logs), "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(TASK / "tests" / "test.sh")], env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        **os.environ,
+        "TESTS_DIR": str(TASK / "tests"),
+        "APP_DIR": str(candidate),
+        "ASSETS_DIR": str(ASSETS),
+        "LOGS_DIR": str(logs),
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        ["bash", str(TASK / "tests" / "test.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads((logs / "reward.json").read_text())
 
@@ -62,8 +86,11 @@ def grade(candidate: Path, logs: Path) -> dict:
 def oracle_result(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("oracle")
     app = root / "app"
-    subprocess.run(["bash", str(TASK / "solution" / "solve.sh")], env={**os.environ, "APP_DIR": str(app)},
-                   check=True)
+    subprocess.run(
+        ["bash", str(TASK / "solution" / "solve.sh")],
+        env={**os.environ, "APP_DIR": str(app)},
+        check=True,
+    )
     return grade(app, root / "logs")
 
 
@@ -85,7 +112,10 @@ def test_assets_are_small_and_consistent():
     assert (ASSETS / "model.safetensors").stat().st_size < 5_000_000
     config = json.loads((ASSETS / "config.json").read_text())
     tensors = load_file(str(ASSETS / "model.safetensors"))
-    assert tensors["model.embed_tokens.weight"].shape == (config["vocab_size"], config["hidden_size"])
+    assert tensors["model.embed_tokens.weight"].shape == (
+        config["vocab_size"],
+        config["hidden_size"],
+    )
     assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (
         config["num_key_value_heads"] * config["hidden_size"] // config["num_attention_heads"],
         config["hidden_size"],
@@ -101,13 +131,18 @@ def test_grading_library_is_the_shared_copy():
     assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
 
 
+@pytest.mark.slow
 def test_references_are_reproduced_by_the_original(tmp_path):
     """Re-recording from the PyTorch original gives the stored inputs and references."""
     pytest.importorskip("torch")
     copy = tmp_path / "task"
     shutil.copytree(TASK, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, str(copy / "tests" / "record_refs.py")], check=True, capture_output=True,
-                   timeout=600)
+    subprocess.run(
+        [sys.executable, str(copy / "tests" / "record_refs.py")],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     for name in ("inputs.npz", "refs/refs.npz"):
         fresh, stored = np.load(copy / "tests" / name), np.load(TASK / "tests" / name)
         assert set(fresh.files) == set(stored.files)
@@ -140,10 +175,16 @@ def test_torch_importing_candidate_scores_zero(tmp_path):
     app = tmp_path / "app"
     shutil.copytree(ORACLE, app)
     layers = app / "paged_serve" / "layers.py"
-    layers.write_text(layers.read_text().replace("import jax\n", "import jax\nimport torch.nn.functional  # noqa\n", 1))
+    layers.write_text(
+        layers.read_text().replace(
+            "import jax\n", "import jax\nimport torch.nn.functional  # noqa\n", 1
+        )
+    )
     result = grade(app, tmp_path / "logs")
     assert result["reward"] == 0.0
-    assert result["independence_findings"] == ["paged_serve/layers.py:6: imports torch.nn.functional"]
+    assert result["independence_findings"] == [
+        "paged_serve/layers.py:6: imports torch.nn.functional"
+    ]
 
 
 def test_missing_candidate_scores_zero(tmp_path):
@@ -167,19 +208,29 @@ def test_defect_applies_to_the_oracle(defect, tmp_path):
 def test_seeded_defect_lowers_reward(name, oracle_result, tmp_path):
     defect = next(d for d in DEFECTS if d.name == name)
     result = grade(apply_defect(ORACLE, defect, tmp_path / "app"), tmp_path / "logs")
-    assert result["reward"] < oracle_result["reward"] - 0.01, (name, result["checks"])
+    assert result["reward"] < oracle_result["reward"] - NOISE, (name, result["checks"])
 
 
 @pytest.mark.slow
 def test_full_defect_sweep_lowers_reward_and_covers_the_checks(oracle_result, tmp_path):
+    """Every defect costs reward; together they trip at least 85% of the checks.
+
+    A defect that closes the independence gate is not run at all, so its (zero) checks
+    do not count towards coverage.
+    """
     tripped: set[str] = set()
     independence_tripped = False
     for defect in DEFECTS:
-        result = grade(apply_defect(ORACLE, defect, tmp_path / defect.name / "app"), tmp_path / defect.name / "logs")
-        assert result["reward"] < oracle_result["reward"] - 0.01, defect.name
-        independence_tripped |= result["components"]["independence"] == 0.0
+        result = grade(
+            apply_defect(ORACLE, defect, tmp_path / defect.name / "app"),
+            tmp_path / defect.name / "logs",
+        )
+        assert result["reward"] < oracle_result["reward"] - NOISE, defect.name
+        if result["components"]["independence"] == 0.0:
+            independence_tripped = True
+            continue
         for check, info in result["checks"].items():
-            if info["score"] < oracle_result["checks"][check]["score"] - 1e-3:
+            if info["score"] < oracle_result["checks"][check]["score"] - NOISE:
                 tripped.add(check)
     checks = set(oracle_result["checks"])
     assert independence_tripped

@@ -14,7 +14,8 @@ DEFECTS: list[Defect] = [
         old="blocks = block_tables[:, positions // block_size]",
         new="blocks = block_tables[:, positions // block_tables.shape[1]]",
         component="paged_serve.kv_cache.gather_from_cache",
-        description="The block table is indexed by position // blocks-per-sequence instead of // block size.",
+        description="The block table is indexed by position // blocks-per-sequence, "
+        "not // block size.",
     ),
     Defect(
         name="paged-mask-off-by-one",
@@ -44,7 +45,8 @@ DEFECTS: list[Defect] = [
         name="rotary-decode-offset",
         file="paged_serve/model.py",
         old='    x = params["embed"][jnp.asarray(tokens, jnp.int32)]\n',
-        new='    x = params["embed"][jnp.asarray(tokens, jnp.int32)]\n    positions = positions + 1\n',
+        new='    x = params["embed"][jnp.asarray(tokens, jnp.int32)]\n'
+        "    positions = positions + 1\n",
         component="paged_serve.model.decode",
         description="Decode rotates the new token by the sequence length instead of its position.",
     ),
@@ -94,7 +96,8 @@ DEFECTS: list[Defect] = [
         old='"wo": get(p + "self_attn.o_proj.weight", (c.n_heads * hd, c.dim), transpose=True),',
         new='"wo": get(p + "self_attn.o_proj.weight", (c.n_heads * hd, c.dim)),',
         component="paged_serve.checkpoint.load_params",
-        description="The square output projection is loaded without transposing [out, in] to [in, out].",
+        description="The square output projection is loaded without transposing "
+        "[out, in] to [in, out].",
     ),
     Defect(
         name="converter-drops-last-layer",
@@ -107,8 +110,10 @@ DEFECTS: list[Defect] = [
     Defect(
         name="top-p-before-temperature",
         file="paged_serve/sampler.py",
-        old="filtered = apply_top_p(apply_top_k(apply_temperature(logits, temperature), top_k), top_p)",
-        new="filtered = apply_temperature(apply_top_p(apply_top_k(logits, top_k), top_p), temperature)",
+        old="filtered = apply_top_p(apply_top_k(apply_temperature(logits, temperature), top_k), "
+        "top_p)",
+        new="filtered = apply_temperature(apply_top_p(apply_top_k(logits, top_k), top_p), "
+        "temperature)",
         component="paged_serve.sampler.filtered_probs",
         description="Top-k and top-p run on untempered logits; temperature is applied last.",
     ),
@@ -160,7 +165,8 @@ DEFECTS: list[Defect] = [
         old="return sorted(mine, key=lambda out: order[out.request_id])",
         new="return mine",
         component="paged_serve.engine.LLMEngine.generate",
-        description="generate returns outputs in the order requests finished, not the order of prompts.",
+        description="generate returns outputs in the order requests finished, "
+        "not the order of prompts.",
     ),
     Defect(
         name="module-renamed",
