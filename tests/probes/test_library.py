@@ -1,0 +1,108 @@
+"""The bundled probe libraries on the bundled tasks: the oracle passes, seeded defects are caught.
+
+The full measurements (every task, every defect) are slow; the default run keeps one
+real-task probe on the oracle and one defect, sharing the reference through the cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmark_adapter.defects import apply_defect
+from benchmark_adapter.task import load_task
+from evidence_store.records import Outcome
+from probes.context import make_context
+from probes.differential import probe_file_probe
+from probes.localize import localize_divergence
+from probes.suite import LIBRARY, builtin_checks, run_probes, task_probes
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = REPO / "tasks" / "t2j-mini"
+DEFECT_LISTS = REPO / "tests" / "benchmark_adapter" / "defects"
+LIBRARY_TASKS = ["mlp-train", "llama-lora-sft", "llama-paged-serve"]
+
+
+def _defects(task: str) -> list:
+    path = DEFECT_LISTS / f"{task.replace('-', '_')}.py"
+    if not path.is_file():
+        pytest.skip(f"no seeded defects for {task}")
+    spec = importlib.util.spec_from_file_location(f"defects_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.DEFECTS)
+
+
+def _oracle(task: str, tmp_path: Path) -> Path:
+    src = TASKS / task / "solution" / "app"
+    if not src.is_dir():
+        pytest.skip(f"{task} has no oracle")
+    dest = tmp_path / "oracle"
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_library_probe_files_never_read_hidden_task_files():
+    for path in LIBRARY.rglob("*.py"):
+        text = path.read_text()
+        for hidden in ("/tests", "/solution", "solution/", "tests/"):
+            assert hidden not in text, f"{path} mentions {hidden}"
+
+
+def test_mlp_loss_probe_on_oracle_and_on_a_defect(tmp_path):
+    task = load_task(TASKS / "mlp-train")
+    oracle = _oracle("mlp-train", tmp_path)
+    probe = probe_file_probe(str(LIBRARY / "mlp_train" / "model.py"), ["loss"])
+    cache = tmp_path / "cache"
+    ctx = make_context(task, oracle, sandbox_kind="none", workdir=tmp_path / "w1", reference_cache=cache)
+    (good,) = probe(ctx)
+    assert good.outcome is Outcome.ESTABLISHED, (good.observations, good.trace)
+    defect = next(d for d in _defects("mlp-train") if d.name == "loss-sum-reduction")
+    broken = apply_defect(oracle, defect, tmp_path / "broken")
+    ctx = make_context(task, broken, sandbox_kind="none", workdir=tmp_path / "w2", reference_cache=cache)
+    (bad,) = probe(ctx)
+    assert bad.outcome is Outcome.VIOLATED
+    assert localize_divergence(ctx, [bad]).observations["component"] == "mlp_train.losses.cross_entropy"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name", LIBRARY_TASKS)
+def test_oracle_has_no_violated_and_most_established(task_name, tmp_path):
+    task = load_task(TASKS / task_name)
+    ctx = make_context(task, _oracle(task_name, tmp_path), workdir=tmp_path / "work")
+    results = run_probes(ctx, builtin_checks(task) + task_probes(task), jobs=2)
+    violated = [(r.property.id, r.observations.get("message")) for r in results if r.outcome is Outcome.VIOLATED]
+    assert violated == []
+    established = sum(r.outcome is Outcome.ESTABLISHED for r in results) / len(results)
+    assert established >= 0.9
+
+
+def _match(found: str | None, wanted: str) -> bool:
+    if not found:
+        return False
+    a, b = found.split(".")[1:], wanted.split(".")
+    b = b[1:] if b and b[0] == found.split(".")[0] else b
+    return bool(a and b and a[0] == b[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name", LIBRARY_TASKS)
+def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
+    task = load_task(TASKS / task_name)
+    oracle = _oracle(task_name, tmp_path)
+    cache = tmp_path / "cache"
+    caught, localized = 0, 0
+    defects = _defects(task_name)
+    for defect in defects:
+        cand = apply_defect(oracle, defect, tmp_path / f"d-{defect.name}")
+        ctx = make_context(task, cand, workdir=tmp_path / f"w-{defect.name}", reference_cache=cache)
+        results = run_probes(ctx, builtin_checks(task) + task_probes(task), jobs=2)
+        if any(r.outcome is Outcome.VIOLATED for r in results):
+            caught += 1
+            found = localize_divergence(ctx, results)
+            localized += _match(found.observations["component"] if found else None, defect.component)
+    assert caught >= 0.9 * len(defects)
+    assert localized >= 0.7 * caught
