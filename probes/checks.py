@@ -189,6 +189,9 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
     observations = {"values": values, "timing": {"candidate_compute_s": run["report"]["compute_s"]}}
     if bad:
         observations["message"] = "false: " + ", ".join(bad)
+        if meta.get("locate_failures") and meta.get("component"):
+            # The failing output's own name (e.g. 'model.hidden_states') locates the divergence.
+            context["component"] = f"{meta['component']}.{bad[0]}"
     booleans = [e for e in output.manifest.values() if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"]
     if not booleans:
         return not_established(prop, "the check returned no boolean to decide on", context=context)

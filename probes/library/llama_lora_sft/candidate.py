@@ -1,6 +1,8 @@
 """llama-lora-sft: candidate-side checks (parameter trees, adapter init, live gradients, jit, entry point)."""
 
 PROBES = {
+    "interface": {"id": "interface", "kind": "interface", "level": 0, "locate_failures": True, "component": "llama_sft",
+                  "description": "Every module and public name the instruction lists exists."},
     "param_tree": {"id": "param_tree", "kind": "param_tree", "level": 0,
                    "component": "llama_sft.checkpoint.load_checkpoint",
                    "description": "load_checkpoint gives the documented pytree of arrays with [in, out] kernels."},
@@ -146,3 +148,37 @@ def check_entrypoint(env):
         "metrics_complete": {"train_loss", "lr", "grad_norm", "val_loss", "n_train", "n_val"} <= set(metrics),
         "three_steps": len(metrics["train_loss"]) == 3,
     }
+
+
+INTERFACE = {
+    "config": ["ModelConfig", "LoraConfig", "TrainConfig", "load_model_config", "load_train_config"],
+    "tokenizer": ["ByteTokenizer"],
+    "template": ["prompt_ids", "response_ids", "render"],
+    "data": ["IGNORE_INDEX", "load_jsonl", "stable_permutation", "split_train_val", "encode_example", "collate",
+             "batch_schedule"],
+    "modeling.norm": ["rms_norm"],
+    "modeling.rotary": ["rope_cos_sin", "apply_rotary"],
+    "modeling.attention": ["repeat_kv", "attention"],
+    "modeling.mlp": ["swiglu"],
+    "modeling.llama": ["forward"],
+    "lora": ["init_lora", "lora_linear"],
+    "checkpoint": ["convert_checkpoint", "load_checkpoint", "save_adapter", "load_adapter"],
+    "loss": ["token_nll", "sft_loss"],
+    "optim": ["lr_schedule", "make_optimizer"],
+    "evaluate": ["validation_loss"],
+    "train": ["TrainState", "create_train_state", "make_train_step", "train", "main"],
+}
+
+
+def check_interface(env):
+    import importlib
+
+    out = {}
+    for module, names in INTERFACE.items():
+        mod = importlib.import_module(f"llama_sft.{module}")
+        for name in names:
+            out[f"{module}.{name}"] = hasattr(mod, name)
+    out["LoraConfig.scale"] = getattr(importlib.import_module("llama_sft.config").LoraConfig(rank=8, alpha=16.0),
+                                      "scale", None) == 2.0
+    out["configs/sft_tiny.json"] = (env.candidate / "configs" / "sft_tiny.json").is_file()
+    return out

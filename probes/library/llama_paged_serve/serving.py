@@ -5,6 +5,8 @@ through its `load_params`; the kernels are probed on arrays drawn here.
 """
 
 PROBES = {
+    "interface": {"id": "interface", "kind": "interface", "level": 0, "locate_failures": True, "component": "paged_serve",
+                  "description": "Every module and public name the instruction lists exists."},
     "norm": {"id": "forward.rms_norm", "level": 1, "component": "paged_serve.layers.rms_norm"},
     "rotary": {"id": "forward.apply_rotary", "level": 1, "component": "paged_serve.layers.apply_rotary"},
     "write_cache": {"id": "kv_cache.write", "level": 1, "component": "paged_serve.kv_cache.write_to_cache"},
@@ -384,3 +386,28 @@ def check_jit(env):
     positions, dslots, context = _decode_inputs(tables, lengths, 0)
     logits, _ = step(cache, tokens[:, 0], positions, tables, context, dslots)
     return {"decode_traces": tuple(np.shape(logits)) == (2, config.vocab_size)}
+
+
+INTERFACE = {
+    "config": ["ModelConfig", "EngineConfig"], "tokenizer": ["ByteTokenizer"],
+    "layers": ["rms_norm", "apply_rotary"], "kv_cache": ["init_cache", "write_to_cache"],
+    "attention": ["prefill_attention", "paged_decode_attention"], "checkpoint": ["load_params"],
+    "model": ["prefill", "decode"], "sampler": ["SamplingParams", "filtered_probs"],
+    "sequence": [], "block_manager": [], "scheduler": [], "model_runner": [],
+    "engine": ["LLMEngine"],
+}
+
+
+def check_interface(env):
+    import importlib
+
+    out = {}
+    for module, names in INTERFACE.items():
+        mod = importlib.import_module(f"paged_serve.{module}")
+        out[module] = True
+        for name in names:
+            out[f"{module}.{name}"] = hasattr(mod, name)
+    engine = importlib.import_module("paged_serve.engine").LLMEngine
+    for method in ("from_pretrained", "add_request", "step", "has_unfinished_requests", "generate"):
+        out[f"LLMEngine.{method}"] = hasattr(engine, method)
+    return out

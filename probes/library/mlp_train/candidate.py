@@ -1,6 +1,8 @@
 """mlp-train: candidate-side checks (parameter tree, live gradients, jit, the entry point)."""
 
 PROBES = {
+    "interface": {"id": "interface", "kind": "interface", "level": 0, "locate_failures": True, "component": "mlp_train",
+                  "description": "Every module and public name the instruction lists exists."},
     "param_tree": {"id": "param_tree", "kind": "param_tree", "level": 0, "component": "mlp_train.model.MLPClassifier",
                    "description": "init_params gives a pytree of arrays whose state dict has the original's names and shapes."},
     "grads_live": {"id": "grad_liveness", "kind": "grad_liveness", "level": 0, "component": "mlp_train.train.train",
@@ -101,3 +103,27 @@ def check_entrypoint(env):
         "metrics_complete": {"train_loss", "lr", "val_loss", "val_accuracy"} <= set(metrics),
         "five_steps": len(metrics["train_loss"]) == 5,
     }
+
+
+INTERFACE = {
+    "config": ["ModelConfig", "TrainConfig"],
+    "data": ["Dataset", "load_dataset", "split_dataset", "fit_normalizer", "prepare_data", "iterate_batches",
+             "batch_stream"],
+    "model": ["init_params", "apply", "hidden_states"],
+    "losses": ["cross_entropy"],
+    "optim": ["lr_multiplier", "lr_at", "make_optimizer"],
+    "checkpoint": ["load_checkpoint", "save_checkpoint", "from_state_dict", "to_state_dict"],
+    "evaluate": ["evaluate"],
+    "train": ["loss_fn", "train", "main"],
+}
+
+
+def check_interface(env):
+    import importlib
+
+    out = {}
+    for module, names in INTERFACE.items():
+        mod = importlib.import_module(f"mlp_train.{module}")
+        for name in names:
+            out[f"{module}.{name}"] = hasattr(mod, name)
+    return out
