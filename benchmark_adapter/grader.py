@@ -47,7 +47,8 @@ class Grade(BaseModel):
         default_factory=dict, description="Per-check scores, when the grader reports them."
     )
     reward_file: str | None = Field(
-        default=None, description="Which file the reward was read from (None: the grader wrote none)."
+        default=None,
+        description="Which file the reward was read from (None: the grader wrote none).",
     )
     returncode: int = Field(description="Exit status of test.sh (124 on a time-out).")
     timed_out: bool = Field(default=False, description="The verifier time limit killed the grader.")
@@ -102,8 +103,9 @@ def run_grader(
         try:
             env, script = _grader_env(task, candidate, logs_dir, isolated=sandbox != "none")
             started = time.monotonic()
-            result = box.exec(["bash", script], cwd="/tests", env=env,
-                              timeout_s=task.verifier_timeout_s)
+            result = box.exec(
+                ["bash", script], cwd="/tests", env=env, timeout_s=task.verifier_timeout_s
+            )
             duration = time.monotonic() - started
         finally:
             box.close()
@@ -125,7 +127,9 @@ def run_grader(
         shutil.rmtree(logs_dir, ignore_errors=True)
 
 
-def _grader_env(task: Task, candidate: Path, logs_dir: Path, *, isolated: bool) -> tuple[dict[str, str], str]:
+def _grader_env(
+    task: Task, candidate: Path, logs_dir: Path, *, isolated: bool
+) -> tuple[dict[str, str], str]:
     """The grader's path variables, inside the sandbox or (unisolated) on the host."""
     settings = task.settings
     if isolated:

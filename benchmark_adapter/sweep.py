@@ -35,7 +35,9 @@ class DefectOutcome(BaseModel):
     component: str = Field(description="Source component the bug lives in.")
     reward: float = Field(description="Reward of the defective candidate.")
     caught: bool = Field(description="Reward strictly below the oracle's.")
-    tripped: list[str] = Field(default_factory=list, description="Checks scored below the oracle's score.")
+    tripped: list[str] = Field(
+        default_factory=list, description="Checks scored below the oracle's score."
+    )
     error: str | None = Field(default=None, description="Grader error, if it gave no reward.")
 
 
@@ -45,8 +47,12 @@ class SweepReport(BaseModel):
     schema_version: int = Field(default=SCHEMA_VERSION, description="Record format version.")
     task: str = Field(description="Task name.")
     oracle_reward: float = Field(description="Reward of the oracle solution.")
-    oracle_checks: dict[str, float] = Field(default_factory=dict, description="Oracle score per check.")
-    defects: list[DefectOutcome] = Field(default_factory=list, description="One outcome per defect.")
+    oracle_checks: dict[str, float] = Field(
+        default_factory=dict, description="Oracle score per check."
+    )
+    defects: list[DefectOutcome] = Field(
+        default_factory=list, description="One outcome per defect."
+    )
 
     @property
     def caught_fraction(self) -> float:
@@ -126,7 +132,7 @@ def run_sweep(
         oracle = oracle_grade or grade(task, oracle_dir)
         oracle_scores = check_scores(oracle)
         with tempfile.TemporaryDirectory(prefix="twin-sweep-") as tmp:
-            # apply every defect first: a stale defect fails the sweep before any grading time is spent
+            # apply every defect first: a stale one fails before any grading time is spent
             candidates = [apply_defect(oracle_dir, d, Path(tmp) / d.name / "app") for d in defects]
 
             def one(pair: tuple[Defect, Path]) -> DefectOutcome:
@@ -134,7 +140,9 @@ def run_sweep(
                 result = grade(task, candidate)
                 scores = check_scores(result)
                 tripped = [
-                    name for name, ref in oracle_scores.items() if scores.get(name, 0.0) < ref - TRIP_MARGIN
+                    name
+                    for name, ref in oracle_scores.items()
+                    if scores.get(name, 0.0) < ref - TRIP_MARGIN
                 ]
                 shutil.rmtree(candidate.parent, ignore_errors=True)
                 return DefectOutcome(
@@ -147,7 +155,7 @@ def run_sweep(
                 )
 
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                outcomes = list(pool.map(one, zip(defects, candidates)))
+                outcomes = list(pool.map(one, zip(defects, candidates, strict=True)))
     return SweepReport(
         task=task.name, oracle_reward=oracle.reward, oracle_checks=oracle_scores, defects=outcomes
     )

@@ -27,7 +27,9 @@ TARGET_S = 90.0
 
 def default_tasks() -> list[Path]:
     suite = REPO / "tasks" / "t2j-mini"
-    return sorted(p for p in suite.iterdir() if (p / "task.toml").is_file() and (p / "solution").is_dir())
+    return sorted(
+        p for p in suite.iterdir() if (p / "task.toml").is_file() and (p / "solution").is_dir()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,16 +49,25 @@ def main(argv: list[str] | None = None) -> int:
                 grade = run_grader(task, app, sandbox=args.sandbox)
             times.append(grade.duration_s)
             rewards.append(grade.reward)
-        row = {"task": task.name, "grade_s": statistics.median(times), "times_s": times,
-               "reward": statistics.median(rewards), "error": grade.error}
+        row = {
+            "task": task.name,
+            "grade_s": statistics.median(times),
+            "times_s": times,
+            "reward": statistics.median(rewards),
+            "error": grade.error,
+        }
         rows.append(row)
         ok = "yes" if row["grade_s"] <= TARGET_S else "NO"
         print(f"{task.name:24s} {row['grade_s']:9.1f} {row['reward']:8.4f}  {ok}", flush=True)
     load = os.getloadavg()
-    print(f"machine: {os.cpu_count()} cpus, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
-          f"{platform.platform()}")
+    print(
+        f"machine: {os.cpu_count()} cpus, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
+        f"{platform.platform()}"
+    )
     if args.out is not None:
-        args.out.write_text(json.dumps({"rows": rows, "cpus": os.cpu_count(), "load": load}, indent=2))
+        args.out.write_text(
+            json.dumps({"rows": rows, "cpus": os.cpu_count(), "load": load}, indent=2)
+        )
     return 0
 
 

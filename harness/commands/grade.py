@@ -16,8 +16,12 @@ def grade_command(
     candidate: Path = typer.Option(None, "--candidate", help="Candidate directory to grade."),
     oracle: bool = typer.Option(False, "--oracle", help="Grade the task's own solution/app/."),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, docker, none or auto."),
-    out: Path = typer.Option(None, "--out", help="Write the grade (reward, components, checks) as JSON here."),
-    keep_logs: Path = typer.Option(None, "--keep-logs", help="Copy the grader's /logs/verifier here."),
+    out: Path = typer.Option(
+        None, "--out", help="Write the grade (reward, components, checks) as JSON here."
+    ),
+    keep_logs: Path = typer.Option(
+        None, "--keep-logs", help="Copy the grader's /logs/verifier here."
+    ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
 ) -> None:
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
@@ -32,12 +36,16 @@ def grade_command(
     console = Console()
     if oracle:
         with oracle_copy(loaded) as target, console.status(f"grading {loaded.name} (oracle)"):
-            grade = run_grader(loaded, target, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log)
+            grade = run_grader(
+                loaded, target, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
+            )
     else:
         if not candidate.expanduser().is_dir():
             raise TwinError(f"candidate directory not found: {candidate}")
         with console.status(f"grading {loaded.name} ({candidate})"):
-            grade = run_grader(loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log)
+            grade = run_grader(
+                loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
+            )
     _print_grade(console, grade)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -67,4 +75,6 @@ def _print_grade(console: Console, grade) -> None:
 
 
 def _fmt(value) -> str:
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "-" if value is None else str(value)
+    return (
+        f"{value:.4f}" if isinstance(value, (int, float)) else "-" if value is None else str(value)
+    )

@@ -1,4 +1,4 @@
-"""run_grader and `twin grade` on small synthetic tasks (fast; the real task is in test_mlp_train.py)."""
+"""run_grader and `twin grade` on small synthetic tasks (the real task: test_mlp_train.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
 from benchmark_adapter.task import load_task
 from harness.cli import main
 
-requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+requires_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap not installed"
+)
 
 # A grader that proves its own conditions: empty logs at start, no torch, the solution unseen.
 PROBING_TEST_SH = r"""#!/usr/bin/env bash
@@ -84,9 +86,14 @@ def test_reward_txt_is_the_fallback(tmp_path, candidate):
         ('echo nan > "$LOGS_DIR/reward.txt"', "outside [0, 1]"),
     ],
 )
-def test_a_grader_without_a_valid_reward_scores_zero_with_a_reason(tmp_path, candidate, script, error):
-    grade = run_grader(load_task(make_task(tmp_path, "#!/usr/bin/env bash\n" + script + "\n")), candidate,
-                       sandbox="bwrap")
+def test_a_grader_without_a_valid_reward_scores_zero_with_a_reason(
+    tmp_path, candidate, script, error
+):
+    grade = run_grader(
+        load_task(make_task(tmp_path, "#!/usr/bin/env bash\n" + script + "\n")),
+        candidate,
+        sandbox="bwrap",
+    )
     assert grade.reward == 0.0
     assert error in grade.error
 
@@ -94,7 +101,10 @@ def test_a_grader_without_a_valid_reward_scores_zero_with_a_reason(tmp_path, can
 @requires_bwrap
 def test_files_outside_the_logs_dir_are_never_read(tmp_path, candidate):
     # a grader that leaves its reward elsewhere (e.g. in the candidate) gets nothing
-    sh = '#!/usr/bin/env bash\necho 1.0 > /tmp/reward.txt\necho 1.0 > "$TESTS_DIR/reward.txt" 2>/dev/null\nexit 0\n'
+    sh = (
+        "#!/usr/bin/env bash\necho 1.0 > /tmp/reward.txt\n"
+        'echo 1.0 > "$TESTS_DIR/reward.txt" 2>/dev/null\nexit 0\n'
+    )
     grade = run_grader(load_task(make_task(tmp_path, sh)), candidate, sandbox="bwrap")
     assert grade.reward == 0.0 and grade.error is not None
 
@@ -121,13 +131,18 @@ def test_oracle_copy_is_outside_the_task_and_removed_after(tmp_path):
 def test_unisolated_grading_passes_host_paths(tmp_path, candidate):
     task = load_task(make_task(tmp_path, PROBING_TEST_SH))
     grade = run_grader(task, candidate, sandbox="none")
-    assert grade.reward == 0.75 and grade.components["app"] == 1 and grade.components["empty_logs"] == 1
+    assert (
+        grade.reward == 0.75
+        and grade.components["app"] == 1
+        and grade.components["empty_logs"] == 1
+    )
 
 
 # ---- the command line -----------------------------------------------------------------------
 def _twin(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,8 +174,13 @@ def test_twin_grade_refuses_bad_input_with_one_line_and_exit_2(tmp_path, args, m
 def test_twin_grade_prints_reward_and_writes_json(tmp_path, capsys):
     task = make_task(tmp_path, PROBING_TEST_SH)
     out = tmp_path / "grade.json"
-    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(out)]) == 0
+    assert (
+        main(["grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "reward 0.7500" in printed and "c1" in printed
     data = json.loads(out.read_text())
-    assert data["reward"] == 0.75 and data["components"]["app"] == 1  # the oracle copy sits at APP_DIR
+    assert (
+        data["reward"] == 0.75 and data["components"]["app"] == 1
+    )  # the oracle copy sits at APP_DIR

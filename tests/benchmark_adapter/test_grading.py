@@ -1,4 +1,4 @@
-"""The shared t2j-mini grading library (tasks/t2j-mini/common/grading.py) and its per-task copies."""
+"""The shared t2j-mini grading library (tasks/t2j-mini/common/grading.py) and its copies."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 COMMON = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "common"
-requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+requires_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap not installed"
+)
 
 
 def _load(name: str):
@@ -67,7 +69,10 @@ def test_tensor_similarity_sees_uniform_scaling_that_a_cosine_misses():
 def test_tensor_similarity_decreases_with_error_and_stays_bounded():
     rng = np.random.default_rng(1)
     x = rng.normal(size=1000)
-    scores = [g.tensor_similarity(x + eps * rng.normal(size=1000), x) for eps in (1e-6, 1e-3, 1e-1, 1.0, 10.0)]
+    scores = [
+        g.tensor_similarity(x + eps * rng.normal(size=1000), x)
+        for eps in (1e-6, 1e-3, 1e-1, 1.0, 10.0)
+    ]
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert scores == sorted(scores, reverse=True)
     assert scores[0] > 0.9999 and scores[-1] < 0.8
@@ -83,7 +88,9 @@ def test_distributional_similarity_ignores_additive_constant_not_temperature():
     z = np.random.default_rng(2).normal(size=(6, 10))
     assert g.distributional_similarity(z + 5.0, z) == pytest.approx(1.0)
     assert g.distributional_similarity(2.0 * z, z) < 0.95
-    assert g.distributional_similarity(np.float32(1.0), np.float32(1.0)) == 0.0  # needs a class axis
+    assert (
+        g.distributional_similarity(np.float32(1.0), np.float32(1.0)) == 0.0
+    )  # needs a class axis
 
 
 def test_scalar_similarity_reaches_zero_at_mean_magnitude():
@@ -149,11 +156,17 @@ def test_write_reward_is_atomic_json(tmp_path):
 # ---- static independence --------------------------------------------------------------------
 def test_scan_finds_every_way_of_importing_torch(tmp_path):
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "clean.py").write_text("import numpy as np\nimport torchvision_like_name_not\n")
+    (tmp_path / "pkg" / "clean.py").write_text(
+        "import numpy as np\nimport torchvision_like_name_not\n"
+    )
     (tmp_path / "pkg" / "a.py").write_text("import os\nimport torch.nn as nn\n")
     (tmp_path / "pkg" / "b.py").write_text("from torch import tensor\n")
-    (tmp_path / "pkg" / "c.py").write_text("import importlib\nm = importlib.import_module('torch')\n")
-    (tmp_path / "pkg" / "d.py").write_text("def f():\n    try:\n        import torch\n    except ImportError:\n        pass\n")
+    (tmp_path / "pkg" / "c.py").write_text(
+        "import importlib\nm = importlib.import_module('torch')\n"
+    )
+    (tmp_path / "pkg" / "d.py").write_text(
+        "def f():\n    try:\n        import torch\n    except ImportError:\n        pass\n"
+    )
     (tmp_path / "pkg" / "e.py").write_text("def broken(:\n")
     findings = g.scan_forbidden_imports(tmp_path, ["torch"])
     files = sorted({f.split(":")[0] for f in findings})
@@ -184,7 +197,7 @@ with section("use"):
     save("doubled", INPUTS["x"] * 2)
     record("param", PARAMS["p"])
 with section("secret"):
-    record("secret", open({str(secret / 'answer.txt')!r}).read())
+    record("secret", open({str(secret / "answer.txt")!r}).read())
 with section("torch"):
     import torch
 with section("net"):
@@ -192,7 +205,9 @@ with section("net"):
 with section("write_app"):
     open(os.path.join(APP, "x.txt"), "w").write("x")
 """
-    run = g.run_candidate(driver, app_dir=app, inputs={"x": np.arange(3)}, json_inputs={"p": "q"}, timeout_s=120)
+    run = g.run_candidate(
+        driver, app_dir=app, inputs={"x": np.arange(3)}, json_inputs={"p": "q"}, timeout_s=120
+    )
     assert run.isolation == "bwrap"
     assert run.finished and run.returncode == 0
     assert run.values["value"] == 7 and run.values["param"] == "q"
@@ -208,8 +223,11 @@ with section("write_app"):
 @requires_bwrap
 def test_timeout_and_crash_are_data_not_exceptions(candidate):
     app, _ = candidate
-    slow = g.run_candidate("import time\nwith section('a'):\n    record('a', 1)\ntime.sleep(60)\n",
-                           app_dir=app, timeout_s=3)
+    slow = g.run_candidate(
+        "import time\nwith section('a'):\n    record('a', 1)\ntime.sleep(60)\n",
+        app_dir=app,
+        timeout_s=3,
+    )
     assert slow.timed_out and slow.returncode == 124 and not slow.finished
     crash = g.run_candidate("record('before', 1)\nraise SystemExit(3)\n", app_dir=app, timeout_s=60)
     assert crash.returncode == 3 and not crash.finished
@@ -219,8 +237,12 @@ def test_timeout_and_crash_are_data_not_exceptions(candidate):
 
 def test_without_isolation_the_blocker_still_removes_torch(candidate):
     app, _ = candidate
-    run = g.run_candidate("with section('t'):\n    import torch\nrecord('ok', 1)\n", app_dir=app,
-                          timeout_s=120, isolation="none")
+    run = g.run_candidate(
+        "with section('t'):\n    import torch\nrecord('ok', 1)\n",
+        app_dir=app,
+        timeout_s=120,
+        isolation="none",
+    )
     assert run.isolation == "none" and run.values["ok"] == 1
     assert "No module named 'torch'" in run.errors["t"]
 

@@ -1,4 +1,4 @@
-"""The sweep runner's bookkeeping, with a fast fake grader (the real sweep is in test_mlp_train.py)."""
+"""The sweep runner's bookkeeping with a fast fake grader (the real sweep: test_mlp_train.py)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,15 @@ def fake_grade(task, candidate: Path) -> Grade:
         "never": {"score": 0.9},
     }
     reward = sum(c["score"] for c in checks.values()) / 3
-    return Grade(task=task.name, candidate=str(candidate), reward=reward, checks=checks, returncode=0,
-                 duration_s=0.0, sandbox="fake")
+    return Grade(
+        task=task.name,
+        candidate=str(candidate),
+        reward=reward,
+        checks=checks,
+        returncode=0,
+        duration_s=0.0,
+        sandbox="fake",
+    )
 
 
 DEFECTS = [
@@ -74,8 +81,15 @@ def test_missing_checks_in_a_defect_grade_count_as_tripped(tmp_path):
     def crashing(task, candidate):
         grade = fake_grade(task, candidate)
         if "2.0" in (candidate / "model.py").read_text():
-            return Grade(task=task.name, candidate=str(candidate), reward=0.0, returncode=1, duration_s=0.0,
-                         sandbox="fake", error="the grader wrote no reward.json or reward.txt")
+            return Grade(
+                task=task.name,
+                candidate=str(candidate),
+                reward=0.0,
+                returncode=1,
+                duration_s=0.0,
+                sandbox="fake",
+                error="the grader wrote no reward.json or reward.txt",
+            )
         return grade
 
     report = run_sweep(task, DEFECTS[:1], grade_fn=crashing)
@@ -93,6 +107,13 @@ def test_load_defects_validates_the_module(tmp_path):
 
 
 def test_check_scores_skips_non_numeric_entries():
-    grade = Grade(task="t", candidate="c", reward=0.5, returncode=0, duration_s=0.0, sandbox="x",
-                  checks={"a": {"score": 0.5}, "b": {"score": None}, "c": 0.25, "d": "text"})
+    grade = Grade(
+        task="t",
+        candidate="c",
+        reward=0.5,
+        returncode=0,
+        duration_s=0.0,
+        sandbox="x",
+        checks={"a": {"score": 0.5}, "b": {"score": None}, "c": 0.25, "d": "text"},
+    )
     assert check_scores(grade) == {"a": 0.5, "c": 0.25}

@@ -20,7 +20,7 @@ DEFECTS: list[Defect] = [
         old='sd["head.weight"] = np.asarray(params["head"]["kernel"]).T',
         new='sd["head.weight"] = np.asarray(params["head"]["kernel"])',
         component="checkpoint.to_state_dict",
-        description="Saved checkpoints keep the head kernel as [in, out] instead of the original [out, in].",
+        description="Saved checkpoints keep the head kernel [in, out], not the original [out, in].",
     ),
     Defect(
         name="converter-norm-swap",
