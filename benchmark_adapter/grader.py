@@ -162,11 +162,13 @@ def _read_reward(logs_dir: Path) -> dict[str, Any]:
             return {"reward": 0.0, "error": f"reward {reward} outside [0, 1]"}
         components = data.get("components", {})
         checks = data.get("checks", {})
+        error = data.get("error")  # a grader that failed itself says so next to its zero
         return {
             "reward": reward,
             "components": components if isinstance(components, dict) else {},
             "checks": checks if isinstance(checks, dict) else {},
             "reward_file": "reward.json",
+            "error": f"grader reported: {error}" if isinstance(error, str) and error else None,
         }
     if txt_path.is_file():
         try:

@@ -84,6 +84,10 @@ def test_reward_txt_is_the_fallback(tmp_path, candidate):
         ('echo "{not json" > "$LOGS_DIR/reward.json"', "malformed reward.json"),
         ('echo \'{"reward": 1.5}\' > "$LOGS_DIR/reward.json"', "outside [0, 1]"),
         ('echo nan > "$LOGS_DIR/reward.txt"', "outside [0, 1]"),
+        (
+            'echo \'{"reward": 0.0, "error": "grader failed"}\' > "$LOGS_DIR/reward.json"',
+            "grader reported: grader failed",
+        ),
     ],
 )
 def test_a_grader_without_a_valid_reward_scores_zero_with_a_reason(
