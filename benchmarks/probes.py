@@ -70,7 +70,9 @@ def bare_seconds(results) -> float:
 
 
 def run_suite(task, candidate: Path, workdir: Path, args, cache: Path):
-    ctx = make_context(task, candidate, sandbox_kind=args.sandbox, workdir=workdir, reference_cache=cache)
+    ctx = make_context(
+        task, candidate, sandbox_kind=args.sandbox, workdir=workdir, reference_cache=cache
+    )
     probes = builtin_checks(task) + task_probes(task)
     start = time.perf_counter()
     results = run_probes(ctx, probes, jobs=args.jobs)
@@ -80,16 +82,27 @@ def run_suite(task, candidate: Path, workdir: Path, args, cache: Path):
 
 def summarize(results) -> dict:
     counts = {o.value: sum(r.outcome is o for r in results) for o in Outcome}
-    return {"counts": counts, "n": len(results),
-            "violated": sorted(r.property.id for r in results if r.outcome is Outcome.VIOLATED),
-            "not_established": sorted(r.property.id for r in results if r.outcome is Outcome.NOT_ESTABLISHED)}
+    return {
+        "counts": counts,
+        "n": len(results),
+        "violated": sorted(r.property.id for r in results if r.outcome is Outcome.VIOLATED),
+        "not_established": sorted(
+            r.property.id for r in results if r.outcome is Outcome.NOT_ESTABLISHED
+        ),
+    }
 
 
 def bench_task(name: str, args, scratch: Path) -> dict:
     task = load_task(TASKS / name)
-    package = {"mlp-train": "mlp_train", "llama-lora-sft": "llama_sft", "llama-paged-serve": "paged_serve"}.get(name, "")
+    package = {
+        "mlp-train": "mlp_train",
+        "llama-lora-sft": "llama_sft",
+        "llama-paged-serve": "paged_serve",
+    }.get(name, "")
     oracle = scratch / name / "oracle"
-    shutil.copytree(task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__")
+    )
     cache = scratch / name / "reference-cache"
     _, results, wall = run_suite(task, oracle, scratch / name / "work-oracle", args, cache)
     summary = summarize(results)
@@ -97,14 +110,25 @@ def bench_task(name: str, args, scratch: Path) -> dict:
     # Second oracle run: the reference comes from the cache, so this is the suite's cost per candidate.
     _, again, wall_cached = run_suite(task, oracle, scratch / name / "work-oracle-2", args, cache)
     bare = bare_seconds(again)
-    print(f"\n== {name}: {summary['n']} properties; oracle {summary['counts']}; "
-          f"established {established:.0%}; violated {summary['violated'] or 'none'}")
+    print(
+        f"\n== {name}: {summary['n']} properties; oracle {summary['counts']}; "
+        f"established {established:.0%}; violated {summary['violated'] or 'none'}"
+    )
     if summary["not_established"]:
         print(f"   not established on the oracle: {summary['not_established']}")
-    print(f"   wall: first run {wall:.1f}s (reference + candidate), per candidate {wall_cached:.1f}s; "
-          f"bare computations {bare:.1f}s; overhead ratio {wall_cached / max(bare, 1e-9):.1f}x")
-    report = {"task": name, "oracle": summary, "oracle_established_fraction": established,
-              "wall_first_s": wall, "wall_per_candidate_s": wall_cached, "bare_s": bare, "defects": []}
+    print(
+        f"   wall: first run {wall:.1f}s (reference + candidate), per candidate {wall_cached:.1f}s; "
+        f"bare computations {bare:.1f}s; overhead ratio {wall_cached / max(bare, 1e-9):.1f}x"
+    )
+    report = {
+        "task": name,
+        "oracle": summary,
+        "oracle_established_fraction": established,
+        "wall_first_s": wall,
+        "wall_per_candidate_s": wall_cached,
+        "bare_s": bare,
+        "defects": [],
+    }
     if args.no_defects:
         return report
     defects = load_defects(name)[: args.limit or None]
@@ -116,25 +140,39 @@ def bench_task(name: str, args, scratch: Path) -> dict:
         component = found.observations["component"] if found else None
         exact, module = component_match(component, defect.component, package)
         violated = sorted(r.property.id for r in res if r.outcome is Outcome.VIOLATED)
-        report["defects"].append({"name": defect.name, "component": defect.component, "violated": violated,
-                                  "localized": component, "localized_exact": exact, "localized_module": module,
-                                  "wall_s": dwall})
+        report["defects"].append(
+            {
+                "name": defect.name,
+                "component": defect.component,
+                "violated": violated,
+                "localized": component,
+                "localized_exact": exact,
+                "localized_module": module,
+                "wall_s": dwall,
+            }
+        )
         mark = "caught" if violated else "MISSED"
-        print(f"   {defect.name:32} {mark:6} localized {component!s:45} want {defect.component:35} "
-              f"{'ok' if exact else ('module' if module else 'no')}  ({dwall:.0f}s) {violated[:4]}")
+        print(
+            f"   {defect.name:32} {mark:6} localized {component!s:45} want {defect.component:35} "
+            f"{'ok' if exact else ('module' if module else 'no')}  ({dwall:.0f}s) {violated[:4]}"
+        )
     caught = [d for d in report["defects"] if d["violated"]]
     if defects:
         n = len(defects)
         exact = sum(d["localized_exact"] for d in caught)
         module = sum(d["localized_module"] for d in caught)
-        print(f"   defects caught {len(caught)}/{n} ({len(caught) / n:.0%}); localized among caught: "
-              f"component {exact}/{len(caught)}, module {module}/{len(caught)}")
+        print(
+            f"   defects caught {len(caught)}/{n} ({len(caught) / n:.0%}); localized among caught: "
+            f"component {exact}/{len(caught)}, module {module}/{len(caught)}"
+        )
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", action="append", help="task name (default: every task with a probe library)")
+    parser.add_argument(
+        "--task", action="append", help="task name (default: every task with a probe library)"
+    )
     parser.add_argument("--no-defects", action="store_true", help="only the oracle")
     parser.add_argument("--sandbox", default="auto", choices=["auto", "bwrap", "none"])
     parser.add_argument("--jobs", type=int, default=1)

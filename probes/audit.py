@@ -28,12 +28,37 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
-TEXT_SUFFIXES = {".sh", ".bash", ".cfg", ".toml", ".yaml", ".yml", ".ini", ".txt", ".json", ".md", ""}
-SHELL_CALLS = {
-    "subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
-    "subprocess.Popen", "os.system", "os.popen", "os.execv", "os.execvp", "os.spawnv",
+TEXT_SUFFIXES = {
+    ".sh",
+    ".bash",
+    ".cfg",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".ini",
+    ".txt",
+    ".json",
+    ".md",
+    "",
 }
-LOADER_CALLS = {"runpy.run_path", "runpy.run_module", "exec", "importlib.util.spec_from_file_location"}
+SHELL_CALLS = {
+    "subprocess.run",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "subprocess.Popen",
+    "os.system",
+    "os.popen",
+    "os.execv",
+    "os.execvp",
+    "os.spawnv",
+}
+LOADER_CALLS = {
+    "runpy.run_path",
+    "runpy.run_module",
+    "exec",
+    "importlib.util.spec_from_file_location",
+}
 IMPORT_CALLS = {"importlib.import_module", "__import__"}
 MAX_FILE_BYTES = 2_000_000
 
@@ -53,7 +78,9 @@ class Finding:
 
 def python_files(root: Path) -> list[Path]:
     """Python files under `root`, skipping caches and virtual environments."""
-    return [p for p in sorted(root.rglob("*.py")) if not (SKIP_DIRS & set(p.relative_to(root).parts))]
+    return [
+        p for p in sorted(root.rglob("*.py")) if not (SKIP_DIRS & set(p.relative_to(root).parts))
+    ]
 
 
 def _text_files(root: Path) -> list[Path]:
@@ -61,7 +88,9 @@ def _text_files(root: Path) -> list[Path]:
     for p in sorted(root.rglob("*")):
         if not p.is_file() or SKIP_DIRS & set(p.relative_to(root).parts) or p.suffix == ".py":
             continue
-        if (p.suffix in TEXT_SUFFIXES or p.name == "Dockerfile") and p.stat().st_size < MAX_FILE_BYTES:
+        if (
+            p.suffix in TEXT_SUFFIXES or p.name == "Dockerfile"
+        ) and p.stat().st_size < MAX_FILE_BYTES:
             out.append(p)
     return out
 
@@ -82,7 +111,12 @@ class _PythonAuditor:
     """Collects findings from one Python module parsed with libcst."""
 
     def __init__(
-        self, rel: str, forbidden: set[str], source_modules: set[str], markers: list[str], mount: str
+        self,
+        rel: str,
+        forbidden: set[str],
+        source_modules: set[str],
+        markers: list[str],
+        mount: str,
     ) -> None:
         self.mount = mount.rstrip("/")
         self.rel = rel
@@ -100,7 +134,11 @@ class _PythonAuditor:
         try:
             wrapper = MetadataWrapper(cst.parse_module(text))
         except cst.ParserSyntaxError as exc:
-            return [Finding("unparsable", self.rel, getattr(exc, "raw_line", 0), str(exc).splitlines()[0])]
+            return [
+                Finding(
+                    "unparsable", self.rel, getattr(exc, "raw_line", 0), str(exc).splitlines()[0]
+                )
+            ]
         positions = wrapper.resolve(PositionProvider)
         auditor = self
 
@@ -133,14 +171,22 @@ class _PythonAuditor:
                 value = node.evaluated_value
                 if isinstance(value, str) and auditor.mentions(value):
                     auditor.mentions_original = True
-                    auditor.add("loads_original", self._line(node), f"refers to the original: {value[:80]!r}")
+                    auditor.add(
+                        "loads_original",
+                        self._line(node),
+                        f"refers to the original: {value[:80]!r}",
+                    )
                 elif isinstance(value, str) and auditor.names_forbidden(value):
                     auditor.mentions_original = True
 
         wrapper.visit(Visitor())
         if self.shell_lines and self.mentions_original:
             for line, name in self.shell_lines:
-                self.add("loads_original", line, f"{name} in a file that names the original or the source framework")
+                self.add(
+                    "loads_original",
+                    line,
+                    f"{name} in a file that names the original or the source framework",
+                )
         return self.findings
 
     def add(self, kind: str, line: int, detail: str) -> None:
@@ -151,7 +197,9 @@ class _PythonAuditor:
         if top in self.forbidden:
             self.add("forbidden_import", line, f"imports {module}")
         elif top in self.source_modules:
-            self.add("loads_original", line, f"imports {module}, a module only the original provides")
+            self.add(
+                "loads_original", line, f"imports {module}, a module only the original provides"
+            )
 
     def mentions(self, text: str) -> bool:
         return text.strip() == self.mount or any(marker in text for marker in self.markers)
@@ -166,7 +214,9 @@ def _uses_framework(text: str, forbidden: set[str]) -> bool:
 
 def _normalized_hash(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
-    return hashlib.sha1("\n".join(line for line in lines if line and not line.startswith("#")).encode()).hexdigest()
+    return hashlib.sha1(
+        "\n".join(line for line in lines if line and not line.startswith("#")).encode()
+    ).hexdigest()
 
 
 def audit_candidate(
@@ -190,7 +240,9 @@ def audit_candidate(
 
     candidate, source = candidate.resolve(), source.resolve()
     forbidden_set = set(forbidden)
-    cand_top = {p.relative_to(candidate).parts[0].removesuffix(".py") for p in python_files(candidate)}
+    cand_top = {
+        p.relative_to(candidate).parts[0].removesuffix(".py") for p in python_files(candidate)
+    }
     source_top = {p.relative_to(source).parts[0].removesuffix(".py") for p in python_files(source)}
     # A module the original provides and the candidate does not is the original's.
     source_modules = source_top - cand_top
@@ -206,7 +258,9 @@ def audit_candidate(
     for path in python_files(candidate):
         rel = str(path.relative_to(candidate))
         text = path.read_text(errors="replace")
-        findings += _PythonAuditor(rel, forbidden_set, source_modules, markers, source_mount).run(text)
+        findings += _PythonAuditor(rel, forbidden_set, source_modules, markers, source_mount).run(
+            text
+        )
         copied = source_hashes.get(_normalized_hash(text))
         if copied is not None and text.strip():
             findings.append(Finding("vendored", rel, 1, f"a copy of the original's {copied}"))
@@ -214,11 +268,25 @@ def audit_candidate(
         rel = str(path.relative_to(candidate))
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
             if any(m in line for m in markers):
-                findings.append(Finding("loads_original", rel, number, f"refers to the original: {line.strip()[:80]!r}"))
+                findings.append(
+                    Finding(
+                        "loads_original",
+                        rel,
+                        number,
+                        f"refers to the original: {line.strip()[:80]!r}",
+                    )
+                )
             if re.search(r"\b(pip|uv|conda)\b.*\binstall\b", line) and any(
                 re.search(rf"\b{re.escape(f)}\b", line) for f in forbidden_set
             ):
-                findings.append(Finding("forbidden_import", rel, number, f"installs the source framework: {line.strip()[:80]!r}"))
+                findings.append(
+                    Finding(
+                        "forbidden_import",
+                        rel,
+                        number,
+                        f"installs the source framework: {line.strip()[:80]!r}",
+                    )
+                )
     if transliteration:
         vendored = {f.file for f in findings if f.kind == "vendored"}
         for match in find_transliterations(candidate, source, forbidden=forbidden):

@@ -46,7 +46,9 @@ def base_context(ctx: ProbeContext, factory: str, **options: Any) -> dict[str, A
     }
 
 
-def not_established(prop: Property, message: str, *, trace: str = "", context: dict | None = None) -> ProbeResult:
+def not_established(
+    prop: Property, message: str, *, trace: str = "", context: dict | None = None
+) -> ProbeResult:
     """A result for a probe that could not tell."""
     return ProbeResult(
         property=prop,

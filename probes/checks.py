@@ -22,18 +22,37 @@ from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.differential import DRIVER, probe_names, run_side
 
-IMPORTS = Property(id="imports", kind="imports", level=0, description="Every module of the candidate imports without the source framework.")
+IMPORTS = Property(
+    id="imports",
+    kind="imports",
+    level=0,
+    description="Every module of the candidate imports without the source framework.",
+)
 INDEPENDENCE = Property(
-    id="independence", kind="independence", level=0,
+    id="independence",
+    kind="independence",
+    level=0,
     description="No file of the candidate imports the source framework, statically or at run time.",
 )
 AUDIT_PROPERTIES = {
-    "loads_original": Property(id="audit.wrapping", kind="audit", level=0,
-                               description="The candidate neither imports, loads nor shells out to the original."),
-    "vendored": Property(id="audit.vendored", kind="audit", level=0,
-                         description="The candidate holds no copy of the original's framework code."),
-    "transliteration": Property(id="audit.transliteration", kind="audit", level=0,
-                                description="No candidate file restates an original file statement for statement."),
+    "loads_original": Property(
+        id="audit.wrapping",
+        kind="audit",
+        level=0,
+        description="The candidate neither imports, loads nor shells out to the original.",
+    ),
+    "vendored": Property(
+        id="audit.vendored",
+        kind="audit",
+        level=0,
+        description="The candidate holds no copy of the original's framework code.",
+    ),
+    "transliteration": Property(
+        id="audit.transliteration",
+        kind="audit",
+        level=0,
+        description="No candidate file restates an original file statement for statement.",
+    ),
 }
 
 
@@ -58,48 +77,101 @@ def imports_check() -> Probe:
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
         context = base_context(ctx, "probes.checks:imports_check")
         root = _check_dir(ctx, "imports")
-        (run,) = run_side(ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], mode="imports")
+        (run,) = run_side(
+            ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], mode="imports"
+        )
         if not run["ok"]:
             trace = run["trace"]
-            return [not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
-                    not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context)]
+            return [
+                not_established(
+                    IMPORTS, "the import check could not run", trace=trace, context=context
+                ),
+                not_established(
+                    INDEPENDENCE, "the import check could not run", trace=trace, context=context
+                ),
+            ]
         modules = run["report"]["modules"]
         failed = {name: m for name, m in modules.items() if not m["ok"]}
         cand_root = (ctx.roots("candidate")["candidate"] or "").rstrip("/") + "/"
-        runtime = [a for a in run["report"]["forbidden_imports"]
-                   if (a.get("importer") or {}).get("file", "").startswith(cand_root)]
-        static = [f for f in audit_candidate(ctx.candidate, ctx.source, forbidden=ctx.forbidden("candidate"),
-                                             source_mount=ctx.task.settings.source_mount, transliteration=False)
-                  if f.kind == "forbidden_import"]
+        runtime = [
+            a
+            for a in run["report"]["forbidden_imports"]
+            if (a.get("importer") or {}).get("file", "").startswith(cand_root)
+        ]
+        static = [
+            f
+            for f in audit_candidate(
+                ctx.candidate,
+                ctx.source,
+                forbidden=ctx.forbidden("candidate"),
+                source_mount=ctx.task.settings.source_mount,
+                transliteration=False,
+            )
+            if f.kind == "forbidden_import"
+        ]
         results = []
         first_failed = next(iter(failed), None)
         if not modules:
-            results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
+            results.append(
+                not_established(IMPORTS, "the candidate has no Python module", context=context)
+            )
         else:
-            results.append(ProbeResult(
-                property=IMPORTS,
-                outcome=Outcome.VIOLATED if failed else Outcome.ESTABLISHED,
-                score=1.0 - len(failed) / len(modules),
-                context=context,
-                observations={"modules": len(modules), "failed": {n: m["error"] for n, m in failed.items()},
-                              **({"message": "; ".join(f"{n}: {m['error']}" for n, m in failed.items())[:2000]}
-                                 if failed else {})},
-                trace="\n".join(m["trace"] for m in failed.values())[-8000:],
-            ))
+            results.append(
+                ProbeResult(
+                    property=IMPORTS,
+                    outcome=Outcome.VIOLATED if failed else Outcome.ESTABLISHED,
+                    score=1.0 - len(failed) / len(modules),
+                    context=context,
+                    observations={
+                        "modules": len(modules),
+                        "failed": {n: m["error"] for n, m in failed.items()},
+                        **(
+                            {
+                                "message": "; ".join(
+                                    f"{n}: {m['error']}" for n, m in failed.items()
+                                )[:2000]
+                            }
+                            if failed
+                            else {}
+                        ),
+                    },
+                    trace="\n".join(m["trace"] for m in failed.values())[-8000:],
+                )
+            )
             if first_failed:
                 results[-1].context = {**context, "component": first_failed}
         findings = [f.as_dict() for f in static] + [
-            {"kind": "runtime_import", "file": a["importer"]["file"].removeprefix(cand_root),
-             "line": a["importer"]["line"], "detail": f"imports {a['module']} at run time"} for a in runtime
+            {
+                "kind": "runtime_import",
+                "file": a["importer"]["file"].removeprefix(cand_root),
+                "line": a["importer"]["line"],
+                "detail": f"imports {a['module']} at run time",
+            }
+            for a in runtime
         ]
-        results.append(ProbeResult(
-            property=INDEPENDENCE,
-            outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
-            score=0.0 if findings else 1.0,
-            context={**context, **({"component": _module_of(findings[0]["file"])} if findings else {})},
-            observations={"findings": findings, **({"message": "; ".join(
-                f"{f['file']}:{f['line']} {f['detail']}" for f in findings)[:2000]} if findings else {})},
-        ))
+        results.append(
+            ProbeResult(
+                property=INDEPENDENCE,
+                outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
+                score=0.0 if findings else 1.0,
+                context={
+                    **context,
+                    **({"component": _module_of(findings[0]["file"])} if findings else {}),
+                },
+                observations={
+                    "findings": findings,
+                    **(
+                        {
+                            "message": "; ".join(
+                                f"{f['file']}:{f['line']} {f['detail']}" for f in findings
+                            )[:2000]
+                        }
+                        if findings
+                        else {}
+                    ),
+                },
+            )
+        )
         return results
 
     return probe
@@ -110,8 +182,13 @@ def audit_check(transliteration: bool = True) -> Probe:
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
         context = base_context(ctx, "probes.checks:audit_check", transliteration=transliteration)
-        findings = audit_candidate(ctx.candidate, ctx.source, forbidden=ctx.forbidden("candidate"),
-                                   source_mount=ctx.task.settings.source_mount, transliteration=transliteration)
+        findings = audit_candidate(
+            ctx.candidate,
+            ctx.source,
+            forbidden=ctx.forbidden("candidate"),
+            source_mount=ctx.task.settings.source_mount,
+            transliteration=transliteration,
+        )
         results = []
         for kind, prop in AUDIT_PROPERTIES.items():
             if kind == "transliteration" and not transliteration:
@@ -119,9 +196,18 @@ def audit_check(transliteration: bool = True) -> Probe:
             mine = [f.as_dict() for f in findings if f.kind == kind]
             observations = {"findings": mine}
             if mine:
-                observations["message"] = "; ".join(f"{f['file']}:{f['line']} {f['detail']}" for f in mine)[:2000]
-            results.append(ProbeResult(property=prop, outcome=Outcome.VIOLATED if mine else Outcome.ESTABLISHED,
-                                       score=0.0 if mine else 1.0, context=context, observations=observations))
+                observations["message"] = "; ".join(
+                    f"{f['file']}:{f['line']} {f['detail']}" for f in mine
+                )[:2000]
+            results.append(
+                ProbeResult(
+                    property=prop,
+                    outcome=Outcome.VIOLATED if mine else Outcome.ESTABLISHED,
+                    score=0.0 if mine else 1.0,
+                    context=context,
+                    observations=observations,
+                )
+            )
         return results
 
     return probe
@@ -132,7 +218,11 @@ def _false_leaves(manifest: dict, arrays: dict) -> list[str]:
     for path, entry in manifest.items():
         if entry["kind"] == "value" and entry.get("value") is False:
             bad.append(path)
-        elif entry["kind"] == "array" and entry["dtype"] == "bool" and not bool(arrays[entry["key"]].all()):
+        elif (
+            entry["kind"] == "array"
+            and entry["dtype"] == "bool"
+            and not bool(arrays[entry["key"]].all())
+        ):
             bad.append(path)
     return bad
 
@@ -168,21 +258,43 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
     shutil.copy(file, root / "probe.py")
     runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
     timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
-    outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
-    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes)]
+    outcomes = run_side(
+        ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks"
+    )
+    return [
+        _decide_check(ctx, file, name, found.get(name, {}), run)
+        for name, run in zip(names, outcomes)
+    ]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:
-    prop = Property(id=str(meta.get("id") or f"{file.stem}.{name}"), kind=str(meta.get("kind", "check")),
-                    level=int(meta.get("level", 0)), description=str(meta.get("description", "")))
+    prop = Property(
+        id=str(meta.get("id") or f"{file.stem}.{name}"),
+        kind=str(meta.get("kind", "check")),
+        level=int(meta.get("level", 0)),
+        description=str(meta.get("description", "")),
+    )
     context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
-    context.update({"probe_file": str(file), "probe_name": name, "component": meta.get("component")})
+    context.update(
+        {"probe_file": str(file), "probe_name": name, "component": meta.get("component")}
+    )
     if not run["ok"]:
         if run["blame"] in ("candidate", "timeout"):
-            return ProbeResult(property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context,
-                               trace=run["trace"], observations={"message": f"the candidate crashed ({run['blame']})"})
-        return not_established(prop, f"the check failed in {run['blame']} code: its calling convention may "
-                               "not fit the candidate", trace=run["trace"], context=context)
+            return ProbeResult(
+                property=prop,
+                outcome=Outcome.VIOLATED,
+                score=0.0,
+                context=context,
+                trace=run["trace"],
+                observations={"message": f"the candidate crashed ({run['blame']})"},
+            )
+        return not_established(
+            prop,
+            f"the check failed in {run['blame']} code: its calling convention may "
+            "not fit the candidate",
+            trace=run["trace"],
+            context=context,
+        )
     output = run["output"]
     bad = _false_leaves(output.manifest, output.arrays)
     values = {p: e.get("value") for p, e in output.manifest.items() if e["kind"] == "value"}
@@ -192,8 +304,17 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
         if meta.get("locate_failures") and meta.get("component"):
             # The failing output's own name (e.g. 'model.hidden_states') locates the divergence.
             context["component"] = f"{meta['component']}.{bad[0]}"
-    booleans = [e for e in output.manifest.values() if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"]
+    booleans = [
+        e
+        for e in output.manifest.values()
+        if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"
+    ]
     if not booleans:
         return not_established(prop, "the check returned no boolean to decide on", context=context)
-    return ProbeResult(property=prop, outcome=Outcome.VIOLATED if bad else Outcome.ESTABLISHED,
-                       score=1.0 - len(bad) / len(booleans), context=context, observations=observations)
+    return ProbeResult(
+        property=prop,
+        outcome=Outcome.VIOLATED if bad else Outcome.ESTABLISHED,
+        score=1.0 - len(bad) / len(booleans),
+        context=context,
+        observations=observations,
+    )

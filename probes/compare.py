@@ -138,21 +138,29 @@ def compare_structure(ref: SideOutput, cand: SideOutput) -> list[str]:
         if kind in ("mapping", "object") and other_kind in ("mapping", "object"):
             missing = [k for k in entry["keys"] if k not in other["keys"]]
             if missing:
-                problems.append(f"{where}: fields {missing} missing (candidate has {other['keys']})")
+                problems.append(
+                    f"{where}: fields {missing} missing (candidate has {other['keys']})"
+                )
         elif kind == "sequence" and other_kind == "sequence":
             if entry["length"] != other["length"]:
                 problems.append(f"{where}: length {other['length']}, reference {entry['length']}")
         elif kind == "array" and other_kind == "array":
             if list(entry["shape"]) != list(other["shape"]):
-                problems.append(f"{where}: shape {tuple(other['shape'])}, reference {tuple(entry['shape'])}")
+                problems.append(
+                    f"{where}: shape {tuple(other['shape'])}, reference {tuple(entry['shape'])}"
+                )
             elif _dtype_kind(entry["dtype"]) != _dtype_kind(other["dtype"]):
                 problems.append(f"{where}: dtype {other['dtype']}, reference {entry['dtype']}")
         elif kind == "value" and other_kind == "array" and _is_number(entry.get("value")):
             if other["shape"] not in ([], [1]):
-                problems.append(f"{where}: array of shape {tuple(other['shape'])} where the reference has a number")
+                problems.append(
+                    f"{where}: array of shape {tuple(other['shape'])} where the reference has a number"
+                )
         elif kind == "array" and other_kind == "value" and _is_number(other.get("value")):
             if entry["shape"] not in ([], [1]):
-                problems.append(f"{where}: a number where the reference has shape {tuple(entry['shape'])}")
+                problems.append(
+                    f"{where}: a number where the reference has shape {tuple(entry['shape'])}"
+                )
         elif kind != other_kind:
             problems.append(f"{where}: a {other_kind} where the reference has a {kind}")
     return problems
@@ -198,7 +206,11 @@ def compare_leaf(path: str, measure: str, ref: Any, cand: Any, noise_ref: Any) -
         return LeafScore(path, measure, score, noise, tolerance, (1.0 - score) <= tolerance + 1e-12)
     if measure == "banded":
         a = np.asarray(ref, dtype=np.float64)
-        spread = np.abs(a - np.asarray(noise_ref, dtype=np.float64)) if np.shape(noise_ref) == a.shape else np.inf
+        spread = (
+            np.abs(a - np.asarray(noise_ref, dtype=np.float64))
+            if np.shape(noise_ref) == a.shape
+            else np.inf
+        )
         band = float(np.max(SPREAD * np.maximum(spread, RESOLUTION * np.abs(a)))) if a.size else 0.0
         if not math.isfinite(band):
             band = 0.0
@@ -225,16 +237,26 @@ def compare_outputs(
     measures = measures or {}
     unknown = {m for m in measures.values() if m not in MEASURE_NAMES}
     if unknown:
-        raise ValueError(f"unknown measure(s) {sorted(unknown)}; use one of {', '.join(MEASURE_NAMES)}")
+        raise ValueError(
+            f"unknown measure(s) {sorted(unknown)}; use one of {', '.join(MEASURE_NAMES)}"
+        )
     result = Comparison(structure=compare_structure(ref, cand))
     broken = {p.split(":")[0] for p in result.structure}
     for path, entry in ref.manifest.items():
-        if entry["kind"] not in ("array", "value") or "type" in entry or (path or "<output>") in broken:
+        if (
+            entry["kind"] not in ("array", "value")
+            or "type" in entry
+            or (path or "<output>") in broken
+        ):
             continue
         if path not in cand.manifest or cand.manifest[path]["kind"] not in ("array", "value"):
             continue
         ref_value = ref.leaf(path)
-        if entry["kind"] == "value" and not isinstance(ref_value, (int, float, str, bool)) and ref_value is not None:
+        if (
+            entry["kind"] == "value"
+            and not isinstance(ref_value, (int, float, str, bool))
+            and ref_value is not None
+        ):
             continue
         noise_value = noise_ref.leaf(path) if path in noise_ref.manifest else ref_value
         measure = measure_for(path, ref_value, measures)

@@ -91,9 +91,19 @@ class ProbeContext:
             assets = settings.assets_mount if isolated else str(self.assets)
         if side == "reference":
             source = settings.source_mount if isolated else str(self.source)
-            return {"source": source, "candidate": None, "assets": assets, "work": self._work(isolated)}
+            return {
+                "source": source,
+                "candidate": None,
+                "assets": assets,
+                "work": self._work(isolated),
+            }
         candidate = settings.candidate_mount if isolated else str(self.candidate)
-        return {"source": None, "candidate": candidate, "assets": assets, "work": self._work(isolated)}
+        return {
+            "source": None,
+            "candidate": candidate,
+            "assets": assets,
+            "work": self._work(isolated),
+        }
 
     def _work(self, isolated: bool) -> str:
         return PROBE_MOUNT if isolated else str(self.workdir)
@@ -109,7 +119,11 @@ class ProbeContext:
 
     def side_env(self) -> dict[str, str]:
         """Environment of both sides: device selection, precision, determinism."""
-        env = {"PYTHONHASHSEED": str(self.seed), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PYTHONHASHSEED": str(self.seed),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         if self.device == "cpu":
             env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""})
         if self.precision != "default":
@@ -188,17 +202,30 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
     candidate = Path(candidate).expanduser().resolve()
     if not candidate.is_dir():
         raise ProbeOptionError(f"candidate directory not found: {candidate}")
-    known = {"sandbox_kind", "device", "precision", "workdir", "audit_log", "candidate_commit", "seed", "timeout_s",
-             "reference_cache"}
+    known = {
+        "sandbox_kind",
+        "device",
+        "precision",
+        "workdir",
+        "audit_log",
+        "candidate_commit",
+        "seed",
+        "timeout_s",
+        "reference_cache",
+    }
     unknown = set(options) - known
     if unknown:
         raise ProbeOptionError(f"unknown probe option(s): {', '.join(sorted(unknown))}")
     checks = {"sandbox_kind": SANDBOX_KINDS, "device": DEVICES, "precision": PRECISIONS}
     for name, allowed in checks.items():
         if name in options and options[name] not in allowed:
-            raise ProbeOptionError(f"--{name.split('_')[0]} must be one of {', '.join(allowed)}, not {options[name]!r}")
+            raise ProbeOptionError(
+                f"--{name.split('_')[0]} must be one of {', '.join(allowed)}, not {options[name]!r}"
+            )
     if options.get("sandbox_kind") == "bwrap" and shutil.which("bwrap") is None:
-        raise ProbeOptionError("bubblewrap (bwrap) is not installed: install it or use --sandbox none")
+        raise ProbeOptionError(
+            "bubblewrap (bwrap) is not installed: install it or use --sandbox none"
+        )
     if options.get("reference_cache") is not None:
         options["reference_cache"] = Path(options["reference_cache"]).resolve()
         options["reference_cache"].mkdir(parents=True, exist_ok=True)

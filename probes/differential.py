@@ -58,15 +58,21 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
         tree = ast.parse(Path(path).read_text(), filename=str(path))
     except (OSError, SyntaxError, ValueError) as exc:
         raise ProbeFileError(f"{path}: {exc}") from None
-    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions = {
+        node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
     metadata: dict[str, dict] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PROBES" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "PROBES" for t in node.targets
+        ):
             try:
                 metadata = ast.literal_eval(node.value)
             except ValueError:
                 raise ProbeFileError(f"{path}: PROBES must be a literal dict") from None
-            if not isinstance(metadata, dict) or not all(isinstance(v, dict) for v in metadata.values()):
+            if not isinstance(metadata, dict) or not all(
+                isinstance(v, dict) for v in metadata.values()
+            ):
                 raise ProbeFileError(f"{path}: PROBES must map probe names to dicts")
     names: dict[str, dict] = {}
     if checks:
@@ -85,10 +91,14 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
                 continue
             name = match.group(1) or ""
             if (f"{other}_{name}" if name else other) not in functions:
-                raise ProbeFileError(f"{path}: {func} has no matching {other}{'_' + name if name else ''}")
+                raise ProbeFileError(
+                    f"{path}: {func} has no matching {other}{'_' + name if name else ''}"
+                )
             names[name] = dict(metadata.get(name or Path(path).stem, {}))
     if not names and not any(re.fullmatch(r"check(_\w+)?", f) for f in functions):
-        raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
+        raise ProbeFileError(
+            f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])"
+        )
     return names
 
 
@@ -132,7 +142,9 @@ def differential_probe(
         if meta is None:
             raise ProbeFileError(f"{file}: no probe named {name!r}")
         meta.update({("id" if k == "property_id" else k): v for k, v in options.items()})
-        return run_matched_probes(ctx, file, {name: meta}, rerun={name: {"path": str(file), "name": name, **options}})
+        return run_matched_probes(
+            ctx, file, {name: meta}, rerun={name: {"path": str(file), "name": name, **options}}
+        )
 
     return probe
 
@@ -147,7 +159,9 @@ def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
         file = Path(path)
         found = probe_names(file)
-        chosen = {n: found[n] for n in (names if names is not None else sorted(found)) if n in found}
+        chosen = {
+            n: found[n] for n in (names if names is not None else sorted(found)) if n in found
+        }
         missing = sorted(set(names or []) - set(found))
         if missing:
             raise ProbeFileError(f"{file}: no probe named {', '.join(missing)}")
@@ -249,10 +263,20 @@ def run_side(
 def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
     if (out_host / "error.json").is_file():
         error = json.loads((out_host / "error.json").read_text())
-        return {"ok": False, "blame": error["blame"], "trace": error["trace"], "error": error, "log": log}
+        return {
+            "ok": False,
+            "blame": error["blame"],
+            "trace": error["trace"],
+            "error": error,
+            "log": log,
+        }
     if not (out_host / "manifest.json").is_file():
         if result is not None and result.timed_out:
-            return {"ok": False, "blame": "timeout", "trace": f"timed out after {result.duration_s:.0f}s\n{log}"}
+            return {
+                "ok": False,
+                "blame": "timeout",
+                "trace": f"timed out after {result.duration_s:.0f}s\n{log}",
+            }
         code = result.returncode if result is not None else "?"
         return {"ok": False, "blame": "unknown", "trace": f"exit {code}, no output\n{log}"}
     report = json.loads((out_host / "manifest.json").read_text())
@@ -260,7 +284,12 @@ def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
     if (out_host / "arrays.npz").is_file():
         with np.load(out_host / "arrays.npz") as data:
             arrays = {k: np.array(data[k]) for k in data.files}
-    return {"ok": True, "output": SideOutput(report.get("outputs", {}), arrays), "report": report, "log": log}
+    return {
+        "ok": True,
+        "output": SideOutput(report.get("outputs", {}), arrays),
+        "report": report,
+        "log": log,
+    }
 
 
 def _candidate_forbidden(report: dict, ctx: ProbeContext) -> list[dict]:
@@ -289,28 +318,69 @@ def run_matched_probes(
     runs = []
     for name in names:
         slot = _slot(name)
-        runs.append({"out": f"{slot}/ref", "dtype": ctx.dtype, "make_inputs": True, "name": name, "inputs": f"{slot}/inputs"})
+        runs.append(
+            {
+                "out": f"{slot}/ref",
+                "dtype": ctx.dtype,
+                "make_inputs": True,
+                "name": name,
+                "inputs": f"{slot}/inputs",
+            }
+        )
         if name in wants_f64:
-            runs.append({"out": f"{slot}/ref64", "dtype": "float64", "name": name, "inputs": f"{slot}/inputs"})
+            runs.append(
+                {
+                    "out": f"{slot}/ref64",
+                    "dtype": "float64",
+                    "name": name,
+                    "inputs": f"{slot}/inputs",
+                }
+            )
     reference = _reference_runs(ctx, root, file, names, runs, timeout)
     ok_names = [n for n in names if reference[(n, "ref")]["ok"]]
-    cand_runs = [{"out": f"{_slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"} for n in ok_names]
-    candidate = dict(zip(ok_names, run_side(ctx, root, "candidate", cand_runs, timeout_s=timeout, config_name="candidate")
-                         if cand_runs else []))
+    cand_runs = [
+        {"out": f"{_slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"}
+        for n in ok_names
+    ]
+    candidate = dict(
+        zip(
+            ok_names,
+            run_side(ctx, root, "candidate", cand_runs, timeout_s=timeout, config_name="candidate")
+            if cand_runs
+            else [],
+        )
+    )
     results = []
     for name in names:
         meta = probes[name]
         context = base_context(ctx, "probes.differential:differential_probe", **rerun[name])
-        context.update({"probe_file": str(file), "probe_name": name, "dtype": ctx.dtype,
-                        "component": meta.get("component"), "probe_sha1": sha1})
+        context.update(
+            {
+                "probe_file": str(file),
+                "probe_name": name,
+                "dtype": ctx.dtype,
+                "component": meta.get("component"),
+                "probe_sha1": sha1,
+            }
+        )
         noise = reference.get((name, "ref64")) if name in wants_f64 else None
         if noise is None or not noise["ok"]:
             noise = reference.get((name, "ref2"))
             context["noise_source"] = "rerun"
         else:
             context["noise_source"] = "float64"
-        results.append(_decide(ctx, _property(file, name, meta), meta, context, root / _slot(name),
-                               reference[(name, "ref")], noise, candidate.get(name)))
+        results.append(
+            _decide(
+                ctx,
+                _property(file, name, meta),
+                meta,
+                context,
+                root / _slot(name),
+                reference[(name, "ref")],
+                noise,
+                candidate.get(name),
+            )
+        )
     return results
 
 
@@ -327,7 +397,9 @@ def _tree_digest(root: Path | None) -> str:
     return h.hexdigest()
 
 
-def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout) -> dict:
+def _reference_runs(
+    ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout
+) -> dict:
     """The reference side's runs (and the inputs they drew), from `ctx.reference_cache` when it holds them.
 
     The reference does not depend on the candidate: a defect sweep or a later round
@@ -335,33 +407,66 @@ def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str],
     device, and the original's and the assets' files.
     """
     key = hashlib.sha1(
-        "|".join([file.read_text(errors="replace"), ",".join(names), str(ctx.seed), ctx.dtype, ctx.precision,
-                  ctx.device, _tree_digest(ctx.source), _tree_digest(ctx.assets)]).encode()
+        "|".join(
+            [
+                file.read_text(errors="replace"),
+                ",".join(names),
+                str(ctx.seed),
+                ctx.dtype,
+                ctx.precision,
+                ctx.device,
+                _tree_digest(ctx.source),
+                _tree_digest(ctx.assets),
+            ]
+        ).encode()
     ).hexdigest()[:16]
     cached = ctx.reference_cache / key if ctx.reference_cache is not None else None
     if cached is None or not (cached / "done").is_file():
-        reference = dict(zip([(r["name"], r["out"].split("/")[-1]) for r in runs],
-                             run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference")))
-        again_names = [n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")]
+        reference = dict(
+            zip(
+                [(r["name"], r["out"].split("/")[-1]) for r in runs],
+                run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference"),
+            )
+        )
+        again_names = [
+            n
+            for n in names
+            if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")
+        ]
         if again_names:
-            again = [{"out": f"{_slot(n)}/ref2", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"}
-                     for n in again_names]
-            for name, result in zip(again_names, run_side(ctx, root, "reference", again, timeout_s=timeout,
-                                                          config_name="reference2")):
+            again = [
+                {
+                    "out": f"{_slot(n)}/ref2",
+                    "dtype": ctx.dtype,
+                    "name": n,
+                    "inputs": f"{_slot(n)}/inputs",
+                }
+                for n in again_names
+            ]
+            for name, result in zip(
+                again_names,
+                run_side(
+                    ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"
+                ),
+            ):
                 reference[(name, "ref2")] = result
         if cached is None:
             return reference
         for name in names:
             for part in ("inputs", *REFERENCE_OUTS):
                 if (root / _slot(name) / part).is_dir():
-                    shutil.copytree(root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True)
+                    shutil.copytree(
+                        root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True
+                    )
         (cached / "done").write_text("ok")
         return reference
     reference = {}
     for name in names:
         for part in ("inputs", *REFERENCE_OUTS):
             if (cached / _slot(name) / part).is_dir():
-                shutil.copytree(cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True)
+                shutil.copytree(
+                    cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True
+                )
                 if part != "inputs":
                     reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)")
     return reference
@@ -370,30 +475,53 @@ def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str],
 def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult:
     """The outcome of one probe from its reference, noise and candidate runs."""
     if not ref["ok"]:
-        return not_established(prop, "the reference side failed: the probe does not fit the original",
-                               trace=ref["trace"], context=context)
+        return not_established(
+            prop,
+            "the reference side failed: the probe does not fit the original",
+            trace=ref["trace"],
+            context=context,
+        )
     context["inputs"] = _inputs_summary(slot_dir / "inputs")
     timing = {"reference_compute_s": ref["report"]["compute_s"]}
     if noise is None or not noise["ok"]:
-        return not_established(prop, "the reference side failed on its second run",
-                               trace=(noise or {}).get("trace", ""), context=context)
+        return not_established(
+            prop,
+            "the reference side failed on its second run",
+            trace=(noise or {}).get("trace", ""),
+            context=context,
+        )
     if not cand["ok"]:
         forbidden = cand.get("error", {}).get("forbidden_imports", [])
         if cand["blame"] in ("candidate", "timeout"):
             return ProbeResult(
-                property=prop, outcome=Outcome.VIOLATED, score=0.0, context=context, trace=cand["trace"],
-                observations={"message": f"the candidate crashed ({cand['blame']})", "forbidden_imports": forbidden},
+                property=prop,
+                outcome=Outcome.VIOLATED,
+                score=0.0,
+                context=context,
+                trace=cand["trace"],
+                observations={
+                    "message": f"the candidate crashed ({cand['blame']})",
+                    "forbidden_imports": forbidden,
+                },
             )
-        return not_established(prop, f"the candidate side failed in {cand['blame']} code: the probe's calling "
-                               "convention may not fit the candidate", trace=cand["trace"], context=context)
+        return not_established(
+            prop,
+            f"the candidate side failed in {cand['blame']} code: the probe's calling "
+            "convention may not fit the candidate",
+            trace=cand["trace"],
+            context=context,
+        )
     timing["candidate_compute_s"] = cand["report"]["compute_s"]
     try:
-        comparison = compare_outputs(ref["output"], cand["output"], noise["output"], meta.get("compare"))
+        comparison = compare_outputs(
+            ref["output"], cand["output"], noise["output"], meta.get("compare")
+        )
     except ValueError as exc:
         return not_established(prop, f"bad probe metadata: {exc}", context=context)
     forbidden = _candidate_forbidden(cand["report"], ctx)
     problems = comparison.failing() + [
-        f"candidate imports forbidden {a['module']} at {a['importer']['file']}:{a['importer']['line']}" for a in forbidden
+        f"candidate imports forbidden {a['module']} at {a['importer']['file']}:{a['importer']['line']}"
+        for a in forbidden
     ]
     observations = {
         "outputs": {leaf.path or "<output>": leaf.as_dict() for leaf in comparison.leaves},
@@ -404,8 +532,12 @@ def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult
     if problems:
         observations["message"] = "; ".join(problems)[:2000]
     if not comparison.informative and not comparison.structure and not forbidden:
-        return not_established(prop, "the probe returned nothing comparable (every output is beyond the "
-                               "reference's own reproducibility)", context=context)
+        return not_established(
+            prop,
+            "the probe returned nothing comparable (every output is beyond the "
+            "reference's own reproducibility)",
+            context=context,
+        )
     uninformative = [leaf.path for leaf in comparison.leaves if not leaf.informative]
     if uninformative:
         observations["uninformative"] = uninformative

@@ -20,7 +20,9 @@ from probes.audit import python_files
 from probes.base import base_context
 
 LOCALIZATION = Property(
-    id="localization", kind="localization", level=2,
+    id="localization",
+    kind="localization",
+    level=2,
     description="The first component of the original whose migrated counterpart diverges.",
 )
 
@@ -68,7 +70,11 @@ def module_graph(source: Path):
         scope = {n.split(".")[-1]: n for n in graph.successors(name)}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                base = _resolve_relative(name, is_package, node.level, node.module) if node.level else (node.module or "")
+                base = (
+                    _resolve_relative(name, is_package, node.level, node.module)
+                    if node.level
+                    else (node.module or "")
+                )
                 for alias in node.names:
                     target = f"{base}.{alias.name}"
                     if target in graph or base in graph:
@@ -85,7 +91,11 @@ def module_graph(source: Path):
                 used = None
                 if isinstance(inner, ast.Name) and inner.id in scope:
                     used = scope[inner.id]
-                elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id in scope:
+                elif (
+                    isinstance(inner, ast.Attribute)
+                    and isinstance(inner.value, ast.Name)
+                    and inner.value.id in scope
+                ):
                     candidate = f"{scope[inner.value.id]}.{inner.attr}"
                     used = candidate if candidate in graph else None
                 if used and used != user and used in graph:
@@ -100,7 +110,9 @@ def _node_for(graph, component: str) -> str | None:
     longer = [n for n in graph.nodes if n.endswith("." + component)]
     if longer:
         return min(longer, key=len)
-    shorter = [n for n in graph.nodes if component.startswith(n + ".") or component.endswith("." + n)]
+    shorter = [
+        n for n in graph.nodes if component.startswith(n + ".") or component.endswith("." + n)
+    ]
     return max(shorter, key=len) if shorter else None
 
 
@@ -132,7 +144,11 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     if not violated:
         return None
     in_graph = [n for n in violated if n in graph]
-    first = [n for n in violated if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)]
+    first = [
+        n
+        for n in violated
+        if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)
+    ]
 
     def depth(node: str) -> tuple[int, int]:
         below = len(__import__("networkx").descendants(graph, node)) if node in graph else 10**6
@@ -141,7 +157,9 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     first.sort(key=depth)
     chosen = first[0]
     chain = sorted(in_graph, key=lambda n: len(__import__("networkx").descendants(graph, n)))
-    below = sorted(n for n in established if chosen in graph and n in graph and _depends(graph, chosen, n))
+    below = sorted(
+        n for n in established if chosen in graph and n in graph and _depends(graph, chosen, n)
+    )
     probes = [r.property.id for r in violated[chosen]]
     message = f"first divergent component: {chosen} (violated: {', '.join(probes)})"
     if below:

@@ -25,7 +25,11 @@ from probes.context import ProbeContext
 from probes.differential import ProbeFileError, probe_file_probe, probe_names
 
 LIBRARY = Path(__file__).with_name("library")
-PROBE_FILE_FORMAT = (Path(__file__).with_name("README.md")).read_text() if (Path(__file__).with_name("README.md")).is_file() else ""
+PROBE_FILE_FORMAT = (
+    (Path(__file__).with_name("README.md")).read_text()
+    if (Path(__file__).with_name("README.md")).is_file()
+    else ""
+)
 """The probe-file format, as taught to whoever writes probes (the Verifier role)."""
 
 Progress = Callable[[int, int, list[ProbeResult]], None]
@@ -83,8 +87,13 @@ def _run_one(ctx: ProbeContext, probe: Probe) -> list[ProbeResult]:
     except Exception as exc:  # a probe's own failure is data, never the candidate's fault
         name = getattr(probe, "__name__", "probe")
         prop = Property(id=f"probe:{name}", kind="differential", level=1)
-        results = [not_established(prop, f"the probe failed: {type(exc).__name__}: {exc}",
-                                   trace=traceback.format_exc()[-8000:])]
+        results = [
+            not_established(
+                prop,
+                f"the probe failed: {type(exc).__name__}: {exc}",
+                trace=traceback.format_exc()[-8000:],
+            )
+        ]
     elapsed = time.perf_counter() - start
     for result in results:
         result.observations.setdefault("timing", {})["probe_wall_s"] = elapsed

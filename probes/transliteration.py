@@ -25,7 +25,19 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-FRAMEWORKS = {"torch", "jax", "jaxlib", "flax", "optax", "numpy", "haiku", "equinox", "chex", "orbax", "einops"}
+FRAMEWORKS = {
+    "torch",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "numpy",
+    "haiku",
+    "equinox",
+    "chex",
+    "orbax",
+    "einops",
+}
 MIN_COVERAGE = 0.6
 MIN_FRAMEWORK_STATEMENTS = 5
 
@@ -54,12 +66,19 @@ class _Normalizer(ast.NodeTransformer):
         while isinstance(root, ast.Attribute):
             root = root.value
         if isinstance(root, ast.Name) and root.id in self.aliases:
-            return ast.copy_location(ast.Attribute(value=ast.Name(id="FW", ctx=ast.Load()), attr=node.attr, ctx=node.ctx), node)
+            return ast.copy_location(
+                ast.Attribute(
+                    value=ast.Name(id="FW", ctx=ast.Load()), attr=node.attr, ctx=node.ctx
+                ),
+                node,
+            )
         self.generic_visit(node)
         return node
 
 
-def framework_aliases(tree: ast.Module, forbidden: list[str], *, roots: set[str] | None = None) -> set[str]:
+def framework_aliases(
+    tree: ast.Module, forbidden: list[str], *, roots: set[str] | None = None
+) -> set[str]:
     """Names a module binds to a numerical framework (or to `roots`) by importing it."""
     roots = roots if roots is not None else FRAMEWORKS | set(forbidden)
     aliases: set[str] = set()
@@ -68,7 +87,9 @@ def framework_aliases(tree: ast.Module, forbidden: list[str], *, roots: set[str]
             for alias in node.names:
                 if alias.name.split(".")[0] in roots:
                     aliases.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots:
+        elif (
+            isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots
+        ):
             for alias in node.names:
                 aliases.add(alias.asname or alias.name)
     return aliases
@@ -92,13 +113,21 @@ def _header(node: ast.stmt) -> str:
 
 
 def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
 
 
 def _uses(node: ast.stmt, names: set[str]) -> bool:
     parts: list[ast.AST] = [node]
     if any(getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
-        parts = [getattr(node, f) for f in ("test", "iter", "args", "items") if getattr(node, f, None) is not None]
+        parts = [
+            getattr(node, f)
+            for f in ("test", "iter", "args", "items")
+            if getattr(node, f, None) is not None
+        ]
         parts = [p for part in parts for p in (part if isinstance(part, list) else [part])]
     return any(isinstance(n, ast.Name) and n.id in names for part in parts for n in ast.walk(part))
 
@@ -123,7 +152,9 @@ def statements(text: str, forbidden: list[str]) -> list[tuple[str, int, bool]]:
         for node in body:
             if isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)) or _is_docstring(node):
                 continue
-            children = [getattr(node, f) for f in ("body", "orelse", "finalbody") if getattr(node, f, None)]
+            children = [
+                getattr(node, f) for f in ("body", "orelse", "finalbody") if getattr(node, f, None)
+            ]
             if children or isinstance(node, ast.Try):
                 out.append((_header(node), node.lineno, getattr(node, "_twin_uses", False)))
                 for handler in getattr(node, "handlers", []):
@@ -149,7 +180,9 @@ def coverage(source: list[str], candidate: list[str], only: list[bool] | None = 
     return sum(i in matched for i in counted) / len(counted)
 
 
-def find_transliterations(candidate: Path, source: Path, *, forbidden: list[str]) -> list[Transliteration]:
+def find_transliterations(
+    candidate: Path, source: Path, *, forbidden: list[str]
+) -> list[Transliteration]:
     """Candidate files that restate a framework-using original file (best match per candidate file)."""
     from probes.audit import python_files
 

@@ -17,15 +17,27 @@ _STYLE = {"established": "green", "violated": "bold red", "not_established": "ye
 def probe_command(
     task: Path = typer.Option(..., "--task", help="Task directory (Harbor format)."),
     candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
-    probe: list[Path] = typer.Option(None, "--probe", help="Probe file to run (repeatable); see probes/README.md."),
-    builtin: bool = typer.Option(True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."),
-    library: bool = typer.Option(True, "--library/--no-library", help="Run the task's bundled probe library."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON (one object) instead of a table."),
+    probe: list[Path] = typer.Option(
+        None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
+    ),
+    builtin: bool = typer.Option(
+        True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
+    ),
+    library: bool = typer.Option(
+        True, "--library/--no-library", help="Run the task's bundled probe library."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the results as JSON (one object) instead of a table."
+    ),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
     device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
-    precision: str = typer.Option("highest", "--precision", help="highest, default or bf16 (both sides)."),
+    precision: str = typer.Option(
+        "highest", "--precision", help="highest, default or bf16 (both sides)."
+    ),
     jobs: int = typer.Option(1, "--jobs", help="Probes run at once."),
-    workdir: Path = typer.Option(None, "--workdir", help="Keep probe files, inputs and outputs here."),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="Keep probe files, inputs and outputs here."
+    ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
@@ -39,8 +51,15 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
-    ctx = make_context(task, candidate, sandbox_kind=sandbox, device=device, precision=precision,
-                       workdir=workdir, audit_log=audit_log)
+    ctx = make_context(
+        task,
+        candidate,
+        sandbox_kind=sandbox,
+        device=device,
+        precision=precision,
+        workdir=workdir,
+        audit_log=audit_log,
+    )
     probes = builtin_checks(ctx.task) if builtin else []
     if library:
         probes += task_probes(ctx.task)
@@ -50,9 +69,12 @@ def probe_command(
         except ValueError as exc:
             raise TwinError(str(exc)) from None
     if not probes:
-        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}")
+        raise TwinError(
+            f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}"
+        )
     console = Console(stderr=as_json)
     with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
+
         def progress(done: int, total: int, _results) -> None:
             status.update(f"probing {ctx.candidate}: {done}/{total}")
 
@@ -61,8 +83,17 @@ def probe_command(
     if found is not None:
         results.append(found)
     if as_json:
-        print(json.dumps({"task": ctx.task.name, "candidate": str(ctx.candidate), "workdir": str(ctx.workdir),
-                          "results": [r.model_dump(mode="json") for r in results]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "task": ctx.task.name,
+                    "candidate": str(ctx.candidate),
+                    "workdir": str(ctx.workdir),
+                    "results": [r.model_dump(mode="json") for r in results],
+                },
+                indent=2,
+            )
+        )
     else:
         _print_table(console, ctx, results)
 
@@ -79,7 +110,9 @@ def _print_table(console: Console, ctx, results) -> None:
     table.add_column("detail", overflow="fold")
     for r in results:
         noise = r.observations.get("noise_floor")
-        detail = r.observations.get("message") or (r.trace.strip().splitlines()[-1] if r.trace.strip() else "")
+        detail = r.observations.get("message") or (
+            r.trace.strip().splitlines()[-1] if r.trace.strip() else ""
+        )
         table.add_row(
             r.property.id,
             str(r.property.level),

@@ -15,7 +15,9 @@ GOOD = FIXTURES / "candidates" / "good"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "probe", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "probe", *args], capture_output=True, text=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -23,10 +25,19 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     [
         (["--task", "/nonexistent", "--candidate", str(GOOD)], "task directory not found"),
         (["--task", str(TINY), "--candidate", "/nonexistent"], "candidate directory not found"),
-        (["--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "docker"], "--sandbox must be one of"),
-        (["--task", str(TINY), "--candidate", str(GOOD), "--probe", "/nonexistent.py"], "probe file not found"),
+        (
+            ["--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "docker"],
+            "--sandbox must be one of",
+        ),
+        (
+            ["--task", str(TINY), "--candidate", str(GOOD), "--probe", "/nonexistent.py"],
+            "probe file not found",
+        ),
         (["--task", str(TINY), "--candidate", str(GOOD), "--no-builtin"], "nothing to run"),
-        (["--task", str(TINY), "--candidate", str(GOOD), "--jobs", "0"], "--jobs must be at least 1"),
+        (
+            ["--task", str(TINY), "--candidate", str(GOOD), "--jobs", "0"],
+            "--jobs must be at least 1",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
@@ -39,13 +50,39 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 def test_malformed_probe_file_is_one_line(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def reference(env):\n    return {}\n")
-    assert main(["probe", "--task", str(TINY), "--candidate", str(GOOD), "--probe", str(bad), "--sandbox", "none"]) == 2
+    assert (
+        main(
+            [
+                "probe",
+                "--task",
+                str(TINY),
+                "--candidate",
+                str(GOOD),
+                "--probe",
+                str(bad),
+                "--sandbox",
+                "none",
+            ]
+        )
+        == 2
+    )
 
 
 def test_json_output_runs_checks_probes_and_localization(tmp_path):
     wrong = FIXTURES / "candidates" / "wrong"
-    proc = _cli("--task", str(TINY), "--candidate", str(wrong), "--probe", str(FIXTURES / "probe_numpy.py"),
-                "--sandbox", "none", "--json", "--workdir", str(tmp_path / "work"))
+    proc = _cli(
+        "--task",
+        str(TINY),
+        "--candidate",
+        str(wrong),
+        "--probe",
+        str(FIXTURES / "probe_numpy.py"),
+        "--sandbox",
+        "none",
+        "--json",
+        "--workdir",
+        str(tmp_path / "work"),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     outcomes = {r["property"]["id"]: r["outcome"] for r in data["results"]}
@@ -57,6 +94,19 @@ def test_json_output_runs_checks_probes_and_localization(tmp_path):
 
 
 def test_table_output(tmp_path):
-    proc = _cli("--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path))
+    proc = _cli(
+        "--task",
+        str(TINY),
+        "--candidate",
+        str(GOOD),
+        "--sandbox",
+        "none",
+        "--workdir",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "independence" in proc.stdout and "established" in proc.stdout and "audit.wrapping" in proc.stdout
+    assert (
+        "independence" in proc.stdout
+        and "established" in proc.stdout
+        and "audit.wrapping" in proc.stdout
+    )

@@ -1,20 +1,16 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).parent / "fixtures"
-TINY = FIXTURES / "tiny"
-CANDIDATES = FIXTURES / "candidates"
+from probe_fixtures import CANDIDATES
 
 
 @pytest.fixture()
 def candidate_copy(tmp_path):
     """Copy a fixture candidate to a temporary directory (tests may change it)."""
 
-    def copy(name: str) -> Path:
+    def copy(name: str):
         dest = tmp_path / name
         shutil.copytree(CANDIDATES / name, dest)
         return dest

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CANDIDATES, FIXTURES, TINY
+from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
@@ -50,13 +50,20 @@ def test_audit_flags_a_wrapper_around_the_original(tmp_path, candidate_copy):
         "def forward(x):\n"
         "    return subprocess.run([sys.executable, '/source/model.py'], check=True)\n"
     )
-    (cand / "shim.py").write_text("import sys\nsys.path.insert(0, '/source')\nfrom train import train\n")
+    (cand / "shim.py").write_text(
+        "import sys\nsys.path.insert(0, '/source')\nfrom train import train\n"
+    )
     (cand / "run.sh").write_text("#!/bin/sh\npython /source/train.py\n")
     results = {r.property.id: r for r in audit_check()(_ctx(cand, tmp_path))}
     wrapping = results["audit.wrapping"]
     assert wrapping.outcome is Outcome.VIOLATED
     where = {(f["file"], f["line"]) for f in wrapping.observations["findings"]}
-    assert ("run.py", 5) in where and ("shim.py", 2) in where and ("shim.py", 3) in where and ("run.sh", 2) in where
+    assert (
+        ("run.py", 5) in where
+        and ("shim.py", 2) in where
+        and ("shim.py", 3) in where
+        and ("run.sh", 2) in where
+    )
     assert results["audit.vendored"].outcome is Outcome.ESTABLISHED
     assert results["audit.transliteration"].outcome is Outcome.ESTABLISHED
 
@@ -84,20 +91,34 @@ def test_audit_is_clean_on_bundled_oracles(repo_root, task):
     root = repo_root / "tasks" / "t2j-mini" / task
     if not (root / "solution" / "app").is_dir():
         pytest.skip(f"{task} has no oracle yet")
-    assert audit_candidate(root / "solution" / "app", root / "environment" / "source", forbidden=["torch"]) == []
+    assert (
+        audit_candidate(
+            root / "solution" / "app", root / "environment" / "source", forbidden=["torch"]
+        )
+        == []
+    )
 
 
 def test_candidate_checks_outcomes(tmp_path):
-    results = {r.property.id: r for r in file_checks(str(FIXTURES / "probe_numpy.py"))(_ctx(CANDIDATES / "good", tmp_path))}
+    results = {
+        r.property.id: r
+        for r in file_checks(str(FIXTURES / "probe_numpy.py"))(_ctx(CANDIDATES / "good", tmp_path))
+    }
     assert results["probe_numpy.ok"].outcome is Outcome.ESTABLISHED
     bad = results["probe_numpy.bad"]
-    assert bad.outcome is Outcome.VIOLATED and bad.score == 0.5 and "always_false" in bad.observations["message"]
+    assert (
+        bad.outcome is Outcome.VIOLATED
+        and bad.score == 0.5
+        and "always_false" in bad.observations["message"]
+    )
     misfit = results["np.misfit"]
     assert misfit.outcome is Outcome.NOT_ESTABLISHED and "init_params" in misfit.trace
     assert results["probe_numpy.nothing"].outcome is Outcome.NOT_ESTABLISHED
 
 
 def test_candidate_check_crash_in_candidate_code_is_violated(tmp_path):
-    (result,) = file_checks(str(FIXTURES / "probe_numpy.py"), ["ok"])(_ctx(CANDIDATES / "crashy", tmp_path))
+    (result,) = file_checks(str(FIXTURES / "probe_numpy.py"), ["ok"])(
+        _ctx(CANDIDATES / "crashy", tmp_path)
+    )
     assert result.outcome is Outcome.VIOLATED
     assert "model.py" in result.trace

@@ -3,7 +3,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes.compare import RESOLUTION, SPREAD, SideOutput, compare_leaf, compare_outputs, compare_structure
+from probes.compare import (
+    RESOLUTION,
+    SPREAD,
+    SideOutput,
+    compare_leaf,
+    compare_outputs,
+    compare_structure,
+)
 
 
 def side(**leaves) -> SideOutput:
@@ -12,7 +19,12 @@ def side(**leaves) -> SideOutput:
         if isinstance(value, np.ndarray):
             key = f"a{len(arrays)}"
             arrays[key] = value
-            manifest[name] = {"kind": "array", "shape": list(value.shape), "dtype": str(value.dtype), "key": key}
+            manifest[name] = {
+                "kind": "array",
+                "shape": list(value.shape),
+                "dtype": str(value.dtype),
+                "key": key,
+            }
         else:
             manifest[name] = {"kind": "value", "value": value}
     return SideOutput(manifest, arrays)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import CANDIDATES, TINY
+from probe_fixtures import CANDIDATES, TINY
 
 from probes.context import ProbeOptionError, make_context
 from tests.conftest import requires_bwrap
@@ -40,7 +40,10 @@ def test_roots_and_policy(tmp_path):
     assert ctx.forbidden("candidate") == ["torch"] and ctx.forbidden("reference") == []
     env = ctx.side_env()
     assert env["JAX_PLATFORMS"] == "cpu" and env["JAX_DEFAULT_MATMUL_PRECISION"] == "highest"
-    assert make_context(TINY, CANDIDATES / "good", precision="bf16", workdir=tmp_path).dtype == "bfloat16"
+    assert (
+        make_context(TINY, CANDIDATES / "good", precision="bf16", workdir=tmp_path).dtype
+        == "bfloat16"
+    )
 
 
 @requires_bwrap
@@ -56,8 +59,14 @@ def test_bwrap_sides_hide_torch_source_and_hidden_files(tmp_path):
     result = ctx.sandbox("candidate").exec([sys.executable, "-c", script])
     assert result.ok, result.stderr
     assert result.stdout.split() == ["True", "False", "True", "True"]
-    ref = ctx.sandbox("reference").exec([sys.executable, "-c", "import os; print(os.path.exists('/source/model.py'),"
-                                         " os.path.exists('/app'), os.listdir('/source'))"])
+    ref = ctx.sandbox("reference").exec(
+        [
+            sys.executable,
+            "-c",
+            "import os; print(os.path.exists('/source/model.py'),"
+            " os.path.exists('/app'), os.listdir('/source'))",
+        ]
+    )
     assert ref.ok, ref.stderr
     assert ref.stdout.startswith("True False")
     ctx.close()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import CANDIDATES, FIXTURES, TINY
+from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
 from evidence_store.records import Outcome
 from probes.context import make_context
@@ -36,7 +36,7 @@ def test_good_candidate_is_established_with_noise_floor(good_results):
     assert good_results["np.affine"].context["noise_source"] == "float64"
     assert good_results["np.affine"].observations["noise_floor"] > 0
     assert good_results["np.labels"].context["noise_source"] == "rerun"
-    assert good_results["np.net"].observations["outputs"]["stats/shape/0"]["measure"] == "exact"
+    assert good_results["np.net"].observations["outputs"]["stats/shape"]["measure"] == "exact"
 
 
 def test_results_carry_what_reruns_them(good_results):
@@ -120,7 +120,10 @@ def test_real_torch_reference_against_numpy_candidate(tmp_path):
         ("def candidate_x(env):\n    return {}\n", "no matching reference_x"),
         ("x = 1\n", "defines no probe"),
         ("def reference(:\n", "invalid syntax"),
-        ("PROBES = dict(a=1)\ndef reference(env): pass\ndef candidate(env): pass\n", "literal dict"),
+        (
+            "PROBES = dict(a=1)\ndef reference(env): pass\ndef candidate(env): pass\n",
+            "literal dict",
+        ),
     ],
 )
 def test_bad_probe_files_are_refused(tmp_path, text, message):
@@ -141,10 +144,22 @@ def test_probe_names_reads_metadata_without_running(tmp_path):
 
 def test_reference_cache_is_reused_across_candidates(tmp_path):
     cache = tmp_path / "cache"
-    first = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "a", reference_cache=cache)
+    first = make_context(
+        TINY,
+        CANDIDATES / "good",
+        sandbox_kind="none",
+        workdir=tmp_path / "a",
+        reference_cache=cache,
+    )
     (good,) = differential_probe(str(NUMPY_PROBES), "affine")(first)
     assert len(list(cache.glob("*/done"))) == 1
-    second = make_context(TINY, CANDIDATES / "wrong", sandbox_kind="none", workdir=tmp_path / "b", reference_cache=cache)
+    second = make_context(
+        TINY,
+        CANDIDATES / "wrong",
+        sandbox_kind="none",
+        workdir=tmp_path / "b",
+        reference_cache=cache,
+    )
     (wrong,) = differential_probe(str(NUMPY_PROBES), "affine")(second)
     assert not list((tmp_path / "b" / "probes").glob("*/reference.json"))
     assert good.outcome is Outcome.ESTABLISHED and wrong.outcome is Outcome.VIOLATED

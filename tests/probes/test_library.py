@@ -57,15 +57,22 @@ def test_mlp_loss_probe_on_oracle_and_on_a_defect(tmp_path):
     oracle = _oracle("mlp-train", tmp_path)
     probe = probe_file_probe(str(LIBRARY / "mlp_train" / "model.py"), ["loss"])
     cache = tmp_path / "cache"
-    ctx = make_context(task, oracle, sandbox_kind="none", workdir=tmp_path / "w1", reference_cache=cache)
+    ctx = make_context(
+        task, oracle, sandbox_kind="none", workdir=tmp_path / "w1", reference_cache=cache
+    )
     (good,) = probe(ctx)
     assert good.outcome is Outcome.ESTABLISHED, (good.observations, good.trace)
     defect = next(d for d in _defects("mlp-train") if d.name == "loss-sum-reduction")
     broken = apply_defect(oracle, defect, tmp_path / "broken")
-    ctx = make_context(task, broken, sandbox_kind="none", workdir=tmp_path / "w2", reference_cache=cache)
+    ctx = make_context(
+        task, broken, sandbox_kind="none", workdir=tmp_path / "w2", reference_cache=cache
+    )
     (bad,) = probe(ctx)
     assert bad.outcome is Outcome.VIOLATED
-    assert localize_divergence(ctx, [bad]).observations["component"] == "mlp_train.losses.cross_entropy"
+    assert (
+        localize_divergence(ctx, [bad]).observations["component"]
+        == "mlp_train.losses.cross_entropy"
+    )
 
 
 @pytest.mark.slow
@@ -74,7 +81,11 @@ def test_oracle_has_no_violated_and_most_established(task_name, tmp_path):
     task = load_task(TASKS / task_name)
     ctx = make_context(task, _oracle(task_name, tmp_path), workdir=tmp_path / "work")
     results = run_probes(ctx, builtin_checks(task) + task_probes(task), jobs=2)
-    violated = [(r.property.id, r.observations.get("message")) for r in results if r.outcome is Outcome.VIOLATED]
+    violated = [
+        (r.property.id, r.observations.get("message"))
+        for r in results
+        if r.outcome is Outcome.VIOLATED
+    ]
     assert violated == []
     established = sum(r.outcome is Outcome.ESTABLISHED for r in results) / len(results)
     assert established >= 0.9
@@ -103,6 +114,8 @@ def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
         if any(r.outcome is Outcome.VIOLATED for r in results):
             caught += 1
             found = localize_divergence(ctx, results)
-            localized += _match(found.observations["component"] if found else None, defect.component)
+            localized += _match(
+                found.observations["component"] if found else None, defect.component
+            )
     assert caught >= 0.9 * len(defects)
     assert localized >= 0.7 * caught

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from conftest import CANDIDATES, TINY
+from probe_fixtures import CANDIDATES, TINY
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context

@@ -93,7 +93,9 @@ def test_scalar_reaches_zero_at_own_magnitude():
 
 def test_banded_scalar():
     assert banded_scalar_similarity(1.0, 1.05, band=0.1) == 1.0
-    assert banded_scalar_similarity(1.0, 1.3, band=0.1) == pytest.approx(1 - 2 * 0.2 / 2.3, rel=1e-5)
+    assert banded_scalar_similarity(1.0, 1.3, band=0.1) == pytest.approx(
+        1 - 2 * 0.2 / 2.3, rel=1e-5
+    )
     assert banded_scalar_similarity(1.0, 1.3, band=0.0) == scalar_similarity(1.0, 1.3)
     assert banded_scalar_similarity(1.0, 1.0, band=-1.0) == 0.0
     assert banded_scalar_similarity(1.0, 1.0, band=float("nan")) == 0.0

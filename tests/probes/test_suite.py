@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CANDIDATES, FIXTURES, TINY
+from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.base import load_factory
@@ -34,7 +34,9 @@ def test_a_probe_that_raises_becomes_not_established(tmp_path):
         return [ProbeResult(property=Property(id="fine", kind="x"), outcome=Outcome.ESTABLISHED)]
 
     seen = []
-    results = run_probes(ctx, [broken, fine], jobs=2, progress=lambda done, total, r: seen.append((done, total)))
+    results = run_probes(
+        ctx, [broken, fine], jobs=2, progress=lambda done, total, r: seen.append((done, total))
+    )
     assert [r.property.id for r in results] == ["probe:broken", "fine"]
     assert results[0].outcome is Outcome.NOT_ESTABLISHED
     assert "probe bug" in results[0].trace
@@ -55,13 +57,26 @@ def test_builtin_checks_and_task_library(repo_root):
 
 
 def test_probe_file_format_is_documented():
-    for needed in ("inputs_NAME", "reference_NAME", "candidate_NAME", "check_NAME", "env.dtype", "component"):
+    for needed in (
+        "inputs_NAME",
+        "reference_NAME",
+        "candidate_NAME",
+        "check_NAME",
+        "env.dtype",
+        "component",
+    ):
         assert needed in PROBE_FILE_FORMAT
 
 
 @pytest.mark.parametrize(
-    "spec", ["probes.differential:differential_probe", "probes.checks:imports_check", "probes.checks:audit_check",
-             "probes.checks:candidate_check", "probes.localize:localization_probe"]
+    "spec",
+    [
+        "probes.differential:differential_probe",
+        "probes.checks:imports_check",
+        "probes.checks:audit_check",
+        "probes.checks:candidate_check",
+        "probes.localize:localization_probe",
+    ],
 )
 def test_rerun_factories_import(spec):
     assert callable(load_factory(spec))

@@ -8,21 +8,50 @@ not depend on the candidate's checkpoint code.
 
 PROBES = {
     "norm": {"id": "forward.rms_norm", "level": 1, "component": "llama_sft.modeling.norm.RMSNorm"},
-    "rope": {"id": "forward.rope_tables", "level": 1, "component": "llama_sft.modeling.rotary.rope_cos_sin"},
-    "rotary": {"id": "forward.apply_rotary", "level": 1, "component": "llama_sft.modeling.rotary.apply_rotary"},
-    "repeat_kv": {"id": "forward.repeat_kv", "level": 1, "component": "llama_sft.modeling.attention.repeat_kv"},
-    "lora_linear": {"id": "forward.lora_linear", "level": 1, "component": "llama_sft.lora.LoRALinear"},
-    "attention": {"id": "forward.attention", "level": 2, "component": "llama_sft.modeling.attention.Attention"},
+    "rope": {
+        "id": "forward.rope_tables",
+        "level": 1,
+        "component": "llama_sft.modeling.rotary.rope_cos_sin",
+    },
+    "rotary": {
+        "id": "forward.apply_rotary",
+        "level": 1,
+        "component": "llama_sft.modeling.rotary.apply_rotary",
+    },
+    "repeat_kv": {
+        "id": "forward.repeat_kv",
+        "level": 1,
+        "component": "llama_sft.modeling.attention.repeat_kv",
+    },
+    "lora_linear": {
+        "id": "forward.lora_linear",
+        "level": 1,
+        "component": "llama_sft.lora.LoRALinear",
+    },
+    "attention": {
+        "id": "forward.attention",
+        "level": 2,
+        "component": "llama_sft.modeling.attention.Attention",
+    },
     "mlp": {"id": "forward.swiglu", "level": 2, "component": "llama_sft.modeling.mlp.SwiGLU"},
-    "forward": {"id": "forward.logits", "level": 2, "component": "llama_sft.modeling.llama.LlamaForCausalLM",
-                "compare": {"logits": "tensor", "probs": "distributional"}},
+    "forward": {
+        "id": "forward.logits",
+        "level": 2,
+        "component": "llama_sft.modeling.llama.LlamaForCausalLM",
+        "compare": {"logits": "tensor", "probs": "distributional"},
+    },
 }
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RAW_BLOCK = {
-    "attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight",
-    "q_proj": "self_attn.q_proj.weight", "k_proj": "self_attn.k_proj.weight", "v_proj": "self_attn.v_proj.weight",
-    "o_proj": "self_attn.o_proj.weight", "gate_proj": "mlp.gate_proj.weight", "up_proj": "mlp.up_proj.weight",
+    "attn_norm": "input_layernorm.weight",
+    "mlp_norm": "post_attention_layernorm.weight",
+    "q_proj": "self_attn.q_proj.weight",
+    "k_proj": "self_attn.k_proj.weight",
+    "v_proj": "self_attn.v_proj.weight",
+    "o_proj": "self_attn.o_proj.weight",
+    "gate_proj": "mlp.gate_proj.weight",
+    "up_proj": "mlp.up_proj.weight",
     "down_proj": "mlp.down_proj.weight",
 }
 
@@ -48,14 +77,17 @@ def _adapters(env):
     for i in range(cfg.n_layers):
         for t in TARGETS:
             w = raw[f"model.layers.{i}.{RAW_BLOCK[t]}"]
-            out[f"layers.{i}.{t}.lora_A"] = (0.1 * env.rng.standard_normal((lora.rank, w.shape[1]))).astype(np.float32)
-            out[f"layers.{i}.{t}.lora_B"] = (0.1 * env.rng.standard_normal((w.shape[0], lora.rank))).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_A"] = (
+                0.1 * env.rng.standard_normal((lora.rank, w.shape[1]))
+            ).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_B"] = (
+                0.1 * env.rng.standard_normal((w.shape[0], lora.rank))
+            ).astype(np.float32)
     return out
 
 
 def _torch_model(env):
     import torch
-
     from llama_sft.checkpoint import load_checkpoint
     from llama_sft.lora import apply_lora, lora_modules
 
@@ -79,11 +111,24 @@ def _jax_params(env):
             w = raw[f"model.layers.{i}.{name}"]
             layer[key] = w if w.ndim == 1 else w.T.copy()
         layers.append(layer)
-    base = {"embed": raw["model.embed_tokens.weight"], "layers": layers, "final_norm": raw["model.norm.weight"],
-            "lm_head": raw["lm_head.weight"].T.copy()}
-    lora = {"layers": [{t: {"a": env.inputs[f"layers.{i}.{t}.lora_A"].T.copy(),
-                            "b": env.inputs[f"layers.{i}.{t}.lora_B"].T.copy()} for t in TARGETS}
-                       for i in range(cfg.n_layers)]}
+    base = {
+        "embed": raw["model.embed_tokens.weight"],
+        "layers": layers,
+        "final_norm": raw["model.norm.weight"],
+        "lm_head": raw["lm_head.weight"].T.copy(),
+    }
+    lora = {
+        "layers": [
+            {
+                t: {
+                    "a": env.inputs[f"layers.{i}.{t}.lora_A"].T.copy(),
+                    "b": env.inputs[f"layers.{i}.{t}.lora_B"].T.copy(),
+                }
+                for t in TARGETS
+            }
+            for i in range(cfg.n_layers)
+        ]
+    }
     return base, lora
 
 
@@ -117,7 +162,6 @@ def candidate_norm(env):
 
 def reference_rope(env):
     import torch
-
     from llama_sft.modeling.rotary import rope_cos_sin
 
     cfg = _cfgs(env)[0]
@@ -127,7 +171,6 @@ def reference_rope(env):
 
 def candidate_rope(env):
     import jax.numpy as jnp
-
     from llama_sft.modeling.rotary import rope_cos_sin
 
     cfg = _cfgs(env)[0]
@@ -141,13 +184,21 @@ def inputs_rotary(env):
     t, d = 6, 16
     angles = env.rng.uniform(-3, 3, (t, d // 2))
     full = np.concatenate([angles, angles], -1)
-    return {"x": _hidden(env, (2, t, 4, d)), "cos": np.cos(full).astype("float32"), "sin": np.sin(full).astype("float32")}
+    return {
+        "x": _hidden(env, (2, t, 4, d)),
+        "cos": np.cos(full).astype("float32"),
+        "sin": np.sin(full).astype("float32"),
+    }
 
 
 def reference_rotary(env):
     from llama_sft.modeling.rotary import apply_rotary
 
-    return {"y": apply_rotary(_t(env, env.inputs["x"]), _t(env, env.inputs["cos"]), _t(env, env.inputs["sin"]))}
+    return {
+        "y": apply_rotary(
+            _t(env, env.inputs["x"]), _t(env, env.inputs["cos"]), _t(env, env.inputs["sin"])
+        )
+    }
 
 
 def candidate_rotary(env):
@@ -173,14 +224,16 @@ def candidate_repeat_kv(env):
 
 
 def inputs_lora_linear(env):
-    return {"x": _hidden(env, (2, 5, 64)), "w": (0.1 * env.rng.standard_normal((48, 64))).astype("float32"),
-            "A": (0.1 * env.rng.standard_normal((8, 64))).astype("float32"),
-            "B": (0.1 * env.rng.standard_normal((48, 8))).astype("float32")}
+    return {
+        "x": _hidden(env, (2, 5, 64)),
+        "w": (0.1 * env.rng.standard_normal((48, 64))).astype("float32"),
+        "A": (0.1 * env.rng.standard_normal((8, 64))).astype("float32"),
+        "B": (0.1 * env.rng.standard_normal((48, 8))).astype("float32"),
+    }
 
 
 def reference_lora_linear(env):
     import torch
-
     from llama_sft.lora import LoRALinear
 
     base = torch.nn.Linear(64, 48, bias=False)
@@ -202,7 +255,6 @@ def _tables(env, t, torch_side):
     cfg = _cfgs(env)[0]
     if torch_side:
         import torch
-
         from llama_sft.modeling.rotary import rope_cos_sin
 
         cos, sin = rope_cos_sin(torch.arange(t), cfg.head_dim, cfg.rope_theta)
@@ -231,7 +283,11 @@ def candidate_attention(env):
     base, lora = _jax_params(env)
     cfg, lcfg = _cfgs(env)
     cos, sin = _tables(env, 7, False)
-    return {"y": attention(base["layers"][0], lora["layers"][0], env.inputs["x"], cos, sin, cfg, lcfg.scale)}
+    return {
+        "y": attention(
+            base["layers"][0], lora["layers"][0], env.inputs["x"], cos, sin, cfg, lcfg.scale
+        )
+    }
 
 
 def inputs_mlp(env):

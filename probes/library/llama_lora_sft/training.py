@@ -1,38 +1,93 @@
 """llama-lora-sft: data and template, checkpoint and adapters, loss, gradients, schedule, optimizer, train step, run."""
 
 PROBES = {
-    "template": {"id": "data.template", "level": 1, "component": "llama_sft.template.render",
-                 "description": "Chat template and tokenization of the first records."},
-    "encode": {"id": "data.encode", "level": 1, "component": "llama_sft.data.encode_example",
-               "description": "encode_example and collate: ids, label masking, padding."},
-    "schedule_batches": {"id": "data.split_and_batches", "level": 1, "component": "llama_sft.data.batch_schedule",
-                         "description": "Train/validation split and the batch order."},
-    "convert": {"id": "checkpoint.convert", "level": 1, "component": "llama_sft.checkpoint.load_checkpoint",
-                "description": "convert_checkpoint lays the raw weights out as documented ([in, out] kernels)."},
-    "adapter_io": {"id": "checkpoint.adapter", "level": 1, "component": "llama_sft.checkpoint.save_adapter",
-                   "description": "save_adapter writes and load_adapter reads the original's adapter format."},
-    "loss": {"id": "loss.sft", "level": 1, "component": "llama_sft.loss.sft_loss",
-             "description": "token_nll and sft_loss with prompt and padding masked."},
-    "lr": {"id": "optim.schedule", "level": 1, "component": "llama_sft.optim.lr_multiplier",
-           "description": "Learning rate of every optimizer step."},
-    "grads": {"id": "grads.lora", "level": 2, "component": "llama_sft.train.train",
-              "description": "SFT loss and its gradients with respect to every adapter factor.",
-              "compare": {"loss": "scalar", "grads/*": "tensor"}},
-    "optimizer": {"id": "optim.steps", "level": 2, "component": "llama_sft.optim.build_optimizer",
-                  "description": "Four optimizer steps (clipping, AdamW, schedule) from fixed gradients; base untouched."},
-    "validation": {"id": "evaluate.validation_loss", "level": 2, "component": "llama_sft.evaluate.validation_loss",
-                   "description": "Held-out loss with non-zero adapters."},
-    "run": {"id": "train.run", "level": 3, "component": "llama_sft.train.train", "timeout_s": 400,
-            "description": "Twelve steps of the real training entry point: losses, lr, grad norms, adapter, val loss.",
-            "compare": {"train_loss": "tensor", "lr": "tensor", "grad_norm": "tensor", "val_loss": "banded",
-                        "adapter/*": "tensor"}},
+    "template": {
+        "id": "data.template",
+        "level": 1,
+        "component": "llama_sft.template.render",
+        "description": "Chat template and tokenization of the first records.",
+    },
+    "encode": {
+        "id": "data.encode",
+        "level": 1,
+        "component": "llama_sft.data.encode_example",
+        "description": "encode_example and collate: ids, label masking, padding.",
+    },
+    "schedule_batches": {
+        "id": "data.split_and_batches",
+        "level": 1,
+        "component": "llama_sft.data.batch_schedule",
+        "description": "Train/validation split and the batch order.",
+    },
+    "convert": {
+        "id": "checkpoint.convert",
+        "level": 1,
+        "component": "llama_sft.checkpoint.load_checkpoint",
+        "description": "convert_checkpoint lays the raw weights out as documented ([in, out] kernels).",
+    },
+    "adapter_io": {
+        "id": "checkpoint.adapter",
+        "level": 1,
+        "component": "llama_sft.checkpoint.save_adapter",
+        "description": "save_adapter writes and load_adapter reads the original's adapter format.",
+    },
+    "loss": {
+        "id": "loss.sft",
+        "level": 1,
+        "component": "llama_sft.loss.sft_loss",
+        "description": "token_nll and sft_loss with prompt and padding masked.",
+    },
+    "lr": {
+        "id": "optim.schedule",
+        "level": 1,
+        "component": "llama_sft.optim.lr_multiplier",
+        "description": "Learning rate of every optimizer step.",
+    },
+    "grads": {
+        "id": "grads.lora",
+        "level": 2,
+        "component": "llama_sft.train.train",
+        "description": "SFT loss and its gradients with respect to every adapter factor.",
+        "compare": {"loss": "scalar", "grads/*": "tensor"},
+    },
+    "optimizer": {
+        "id": "optim.steps",
+        "level": 2,
+        "component": "llama_sft.optim.build_optimizer",
+        "description": "Four optimizer steps (clipping, AdamW, schedule) from fixed gradients; base untouched.",
+    },
+    "validation": {
+        "id": "evaluate.validation_loss",
+        "level": 2,
+        "component": "llama_sft.evaluate.validation_loss",
+        "description": "Held-out loss with non-zero adapters.",
+    },
+    "run": {
+        "id": "train.run",
+        "level": 3,
+        "component": "llama_sft.train.train",
+        "timeout_s": 400,
+        "description": "Twelve steps of the real training entry point: losses, lr, grad norms, adapter, val loss.",
+        "compare": {
+            "train_loss": "tensor",
+            "lr": "tensor",
+            "grad_norm": "tensor",
+            "val_loss": "banded",
+            "adapter/*": "tensor",
+        },
+    },
 }
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RAW_BLOCK = {
-    "attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight",
-    "q_proj": "self_attn.q_proj.weight", "k_proj": "self_attn.k_proj.weight", "v_proj": "self_attn.v_proj.weight",
-    "o_proj": "self_attn.o_proj.weight", "gate_proj": "mlp.gate_proj.weight", "up_proj": "mlp.up_proj.weight",
+    "attn_norm": "input_layernorm.weight",
+    "mlp_norm": "post_attention_layernorm.weight",
+    "q_proj": "self_attn.q_proj.weight",
+    "k_proj": "self_attn.k_proj.weight",
+    "v_proj": "self_attn.v_proj.weight",
+    "o_proj": "self_attn.o_proj.weight",
+    "gate_proj": "mlp.gate_proj.weight",
+    "up_proj": "mlp.up_proj.weight",
     "down_proj": "mlp.down_proj.weight",
 }
 RUN_STEPS = 12
@@ -58,8 +113,12 @@ def _adapters(env, scale=0.1):
     for i in range(cfg.n_layers):
         for t in TARGETS:
             w = raw[f"model.layers.{i}.{RAW_BLOCK[t]}"]
-            out[f"layers.{i}.{t}.lora_A"] = (scale * env.rng.standard_normal((lora.rank, w.shape[1]))).astype(np.float32)
-            out[f"layers.{i}.{t}.lora_B"] = (scale * env.rng.standard_normal((w.shape[0], lora.rank))).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_A"] = (
+                scale * env.rng.standard_normal((lora.rank, w.shape[1]))
+            ).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_B"] = (
+                scale * env.rng.standard_normal((w.shape[0], lora.rank))
+            ).astype(np.float32)
     return out
 
 
@@ -70,7 +129,6 @@ def _adapter_names(env):
 
 def _torch_model(env):
     import torch
-
     from llama_sft.checkpoint import load_checkpoint
     from llama_sft.lora import apply_lora, lora_modules
 
@@ -89,20 +147,42 @@ def _jax_params(env):
     raw, (cfg, _) = _raw(env), _cfgs(env)
     layers = []
     for i in range(cfg.n_layers):
-        layers.append({k: (w if (w := raw[f"model.layers.{i}.{n}"]).ndim == 1 else w.T.copy()) for k, n in RAW_BLOCK.items()})
-    base = {"embed": raw["model.embed_tokens.weight"], "layers": layers, "final_norm": raw["model.norm.weight"],
-            "lm_head": raw["lm_head.weight"].T.copy()}
-    lora = {"layers": [{t: {"a": env.inputs[f"layers.{i}.{t}.lora_A"].T.copy(),
-                            "b": env.inputs[f"layers.{i}.{t}.lora_B"].T.copy()} for t in TARGETS}
-                       for i in range(cfg.n_layers)]}
+        layers.append(
+            {
+                k: (w if (w := raw[f"model.layers.{i}.{n}"]).ndim == 1 else w.T.copy())
+                for k, n in RAW_BLOCK.items()
+            }
+        )
+    base = {
+        "embed": raw["model.embed_tokens.weight"],
+        "layers": layers,
+        "final_norm": raw["model.norm.weight"],
+        "lm_head": raw["lm_head.weight"].T.copy(),
+    }
+    lora = {
+        "layers": [
+            {
+                t: {
+                    "a": env.inputs[f"layers.{i}.{t}.lora_A"].T.copy(),
+                    "b": env.inputs[f"layers.{i}.{t}.lora_B"].T.copy(),
+                }
+                for t in TARGETS
+            }
+            for i in range(cfg.n_layers)
+        ]
+    }
     return base, lora
 
 
 def _lora_to_raw(lora):
     import numpy as np
 
-    return {f"layers.{i}.{t}.lora_{f}": np.asarray(layer[t]["a" if f == "A" else "b"]).T
-            for i, layer in enumerate(lora["layers"]) for t in layer for f in "AB"}
+    return {
+        f"layers.{i}.{t}.lora_{f}": np.asarray(layer[t]["a" if f == "A" else "b"]).T
+        for i, layer in enumerate(lora["layers"])
+        for t in layer
+        for f in "AB"
+    }
 
 
 def _records(env):
@@ -123,7 +203,6 @@ def _encoded(env, n=None):
 
 def _batch(env, n=8):
     import numpy as np
-
     from llama_sft.config import TrainConfig
     from llama_sft.data import collate
 
@@ -157,7 +236,11 @@ def candidate_template(env):
 
 def reference_encode(env):
     encoded, _ = _encoded(env, 10)
-    return {"ids": [list(i) for i, _ in encoded], "labels": [list(lab) for _, lab in encoded], "batch": _batch(env)}
+    return {
+        "ids": [list(i) for i, _ in encoded],
+        "labels": [list(lab) for _, lab in encoded],
+        "batch": _batch(env),
+    }
 
 
 def candidate_encode(env):
@@ -170,8 +253,14 @@ def reference_schedule_batches(env):
 
     cfg = TrainConfig()
     train, val = split_train_val(_records(env), cfg.val_fraction, cfg.split_seed)
-    return {"train": [r["prompt"] for r in train], "val": [r["prompt"] for r in val],
-            "batches": [list(map(int, b)) for b in batch_schedule(len(train), cfg.batch_size, cfg.total_steps, cfg.seed)]}
+    return {
+        "train": [r["prompt"] for r in train],
+        "val": [r["prompt"] for r in val],
+        "batches": [
+            list(map(int, b))
+            for b in batch_schedule(len(train), cfg.batch_size, cfg.total_steps, cfg.seed)
+        ],
+    }
 
 
 def candidate_schedule_batches(env):
@@ -187,15 +276,25 @@ def reference_convert(env):
 
 def candidate_convert(env):
     import numpy as np
-
     from llama_sft.checkpoint import convert_checkpoint
 
     base = convert_checkpoint(_raw(env), _cfgs(env)[0])
-    out = {"embed.weight": base["embed"], "final_norm.weight": base["final_norm"],
-           "lm_head.weight": np.asarray(base["lm_head"]).T}
-    names = {"attn_norm": "attn_norm.weight", "mlp_norm": "mlp_norm.weight", "q_proj": "attn.q_proj.weight",
-             "k_proj": "attn.k_proj.weight", "v_proj": "attn.v_proj.weight", "o_proj": "attn.o_proj.weight",
-             "gate_proj": "mlp.gate_proj.weight", "up_proj": "mlp.up_proj.weight", "down_proj": "mlp.down_proj.weight"}
+    out = {
+        "embed.weight": base["embed"],
+        "final_norm.weight": base["final_norm"],
+        "lm_head.weight": np.asarray(base["lm_head"]).T,
+    }
+    names = {
+        "attn_norm": "attn_norm.weight",
+        "mlp_norm": "mlp_norm.weight",
+        "q_proj": "attn.q_proj.weight",
+        "k_proj": "attn.k_proj.weight",
+        "v_proj": "attn.v_proj.weight",
+        "o_proj": "attn.o_proj.weight",
+        "gate_proj": "mlp.gate_proj.weight",
+        "up_proj": "mlp.up_proj.weight",
+        "down_proj": "mlp.down_proj.weight",
+    }
     for i, layer in enumerate(base["layers"]):
         for key, name in names.items():
             value = np.asarray(layer[key])
@@ -213,9 +312,8 @@ def reference_adapter_io(env):
 
 
 def candidate_adapter_io(env):
-    from safetensors.numpy import load_file, save_file
-
     from llama_sft.checkpoint import load_adapter, save_adapter
+    from safetensors.numpy import load_file, save_file
 
     cfg, lcfg = _cfgs(env)
     _, lora = _jax_params(env)
@@ -233,15 +331,20 @@ def inputs_loss(env):
     labels = env.rng.integers(0, 264, (3, 10)).astype("int64")
     labels[:, :4] = -100
     labels[2, 7:] = -100
-    return {"logits": (2 * env.rng.standard_normal((3, 10, 264))).astype(np.float32), "labels": labels}
+    return {
+        "logits": (2 * env.rng.standard_normal((3, 10, 264))).astype(np.float32),
+        "labels": labels,
+    }
 
 
 def reference_loss(env):
     import torch
-
     from llama_sft.loss import sft_loss, token_nll
 
-    logits, labels = torch.tensor(env.inputs["logits"], dtype=getattr(torch, env.dtype)), torch.from_numpy(env.inputs["labels"])
+    logits, labels = (
+        torch.tensor(env.inputs["logits"], dtype=getattr(torch, env.dtype)),
+        torch.from_numpy(env.inputs["labels"]),
+    )
     total, count = token_nll(logits, labels)
     return {"sum": total, "count": int(count), "loss": sft_loss(logits, labels)}
 
@@ -259,12 +362,16 @@ def reference_lr(env):
     from llama_sft.optim import lr_multiplier
 
     cfg = TrainConfig()
-    return {"lr": [cfg.learning_rate * lr_multiplier(s, cfg.warmup_steps, cfg.total_steps) for s in range(cfg.total_steps + 3)]}
+    return {
+        "lr": [
+            cfg.learning_rate * lr_multiplier(s, cfg.warmup_steps, cfg.total_steps)
+            for s in range(cfg.total_steps + 3)
+        ]
+    }
 
 
 def candidate_lr(env):
     import numpy as np
-
     from llama_sft.config import TrainConfig
     from llama_sft.optim import lr_schedule
 
@@ -279,13 +386,14 @@ def inputs_grads(env):
 
 def reference_grads(env):
     import torch
-
     from llama_sft.lora import lora_modules
     from llama_sft.loss import sft_loss
 
     model = _torch_model(env).eval()
     batch = _batch(env)
-    loss = sft_loss(model(torch.from_numpy(batch["input_ids"]).long()), torch.from_numpy(batch["labels"]).long())
+    loss = sft_loss(
+        model(torch.from_numpy(batch["input_ids"]).long()), torch.from_numpy(batch["labels"]).long()
+    )
     loss.backward()
     grads = {}
     for name, module in lora_modules(model, _cfgs(env)[1]).items():
@@ -295,7 +403,6 @@ def reference_grads(env):
 
 def candidate_grads(env):
     import jax
-
     from llama_sft.loss import sft_loss
     from llama_sft.modeling.llama import forward
 
@@ -304,7 +411,9 @@ def candidate_grads(env):
     batch = _batch(env)
 
     def loss_fn(adapters):
-        return sft_loss(forward(base, adapters, batch["input_ids"], cfg, lcfg.scale), batch["labels"])
+        return sft_loss(
+            forward(base, adapters, batch["input_ids"], cfg, lcfg.scale), batch["labels"]
+        )
 
     loss, grads = jax.value_and_grad(loss_fn)(lora)
     return {"loss": loss, "grads": _lora_to_raw(grads)}
@@ -320,7 +429,6 @@ def inputs_optimizer(env):
 
 def reference_optimizer(env):
     import torch
-
     from llama_sft.config import TrainConfig
     from llama_sft.lora import lora_modules
     from llama_sft.optim import build_optimizer
@@ -333,8 +441,12 @@ def reference_optimizer(env):
     norms = []
     for step in range(4):
         for name, m in modules.items():
-            m.lora_A.grad = torch.tensor(env.inputs[f"g{step}.{name}.lora_A"], dtype=getattr(torch, env.dtype))
-            m.lora_B.grad = torch.tensor(env.inputs[f"g{step}.{name}.lora_B"], dtype=getattr(torch, env.dtype))
+            m.lora_A.grad = torch.tensor(
+                env.inputs[f"g{step}.{name}.lora_A"], dtype=getattr(torch, env.dtype)
+            )
+            m.lora_B.grad = torch.tensor(
+                env.inputs[f"g{step}.{name}.lora_B"], dtype=getattr(torch, env.dtype)
+            )
         norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)))
         optimizer.step()
         scheduler.step()
@@ -348,7 +460,6 @@ def candidate_optimizer(env):
     import jax
     import numpy as np
     import optax
-
     from llama_sft.config import TrainConfig
     from llama_sft.optim import make_optimizer
 
@@ -357,14 +468,25 @@ def candidate_optimizer(env):
     optimizer = make_optimizer(TrainConfig())
     state = optimizer.init(params)
     for step in range(4):
-        g_lora = {"layers": [{t: {"a": env.inputs[f"g{step}.layers.{i}.{t}.lora_A"].T.copy(),
-                                  "b": env.inputs[f"g{step}.layers.{i}.{t}.lora_B"].T.copy()} for t in TARGETS}
-                             for i in range(len(lora["layers"]))]}
+        g_lora = {
+            "layers": [
+                {
+                    t: {
+                        "a": env.inputs[f"g{step}.layers.{i}.{t}.lora_A"].T.copy(),
+                        "b": env.inputs[f"g{step}.layers.{i}.{t}.lora_B"].T.copy(),
+                    }
+                    for t in TARGETS
+                }
+                for i in range(len(lora["layers"]))
+            ]
+        }
         g_base = jax.tree_util.tree_map(lambda x: np.full_like(x, 0.01), base)
         updates, state = optimizer.update({"base": g_base, "lora": g_lora}, state, params)
         params = optax.apply_updates(params, updates)
-    unchanged = all(bool(np.array_equal(np.asarray(a), np.asarray(b)))
-                    for a, b in zip(jax.tree_util.tree_leaves(params["base"]), jax.tree_util.tree_leaves(base)))
+    unchanged = all(
+        bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        for a, b in zip(jax.tree_util.tree_leaves(params["base"]), jax.tree_util.tree_leaves(base))
+    )
     return {"lora": _lora_to_raw(params["lora"]), "base_unchanged": unchanged}
 
 
@@ -378,7 +500,11 @@ def reference_validation(env):
 
     encoded, tok = _encoded(env, 24)
     cfg = TrainConfig()
-    return {"loss": validation_loss(_torch_model(env), encoded, cfg.max_seq_len, tok.pad_id, cfg.batch_size)}
+    return {
+        "loss": validation_loss(
+            _torch_model(env), encoded, cfg.max_seq_len, tok.pad_id, cfg.batch_size
+        )
+    }
 
 
 def candidate_validation(env):
@@ -389,16 +515,20 @@ def candidate_validation(env):
     cfg, lcfg = _cfgs(env)
     base, lora = _jax_params(env)
     tcfg = TrainConfig()
-    return {"loss": float(validation_loss(base, lora, encoded, cfg, lcfg.scale, tcfg.max_seq_len, tok.pad_id,
-                                          tcfg.batch_size))}
+    return {
+        "loss": float(
+            validation_loss(
+                base, lora, encoded, cfg, lcfg.scale, tcfg.max_seq_len, tok.pad_id, tcfg.batch_size
+            )
+        )
+    }
 
 
 def _run_main(env):
     import json
 
-    from safetensors.numpy import load_file, save_file
-
     from llama_sft.train import main
+    from safetensors.numpy import load_file, save_file
 
     config = env.scratch / "config.json"
     config.write_text(json.dumps({"total_steps": RUN_STEPS, "warmup_steps": 3}))
@@ -406,12 +536,28 @@ def _run_main(env):
     init = env.scratch / "init_adapter.safetensors"
     save_file({k: env.inputs[k] for k in _adapter_names(env)}, str(init))
     out = env.scratch / "run"
-    main(["--checkpoint-dir", str(env.assets), "--data", str(env.assets / "sft_data.jsonl"),
-          "--config", str(config), "--out", str(out), "--init-adapter", str(init)])
+    main(
+        [
+            "--checkpoint-dir",
+            str(env.assets),
+            "--data",
+            str(env.assets / "sft_data.jsonl"),
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+            "--init-adapter",
+            str(init),
+        ]
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     return {
-        "train_loss": metrics["train_loss"], "lr": metrics["lr"], "grad_norm": metrics["grad_norm"],
-        "val_loss": metrics["val_loss"], "n_train": metrics["n_train"], "n_val": metrics["n_val"],
+        "train_loss": metrics["train_loss"],
+        "lr": metrics["lr"],
+        "grad_norm": metrics["grad_norm"],
+        "val_loss": metrics["val_loss"],
+        "n_train": metrics["n_train"],
+        "n_val": metrics["n_val"],
         "adapter": dict(load_file(str(out / "adapter.safetensors"))),
     }
 

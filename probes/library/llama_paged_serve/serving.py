@@ -5,28 +5,80 @@ through its `load_params`; the kernels are probed on arrays drawn here.
 """
 
 PROBES = {
-    "interface": {"id": "interface", "kind": "interface", "level": 0, "locate_failures": True, "component": "paged_serve",
-                  "description": "Every module and public name the instruction lists exists."},
+    "interface": {
+        "id": "interface",
+        "kind": "interface",
+        "level": 0,
+        "locate_failures": True,
+        "component": "paged_serve",
+        "description": "Every module and public name the instruction lists exists.",
+    },
     "norm": {"id": "forward.rms_norm", "level": 1, "component": "paged_serve.layers.rms_norm"},
-    "rotary": {"id": "forward.apply_rotary", "level": 1, "component": "paged_serve.layers.apply_rotary"},
-    "write_cache": {"id": "kv_cache.write", "level": 1, "component": "paged_serve.kv_cache.write_to_cache"},
-    "prefill_attention": {"id": "attention.prefill", "level": 1, "component": "paged_serve.attention.prefill_attention"},
-    "decode_attention": {"id": "attention.paged_decode", "level": 1,
-                         "component": "paged_serve.attention.paged_decode_attention"},
-    "sampler": {"id": "sampler.filtered_probs", "level": 1, "component": "paged_serve.sampler.filtered_probs"},
-    "prefill": {"id": "model.prefill", "level": 2, "component": "paged_serve.model.LlamaForCausalLM",
-                "compare": {"logits/*": "tensor", "probs/*": "distributional"}},
-    "decode": {"id": "model.decode", "level": 2, "component": "paged_serve.model.LlamaForCausalLM",
-               "compare": {"steps/*": "tensor"}},
-    "greedy": {"id": "engine.greedy", "level": 3, "component": "paged_serve.engine.LLMEngine", "timeout_s": 300,
-               "description": "Greedy generation of several prompts with continuous batching: tokens, text, finish reasons, order."},
-    "converter": {"id": "checkpoint.converter", "kind": "converter", "level": 1,
-                  "component": "paged_serve.checkpoint.load_model",
-                  "description": "load_params holds every raw tensor exactly once (up to layout), read without torch."},
-    "seeded_sampling": {"id": "sampler.seeded", "kind": "behaviour", "level": 3, "component": "paged_serve.sampler.Sampler",
-                        "description": "A seeded request is reproducible and its seed matters."},
-    "check_jit": {"id": "jit", "kind": "jit", "level": 0, "component": "paged_serve.model.LlamaForCausalLM",
-                  "description": "decode traces under jax.jit."},
+    "rotary": {
+        "id": "forward.apply_rotary",
+        "level": 1,
+        "component": "paged_serve.layers.apply_rotary",
+    },
+    "write_cache": {
+        "id": "kv_cache.write",
+        "level": 1,
+        "component": "paged_serve.kv_cache.write_to_cache",
+    },
+    "prefill_attention": {
+        "id": "attention.prefill",
+        "level": 1,
+        "component": "paged_serve.attention.prefill_attention",
+    },
+    "decode_attention": {
+        "id": "attention.paged_decode",
+        "level": 1,
+        "component": "paged_serve.attention.paged_decode_attention",
+    },
+    "sampler": {
+        "id": "sampler.filtered_probs",
+        "level": 1,
+        "component": "paged_serve.sampler.filtered_probs",
+    },
+    "prefill": {
+        "id": "model.prefill",
+        "level": 2,
+        "component": "paged_serve.model.LlamaForCausalLM",
+        "compare": {"logits/*": "tensor", "probs/*": "distributional"},
+    },
+    "decode": {
+        "id": "model.decode",
+        "level": 2,
+        "component": "paged_serve.model.LlamaForCausalLM",
+        "compare": {"steps/*": "tensor"},
+    },
+    "greedy": {
+        "id": "engine.greedy",
+        "level": 3,
+        "component": "paged_serve.engine.LLMEngine",
+        "timeout_s": 300,
+        "description": "Greedy generation of several prompts with continuous batching: tokens, text, finish reasons, order.",
+    },
+    "converter": {
+        "id": "checkpoint.converter",
+        "kind": "converter",
+        "level": 1,
+        "component": "paged_serve.checkpoint.load_model",
+        "description": "load_params holds every raw tensor exactly once (up to layout), read without torch.",
+    },
+    "seeded_sampling": {
+        "id": "sampler.seeded",
+        "kind": "behaviour",
+        "level": 3,
+        "component": "paged_serve.sampler.Sampler",
+        "description": "A seeded request is reproducible and its seed matters.",
+    },
+    "check_jit": {
+        "id": "jit",
+        "kind": "jit",
+        "level": 0,
+        "component": "paged_serve.model.LlamaForCausalLM",
+        "description": "decode traces under jax.jit.",
+    },
 }
 
 BLOCK, NUM_BLOCKS = 8, 16
@@ -58,7 +110,6 @@ def _candidate_model(env):
 
 def _reference_model(env):
     import torch
-
     from paged_serve.checkpoint import load_model
 
     model, config = load_model(env.assets)
@@ -66,8 +117,10 @@ def _reference_model(env):
 
 
 def inputs_norm(env):
-    return {"x": env.rng.standard_normal((3, 5, 64)).astype("float32"),
-            "w": (1 + 0.1 * env.rng.standard_normal(64)).astype("float32")}
+    return {
+        "x": env.rng.standard_normal((3, 5, 64)).astype("float32"),
+        "w": (1 + 0.1 * env.rng.standard_normal(64)).astype("float32"),
+    }
 
 
 def reference_norm(env):
@@ -83,8 +136,10 @@ def candidate_norm(env):
 
 
 def inputs_rotary(env):
-    return {"x": env.rng.standard_normal((2, 9, 4, 16)).astype("float32"),
-            "positions": env.rng.integers(0, 100, (2, 9)).astype("int32")}
+    return {
+        "x": env.rng.standard_normal((2, 9, 4, 16)).astype("float32"),
+        "positions": env.rng.integers(0, 100, (2, 9)).astype("int32"),
+    }
 
 
 def reference_rotary(env):
@@ -104,35 +159,51 @@ def inputs_write_cache(env):
 
     slots = env.rng.permutation(NUM_BLOCKS * BLOCK)[:10].astype("int32")
     slots[[2, 7]] = -1
-    return {"k_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
-            "v_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
-            "k": env.rng.standard_normal((10, 2, 16)).astype("float32"),
-            "v": env.rng.standard_normal((10, 2, 16)).astype("float32"), "slots": np.asarray(slots)}
+    return {
+        "k_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
+        "v_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
+        "k": env.rng.standard_normal((10, 2, 16)).astype("float32"),
+        "v": env.rng.standard_normal((10, 2, 16)).astype("float32"),
+        "slots": np.asarray(slots),
+    }
 
 
 def reference_write_cache(env):
     from paged_serve.kv_cache import write_to_cache
 
     k_cache, v_cache = _t(env, env.inputs["k_cache"]), _t(env, env.inputs["v_cache"])
-    write_to_cache(k_cache, v_cache, _t(env, env.inputs["k"]), _t(env, env.inputs["v"]), _i(env.inputs["slots"]))
+    write_to_cache(
+        k_cache,
+        v_cache,
+        _t(env, env.inputs["k"]),
+        _t(env, env.inputs["v"]),
+        _i(env.inputs["slots"]),
+    )
     return {"k_cache": k_cache, "v_cache": v_cache}
 
 
 def candidate_write_cache(env):
     from paged_serve.kv_cache import write_to_cache
 
-    k_cache, v_cache = write_to_cache(env.inputs["k_cache"], env.inputs["v_cache"], env.inputs["k"], env.inputs["v"],
-                                      env.inputs["slots"])
+    k_cache, v_cache = write_to_cache(
+        env.inputs["k_cache"],
+        env.inputs["v_cache"],
+        env.inputs["k"],
+        env.inputs["v"],
+        env.inputs["slots"],
+    )
     return {"k_cache": k_cache, "v_cache": v_cache}
 
 
 def inputs_prefill_attention(env):
     import numpy as np
 
-    return {"q": env.rng.standard_normal((3, 7, 4, 16)).astype("float32"),
-            "k": env.rng.standard_normal((3, 7, 2, 16)).astype("float32"),
-            "v": env.rng.standard_normal((3, 7, 2, 16)).astype("float32"),
-            "lengths": np.array([7, 4, 1], dtype="int32")}
+    return {
+        "q": env.rng.standard_normal((3, 7, 4, 16)).astype("float32"),
+        "k": env.rng.standard_normal((3, 7, 2, 16)).astype("float32"),
+        "v": env.rng.standard_normal((3, 7, 2, 16)).astype("float32"),
+        "lengths": np.array([7, 4, 1], dtype="int32"),
+    }
 
 
 def _valid_rows(out, lengths):
@@ -153,32 +224,48 @@ def candidate_prefill_attention(env):
     from paged_serve.attention import prefill_attention
 
     i = env.inputs
-    return {"rows": _valid_rows(prefill_attention(i["q"], i["k"], i["v"], i["lengths"]), i["lengths"])}
+    return {
+        "rows": _valid_rows(prefill_attention(i["q"], i["k"], i["v"], i["lengths"]), i["lengths"])
+    }
 
 
 def inputs_decode_attention(env):
     import numpy as np
 
     tables = env.rng.permutation(NUM_BLOCKS)[:12].reshape(3, 4).astype("int32")
-    return {"q": env.rng.standard_normal((3, 4, 16)).astype("float32"),
-            "k_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
-            "v_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
-            "tables": tables, "context_lens": np.array([1, 13, 32], dtype="int32")}
+    return {
+        "q": env.rng.standard_normal((3, 4, 16)).astype("float32"),
+        "k_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
+        "v_cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"),
+        "tables": tables,
+        "context_lens": np.array([1, 13, 32], dtype="int32"),
+    }
 
 
 def reference_decode_attention(env):
     from paged_serve.attention import paged_decode_attention
 
     i = env.inputs
-    return {"y": paged_decode_attention(_t(env, i["q"]), _t(env, i["k_cache"]), _t(env, i["v_cache"]),
-                                        _i(i["tables"]), _i(i["context_lens"]))}
+    return {
+        "y": paged_decode_attention(
+            _t(env, i["q"]),
+            _t(env, i["k_cache"]),
+            _t(env, i["v_cache"]),
+            _i(i["tables"]),
+            _i(i["context_lens"]),
+        )
+    }
 
 
 def candidate_decode_attention(env):
     from paged_serve.attention import paged_decode_attention
 
     i = env.inputs
-    return {"y": paged_decode_attention(i["q"], i["k_cache"], i["v_cache"], i["tables"], i["context_lens"])}
+    return {
+        "y": paged_decode_attention(
+            i["q"], i["k_cache"], i["v_cache"], i["tables"], i["context_lens"]
+        )
+    }
 
 
 def inputs_sampler(env):
@@ -188,20 +275,27 @@ def inputs_sampler(env):
     logits[2, :4] = logits[2].max() + 1.0  # a tie at the top-k boundary
     logits[3, :] = 0.0
     logits[3, :10] = 3.0  # flat head: top-p keeps a whole tie group or not
-    return {"logits": logits,
-            "temperature": np.array([0.0, 1.0, 0.7, 1.0, 1.3, 0.5], dtype="float32"),
-            "top_k": np.array([-1, 5, 3, -1, 50, 1000], dtype="int32"),
-            "top_p": np.array([1.0, 1.0, 1.0, 0.5, 0.9, 0.3], dtype="float32")}
+    return {
+        "logits": logits,
+        "temperature": np.array([0.0, 1.0, 0.7, 1.0, 1.3, 0.5], dtype="float32"),
+        "top_k": np.array([-1, 5, 3, -1, 50, 1000], dtype="int32"),
+        "top_p": np.array([1.0, 1.0, 1.0, 0.5, 0.9, 0.3], dtype="float32"),
+    }
 
 
 def reference_sampler(env):
     import torch
-
     from paged_serve.sampler import filtered_probs
 
     i = env.inputs
-    return {"probs": filtered_probs(_t(env, i["logits"]), _t(env, i["temperature"]), _i(i["top_k"]),
-                                    torch.tensor(i["top_p"], dtype=getattr(torch, env.dtype)))}
+    return {
+        "probs": filtered_probs(
+            _t(env, i["logits"]),
+            _t(env, i["temperature"]),
+            _i(i["top_k"]),
+            torch.tensor(i["top_p"], dtype=getattr(torch, env.dtype)),
+        )
+    }
 
 
 def candidate_sampler(env):
@@ -237,7 +331,9 @@ def reference_prefill(env):
     model, config = _reference_model(env)
     i = env.inputs
     _, slots = _layout(i["lengths"], i["tokens"].shape[1])
-    logits = model.prefill(_i(i["tokens"]), _i(i["lengths"]), PagedKVCache(config, NUM_BLOCKS, BLOCK), _i(slots))
+    logits = model.prefill(
+        _i(i["tokens"]), _i(i["lengths"]), PagedKVCache(config, NUM_BLOCKS, BLOCK), _i(slots)
+    )
     rows = _valid_rows(logits.float().numpy(), i["lengths"])
     return {"logits": rows, "probs": rows}
 
@@ -249,7 +345,9 @@ def candidate_prefill(env):
     params, config = _candidate_model(env)
     i = env.inputs
     _, slots = _layout(i["lengths"], i["tokens"].shape[1])
-    logits, _ = prefill(params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots)
+    logits, _ = prefill(
+        params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots
+    )
     rows = _valid_rows(logits, i["lengths"])
     return {"logits": rows, "probs": rows}
 
@@ -262,13 +360,14 @@ def _decode_inputs(tables, lengths, step):
     import numpy as np
 
     positions = (lengths + step).astype("int32")
-    slots = np.array([tables[b, p // BLOCK] * BLOCK + p % BLOCK for b, p in enumerate(positions)], dtype="int32")
+    slots = np.array(
+        [tables[b, p // BLOCK] * BLOCK + p % BLOCK for b, p in enumerate(positions)], dtype="int32"
+    )
     return positions, slots, (positions + 1).astype("int32")
 
 
 def reference_decode(env):
     import numpy as np
-
     from paged_serve.kv_cache import PagedKVCache
 
     model, config = _reference_model(env)
@@ -276,7 +375,9 @@ def reference_decode(env):
     tables, slots = _layout(i["lengths"], i["tokens"].shape[1])
     cache = PagedKVCache(config, NUM_BLOCKS, BLOCK)
     logits = model.prefill(_i(i["tokens"]), _i(i["lengths"]), cache, _i(slots))
-    tokens = np.array([int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32")
+    tokens = np.array(
+        [int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32"
+    )
     steps = []
     for step in range(3):
         positions, dslots, context = _decode_inputs(tables, i["lengths"], step)
@@ -288,16 +389,19 @@ def reference_decode(env):
 
 def candidate_decode(env):
     import numpy as np
-
     from paged_serve.kv_cache import init_cache
     from paged_serve.model import decode, prefill
 
     params, config = _candidate_model(env)
     i = env.inputs
     tables, slots = _layout(i["lengths"], i["tokens"].shape[1])
-    logits, cache = prefill(params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots)
+    logits, cache = prefill(
+        params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots
+    )
     logits = np.asarray(logits)
-    tokens = np.array([int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32")
+    tokens = np.array(
+        [int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32"
+    )
     steps = []
     for step in range(3):
         positions, dslots, context = _decode_inputs(tables, i["lengths"], step)
@@ -313,16 +417,28 @@ MAX_TOKENS = [6, 12, 3, 9, 16, 5]
 
 
 def _generate(engine, SamplingParams):
-    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=(i % 3 == 1)) for i, m in enumerate(MAX_TOKENS)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=(i % 3 == 1))
+        for i, m in enumerate(MAX_TOKENS)
+    ]
     outputs = engine.generate(PROMPTS, params)
-    return {"outputs": [{"request_id": str(o.request_id), "prompt": o.prompt, "prompt_token_ids": list(o.prompt_token_ids),
-                         "output_token_ids": [int(t) for t in o.output_token_ids], "text": o.text,
-                         "finish_reason": str(o.finish_reason)} for o in outputs]}
+    return {
+        "outputs": [
+            {
+                "request_id": str(o.request_id),
+                "prompt": o.prompt,
+                "prompt_token_ids": list(o.prompt_token_ids),
+                "output_token_ids": [int(t) for t in o.output_token_ids],
+                "text": o.text,
+                "finish_reason": str(o.finish_reason),
+            }
+            for o in outputs
+        ]
+    }
 
 
 def reference_greedy(env):
     import torch
-
     from paged_serve.engine import LLMEngine
     from paged_serve.sampler import SamplingParams
 
@@ -349,10 +465,16 @@ def check_converter(env):
     raw = [v.astype(np.float64) for v in load_file(str(env.assets / "model.safetensors")).values()]
 
     def signature(a):
-        return (tuple(sorted(a.shape)), round(float(a.sum()), 3), round(float(np.sqrt((a * a).sum())), 3))
+        return (
+            tuple(sorted(a.shape)),
+            round(float(a.sum()), 3),
+            round(float(np.sqrt((a * a).sum())), 3),
+        )
 
-    return {"same_count": len(leaves) == len(raw),
-            "every_tensor_once": sorted(map(signature, leaves)) == sorted(map(signature, raw))}
+    return {
+        "same_count": len(leaves) == len(raw),
+        "every_tensor_once": sorted(map(signature, leaves)) == sorted(map(signature, raw)),
+    }
 
 
 def check_seeded_sampling(env):
@@ -362,10 +484,15 @@ def check_seeded_sampling(env):
     engine = LLMEngine.from_pretrained(str(env.assets))
     runs = []
     for seed in (7, 7, 8):
-        params = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=12, seed=seed, ignore_eos=True)
+        params = SamplingParams(
+            temperature=1.0, top_p=0.95, max_tokens=12, seed=seed, ignore_eos=True
+        )
         runs.append([int(t) for t in engine.generate(["Tell me"], [params])[0].output_token_ids])
-    return {"same_seed_same_tokens": runs[0] == runs[1], "twelve_tokens": len(runs[0]) == 12,
-            "seed_matters": runs[0] != runs[2]}
+    return {
+        "same_seed_same_tokens": runs[0] == runs[1],
+        "twelve_tokens": len(runs[0]) == 12,
+        "seed_matters": runs[0] != runs[2],
+    }
 
 
 def check_jit(env):
@@ -373,7 +500,6 @@ def check_jit(env):
 
     import jax
     import numpy as np
-
     from paged_serve.kv_cache import init_cache
     from paged_serve.model import decode, prefill
 
@@ -382,18 +508,27 @@ def check_jit(env):
     tokens = np.full((2, 4), 65, dtype="int32")
     tables, slots = _layout(lengths, 4)
     step = jax.jit(functools.partial(decode, params, config))
-    _, cache = prefill(params, config, init_cache(config, NUM_BLOCKS, BLOCK), tokens, lengths, slots)
+    _, cache = prefill(
+        params, config, init_cache(config, NUM_BLOCKS, BLOCK), tokens, lengths, slots
+    )
     positions, dslots, context = _decode_inputs(tables, lengths, 0)
     logits, _ = step(cache, tokens[:, 0], positions, tables, context, dslots)
     return {"decode_traces": tuple(np.shape(logits)) == (2, config.vocab_size)}
 
 
 INTERFACE = {
-    "config": ["ModelConfig", "EngineConfig"], "tokenizer": ["ByteTokenizer"],
-    "layers": ["rms_norm", "apply_rotary"], "kv_cache": ["init_cache", "write_to_cache"],
-    "attention": ["prefill_attention", "paged_decode_attention"], "checkpoint": ["load_params"],
-    "model": ["prefill", "decode"], "sampler": ["SamplingParams", "filtered_probs"],
-    "sequence": [], "block_manager": [], "scheduler": [], "model_runner": [],
+    "config": ["ModelConfig", "EngineConfig"],
+    "tokenizer": ["ByteTokenizer"],
+    "layers": ["rms_norm", "apply_rotary"],
+    "kv_cache": ["init_cache", "write_to_cache"],
+    "attention": ["prefill_attention", "paged_decode_attention"],
+    "checkpoint": ["load_params"],
+    "model": ["prefill", "decode"],
+    "sampler": ["SamplingParams", "filtered_probs"],
+    "sequence": [],
+    "block_manager": [],
+    "scheduler": [],
+    "model_runner": [],
     "engine": ["LLMEngine"],
 }
 

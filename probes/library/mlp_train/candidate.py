@@ -1,17 +1,43 @@
 """mlp-train: candidate-side checks (parameter tree, live gradients, jit, the entry point)."""
 
 PROBES = {
-    "interface": {"id": "interface", "kind": "interface", "level": 0, "locate_failures": True, "component": "mlp_train",
-                  "description": "Every module and public name the instruction lists exists."},
-    "param_tree": {"id": "param_tree", "kind": "param_tree", "level": 0, "component": "mlp_train.model.MLPClassifier",
-                   "description": "init_params gives a pytree of arrays whose state dict has the original's names and shapes."},
-    "grads_live": {"id": "grad_liveness", "kind": "grad_liveness", "level": 0, "component": "mlp_train.train.train",
-                   "description": "Gradients of the training loss are finite and not all zero, for every parameter."},
-    "jit": {"id": "jit", "kind": "jit", "level": 0, "component": "mlp_train.train.train",
-            "description": "apply and the gradient of loss_fn trace under jax.jit (train mode with an rng too)."},
-    "entrypoint": {"id": "entrypoint.train", "kind": "entrypoint", "level": 3, "component": "mlp_train.train.main",
-                   "timeout_s": 300,
-                   "description": "python -m mlp_train.train --data --init --out writes final.safetensors and metrics.json."},
+    "interface": {
+        "id": "interface",
+        "kind": "interface",
+        "level": 0,
+        "locate_failures": True,
+        "component": "mlp_train",
+        "description": "Every module and public name the instruction lists exists.",
+    },
+    "param_tree": {
+        "id": "param_tree",
+        "kind": "param_tree",
+        "level": 0,
+        "component": "mlp_train.model.MLPClassifier",
+        "description": "init_params gives a pytree of arrays whose state dict has the original's names and shapes.",
+    },
+    "grads_live": {
+        "id": "grad_liveness",
+        "kind": "grad_liveness",
+        "level": 0,
+        "component": "mlp_train.train.train",
+        "description": "Gradients of the training loss are finite and not all zero, for every parameter.",
+    },
+    "jit": {
+        "id": "jit",
+        "kind": "jit",
+        "level": 0,
+        "component": "mlp_train.train.train",
+        "description": "apply and the gradient of loss_fn trace under jax.jit (train mode with an rng too).",
+    },
+    "entrypoint": {
+        "id": "entrypoint.train",
+        "kind": "entrypoint",
+        "level": 3,
+        "component": "mlp_train.train.main",
+        "timeout_s": 300,
+        "description": "python -m mlp_train.train --data --init --out writes final.safetensors and metrics.json.",
+    },
 }
 
 
@@ -24,7 +50,6 @@ def _raw(env):
 def check_param_tree(env):
     import jax
     import numpy as np
-
     from mlp_train.checkpoint import to_state_dict
     from mlp_train.config import ModelConfig
     from mlp_train.model import init_params
@@ -51,13 +76,14 @@ def _batch(env):
 def check_grads_live(env):
     import jax
     import jax.numpy as jnp
-
     from mlp_train.checkpoint import from_state_dict, to_state_dict
     from mlp_train.config import ModelConfig, TrainConfig
     from mlp_train.train import loss_fn
 
     x, y = _batch(env)
-    grads = jax.grad(loss_fn)(from_state_dict(_raw(env)), x, y, ModelConfig(dropout=0.0), TrainConfig(), train=False)
+    grads = jax.grad(loss_fn)(
+        from_state_dict(_raw(env)), x, y, ModelConfig(dropout=0.0), TrainConfig(), train=False
+    )
     state = to_state_dict(grads)
     return {
         "finite": all(bool(jnp.isfinite(jnp.asarray(g)).all()) for g in state.values()),
@@ -69,7 +95,6 @@ def check_jit(env):
     import functools
 
     import jax
-
     from mlp_train.checkpoint import from_state_dict
     from mlp_train.config import ModelConfig, TrainConfig
     from mlp_train.model import apply
@@ -81,7 +106,10 @@ def check_jit(env):
     logits = jax.jit(functools.partial(apply, cfg=cfg, train=False))(params, x)
     grad = jax.jit(jax.grad(functools.partial(loss_fn, model_cfg=cfg, train_cfg=tcfg, train=True)))
     grads = grad(params, x, y, rng=jax.random.PRNGKey(1))
-    return {"apply_traces": logits.shape == (16, 4), "grad_traces": bool(jax.tree_util.tree_leaves(grads))}
+    return {
+        "apply_traces": logits.shape == (16, 4),
+        "grad_traces": bool(jax.tree_util.tree_leaves(grads)),
+    }
 
 
 def check_entrypoint(env):
@@ -91,9 +119,23 @@ def check_entrypoint(env):
 
     out = env.scratch / "cli"
     proc = subprocess.run(
-        [sys.executable, "-m", "mlp_train.train", "--data", str(env.assets / "dataset.npz"),
-         "--init", str(env.assets / "init.safetensors"), "--out", str(out), "--steps", "5"],
-        cwd=str(env.candidate), capture_output=True, text=True, timeout=280,
+        [
+            sys.executable,
+            "-m",
+            "mlp_train.train",
+            "--data",
+            str(env.assets / "dataset.npz"),
+            "--init",
+            str(env.assets / "init.safetensors"),
+            "--out",
+            str(out),
+            "--steps",
+            "5",
+        ],
+        cwd=str(env.candidate),
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"entry point failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -107,8 +149,15 @@ def check_entrypoint(env):
 
 INTERFACE = {
     "config": ["ModelConfig", "TrainConfig"],
-    "data": ["Dataset", "load_dataset", "split_dataset", "fit_normalizer", "prepare_data", "iterate_batches",
-             "batch_stream"],
+    "data": [
+        "Dataset",
+        "load_dataset",
+        "split_dataset",
+        "fit_normalizer",
+        "prepare_data",
+        "iterate_batches",
+        "batch_stream",
+    ],
     "model": ["init_params", "apply", "hidden_states"],
     "losses": ["cross_entropy"],
     "optim": ["lr_multiplier", "lr_at", "make_optimizer"],

@@ -1,18 +1,43 @@
 """mlp-train: checkpoint conversion, blocks, the classifier, the loss (from the instruction and /source)."""
 
 PROBES = {
-    "convert": {"id": "checkpoint.load", "level": 1, "component": "mlp_train.checkpoint.load_checkpoint",
-                "description": "load_checkpoint reads the raw checkpoint; to_state_dict gives back its names, layouts, values."},
-    "save": {"id": "checkpoint.save", "level": 1, "component": "mlp_train.checkpoint.save_checkpoint",
-             "description": "save_checkpoint writes the original's names and layouts."},
-    "block": {"id": "forward.block0", "level": 1, "component": "mlp_train.model.MLPBlock",
-              "description": "The first block (Linear, LayerNorm, GELU) in eval mode."},
-    "hidden": {"id": "forward.hidden_states", "level": 2, "component": "mlp_train.model.MLPClassifier.hidden_states",
-               "description": "Every block's output in eval mode."},
-    "logits": {"id": "forward.logits", "level": 2, "component": "mlp_train.model.MLPClassifier",
-               "description": "Logits of the classifier in eval mode.", "compare": {"logits": "tensor", "probs": "distributional"}},
-    "loss": {"id": "loss.cross_entropy", "level": 1, "component": "mlp_train.losses.cross_entropy",
-             "description": "Label-smoothed cross entropy on fixed logits and labels."},
+    "convert": {
+        "id": "checkpoint.load",
+        "level": 1,
+        "component": "mlp_train.checkpoint.load_checkpoint",
+        "description": "load_checkpoint reads the raw checkpoint; to_state_dict gives back its names, layouts, values.",
+    },
+    "save": {
+        "id": "checkpoint.save",
+        "level": 1,
+        "component": "mlp_train.checkpoint.save_checkpoint",
+        "description": "save_checkpoint writes the original's names and layouts.",
+    },
+    "block": {
+        "id": "forward.block0",
+        "level": 1,
+        "component": "mlp_train.model.MLPBlock",
+        "description": "The first block (Linear, LayerNorm, GELU) in eval mode.",
+    },
+    "hidden": {
+        "id": "forward.hidden_states",
+        "level": 2,
+        "component": "mlp_train.model.MLPClassifier.hidden_states",
+        "description": "Every block's output in eval mode.",
+    },
+    "logits": {
+        "id": "forward.logits",
+        "level": 2,
+        "component": "mlp_train.model.MLPClassifier",
+        "description": "Logits of the classifier in eval mode.",
+        "compare": {"logits": "tensor", "probs": "distributional"},
+    },
+    "loss": {
+        "id": "loss.cross_entropy",
+        "level": 1,
+        "component": "mlp_train.losses.cross_entropy",
+        "description": "Label-smoothed cross entropy on fixed logits and labels.",
+    },
 }
 
 
@@ -28,7 +53,6 @@ def _raw(env):
 
 def _torch_model(env):
     import torch
-
     from mlp_train.config import ModelConfig
     from mlp_train.model import MLPClassifier
 
@@ -63,7 +87,6 @@ def reference_convert(env):
 
 def candidate_convert(env):
     import numpy as np
-
     from mlp_train.checkpoint import load_checkpoint, to_state_dict
 
     return {k: np.asarray(v) for k, v in to_state_dict(load_checkpoint(_ckpt(env))).items()}
@@ -74,9 +97,8 @@ def reference_save(env):
 
 
 def candidate_save(env):
-    from safetensors.numpy import load_file
-
     from mlp_train.checkpoint import save_checkpoint
+    from safetensors.numpy import load_file
 
     path = str(env.scratch / "saved.safetensors")
     save_checkpoint(_params(env), path)
@@ -139,7 +161,6 @@ def inputs_loss(env):
 
 def reference_loss(env):
     import torch
-
     from mlp_train.losses import cross_entropy
 
     logits, labels = _t(env, env.inputs["logits"]), torch.from_numpy(env.inputs["labels"])

@@ -1,20 +1,50 @@
 """mlp-train: data pipeline, gradients, schedule, optimizer steps, evaluation and the training run."""
 
 PROBES = {
-    "data": {"id": "data.pipeline", "level": 1, "component": "mlp_train.data.prepare_data",
-             "description": "Split, normalization and the first batches are those of the original."},
-    "grads": {"id": "grads.loss", "level": 2, "component": "mlp_train.train.train",
-              "description": "Training loss (label smoothing) and its gradients by parameter name, dropout off.",
-              "compare": {"loss": "scalar", "grads/*": "tensor"}},
-    "schedule": {"id": "optim.schedule", "level": 1, "component": "mlp_train.optim.lr_multiplier",
-                 "description": "Learning rate of every step: warmup then cosine decay to min_lr_ratio."},
-    "steps": {"id": "optim.steps", "level": 2, "component": "mlp_train.optim.build_optimizer",
-              "description": "Six AdamW steps (decoupled decay on matrices only) from fixed gradients."},
-    "evaluate": {"id": "evaluate.metrics", "level": 2, "component": "mlp_train.evaluate.evaluate",
-                 "description": "Held-out loss and accuracy of the initial checkpoint."},
-    "train": {"id": "train.run", "level": 3, "component": "mlp_train.train.train", "timeout_s": 300,
-              "description": "30 training steps without dropout: losses, learning rates, final weights, validation loss.",
-              "compare": {"train_loss": "tensor", "lr": "tensor", "val_loss": "banded", "weights/*": "tensor"}},
+    "data": {
+        "id": "data.pipeline",
+        "level": 1,
+        "component": "mlp_train.data.prepare_data",
+        "description": "Split, normalization and the first batches are those of the original.",
+    },
+    "grads": {
+        "id": "grads.loss",
+        "level": 2,
+        "component": "mlp_train.train.train",
+        "description": "Training loss (label smoothing) and its gradients by parameter name, dropout off.",
+        "compare": {"loss": "scalar", "grads/*": "tensor"},
+    },
+    "schedule": {
+        "id": "optim.schedule",
+        "level": 1,
+        "component": "mlp_train.optim.lr_multiplier",
+        "description": "Learning rate of every step: warmup then cosine decay to min_lr_ratio.",
+    },
+    "steps": {
+        "id": "optim.steps",
+        "level": 2,
+        "component": "mlp_train.optim.build_optimizer",
+        "description": "Six AdamW steps (decoupled decay on matrices only) from fixed gradients.",
+    },
+    "evaluate": {
+        "id": "evaluate.metrics",
+        "level": 2,
+        "component": "mlp_train.evaluate.evaluate",
+        "description": "Held-out loss and accuracy of the initial checkpoint.",
+    },
+    "train": {
+        "id": "train.run",
+        "level": 3,
+        "component": "mlp_train.train.train",
+        "timeout_s": 300,
+        "description": "30 training steps without dropout: losses, learning rates, final weights, validation loss.",
+        "compare": {
+            "train_loss": "tensor",
+            "lr": "tensor",
+            "val_loss": "banded",
+            "weights/*": "tensor",
+        },
+    },
 }
 
 N_STEPS = 6
@@ -29,7 +59,6 @@ def _raw(env):
 
 def _torch_model(env, dropout=0.0):
     import torch
-
     from mlp_train.config import ModelConfig
     from mlp_train.model import MLPClassifier
 
@@ -46,7 +75,6 @@ def _t(env, x):
 
 def _np_state(tree):
     import numpy as np
-
     from mlp_train.checkpoint import to_state_dict
 
     return {k: np.asarray(v) for k, v in to_state_dict(tree).items()}
@@ -59,8 +87,13 @@ def reference_data(env):
     train, val, norm = prepare_data(str(env.assets / "dataset.npz"), TrainConfig())
     stream = batch_stream(train, 32, 0)
     batches = [next(stream) for _ in range(3)]
-    return {"train_x": train.x, "train_y": train.y, "val_x": val.x, "val_y": val.y,
-            "batches": [{"x": x, "y": y} for x, y in batches]}
+    return {
+        "train_x": train.x,
+        "train_y": train.y,
+        "val_x": val.x,
+        "val_y": val.y,
+        "batches": [{"x": x, "y": y} for x, y in batches],
+    }
 
 
 def candidate_data(env):
@@ -68,31 +101,42 @@ def candidate_data(env):
 
 
 def inputs_grads(env):
-    return {"x": env.rng.standard_normal((32, 16)).astype("float32"), "y": env.rng.integers(0, 4, 32).astype("int64")}
+    return {
+        "x": env.rng.standard_normal((32, 16)).astype("float32"),
+        "y": env.rng.integers(0, 4, 32).astype("int64"),
+    }
 
 
 def reference_grads(env):
     import torch
-
     from mlp_train.config import TrainConfig
     from mlp_train.losses import cross_entropy
 
     model = _torch_model(env).eval()
-    loss = cross_entropy(model(_t(env, env.inputs["x"])), torch.from_numpy(env.inputs["y"]), TrainConfig().label_smoothing)
+    loss = cross_entropy(
+        model(_t(env, env.inputs["x"])),
+        torch.from_numpy(env.inputs["y"]),
+        TrainConfig().label_smoothing,
+    )
     loss.backward()
     return {"loss": loss, "grads": {k: p.grad for k, p in model.named_parameters()}}
 
 
 def candidate_grads(env):
     import jax
-
     from mlp_train.checkpoint import from_state_dict
     from mlp_train.config import ModelConfig, TrainConfig
     from mlp_train.train import loss_fn
 
     params = from_state_dict(_raw(env))
-    loss, grads = jax.value_and_grad(loss_fn)(params, env.inputs["x"], env.inputs["y"], ModelConfig(dropout=0.0),
-                                              TrainConfig(), train=False)
+    loss, grads = jax.value_and_grad(loss_fn)(
+        params,
+        env.inputs["x"],
+        env.inputs["y"],
+        ModelConfig(dropout=0.0),
+        TrainConfig(),
+        train=False,
+    )
     return {"loss": loss, "grads": _np_state(grads)}
 
 
@@ -102,19 +146,23 @@ def reference_schedule(env):
 
     cfg = TrainConfig()
     steps = range(cfg.total_steps + 5)
-    return {"multiplier": [lr_multiplier(s, cfg) for s in steps], "lr": [lr_at(s, cfg) for s in steps]}
+    return {
+        "multiplier": [lr_multiplier(s, cfg) for s in steps],
+        "lr": [lr_at(s, cfg) for s in steps],
+    }
 
 
 def candidate_schedule(env):
     import numpy as np
-
     from mlp_train.config import TrainConfig
     from mlp_train.optim import lr_at, lr_multiplier
 
     cfg = TrainConfig()
     steps = range(cfg.total_steps + 5)
-    return {"multiplier": [float(np.asarray(lr_multiplier(s, cfg))) for s in steps],
-            "lr": [float(np.asarray(lr_at(s, cfg))) for s in steps]}
+    return {
+        "multiplier": [float(np.asarray(lr_multiplier(s, cfg))) for s in steps],
+        "lr": [float(np.asarray(lr_at(s, cfg))) for s in steps],
+    }
 
 
 def inputs_steps(env):
@@ -131,7 +179,6 @@ def inputs_steps(env):
 
 
 def reference_steps(env):
-    import torch
 
     from mlp_train.config import TrainConfig
     from mlp_train.optim import build_optimizer
@@ -149,7 +196,6 @@ def reference_steps(env):
 
 def candidate_steps(env):
     import optax
-
     from mlp_train.checkpoint import from_state_dict
     from mlp_train.config import TrainConfig
     from mlp_train.optim import make_optimizer
@@ -201,17 +247,24 @@ def _read_run(out_dir):
 
 def reference_train(env):
     import torch
-
     from mlp_train.config import ModelConfig, TrainConfig
     from mlp_train.train import train
 
     if env.dtype == "float64":
         # The original feeds float32 numpy batches; in the calibration run they must follow the model.
         from_numpy = torch.from_numpy
-        torch.from_numpy = lambda a: from_numpy(a).double() if a.dtype.kind == "f" else from_numpy(a)
+        torch.from_numpy = lambda a: (
+            from_numpy(a).double() if a.dtype.kind == "f" else from_numpy(a)
+        )
     out = env.scratch / "run"
-    train(str(env.assets / "dataset.npz"), str(env.assets / "init.safetensors"), str(out),
-          ModelConfig(dropout=0.0), TrainConfig(), max_steps=TRAIN_STEPS)
+    train(
+        str(env.assets / "dataset.npz"),
+        str(env.assets / "init.safetensors"),
+        str(out),
+        ModelConfig(dropout=0.0),
+        TrainConfig(),
+        max_steps=TRAIN_STEPS,
+    )
     return _read_run(out)
 
 
@@ -220,6 +273,12 @@ def candidate_train(env):
     from mlp_train.train import train
 
     out = env.scratch / "run"
-    train(str(env.assets / "dataset.npz"), str(env.assets / "init.safetensors"), str(out),
-          ModelConfig(dropout=0.0), TrainConfig(), max_steps=TRAIN_STEPS)
+    train(
+        str(env.assets / "dataset.npz"),
+        str(env.assets / "init.safetensors"),
+        str(out),
+        ModelConfig(dropout=0.0),
+        TrainConfig(),
+        max_steps=TRAIN_STEPS,
+    )
     return _read_run(out)
