@@ -58,14 +58,15 @@ def component_match(found: str | None, wanted: str, package: str) -> tuple[bool,
         return False, False
     a, b = _strip(found, package), _strip(wanted, package)
     n = min(len(a), len(b))
-    return a[:n] == b[:n], bool(a and b and a[0] == b[0])
+    return bool(n) and a[:n] == b[:n], bool(a and b and a[0] == b[0])
 
 
-def bare_seconds(results) -> float:
+def bare_seconds(results, sides=("reference", "candidate")) -> float:
+    """Seconds spent in the probes' own functions (the computations), summed over results."""
     total = 0.0
     for r in results:
         timing = r.observations.get("timing", {})
-        total += timing.get("reference_compute_s", 0.0) + timing.get("candidate_compute_s", 0.0)
+        total += sum(timing.get(f"{side}_compute_s", 0.0) for side in sides)
     return total
 
 
@@ -105,11 +106,12 @@ def bench_task(name: str, args, scratch: Path) -> dict:
     )
     cache = scratch / name / "reference-cache"
     _, results, wall = run_suite(task, oracle, scratch / name / "work-oracle", args, cache)
+    bare_first = bare_seconds(results)
     summary = summarize(results)
     established = summary["counts"]["established"] / max(1, summary["n"])
     # Second oracle run: the reference comes from the cache, so this is the suite's cost per candidate.
     _, again, wall_cached = run_suite(task, oracle, scratch / name / "work-oracle-2", args, cache)
-    bare = bare_seconds(again)
+    bare = bare_seconds(again, ("candidate",))
     print(
         f"\n== {name}: {summary['n']} properties; oracle {summary['counts']}; "
         f"established {established:.0%}; violated {summary['violated'] or 'none'}"

@@ -110,7 +110,7 @@ def imports_check() -> Probe:
             if f.kind == "forbidden_import"
         ]
         results = []
-        first_failed = next(iter(failed), None)
+        first_failed = next((_module_of(m.get("where") or m["file"]) for m in failed.values()), None)
         if not modules:
             results.append(
                 not_established(IMPORTS, "the candidate has no Python module", context=context)

@@ -326,6 +326,18 @@ def run_side(config: dict, out_dir: Path) -> dict:
     return {"outputs": manifest, "compute_s": compute_s}
 
 
+def _innermost_candidate_file(frames: list[dict], root: str) -> str | None:
+    """The candidate file (relative) where a failure arose: a forbidden import's importer, else the innermost frame."""
+    for attempt in reversed(FORBIDDEN_ATTEMPTS):
+        importer = (attempt.get("importer") or {}).get("file", "")
+        if _inside(importer, root):
+            return os.path.relpath(os.path.realpath(importer), os.path.realpath(root))
+    for frame in reversed(frames):
+        if _inside(frame["file"], root):
+            return os.path.relpath(os.path.realpath(frame["file"]), os.path.realpath(root))
+    return None
+
+
 def run_imports(config: dict) -> dict:
     """Import every module of the candidate; record each failure with who is to blame."""
     root = Path(config["roots"]["candidate"])
@@ -352,6 +364,7 @@ def run_imports(config: dict) -> dict:
             modules[name] = {
                 "ok": False,
                 "file": str(rel),
+                "where": _innermost_candidate_file(frames, str(root)) or str(rel),
                 "blame": who,
                 "error": f"{type(exc).__name__}: {exc}",
                 "trace": "".join(traceback.format_exception(exc))[-4000:],

@@ -24,6 +24,12 @@ PROBES = {
         "level": 1,
         "component": "paged_serve.kv_cache.write_to_cache",
     },
+    "gather_cache": {
+        "id": "kv_cache.gather",
+        "level": 1,
+        "component": "paged_serve.kv_cache.gather_from_cache",
+        "description": "gather_from_cache (the original's helper, where the candidate keeps it) reads histories in order.",
+    },
     "prefill_attention": {
         "id": "attention.prefill",
         "level": 1,
@@ -193,6 +199,23 @@ def candidate_write_cache(env):
         env.inputs["slots"],
     )
     return {"k_cache": k_cache, "v_cache": v_cache}
+
+
+def inputs_gather_cache(env):
+    tables = env.rng.integers(0, NUM_BLOCKS, (3, 4)).astype("int32")
+    return {"cache": env.rng.standard_normal((NUM_BLOCKS, BLOCK, 2, 16)).astype("float32"), "tables": tables}
+
+
+def reference_gather_cache(env):
+    from paged_serve.kv_cache import gather_from_cache
+
+    return {"y": gather_from_cache(_t(env, env.inputs["cache"]), _i(env.inputs["tables"]))}
+
+
+def candidate_gather_cache(env):
+    from paged_serve.kv_cache import gather_from_cache
+
+    return {"y": gather_from_cache(env.inputs["cache"], env.inputs["tables"])}
 
 
 def inputs_prefill_attention(env):
