@@ -105,6 +105,7 @@ def test_reference_failure_is_not_established(tmp_path):
     assert "DoesNotExist" in result.trace
 
 
+@pytest.mark.slow
 def test_real_torch_reference_against_numpy_candidate(tmp_path):
     ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
     (result,) = differential_probe(str(FIXTURES / "probe_tiny.py"), "net")(ctx)
