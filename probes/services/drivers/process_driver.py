@@ -48,7 +48,6 @@ def run_one(config: dict, req: dict) -> dict:
             with open(path, "wb") as fh:
                 fh.write(data)
             seeded[rel] = data
-        case = dict(config, case=scratch)
         env = child_env(config)
         env.update(req.get("env", {}))
         argv = [a.replace("{case}", scratch) for a in fill(req["argv"], config)]
@@ -87,7 +86,6 @@ def run_one(config: dict, req: dict) -> dict:
             if seeded.get(rel) != data
         }
         status["removed"] = sorted(rel for rel in seeded if rel not in after)
-        del case
         return status
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
