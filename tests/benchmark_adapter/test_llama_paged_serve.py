@@ -212,6 +212,7 @@ def test_seeded_defect_lowers_reward(name, oracle_result, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_full_defect_sweep_lowers_reward_and_covers_the_checks(oracle_result, tmp_path):
     """Every defect costs reward; together they trip at least 85% of the checks.
 
