@@ -2,7 +2,7 @@
 
 The original is read into a module graph (networkx): a node per module, class
 and function (`pkg.model.MLP`), an edge `a -> b` when `a` uses `b` (instantiates,
-calls or references it, or, for a module, defines it). Probes name the component
+calls or references it) and from every definition to the module that holds it. Probes name the component
 they exercise (`PROBES[...]["component"]`), from leaves (a norm, an attention)
 up to composed pieces (a block, the model, the loss, a train step, the run).
 When probes are violated, the first divergent component is a violated one none
@@ -60,14 +60,16 @@ def module_graph(source: Path):
         except SyntaxError:
             continue
         parsed[name] = (tree, path.name == "__init__.py")
-        graph.add_node(name, kind="module")
+        graph.add_node(name, kind="module", package=path.name == "__init__.py")
         for node in tree.body:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 kind = "class" if isinstance(node, ast.ClassDef) else "function"
-                graph.add_node(f"{name}.{node.name}", kind=kind)
-                graph.add_edge(name, f"{name}.{node.name}")
+                graph.add_node(f"{name}.{node.name}", kind=kind, module=name)
+                # A definition depends on its module: when the module cannot even be
+                # imported, every definition in it fails with it.
+                graph.add_edge(f"{name}.{node.name}", name)
     for name, (tree, is_package) in parsed.items():
-        scope = {n.split(".")[-1]: n for n in graph.successors(name)}
+        scope = {n.split(".")[-1]: n for n, data in graph.nodes(data=True) if data.get("module") == name}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 base = (
@@ -137,6 +139,9 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
         if not component:
             continue
         node = _node_for(graph, component) or component
+        # A package's __init__ locates nothing more than "somewhere in the package".
+        if node in graph and graph.nodes[node].get("package"):
+            continue
         if result.outcome is Outcome.VIOLATED:
             violated.setdefault(node, []).append(result)
         elif result.outcome is Outcome.ESTABLISHED:

@@ -22,6 +22,7 @@ def test_module_graph_of_the_tiny_source():
     assert graph.has_edge("train.train", "model.loss_fn")
     assert graph.nodes["model.Affine"]["kind"] == "class"
     assert graph.nodes["train"]["kind"] == "module"
+    assert graph.has_edge("model.Affine", "model")
 
 
 def test_first_divergent_component_is_the_lowest_violated(tmp_path):
@@ -56,3 +57,13 @@ def test_nothing_violated_localizes_nothing(tmp_path):
     ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
     assert localize_divergence(ctx, [_result("a", Outcome.ESTABLISHED, "model.Net")]) is None
     assert localize_divergence(ctx, [_result("a", Outcome.VIOLATED, None)]) is None
+
+
+def test_a_module_that_does_not_import_comes_before_its_definitions(tmp_path):
+    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    results = [
+        _result("imports", Outcome.VIOLATED, "model", 0),
+        _result("net", Outcome.VIOLATED, "model.Net", 2),
+        _result("affine", Outcome.VIOLATED, "model.Affine", 1),
+    ]
+    assert localize_divergence(ctx, results).observations["component"] == "model"

@@ -24,6 +24,12 @@ PROBES = {
         "level": 1,
         "component": "paged_serve.kv_cache.write_to_cache",
     },
+    "blocks": {
+        "id": "block_manager.arithmetic",
+        "level": 1,
+        "component": "paged_serve.block_manager.blocks_needed",
+        "description": "Blocks a number of tokens needs and the slot of a position (the original's helpers).",
+    },
     "gather_cache": {
         "id": "kv_cache.gather",
         "level": 1,
@@ -199,6 +205,24 @@ def candidate_write_cache(env):
         env.inputs["slots"],
     )
     return {"k_cache": k_cache, "v_cache": v_cache}
+
+
+def _block_arithmetic():
+    from paged_serve.block_manager import blocks_needed, slot_for
+
+    table = [5, 2, 9, 0]
+    return {
+        "needed": [blocks_needed(n, size) for size in (1, 4, 8) for n in range(0, 33)],
+        "slots": [slot_for(table, p, 8) for p in range(32)],
+    }
+
+
+def reference_blocks(env):
+    return _block_arithmetic()
+
+
+def candidate_blocks(env):
+    return _block_arithmetic()
 
 
 def inputs_gather_cache(env):
