@@ -220,8 +220,10 @@ def save_inputs(inputs: dict, inputs_dir: Path) -> None:
 
 
 # ---- sides ------------------------------------------------------------------------------------
-def _configure_torch(torch, seed: int, dtype: str, precision: str) -> None:
+def _configure_torch(torch, seed: int, dtype: str, precision: str, device: str = "cpu") -> None:
     torch.manual_seed(seed)
+    if device == "gpu" and torch.cuda.is_available():
+        torch.set_default_device("cuda")
     if precision != "default":
         torch.set_float32_matmul_precision("highest")
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -268,14 +270,14 @@ class TorchConfigurator:
 TORCH_CONFIGURATOR = TorchConfigurator()
 
 
-def _seed_everything(seed: int, side: str, dtype: str, precision: str) -> None:
+def _seed_everything(seed: int, side: str, dtype: str, precision: str, device: str = "cpu") -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     if side != "reference" or "torch" in FORBIDDEN_SET:
         return
-    TORCH_CONFIGURATOR.settings = (seed, dtype, precision)
+    TORCH_CONFIGURATOR.settings = (seed, dtype, precision, device)
     if "torch" in sys.modules:
-        _configure_torch(sys.modules["torch"], seed, dtype, precision)
+        _configure_torch(sys.modules["torch"], seed, dtype, precision, device)
     elif TORCH_CONFIGURATOR not in sys.meta_path:
         sys.meta_path.insert(0, TORCH_CONFIGURATOR)
 
@@ -382,7 +384,7 @@ def run_one(config: dict) -> int:
     del FORBIDDEN_ATTEMPTS[:]
     started = time.perf_counter()
     try:
-        _seed_everything(config["seed"], config["side"], config["dtype"], config["precision"])
+        _seed_everything(config["seed"], config["side"], config["dtype"], config["precision"], config["device"])
         if config["side"] == "imports":
             result = run_imports(config)
         else:
