@@ -20,7 +20,8 @@ from evidence_store.records import Outcome, ProbeResult, Property
 from probes.audit import audit_candidate
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
-from probes.differential import DRIVER, probe_names, run_side
+from probes.differential import probe_names
+from probes.sides import DRIVER, run_side
 
 IMPORTS = Property(
     id="imports",

@@ -30,10 +30,10 @@ import numpy as np
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.base import Probe, base_context, not_established
-from probes.compare import SideOutput, compare_outputs
-from probes.context import ProbeContext, Side
+from probes.compare import compare_outputs
+from probes.context import ProbeContext
+from probes.sides import DRIVER, _read_run, run_side  # noqa: F401 - DRIVER and run_side are re-exported
 
-DRIVER = Path(__file__).with_name("driver.py")
 SIDE_FUNCTIONS = ("reference", "candidate")
 
 
@@ -58,21 +58,15 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
         tree = ast.parse(Path(path).read_text(), filename=str(path))
     except (OSError, SyntaxError, ValueError) as exc:
         raise ProbeFileError(f"{path}: {exc}") from None
-    functions = {
-        node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     metadata: dict[str, dict] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "PROBES" for t in node.targets
-        ):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PROBES" for t in node.targets):
             try:
                 metadata = ast.literal_eval(node.value)
             except ValueError:
                 raise ProbeFileError(f"{path}: PROBES must be a literal dict") from None
-            if not isinstance(metadata, dict) or not all(
-                isinstance(v, dict) for v in metadata.values()
-            ):
+            if not isinstance(metadata, dict) or not all(isinstance(v, dict) for v in metadata.values()):
                 raise ProbeFileError(f"{path}: PROBES must map probe names to dicts")
     names: dict[str, dict] = {}
     if checks:
@@ -91,14 +85,10 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
                 continue
             name = match.group(1) or ""
             if (f"{other}_{name}" if name else other) not in functions:
-                raise ProbeFileError(
-                    f"{path}: {func} has no matching {other}{'_' + name if name else ''}"
-                )
+                raise ProbeFileError(f"{path}: {func} has no matching {other}{'_' + name if name else ''}")
             names[name] = dict(metadata.get(name or Path(path).stem, {}))
     if not names and not any(re.fullmatch(r"check(_\w+)?", f) for f in functions):
-        raise ProbeFileError(
-            f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])"
-        )
+        raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
     return names
 
 
@@ -142,9 +132,7 @@ def differential_probe(
         if meta is None:
             raise ProbeFileError(f"{file}: no probe named {name!r}")
         meta.update({("id" if k == "property_id" else k): v for k, v in options.items()})
-        return run_matched_probes(
-            ctx, file, {name: meta}, rerun={name: {"path": str(file), "name": name, **options}}
-        )
+        return run_matched_probes(ctx, file, {name: meta}, rerun={name: {"path": str(file), "name": name, **options}})
 
     return probe
 
@@ -159,9 +147,7 @@ def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
         file = Path(path)
         found = probe_names(file)
-        chosen = {
-            n: found[n] for n in (names if names is not None else sorted(found)) if n in found
-        }
+        chosen = {n: found[n] for n in (names if names is not None else sorted(found)) if n in found}
         missing = sorted(set(names or []) - set(found))
         if missing:
             raise ProbeFileError(f"{file}: no probe named {', '.join(missing)}")
@@ -195,101 +181,6 @@ def _prepare(ctx: ProbeContext, file: Path, names: list[str]) -> Path:
 
 def _slot(name: str) -> str:
     return name or "_"
-
-
-def run_side(
-    ctx: ProbeContext,
-    root: Path,
-    side: Side,
-    runs: list[dict[str, Any]],
-    *,
-    name: str = "",
-    timeout_s: float | None = None,
-    config_name: str | None = None,
-    mode: str | None = None,
-) -> list[dict[str, Any]]:
-    """Run one side of a probe in its sandbox, once per entry of `runs`, in one process.
-
-    Args:
-        runs: each {"out": subdirectory, "dtype": working dtype, "make_inputs": bool}.
-        mode: what the driver runs ('imports', 'check'); defaults to the side's function.
-
-    Returns:
-        Per run: {"ok": True, "output": SideOutput, "report": manifest} on success,
-        else {"ok": False, "blame": 'candidate'|'probe'|'unknown'|'timeout', "trace": ...}.
-    """
-    import sys
-
-    roots = ctx.roots(side)
-    root_inside = ctx.inside(side, root)
-    own_root = roots["source"] if side == "reference" else roots["candidate"]
-    config = {
-        "side": mode or side,
-        "name": name,
-        "probe_file": f"{root_inside}/probe.py",
-        "inputs_dir": f"{root_inside}/inputs",
-        "seed": ctx.seed,
-        "device": ctx.device,
-        "precision": ctx.precision,
-        "roots": {k: roots[k] for k in ("source", "candidate", "assets")},
-        "sys_path": [own_root] if own_root else [],
-        "cwd": own_root,
-        "forbid": ctx.forbidden(side),
-        "runs": [
-            {
-                "out_dir": f"{root_inside}/{run['out']}",
-                "dtype": run["dtype"],
-                "make_inputs": run.get("make_inputs", False),
-                **({"name": run["name"]} if "name" in run else {}),
-                **({"inputs_dir": f"{root_inside}/{run['inputs']}"} if "inputs" in run else {}),
-            }
-            for run in runs
-        ],
-    }
-    for run in runs:
-        if (root / run["out"]).exists():
-            shutil.rmtree(root / run["out"])
-    config_file = f"{config_name or runs[0]['out'].replace('/', '_')}.json"
-    (root / config_file).write_text(json.dumps(config))
-    result = ctx.sandbox(side).exec(
-        [sys.executable, f"{root_inside}/driver.py", f"{root_inside}/{config_file}"],
-        cwd=root_inside,
-        timeout_s=timeout_s or ctx.timeout_s,
-    )
-    log = (result.stdout[-3000:] + "\n" + result.stderr[-6000:]).strip()
-    return [_read_run(root / run["out"], result, log) for run in runs]
-
-
-def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
-    if (out_host / "error.json").is_file():
-        error = json.loads((out_host / "error.json").read_text())
-        return {
-            "ok": False,
-            "blame": error["blame"],
-            "trace": error["trace"],
-            "error": error,
-            "log": log,
-        }
-    if not (out_host / "manifest.json").is_file():
-        if result is not None and result.timed_out:
-            return {
-                "ok": False,
-                "blame": "timeout",
-                "trace": f"timed out after {result.duration_s:.0f}s\n{log}",
-            }
-        code = result.returncode if result is not None else "?"
-        return {"ok": False, "blame": "unknown", "trace": f"exit {code}, no output\n{log}"}
-    report = json.loads((out_host / "manifest.json").read_text())
-    arrays = {}
-    if (out_host / "arrays.npz").is_file():
-        with np.load(out_host / "arrays.npz") as data:
-            arrays = {k: np.array(data[k]) for k in data.files}
-    return {
-        "ok": True,
-        "output": SideOutput(report.get("outputs", {}), arrays),
-        "report": report,
-        "log": log,
-    }
 
 
 def _candidate_forbidden(report: dict, ctx: ProbeContext) -> list[dict]:
@@ -339,8 +230,7 @@ def run_matched_probes(
     reference = _reference_runs(ctx, root, file, names, runs, timeout)
     ok_names = [n for n in names if reference[(n, "ref")]["ok"]]
     cand_runs = [
-        {"out": f"{_slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"}
-        for n in ok_names
+        {"out": f"{_slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{_slot(n)}/inputs"} for n in ok_names
     ]
     candidate = dict(
         zip(
@@ -397,9 +287,7 @@ def _tree_digest(root: Path | None) -> str:
     return h.hexdigest()
 
 
-def _reference_runs(
-    ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout
-) -> dict:
+def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout) -> dict:
     """The reference side's runs (and the inputs they drew), from `ctx.reference_cache` when it holds them.
 
     The reference does not depend on the candidate: a defect sweep or a later round
@@ -429,9 +317,7 @@ def _reference_runs(
             )
         )
         again_names = [
-            n
-            for n in names
-            if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")
+            n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")
         ]
         if again_names:
             again = [
@@ -445,9 +331,7 @@ def _reference_runs(
             ]
             for name, result in zip(
                 again_names,
-                run_side(
-                    ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"
-                ),
+                run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"),
             ):
                 reference[(name, "ref2")] = result
         if cached is None:
@@ -455,18 +339,14 @@ def _reference_runs(
         for name in names:
             for part in ("inputs", *REFERENCE_OUTS):
                 if (root / _slot(name) / part).is_dir():
-                    shutil.copytree(
-                        root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True
-                    )
+                    shutil.copytree(root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True)
         (cached / "done").write_text("ok")
         return reference
     reference = {}
     for name in names:
         for part in ("inputs", *REFERENCE_OUTS):
             if (cached / _slot(name) / part).is_dir():
-                shutil.copytree(
-                    cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True
-                )
+                shutil.copytree(cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True)
                 if part != "inputs":
                     reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)")
     return reference
@@ -513,9 +393,7 @@ def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult
         )
     timing["candidate_compute_s"] = cand["report"]["compute_s"]
     try:
-        comparison = compare_outputs(
-            ref["output"], cand["output"], noise["output"], meta.get("compare")
-        )
+        comparison = compare_outputs(ref["output"], cand["output"], noise["output"], meta.get("compare"))
     except ValueError as exc:
         return not_established(prop, f"bad probe metadata: {exc}", context=context)
     forbidden = _candidate_forbidden(cand["report"], ctx)
@@ -534,8 +412,7 @@ def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult
     if not comparison.informative and not comparison.structure and not forbidden:
         return not_established(
             prop,
-            "the probe returned nothing comparable (every output is beyond the "
-            "reference's own reproducibility)",
+            "the probe returned nothing comparable (every output is beyond the reference's own reproducibility)",
             context=context,
         )
     uninformative = [leaf.path for leaf in comparison.leaves if not leaf.informative]
