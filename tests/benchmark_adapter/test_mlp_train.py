@@ -22,9 +22,7 @@ TASK_DIR = REPO / "tasks" / "t2j-mini" / "mlp-train"
 DEFECTS_FILE = Path(__file__).resolve().parent / "defects" / "mlp_train.py"
 # one defect per family in the default run: independence gate, model numerics, optimizer schedule
 FAST_SUBSET = ("converter-imports-torch", "gelu-tanh-approximation", "warmup-off-by-one")
-requires_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap not installed"
-)
+requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 
 
 @pytest.fixture(scope="module")
@@ -52,19 +50,13 @@ def test_task_loads_with_source_assets_tests_and_oracle(task):
 
 def test_oracle_mirrors_the_source_layout(task):
     def modules(root: Path) -> set[str]:
-        return {
-            str(p.relative_to(root)) for p in root.rglob("*.py") if "__pycache__" not in p.parts
-        }
+        return {str(p.relative_to(root)) for p in root.rglob("*.py") if "__pycache__" not in p.parts}
 
-    assert modules(task.source_dir / "mlp_train") == modules(
-        task.solution_dir / "app" / "mlp_train"
-    )
+    assert modules(task.source_dir / "mlp_train") == modules(task.solution_dir / "app" / "mlp_train")
 
 
 def test_assets_are_reproduced_by_their_script(task):
-    spec = importlib.util.spec_from_file_location(
-        "mlp_make_assets", TASK_DIR / "environment" / "make_assets.py"
-    )
+    spec = importlib.util.spec_from_file_location("mlp_make_assets", TASK_DIR / "environment" / "make_assets.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     from safetensors.numpy import load_file
@@ -107,9 +99,7 @@ def test_defect_list_is_large_unique_and_applies_to_the_oracle(task, tmp_path):
     assert set(FAST_SUBSET) <= {d.name for d in defects}
     for defect in defects:
         dest = apply_defect(task.solution_dir / "app", defect, tmp_path / defect.name)
-        assert (dest / defect.file).read_text() != (
-            task.solution_dir / "app" / defect.file
-        ).read_text()
+        assert (dest / defect.file).read_text() != (task.solution_dir / "app" / defect.file).read_text()
 
 
 # ---- graded: oracle, independence gate, defects -----------------------------------------------
@@ -144,9 +134,11 @@ def test_a_subset_of_defects_is_caught(task, oracle_grade):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @requires_bwrap
 def test_full_sweep_every_defect_caught_and_85_percent_of_checks_tripped(task, oracle_grade):
-    report = run_sweep(task, load_defects(DEFECTS_FILE), sandbox="bwrap", oracle_grade=oracle_grade)
+    defects = load_defects(DEFECTS_FILE)
+    report = run_sweep(task, defects, sandbox="bwrap", oracle_grade=oracle_grade, jobs=2)
     missed = [(d.name, d.reward) for d in report.defects if not d.caught]
     assert not missed, f"defects not caught (oracle {report.oracle_reward}): {missed}"
     assert report.tripped_fraction >= 0.85, report.untripped_checks
