@@ -129,6 +129,18 @@ def test_torch_original_scores_zero(tmp_path):
     assert any("torch" in f for f in result["independence"]["static"])
 
 
+def test_torch_importing_candidate_scores_zero(tmp_path):
+    app = tmp_path / "app"
+    shutil.copytree(ORACLE, app)
+    init = app / "llama_sft" / "__init__.py"
+    init.write_text("import torch  # noqa: F401\n" + init.read_text())
+    result = grade(app, tmp_path / "logs")
+    assert result["reward"] == 0.0
+    assert result["components"]["independence"] == 0.0
+    assert any("torch" in f for f in result["independence"]["static"])
+
+
+@pytest.mark.slow
 def test_guarded_torch_import_scores_zero(tmp_path):
     """Numerically perfect, but the candidate reaches for torch: the gate zeroes the reward."""
     app = tmp_path / "app"

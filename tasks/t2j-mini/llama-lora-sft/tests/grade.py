@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -144,8 +145,16 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
     present = [m for m in MODULES if (app / m).is_file()]
     add("L0.layout", "spec", 0, len(present) / len(MODULES), f"{len(present)}/{len(MODULES)} modules")
 
-    probes = run_candidate(drivers.PROBES, app_dir=app, assets_dir=assets, inputs=inputs,
-                           json_inputs=params, timeout_s=PROBES_TIMEOUT_S, forbidden=FORBIDDEN)
+    # The probes and the end-to-end runs are independent: both start at once.
+    budget = max(BUDGET_FLOOR_S, BUDGET_FACTOR * values["train.cpu_s"])
+    train_params = {"train_config": params["train_config"], "own_seed": values["train.own.seed"], "budget_s": budget}
+    train_inputs = {k: v for k, v in inputs.items() if k.startswith("init_adapter_file.")}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        e2e_future = pool.submit(run_candidate, drivers.TRAIN, app_dir=app, assets_dir=assets, inputs=train_inputs,
+                                 json_inputs=train_params, timeout_s=budget + 60, forbidden=FORBIDDEN)
+        probes = run_candidate(drivers.PROBES, app_dir=app, assets_dir=assets, inputs=inputs,
+                               json_inputs=params, timeout_s=PROBES_TIMEOUT_S, forbidden=FORBIDDEN)
+        e2e = e2e_future.result()
     outs, got = probes.arrays, probes.values
 
     def section(run, name: str, compute) -> tuple[float, str]:
@@ -236,11 +245,6 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
         float(got.get("steps.base_unchanged", 0.0)), "fraction of base entries unchanged")))
 
     # ---- L5-L6: the real entry point, under the time budget -----------------------------------
-    budget = max(BUDGET_FLOOR_S, BUDGET_FACTOR * values["train.cpu_s"])
-    train_params = {"train_config": params["train_config"], "own_seed": values["train.own.seed"], "budget_s": budget}
-    train_inputs = {k: v for k, v in inputs.items() if k.startswith("init_adapter_file.")}
-    e2e = run_candidate(drivers.TRAIN, app_dir=app, assets_dir=assets, inputs=train_inputs,
-                        json_inputs=train_params, timeout_s=2 * budget + 60, forbidden=FORBIDDEN)
     ev, ea = e2e.values, e2e.arrays
     fixed = ev.get("train.fixed.metrics") or {}
     own = ev.get("train.own.metrics") or {}
