@@ -248,3 +248,4 @@ for name, (proc, log, start) in runs.items():
             record(f"train.{name}.metrics", json.load(fh))
         for k, v in load_file(_os.path.join(out, "adapter.safetensors")).items():
             save(f"train.{name}.adapter.{k}", v)
+'''
