@@ -23,7 +23,7 @@ from tests.conftest import TASKS_DIR, requires_bwrap
 
 TASK = TASKS_DIR / "flask-to-starlette"
 ORACLE = TASK / "solution" / "app"
-FAST_DEFECTS = {"redirect-307", "content-type-case", "user-cookie-httponly"}
+FAST_DEFECTS = {"redirect-307", "user-cookie-httponly"}
 
 
 def _defects():
@@ -195,11 +195,12 @@ def test_candidate_cannot_read_the_references(tmp_path):
 
     def peek(c: Path) -> None:
         text = (c / "app.py").read_text()
+        host_refs = str(TASK / "tests" / "refs" / "responses.json")
         probe = (
             "import os as _os\n"
-            "_SEEN = [p for p in ('/tests/refs/responses.json', %r) if _os.path.exists(p)]\n"
+            f"_SEEN = [p for p in ('/tests/refs/responses.json', {host_refs!r}) if _os.path.exists(p)]\n"
             "assert not _SEEN, _SEEN\n"
-        ) % str(TASK / "tests" / "refs" / "responses.json")
+        )
         (c / "app.py").write_text(text + "\n" + probe)
 
     result = grade(_variant(tmp_path, peek), tmp_path / "logs")
