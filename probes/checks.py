@@ -78,18 +78,12 @@ def imports_check() -> Probe:
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
         context = base_context(ctx, "probes.checks:imports_check")
         root = _check_dir(ctx, "imports")
-        (run,) = run_side(
-            ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], mode="imports"
-        )
+        (run,) = run_side(ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], mode="imports")
         if not run["ok"]:
             trace = run["trace"]
             return [
-                not_established(
-                    IMPORTS, "the import check could not run", trace=trace, context=context
-                ),
-                not_established(
-                    INDEPENDENCE, "the import check could not run", trace=trace, context=context
-                ),
+                not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
+                not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context),
             ]
         modules = run["report"]["modules"]
         failed = {name: m for name, m in modules.items() if not m["ok"]}
@@ -113,9 +107,7 @@ def imports_check() -> Probe:
         results = []
         first_failed = next((_module_of(m.get("where") or m["file"]) for m in failed.values()), None)
         if not modules:
-            results.append(
-                not_established(IMPORTS, "the candidate has no Python module", context=context)
-            )
+            results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
         else:
             results.append(
                 ProbeResult(
@@ -127,11 +119,7 @@ def imports_check() -> Probe:
                         "modules": len(modules),
                         "failed": {n: m["error"] for n, m in failed.items()},
                         **(
-                            {
-                                "message": "; ".join(
-                                    f"{n}: {m['error']}" for n, m in failed.items()
-                                )[:2000]
-                            }
+                            {"message": "; ".join(f"{n}: {m['error']}" for n, m in failed.items())[:2000]}
                             if failed
                             else {}
                         ),
@@ -162,11 +150,7 @@ def imports_check() -> Probe:
                 observations={
                     "findings": findings,
                     **(
-                        {
-                            "message": "; ".join(
-                                f"{f['file']}:{f['line']} {f['detail']}" for f in findings
-                            )[:2000]
-                        }
+                        {"message": "; ".join(f"{f['file']}:{f['line']} {f['detail']}" for f in findings)[:2000]}
                         if findings
                         else {}
                     ),
@@ -197,9 +181,7 @@ def audit_check(transliteration: bool = True) -> Probe:
             mine = [f.as_dict() for f in findings if f.kind == kind]
             observations = {"findings": mine}
             if mine:
-                observations["message"] = "; ".join(
-                    f"{f['file']}:{f['line']} {f['detail']}" for f in mine
-                )[:2000]
+                observations["message"] = "; ".join(f"{f['file']}:{f['line']} {f['detail']}" for f in mine)[:2000]
             results.append(
                 ProbeResult(
                     property=prop,
@@ -219,11 +201,7 @@ def _false_leaves(manifest: dict, arrays: dict) -> list[str]:
     for path, entry in manifest.items():
         if entry["kind"] == "value" and entry.get("value") is False:
             bad.append(path)
-        elif (
-            entry["kind"] == "array"
-            and entry["dtype"] == "bool"
-            and not bool(arrays[entry["key"]].all())
-        ):
+        elif entry["kind"] == "array" and entry["dtype"] == "bool" and not bool(arrays[entry["key"]].all()):
             bad.append(path)
     return bad
 
@@ -259,13 +237,8 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
     shutil.copy(file, root / "probe.py")
     runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
     timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
-    outcomes = run_side(
-        ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks"
-    )
-    return [
-        _decide_check(ctx, file, name, found.get(name, {}), run)
-        for name, run in zip(names, outcomes)
-    ]
+    outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
+    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes)]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:
@@ -277,7 +250,12 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
     )
     context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
     context.update(
-        {"probe_file": str(file), "probe_name": name, "component": meta.get("component")}
+        {
+            "probe_file": str(file),
+            "probe_name": name,
+            "component": meta.get("component"),
+            "uses": meta.get("uses", []),
+        }
     )
     if not run["ok"]:
         if run["blame"] in ("candidate", "timeout"):
@@ -291,8 +269,7 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
             )
         return not_established(
             prop,
-            f"the check failed in {run['blame']} code: its calling convention may "
-            "not fit the candidate",
+            f"the check failed in {run['blame']} code: its calling convention may not fit the candidate",
             trace=run["trace"],
             context=context,
         )
@@ -305,11 +282,7 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
         if meta.get("locate_failures") and meta.get("component"):
             # The failing output's own name (e.g. 'model.hidden_states') locates the divergence.
             context["component"] = f"{meta['component']}.{bad[0]}"
-    booleans = [
-        e
-        for e in output.manifest.values()
-        if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"
-    ]
+    booleans = [e for e in output.manifest.values() if isinstance(e.get("value"), bool) or e.get("dtype") == "bool"]
     if not booleans:
         return not_established(prop, "the check returned no boolean to decide on", context=context)
     return ProbeResult(

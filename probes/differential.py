@@ -250,6 +250,7 @@ def run_matched_probes(
                 "probe_name": name,
                 "dtype": ctx.dtype,
                 "component": meta.get("component"),
+                "uses": meta.get("uses", []),
                 "probe_sha1": sha1,
             }
         )

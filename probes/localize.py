@@ -73,9 +73,7 @@ def module_graph(source: Path):
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 base = (
-                    _resolve_relative(name, is_package, node.level, node.module)
-                    if node.level
-                    else (node.module or "")
+                    _resolve_relative(name, is_package, node.level, node.module) if node.level else (node.module or "")
                 )
                 for alias in node.names:
                     target = f"{base}.{alias.name}"
@@ -93,11 +91,7 @@ def module_graph(source: Path):
                 used = None
                 if isinstance(inner, ast.Name) and inner.id in scope:
                     used = scope[inner.id]
-                elif (
-                    isinstance(inner, ast.Attribute)
-                    and isinstance(inner.value, ast.Name)
-                    and inner.value.id in scope
-                ):
+                elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id in scope:
                     candidate = f"{scope[inner.value.id]}.{inner.attr}"
                     used = candidate if candidate in graph else None
                 if used and used != user and used in graph:
@@ -112,9 +106,7 @@ def _node_for(graph, component: str) -> str | None:
     longer = [n for n in graph.nodes if n.endswith("." + component)]
     if longer:
         return min(longer, key=len)
-    shorter = [
-        n for n in graph.nodes if component.startswith(n + ".") or component.endswith("." + n)
-    ]
+    shorter = [n for n in graph.nodes if component.startswith(n + ".") or component.endswith("." + n)]
     return max(shorter, key=len) if shorter else None
 
 
@@ -133,6 +125,16 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     """
     graph = module_graph(ctx.source)
     violated: dict[str, list[ProbeResult]] = {}
+    # A probe that relies on other components besides its own (e.g. the checkpoint
+    # converter, to build its inputs) declares them in `uses`: its divergence is
+    # explained by theirs when they diverge too.
+    for result in results:
+        component, uses = result.context.get("component"), result.context.get("uses") or []
+        node = _node_for(graph, component) if component else None
+        for used in uses:
+            target = _node_for(graph, used)
+            if node and target and node != target:
+                graph.add_edge(node, target)
     established: set[str] = set()
     for result in results:
         component = result.context.get("component")
@@ -149,11 +151,7 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     if not violated:
         return None
     in_graph = [n for n in violated if n in graph]
-    first = [
-        n
-        for n in violated
-        if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)
-    ]
+    first = [n for n in violated if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)]
 
     def depth(node: str) -> tuple[int, int]:
         below = len(__import__("networkx").descendants(graph, node)) if node in graph else 10**6
@@ -162,9 +160,7 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     first.sort(key=depth)
     chosen = first[0]
     chain = sorted(in_graph, key=lambda n: len(__import__("networkx").descendants(graph, n)))
-    below = sorted(
-        n for n in established if chosen in graph and n in graph and _depends(graph, chosen, n)
-    )
+    below = sorted(n for n in established if chosen in graph and n in graph and _depends(graph, chosen, n))
     probes = [r.property.id for r in violated[chosen]]
     message = f"first divergent component: {chosen} (violated: {', '.join(probes)})"
     if below:

@@ -67,3 +67,11 @@ def test_a_module_that_does_not_import_comes_before_its_definitions(tmp_path):
         _result("affine", Outcome.VIOLATED, "model.Affine", 1),
     ]
     assert localize_divergence(ctx, results).observations["component"] == "model"
+
+
+def test_uses_explains_a_divergence_by_a_shared_helper(tmp_path):
+    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    net = _result("net", Outcome.VIOLATED, "model.Net", 1)
+    net.context["uses"] = ["model.loss_fn"]
+    results = [net, _result("loss", Outcome.VIOLATED, "model.loss_fn", 1)]
+    assert localize_divergence(ctx, results).observations["component"] == "model.loss_fn"

@@ -82,9 +82,7 @@ def check_param_tree(env):
         "lm_head": tuple(base["lm_head"].shape) == (d, v),
         "final_norm": tuple(base["final_norm"].shape) == (d,),
         "n_layers": len(layers) == cfg.n_layers,
-        "layer_shapes": all(
-            tuple(layer[k].shape) == s for layer in layers for k, s in expected.items()
-        ),
+        "layer_shapes": all(tuple(layer[k].shape) == s for layer in layers for k, s in expected.items()),
     }
 
 
@@ -101,11 +99,7 @@ def check_lora_init(env):
         for t in TARGETS:
             a, b = np.asarray(layer[t]["a"]), np.asarray(layer[t]["b"])
             bound = 1.0 / np.sqrt(a.shape[0])
-            a_ok &= (
-                a.shape[1] == lcfg.rank
-                and b.shape[0] == lcfg.rank
-                and bool(np.abs(a).max() <= bound * (1 + 1e-6))
-            )
+            a_ok &= a.shape[1] == lcfg.rank and b.shape[0] == lcfg.rank and bool(np.abs(a).max() <= bound * (1 + 1e-6))
             b_zero &= not bool(np.any(b))
             spread.append(a.std() / (bound / np.sqrt(3.0)))
     # The std of a uniform sample of this size is within a few percent of bound/sqrt(3).
@@ -130,9 +124,7 @@ def _state_and_batch(env):
     cfg, tcfg = _cfgs(env)
     tok = ByteTokenizer(cfg.vocab_size)
     records = load_jsonl(env.assets / "sft_data.jsonl")[: tcfg.batch_size]
-    batch = collate(
-        [encode_example(tok, r, tcfg.max_seq_len) for r in records], tcfg.max_seq_len, tok.pad_id
-    )
+    batch = collate([encode_example(tok, r, tcfg.max_seq_len) for r in records], tcfg.max_seq_len, tok.pad_id)
     batch = {k: np.asarray(v) for k, v in batch.items()}
     state = create_train_state(
         load_checkpoint(env.assets, cfg), init_lora(jax.random.PRNGKey(0), cfg, tcfg.lora()), tcfg
@@ -161,11 +153,8 @@ def check_grads_live(env):
     )
     return {
         "loss_finite": bool(np.isfinite(float(metrics["loss"]))),
-        "grad_norm_positive": bool(float(metrics["grad_norm"]) > 0)
-        and bool(np.isfinite(float(metrics["grad_norm"]))),
-        "adapters_move": any(
-            not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(before, after)
-        ),
+        "grad_norm_positive": bool(float(metrics["grad_norm"]) > 0) and bool(np.isfinite(float(metrics["grad_norm"]))),
+        "adapters_move": any(not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(before, after)),
         "base_untouched": base_same,
     }
 
@@ -217,8 +206,7 @@ def check_entrypoint(env):
     metrics = json.loads((out / "metrics.json").read_text())
     return {
         "writes_adapter": (out / "adapter.safetensors").is_file(),
-        "metrics_complete": {"train_loss", "lr", "grad_norm", "val_loss", "n_train", "n_val"}
-        <= set(metrics),
+        "metrics_complete": {"train_loss", "lr", "grad_norm", "val_loss", "n_train", "n_val"} <= set(metrics),
         "three_steps": len(metrics["train_loss"]) == 3,
     }
 

@@ -77,12 +77,8 @@ def _adapters(env):
     for i in range(cfg.n_layers):
         for t in TARGETS:
             w = raw[f"model.layers.{i}.{RAW_BLOCK[t]}"]
-            out[f"layers.{i}.{t}.lora_A"] = (
-                0.1 * env.rng.standard_normal((lora.rank, w.shape[1]))
-            ).astype(np.float32)
-            out[f"layers.{i}.{t}.lora_B"] = (
-                0.1 * env.rng.standard_normal((w.shape[0], lora.rank))
-            ).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_A"] = (0.1 * env.rng.standard_normal((lora.rank, w.shape[1]))).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_B"] = (0.1 * env.rng.standard_normal((w.shape[0], lora.rank))).astype(np.float32)
     return out
 
 
@@ -194,11 +190,7 @@ def inputs_rotary(env):
 def reference_rotary(env):
     from llama_sft.modeling.rotary import apply_rotary
 
-    return {
-        "y": apply_rotary(
-            _t(env, env.inputs["x"]), _t(env, env.inputs["cos"]), _t(env, env.inputs["sin"])
-        )
-    }
+    return {"y": apply_rotary(_t(env, env.inputs["x"]), _t(env, env.inputs["cos"]), _t(env, env.inputs["sin"]))}
 
 
 def candidate_rotary(env):
@@ -283,11 +275,7 @@ def candidate_attention(env):
     base, lora = _jax_params(env)
     cfg, lcfg = _cfgs(env)
     cos, sin = _tables(env, 7, False)
-    return {
-        "y": attention(
-            base["layers"][0], lora["layers"][0], env.inputs["x"], cos, sin, cfg, lcfg.scale
-        )
-    }
+    return {"y": attention(base["layers"][0], lora["layers"][0], env.inputs["x"], cos, sin, cfg, lcfg.scale)}
 
 
 def inputs_mlp(env):

@@ -113,12 +113,12 @@ def _adapters(env, scale=0.1):
     for i in range(cfg.n_layers):
         for t in TARGETS:
             w = raw[f"model.layers.{i}.{RAW_BLOCK[t]}"]
-            out[f"layers.{i}.{t}.lora_A"] = (
-                scale * env.rng.standard_normal((lora.rank, w.shape[1]))
-            ).astype(np.float32)
-            out[f"layers.{i}.{t}.lora_B"] = (
-                scale * env.rng.standard_normal((w.shape[0], lora.rank))
-            ).astype(np.float32)
+            out[f"layers.{i}.{t}.lora_A"] = (scale * env.rng.standard_normal((lora.rank, w.shape[1]))).astype(
+                np.float32
+            )
+            out[f"layers.{i}.{t}.lora_B"] = (scale * env.rng.standard_normal((w.shape[0], lora.rank))).astype(
+                np.float32
+            )
     return out
 
 
@@ -148,10 +148,7 @@ def _jax_params(env):
     layers = []
     for i in range(cfg.n_layers):
         layers.append(
-            {
-                k: (w if (w := raw[f"model.layers.{i}.{n}"]).ndim == 1 else w.T.copy())
-                for k, n in RAW_BLOCK.items()
-            }
+            {k: (w if (w := raw[f"model.layers.{i}.{n}"]).ndim == 1 else w.T.copy()) for k, n in RAW_BLOCK.items()}
         )
     base = {
         "embed": raw["model.embed_tokens.weight"],
@@ -256,10 +253,7 @@ def reference_schedule_batches(env):
     return {
         "train": [r["prompt"] for r in train],
         "val": [r["prompt"] for r in val],
-        "batches": [
-            list(map(int, b))
-            for b in batch_schedule(len(train), cfg.batch_size, cfg.total_steps, cfg.seed)
-        ],
+        "batches": [list(map(int, b)) for b in batch_schedule(len(train), cfg.batch_size, cfg.total_steps, cfg.seed)],
     }
 
 
@@ -364,8 +358,7 @@ def reference_lr(env):
     cfg = TrainConfig()
     return {
         "lr": [
-            cfg.learning_rate * lr_multiplier(s, cfg.warmup_steps, cfg.total_steps)
-            for s in range(cfg.total_steps + 3)
+            cfg.learning_rate * lr_multiplier(s, cfg.warmup_steps, cfg.total_steps) for s in range(cfg.total_steps + 3)
         ]
     }
 
@@ -391,9 +384,7 @@ def reference_grads(env):
 
     model = _torch_model(env).eval()
     batch = _batch(env)
-    loss = sft_loss(
-        model(torch.from_numpy(batch["input_ids"]).long()), torch.from_numpy(batch["labels"]).long()
-    )
+    loss = sft_loss(model(torch.from_numpy(batch["input_ids"]).long()), torch.from_numpy(batch["labels"]).long())
     loss.backward()
     grads = {}
     for name, module in lora_modules(model, _cfgs(env)[1]).items():
@@ -411,9 +402,7 @@ def candidate_grads(env):
     batch = _batch(env)
 
     def loss_fn(adapters):
-        return sft_loss(
-            forward(base, adapters, batch["input_ids"], cfg, lcfg.scale), batch["labels"]
-        )
+        return sft_loss(forward(base, adapters, batch["input_ids"], cfg, lcfg.scale), batch["labels"])
 
     loss, grads = jax.value_and_grad(loss_fn)(lora)
     return {"loss": loss, "grads": _lora_to_raw(grads)}
@@ -441,12 +430,8 @@ def reference_optimizer(env):
     norms = []
     for step in range(4):
         for name, m in modules.items():
-            m.lora_A.grad = torch.tensor(
-                env.inputs[f"g{step}.{name}.lora_A"], dtype=getattr(torch, env.dtype)
-            )
-            m.lora_B.grad = torch.tensor(
-                env.inputs[f"g{step}.{name}.lora_B"], dtype=getattr(torch, env.dtype)
-            )
+            m.lora_A.grad = torch.tensor(env.inputs[f"g{step}.{name}.lora_A"], dtype=getattr(torch, env.dtype))
+            m.lora_B.grad = torch.tensor(env.inputs[f"g{step}.{name}.lora_B"], dtype=getattr(torch, env.dtype))
         norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)))
         optimizer.step()
         scheduler.step()
@@ -500,11 +485,7 @@ def reference_validation(env):
 
     encoded, tok = _encoded(env, 24)
     cfg = TrainConfig()
-    return {
-        "loss": validation_loss(
-            _torch_model(env), encoded, cfg.max_seq_len, tok.pad_id, cfg.batch_size
-        )
-    }
+    return {"loss": validation_loss(_torch_model(env), encoded, cfg.max_seq_len, tok.pad_id, cfg.batch_size)}
 
 
 def candidate_validation(env):
@@ -517,9 +498,7 @@ def candidate_validation(env):
     tcfg = TrainConfig()
     return {
         "loss": float(
-            validation_loss(
-                base, lora, encoded, cfg, lcfg.scale, tcfg.max_seq_len, tok.pad_id, tcfg.batch_size
-            )
+            validation_loss(base, lora, encoded, cfg, lcfg.scale, tcfg.max_seq_len, tok.pad_id, tcfg.batch_size)
         )
     }
 

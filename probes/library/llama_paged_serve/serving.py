@@ -52,18 +52,21 @@ PROBES = {
         "component": "paged_serve.sampler.filtered_probs",
     },
     "prefill": {
+        "uses": ["paged_serve.checkpoint.load_model"],
         "id": "model.prefill",
         "level": 2,
         "component": "paged_serve.model.LlamaForCausalLM",
         "compare": {"logits/*": "tensor", "probs/*": "distributional"},
     },
     "decode": {
+        "uses": ["paged_serve.checkpoint.load_model"],
         "id": "model.decode",
         "level": 2,
         "component": "paged_serve.model.LlamaForCausalLM",
         "compare": {"steps/*": "tensor"},
     },
     "greedy": {
+        "uses": ["paged_serve.checkpoint.load_model"],
         "id": "engine.greedy",
         "level": 3,
         "component": "paged_serve.engine.LLMEngine",
@@ -78,6 +81,7 @@ PROBES = {
         "description": "load_params holds every raw tensor exactly once (up to layout), read without torch.",
     },
     "seeded_sampling": {
+        "uses": ["paged_serve.checkpoint.load_model"],
         "id": "sampler.seeded",
         "kind": "behaviour",
         "level": 3,
@@ -85,6 +89,7 @@ PROBES = {
         "description": "A seeded request is reproducible and its seed matters.",
     },
     "check_jit": {
+        "uses": ["paged_serve.checkpoint.load_model"],
         "id": "jit",
         "kind": "jit",
         "level": 0,
@@ -271,9 +276,7 @@ def candidate_prefill_attention(env):
     from paged_serve.attention import prefill_attention
 
     i = env.inputs
-    return {
-        "rows": _valid_rows(prefill_attention(i["q"], i["k"], i["v"], i["lengths"]), i["lengths"])
-    }
+    return {"rows": _valid_rows(prefill_attention(i["q"], i["k"], i["v"], i["lengths"]), i["lengths"])}
 
 
 def inputs_decode_attention(env):
@@ -308,11 +311,7 @@ def candidate_decode_attention(env):
     from paged_serve.attention import paged_decode_attention
 
     i = env.inputs
-    return {
-        "y": paged_decode_attention(
-            i["q"], i["k_cache"], i["v_cache"], i["tables"], i["context_lens"]
-        )
-    }
+    return {"y": paged_decode_attention(i["q"], i["k_cache"], i["v_cache"], i["tables"], i["context_lens"])}
 
 
 def inputs_sampler(env):
@@ -378,9 +377,7 @@ def reference_prefill(env):
     model, config = _reference_model(env)
     i = env.inputs
     _, slots = _layout(i["lengths"], i["tokens"].shape[1])
-    logits = model.prefill(
-        _i(i["tokens"]), _i(i["lengths"]), PagedKVCache(config, NUM_BLOCKS, BLOCK), _i(slots)
-    )
+    logits = model.prefill(_i(i["tokens"]), _i(i["lengths"]), PagedKVCache(config, NUM_BLOCKS, BLOCK), _i(slots))
     rows = _valid_rows(logits.float().numpy(), i["lengths"])
     return {"logits": rows, "probs": rows}
 
@@ -392,9 +389,7 @@ def candidate_prefill(env):
     params, config = _candidate_model(env)
     i = env.inputs
     _, slots = _layout(i["lengths"], i["tokens"].shape[1])
-    logits, _ = prefill(
-        params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots
-    )
+    logits, _ = prefill(params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots)
     rows = _valid_rows(logits, i["lengths"])
     return {"logits": rows, "probs": rows}
 
@@ -407,9 +402,7 @@ def _decode_inputs(tables, lengths, step):
     import numpy as np
 
     positions = (lengths + step).astype("int32")
-    slots = np.array(
-        [tables[b, p // BLOCK] * BLOCK + p % BLOCK for b, p in enumerate(positions)], dtype="int32"
-    )
+    slots = np.array([tables[b, p // BLOCK] * BLOCK + p % BLOCK for b, p in enumerate(positions)], dtype="int32")
     return positions, slots, (positions + 1).astype("int32")
 
 
@@ -422,9 +415,7 @@ def reference_decode(env):
     tables, slots = _layout(i["lengths"], i["tokens"].shape[1])
     cache = PagedKVCache(config, NUM_BLOCKS, BLOCK)
     logits = model.prefill(_i(i["tokens"]), _i(i["lengths"]), cache, _i(slots))
-    tokens = np.array(
-        [int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32"
-    )
+    tokens = np.array([int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32")
     steps = []
     for step in range(3):
         positions, dslots, context = _decode_inputs(tables, i["lengths"], step)
@@ -442,13 +433,9 @@ def candidate_decode(env):
     params, config = _candidate_model(env)
     i = env.inputs
     tables, slots = _layout(i["lengths"], i["tokens"].shape[1])
-    logits, cache = prefill(
-        params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots
-    )
+    logits, cache = prefill(params, config, init_cache(config, NUM_BLOCKS, BLOCK), i["tokens"], i["lengths"], slots)
     logits = np.asarray(logits)
-    tokens = np.array(
-        [int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32"
-    )
+    tokens = np.array([int(logits[b, n - 1].argmax()) for b, n in enumerate(i["lengths"])], dtype="int32")
     steps = []
     for step in range(3):
         positions, dslots, context = _decode_inputs(tables, i["lengths"], step)
@@ -464,10 +451,7 @@ MAX_TOKENS = [6, 12, 3, 9, 16, 5]
 
 
 def _generate(engine, SamplingParams):
-    params = [
-        SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=(i % 3 == 1))
-        for i, m in enumerate(MAX_TOKENS)
-    ]
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=(i % 3 == 1)) for i, m in enumerate(MAX_TOKENS)]
     outputs = engine.generate(PROMPTS, params)
     return {
         "outputs": [
@@ -531,9 +515,7 @@ def check_seeded_sampling(env):
     engine = LLMEngine.from_pretrained(str(env.assets))
     runs = []
     for seed in (7, 7, 8):
-        params = SamplingParams(
-            temperature=1.0, top_p=0.95, max_tokens=12, seed=seed, ignore_eos=True
-        )
+        params = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=12, seed=seed, ignore_eos=True)
         runs.append([int(t) for t in engine.generate(["Tell me"], [params])[0].output_token_ids])
     return {
         "same_seed_same_tokens": runs[0] == runs[1],
@@ -555,9 +537,7 @@ def check_jit(env):
     tokens = np.full((2, 4), 65, dtype="int32")
     tables, slots = _layout(lengths, 4)
     step = jax.jit(functools.partial(decode, params, config))
-    _, cache = prefill(
-        params, config, init_cache(config, NUM_BLOCKS, BLOCK), tokens, lengths, slots
-    )
+    _, cache = prefill(params, config, init_cache(config, NUM_BLOCKS, BLOCK), tokens, lengths, slots)
     positions, dslots, context = _decode_inputs(tables, lengths, 0)
     logits, _ = step(cache, tokens[:, 0], positions, tables, context, dslots)
     return {"decode_traces": tuple(np.shape(logits)) == (2, config.vocab_size)}

@@ -10,6 +10,7 @@ PROBES = {
         "description": "Every module and public name the instruction lists exists.",
     },
     "param_tree": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "param_tree",
         "kind": "param_tree",
         "level": 0,
@@ -17,6 +18,7 @@ PROBES = {
         "description": "init_params gives a pytree of arrays whose state dict has the original's names and shapes.",
     },
     "grads_live": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "grad_liveness",
         "kind": "grad_liveness",
         "level": 0,
@@ -24,6 +26,7 @@ PROBES = {
         "description": "Gradients of the training loss are finite and not all zero, for every parameter.",
     },
     "jit": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "jit",
         "kind": "jit",
         "level": 0,
@@ -81,9 +84,7 @@ def check_grads_live(env):
     from mlp_train.train import loss_fn
 
     x, y = _batch(env)
-    grads = jax.grad(loss_fn)(
-        from_state_dict(_raw(env)), x, y, ModelConfig(dropout=0.0), TrainConfig(), train=False
-    )
+    grads = jax.grad(loss_fn)(from_state_dict(_raw(env)), x, y, ModelConfig(dropout=0.0), TrainConfig(), train=False)
     state = to_state_dict(grads)
     return {
         "finite": all(bool(jnp.isfinite(jnp.asarray(g)).all()) for g in state.values()),

@@ -14,18 +14,21 @@ PROBES = {
         "description": "save_checkpoint writes the original's names and layouts.",
     },
     "block": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "forward.block0",
         "level": 1,
         "component": "mlp_train.model.MLPBlock",
         "description": "The first block (Linear, LayerNorm, GELU) in eval mode.",
     },
     "hidden": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "forward.hidden_states",
         "level": 2,
         "component": "mlp_train.model.MLPClassifier.hidden_states",
         "description": "Every block's output in eval mode.",
     },
     "logits": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "forward.logits",
         "level": 2,
         "component": "mlp_train.model.MLPClassifier",

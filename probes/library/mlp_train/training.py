@@ -8,6 +8,7 @@ PROBES = {
         "description": "Split, normalization and the first batches are those of the original.",
     },
     "grads": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "grads.loss",
         "level": 2,
         "component": "mlp_train.train.train",
@@ -21,12 +22,14 @@ PROBES = {
         "description": "Learning rate of every step: warmup then cosine decay to min_lr_ratio.",
     },
     "steps": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "optim.steps",
         "level": 2,
         "component": "mlp_train.optim.build_optimizer",
         "description": "Six AdamW steps (decoupled decay on matrices only) from fixed gradients.",
     },
     "evaluate": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "evaluate.metrics",
         "level": 2,
         "component": "mlp_train.evaluate.evaluate",
@@ -253,9 +256,7 @@ def reference_train(env):
     if env.dtype == "float64":
         # The original feeds float32 numpy batches; in the calibration run they must follow the model.
         from_numpy = torch.from_numpy
-        torch.from_numpy = lambda a: (
-            from_numpy(a).double() if a.dtype.kind == "f" else from_numpy(a)
-        )
+        torch.from_numpy = lambda a: from_numpy(a).double() if a.dtype.kind == "f" else from_numpy(a)
     out = env.scratch / "run"
     train(
         str(env.assets / "dataset.npz"),
