@@ -71,11 +71,11 @@ def search_counterexample(
 ) -> SearchOutcome:
     """Search `space` for an input on which the two sides differ; shrink and confirm it."""
     from hypothesis import HealthCheck, Phase, find, settings
-    from hypothesis.errors import NoSuchExample
+    from hypothesis.errors import Flaky, NoSuchExample
 
     strategy = strategy_for(kind, space)
     start = time.monotonic()
-    stats = {"evaluations": 0, "cannot_tell": 0, "out_of_time": False}
+    stats: dict[str, Any] = {"evaluations": 0, "cannot_tell": 0, "out_of_time": False, "smallest": None}
 
     def differs(value: dict[str, Any]) -> bool:
         if time.monotonic() - start > budget.seconds:
@@ -84,10 +84,13 @@ def search_counterexample(
         stats["evaluations"] += 1
         try:
             reference, candidate = session.observe(value)
-            return bool(differences(comparison, reference, candidate))
+            found = bool(differences(comparison, reference, candidate))
         except ProbeCannotTell:
             stats["cannot_tell"] += 1
             return False
+        if found and (stats["smallest"] is None or input_size(value) < input_size(stats["smallest"])):
+            stats["smallest"] = value
+        return found
 
     config = settings(
         max_examples=budget.max_examples,
@@ -99,6 +102,12 @@ def search_counterexample(
     try:
         minimal = find(strategy, differs, settings=config, random=random.Random(seed))
     except NoSuchExample:
+        minimal = None
+    except Flaky:
+        # A difference that did not recur when hypothesis replayed it (or the budget ran
+        # out meanwhile): keep the smallest one seen; the reproductions below decide.
+        minimal = stats["smallest"]
+    if minimal is None:
         return SearchOutcome(
             found=False,
             evaluations=stats["evaluations"],
@@ -172,9 +181,7 @@ def counterexample_probe(
         try:
             # the session lives through every space's budget, the reproductions and the start
             lifetime = 120.0 + len(spaces) * (seconds + (REPRODUCTIONS + 2) * 2 * timeout_s)
-            session = DifferentialSession(
-                ctx, kind, sides, timeout_s=timeout_s, lifetime_s=lifetime
-            ).__enter__()
+            session = DifferentialSession(ctx, kind, sides, timeout_s=timeout_s, lifetime_s=lifetime).__enter__()
         except SessionError as exc:
             return [start_failure(_search_property(kind, name), exc) for name in spaces]
         try:
@@ -186,9 +193,7 @@ def counterexample_probe(
                     "seed": seed,
                     "comparison": cmp.model_dump(),
                     "comparison_digest": cmp.digest(),
-                    "rerun": rerun_spec(
-                        ctx, "probes.services.search:factory", {**options, "spaces": {name: space}}
-                    ),
+                    "rerun": rerun_spec(ctx, "probes.services.search:factory", {**options, "spaces": {name: space}}),
                 }
                 try:
                     found = search_counterexample(session, kind, space, cmp, budget, seed=seed)
@@ -220,9 +225,7 @@ def _search_property(kind: str, name: str) -> Property:
     )
 
 
-def _results(
-    ctx, kind, name, sides, cmp, found: SearchOutcome, context, session
-) -> list[ProbeResult]:
+def _results(ctx, kind, name, sides, cmp, found: SearchOutcome, context, session) -> list[ProbeResult]:
     observations = {k: v for k, v in found.__dict__.items()}
     prop = _search_property(kind, name)
     if not found.found:
@@ -242,8 +245,7 @@ def _results(
                 outcome=Outcome.NOT_ESTABLISHED,
                 context=context,
                 observations=observations,
-                trace="a difference was found but did not reproduce three times "
-                "on a stable original",
+                trace="a difference was found but did not reproduce three times on a stable original",
             )
         ]
     reference, candidate = session.observe(found.input)

@@ -101,3 +101,23 @@ def test_a_loosened_comparison_is_named(tiny_context, tmp_path):
         "exception_types no longer compared",
         "exception_messages no longer compared",
     ]
+
+
+FLAKY = ORIGINAL_LIB.replace(
+    "def parse_version(text):",
+    """def parse_version(text):
+    import os
+    marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.txt")
+    with open(marker, "a") as fh:
+        fh.write(".")
+    if os.path.getsize(marker) % 2:
+        return None""",
+)
+
+
+def test_a_difference_that_does_not_recur_is_not_a_verdict(tiny_context):
+    results = search(tiny_context(lib=FLAKY), max_examples=40)
+    assert set(results) == {"search"}
+    found = results["search"]
+    assert found.outcome == Outcome.NOT_ESTABLISHED
+    assert found.observations["found"] and found.observations["reproduced"] < 3
