@@ -8,9 +8,9 @@ is consistent when
     d(reference, candidate) <= SPREAD * max(d(reference, reference_f64), RESOLUTION)
 
 `SPREAD` (10) allows an independent implementation its own rounding, which is of
-the order of the reference's; `RESOLUTION` (2**-20, about eight float32 ulps) is
-the smallest disagreement two float32 stacks can be asked for when the reference
-happens to agree with its float64 run exactly. For discrete outputs (exact
+the order of the reference's; `RESOLUTION` (2**-23, one float32 ulp) stands in for
+the reference's noise when it happens to agree with its float64 run exactly (an
+operation computed in float32 on both runs), so the candidate gets ten ulps. For discrete outputs (exact
 agreement) the tolerance is the reference's own disagreement, doubled, without a
 floor. For `banded` outputs the band is that same tolerance in absolute units and
 the score is `banded_scalar_similarity`. The noise floor is recorded with every
@@ -35,7 +35,7 @@ from probes.similarity import (
 )
 
 SPREAD = 10.0
-RESOLUTION = 2.0**-20
+RESOLUTION = 2.0**-23
 MEASURE_NAMES = (*MEASURES, "banded")
 
 

@@ -49,7 +49,7 @@ def test_tolerance_follows_reference_noise():
 
 
 def test_resolution_floor_when_reference_has_no_noise():
-    leaf = compare_leaf("y", "tensor", X, X * (1 + 2e-6), X)
+    leaf = compare_leaf("y", "tensor", X, X * (1 + 5e-7), X)
     assert leaf.noise == pytest.approx(0.0, abs=1e-12)
     assert leaf.tolerance == pytest.approx(SPREAD * RESOLUTION)
     assert leaf.ok
