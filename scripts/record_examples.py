@@ -32,11 +32,11 @@ from harness.run import RunConfig, RunDir  # noqa: E402
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"
 DEMO_DEFECT = {
-    "mlp-train": "gelu-tanh-approximation",
+    "mlp-train": "converter-norm-swap",
     "llama-lora-sft": "rotary-half-sign",
     "llama-paged-serve": "rotary-interleaved",
 }
-DEMO_PROBES = {"mlp-train": ["model"], "llama-lora-sft": ["model"], "llama-paged-serve": ["model"]}
+DEMO_PROBES = {"mlp-train": ["model"], "llama-lora-sft": ["modeling"], "llama-paged-serve": ["serving"]}
 
 
 def call(tool: str, **arguments) -> dict:
@@ -61,7 +61,7 @@ def oracle_files(task: str, defect: Defect) -> dict[str, str]:
 
 def probe_files(task: str) -> dict[str, str]:
     library = REPO / "probes" / "library" / task.replace("-", "_")
-    return {name: (library / f"{name}.py").read_text() for name in DEMO_PROBES[task] if (library / f"{name}.py").is_file()}
+    return {name: (library / f"{name}.py").read_text() for name in DEMO_PROBES[task]}
 
 
 def twin_plan(task: str) -> list[dict]:
