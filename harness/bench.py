@@ -182,14 +182,22 @@ def trial_command(spec: TrialSpec, config: BenchConfig, run_dir: Path) -> list[s
         return [*base, "--resume", str(run_dir)]
     command = [
         *base,
-        "--task", str(spec.task),
-        "--model", spec.model_name,
-        "--scaffold", spec.scaffold,
-        "--rounds", str(config.rounds),
-        "--seed", str(spec.seed),
-        "--runs-dir", str(run_dir.parent),
-        "--run-id", run_dir.name,
-        "--sandbox", config.sandbox,
+        "--task",
+        str(spec.task),
+        "--model",
+        spec.model_name,
+        "--scaffold",
+        spec.scaffold,
+        "--rounds",
+        str(config.rounds),
+        "--seed",
+        str(spec.seed),
+        "--runs-dir",
+        str(run_dir.parent),
+        "--run-id",
+        run_dir.name,
+        "--sandbox",
+        config.sandbox,
     ]
     if config.api_base:
         command += ["--api-base", config.api_base]
@@ -279,9 +287,12 @@ def run_bench(
     pending = [
         spec
         for spec in trials_of(config)
-        if results.trials.get(spec.trial_id) is None or results.trials[spec.trial_id].status == "not_started"
-        or (results.trials[spec.trial_id].status == "infra_failed"
-            and results.trials[spec.trial_id].attempts <= config.infra_retries)
+        if results.trials.get(spec.trial_id) is None
+        or results.trials[spec.trial_id].status == "not_started"
+        or (
+            results.trials[spec.trial_id].status == "infra_failed"
+            and results.trials[spec.trial_id].attempts <= config.infra_retries
+        )
     ]
     attempts = {spec.trial_id: results.trials.get(spec.trial_id, None) for spec in pending}
     attempts_n = {tid: (r.attempts if r else 0) for tid, r in attempts.items()}

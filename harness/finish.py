@@ -104,8 +104,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         f"- model: {s.model_label}",
         f"- rounds: {len(state.rounds)} of {config.rounds} ({state.stop_reason or state.status})",
         f"- final candidate: round {state.final_round} — {state.final_choice}",
-        f"- spent: {spent.calls} model calls, {spent.tokens:,} tokens, ${spent.usd:.4f}, "
-        f"{spent.wall_s:.0f} s",
+        f"- spent: {spent.calls} model calls, {spent.tokens:,} tokens, ${spent.usd:.4f}, {spent.wall_s:.0f} s",
         "",
         "| round | commit | established | violated | not established | reward |",
         "|---|---|---|---|---|---|",
@@ -139,9 +138,7 @@ def evidence_tallies(run: RunDir) -> dict[int, Counter]:
     try:
         tallies: dict[int, Counter] = {}
         for round in store.evidence_rounds():
-            latest = {
-                r.property.id: r for r in store.records(round=round) if r.property.kind != "boundary"
-            }
+            latest = {r.property.id: r for r in store.records(round=round) if r.property.kind != "boundary"}
             tallies[round] = Counter(r.outcome.value for r in latest.values())
         return tallies
     finally:

@@ -101,8 +101,10 @@ class TwinLoop:
             self.progress.message(f"round {t} regressed: {', '.join(self.regressions(t))}")
         latest = self.candidate_latest(t)
         diagnosis = self.diagnosis(t)
-        if latest and all(r.outcome is Outcome.ESTABLISHED for r in latest.values()) and (
-            diagnosis is not None and diagnosis.complete
+        if (
+            latest
+            and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
+            and (diagnosis is not None and diagnosis.complete)
         ):
             raise StopRun(f"every property established after round {t}")
         repo = self.s.repo
@@ -233,11 +235,7 @@ class TwinLoop:
 
     def evidence_score(self, t: int) -> int:
         """Established minus violated among the candidate properties recorded in round t."""
-        latest = {
-            r.property.id: r
-            for r in self.store.records(round=t)
-            if r.property.kind not in NON_CANDIDATE_KINDS
-        }
+        latest = {r.property.id: r for r in self.store.records(round=t) if r.property.kind not in NON_CANDIDATE_KINDS}
         outcomes = [r.outcome for r in latest.values()]
         return outcomes.count(Outcome.ESTABLISHED) - outcomes.count(Outcome.VIOLATED)
 

@@ -7,9 +7,10 @@ same tool-call ids in assistant and tool messages. Tool results are not compared
 (they hold timings), and in system and user text a measured number (one with a
 decimal point or an exponent, such as a similarity score or a noise floor in the
 evidence summary) only has to be a number in both: measurements differ in their
-last digits between machines, and a replay must still run on another machine. The first difference raises `ReplayDivergence` naming the
-call index, the role and the message index; so does asking for more calls than
-were recorded. Replies come back with their recorded token counts and cost 0.
+last digits between machines, and a replay must still run on another machine.
+The first difference raises `ReplayDivergence` naming the call index, the role
+and the message index; so does asking for more calls than were recorded.
+Replies come back with their recorded token counts and cost 0.
 """
 
 from __future__ import annotations
@@ -53,9 +54,7 @@ class ReplayModel:
         if not self.calls:
             raise TwinError(f"replay: {path} records no model calls")
         if not 0 <= start <= len(self.calls):
-            raise TwinError(
-                f"replay: cannot start at call {start}; {path} records {len(self.calls)} calls"
-            )
+            raise TwinError(f"replay: cannot start at call {start}; {path} records {len(self.calls)} calls")
         self._next = start
         self._lock = threading.Lock()
 
@@ -113,9 +112,7 @@ def _message_difference(want: Message, got: Message) -> str | None:
     if role in ("system", "user"):
         return _text_difference(want.get("content"), got.get("content"))
     if role == "tool" and want.get("tool_call_id") != got.get("tool_call_id"):
-        return (
-            f"tool_call_id: expected {want.get('tool_call_id')!r}, got {got.get('tool_call_id')!r}"
-        )
+        return f"tool_call_id: expected {want.get('tool_call_id')!r}, got {got.get('tool_call_id')!r}"
     if role == "assistant":
         want_ids = [c.get("id") for c in want.get("tool_calls") or []]
         got_ids = [c.get("id") for c in got.get("tool_calls") or []]
@@ -127,7 +124,8 @@ def _message_difference(want: Message, got: Message) -> str | None:
 def _text_difference(want: Any, got: Any) -> str | None:
     if want == got:
         return None
-    if isinstance(want, str) and isinstance(got, str) and MEASURED.sub("#", want) == MEASURED.sub("#", got):
+    measured_only = isinstance(want, str) and isinstance(got, str)
+    if measured_only and MEASURED.sub("#", want) == MEASURED.sub("#", got):
         return None
     if not (isinstance(want, str) and isinstance(got, str)):
         return f"content: expected {_clip(repr(want))}, got {_clip(repr(got))}"

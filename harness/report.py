@@ -126,9 +126,7 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
     ]
     cost = _mean_cost(results)
     for (model, scaffold), by_round in sorted(table.items()):
-        cells = [
-            f"{by_round[r][0]:.4f} ± {by_round[r][1]:.4f}" if r in by_round else "-" for r in range(1, rounds + 1)
-        ]
+        cells = [f"{by_round[r][0]:.4f} ± {by_round[r][1]:.4f}" if r in by_round else "-" for r in range(1, rounds + 1)]
         lines.append(f"| {model} | {scaffold} | " + " | ".join(cells) + f" | ${cost[(model, scaffold)]:.4f} |")
     lines += ["", f"![reward by round]({plots['rounds']})", "", f"## Harness − base, paired per task (R={rounds})", ""]
     if deltas:
@@ -179,8 +177,14 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
     fig, ax = plt.subplots(figsize=(6, 4))
     for (model, scaffold), by_round in sorted(table.items()):
         rs = sorted(by_round)
-        ax.errorbar(rs, [by_round[r][0] for r in rs], yerr=[by_round[r][1] for r in rs], marker="o", capsize=4,
-                    label=f"{scaffold} · {model[:30]}")
+        ax.errorbar(
+            rs,
+            [by_round[r][0] for r in rs],
+            yerr=[by_round[r][1] for r in rs],
+            marker="o",
+            capsize=4,
+            label=f"{scaffold} · {model[:30]}",
+        )
     ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title="Reward by round (mean ± std over seeds)")
     ax.legend(fontsize=7)
     names["rounds"] = _save(fig, root / "rewards_by_round.png")
@@ -210,8 +214,9 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
     fig, ax = plt.subplots(figsize=(6, 4))
     for trial in scored(results):
         if trial.reward is not None:
-            ax.scatter(trial.cost_usd, trial.reward, color="C0" if trial.scaffold == "twin" else "C1",
-                       label=trial.scaffold)
+            ax.scatter(
+                trial.cost_usd, trial.reward, color="C0" if trial.scaffold == "twin" else "C1", label=trial.scaffold
+            )
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=False))
     ax.legend(unique.values(), unique.keys(), fontsize=7)

@@ -14,8 +14,8 @@ from pathlib import Path
 from benchmark_adapter.task import Task, load_task
 from harness.budget import BudgetTracker
 from harness.candidate_repo import CandidateRepo
-from harness.model import Model
 from harness.ledger import LedgerBudget, budget_for_run
+from harness.model import Model
 from harness.model_factory import make_model
 from harness.progress import Progress
 from harness.run import RunConfig, RunDir, RunState

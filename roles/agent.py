@@ -123,9 +123,7 @@ class Agent:
                 result, exit_ = self._refuse_arguments(call.name, call.arguments_raw), None
             else:
                 result, exit_ = self._execute(call.name, call.arguments)
-            self.messages.append(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text}
-            )
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text})
             submitted = submitted or exit_
         if submitted is not None:
             raise submitted

@@ -48,6 +48,4 @@ class VerifierReport(BaseModel):
     """The Verifier's closing note (its outcomes are in the evidence store, not here)."""
 
     summary: str = Field(description="What was checked this round, in a few sentences.")
-    unchecked: list[str] = Field(
-        default_factory=list, description="Properties the Verifier could not examine yet."
-    )
+    unchecked: list[str] = Field(default_factory=list, description="Properties the Verifier could not examine yet.")

@@ -83,9 +83,7 @@ class Verifier:
 
     role = "verifier"
 
-    def __init__(
-        self, model: Model, bench: Workbench, desk: ProbeDesk, *, max_steps: int = 40, **observers: Any
-    ):
+    def __init__(self, model: Model, bench: Workbench, desk: ProbeDesk, *, max_steps: int = 40, **observers: Any):
         self.desk = desk
         tools = workbench_tools(bench, write=False)
         tools.update({tool.name: tool for tool in probe_tools(desk)})

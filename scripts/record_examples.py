@@ -40,7 +40,10 @@ DEMO_PROBES = {"mlp-train": ["model"], "llama-lora-sft": ["modeling"], "llama-pa
 
 
 def call(tool: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": tool, "arguments": arguments}], "usage": {"prompt_tokens": 0, "completion_tokens": 0}}
+    return {
+        "tool_calls": [{"name": tool, "arguments": arguments}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+    }
 
 
 def defect_of(task: str) -> Defect:
@@ -52,7 +55,11 @@ def oracle_files(task: str, defect: Defect) -> dict[str, str]:
     root = TASKS / task / "solution" / "app"
     files = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".toml", ".md", ".txt"):
+        if (
+            path.is_file()
+            and "__pycache__" not in path.parts
+            and path.suffix in (".py", ".json", ".toml", ".md", ".txt")
+        ):
             rel = str(path.relative_to(root))
             text = path.read_text()
             files[rel] = text.replace(defect.old, defect.new) if rel == defect.file else text
@@ -69,12 +76,21 @@ def twin_plan(task: str) -> list[dict]:
     probes = probe_files(task)
     diagnosis = {
         "summary": "Nothing is migrated yet.",
-        "gaps": [{"title": "migrate the package", "objective": "write the JAX package in /app mirroring /source",
-                  "evidence": [], "probes": ["forward passes against the original"], "priority": 1}],
+        "gaps": [
+            {
+                "title": "migrate the package",
+                "objective": "write the JAX package in /app mirroring /source",
+                "evidence": [],
+                "probes": ["forward passes against the original"],
+                "priority": 1,
+            }
+        ],
         "complete": False,
     }
     replies = [call("read_file", path="/source"), call("submit", diagnosis=diagnosis)]
-    replies += [call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()]
+    replies += [
+        call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()
+    ]
     replies += [call("submit", summary="wrote the JAX package")]
     replies += [call("run_checks")]
     for name, source in probes.items():
@@ -82,12 +98,22 @@ def twin_plan(task: str) -> list[dict]:
     replies += [call("submit", summary="checked the candidate and probed the model against the original")]
     fix = {
         "summary": f"A probe of {defect.component} is violated.",
-        "gaps": [{"title": f"{defect.component} diverges from the original", "objective": defect.description or "repair it",
-                  "evidence": [], "probes": ["re-run the model probes"], "priority": 1}],
+        "gaps": [
+            {
+                "title": f"{defect.component} diverges from the original",
+                "objective": defect.description or "repair it",
+                "evidence": [],
+                "probes": ["re-run the model probes"],
+                "priority": 1,
+            }
+        ],
         "complete": False,
     }
     replies += [call("submit", diagnosis=fix)]
-    replies += [call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old), call("submit", summary="repaired")]
+    replies += [
+        call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old),
+        call("submit", summary="repaired"),
+    ]
     replies += [call("submit", summary="the earlier probes were re-run on the repaired candidate")]
     return replies
 
@@ -95,9 +121,14 @@ def twin_plan(task: str) -> list[dict]:
 def base_plan(task: str) -> list[dict]:
     defect = defect_of(task)
     replies = [call("read_file", path="/source")]
-    replies += [call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()]
+    replies += [
+        call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()
+    ]
     replies += [call("submit", summary="wrote the JAX package")]
-    replies += [call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old), call("submit", summary="continued")]
+    replies += [
+        call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old),
+        call("submit", summary="continued"),
+    ]
     return replies
 
 
@@ -109,7 +140,9 @@ def record(task: str, scaffold: str) -> Path:
     with tempfile.TemporaryDirectory(prefix="twin-record-") as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(plan))
-        config = RunConfig.build(task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=False)
+        config = RunConfig.build(
+            task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=False
+        )
         run = RunDir.create(Path(tmp) / "runs", config, "record")
         print(run_migration(run))
         out = EXAMPLES / task / f"{scaffold}.jsonl"

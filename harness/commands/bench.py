@@ -61,9 +61,7 @@ def bench_command(
 
     def show(result) -> None:
         reward = "-" if result.reward is None else f"{result.reward:.4f}"
-        console.print(
-            f"{result.trial_id}: {result.status} reward={reward} ${result.cost_usd:.4f}", highlight=False
-        )
+        console.print(f"{result.trial_id}: {result.status} reward={reward} ${result.cost_usd:.4f}", highlight=False)
 
     results = run_bench(config, benches_dir, on_trial=show)
     done = sum(t.status == "ok" for t in results.trials.values())

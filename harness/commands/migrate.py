@@ -13,16 +13,12 @@ from harness.run import RunConfig, RunDir, Scaffold
 
 def migrate_command(
     task: Path = typer.Option(None, "--task", help="Task directory (Harbor format)."),
-    model: str = typer.Option(
-        None, "--model", envvar="TWIN_MODEL", help="litellm model string, or replay:PATH."
-    ),
+    model: str = typer.Option(None, "--model", envvar="TWIN_MODEL", help="litellm model string, or replay:PATH."),
     scaffold: str = typer.Option("twin", "--scaffold", help="twin (the loop) or base (one agent)."),
     rounds: int = typer.Option(None, "--rounds", help="Refinement rounds (default 2)."),
     seed: int = typer.Option(None, "--seed", help="Trial seed, recorded with the run."),
     api_base: str = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
-    api_key: str = typer.Option(
-        None, "--api-key", envvar="TWIN_API_KEY", help="Provider key (never written to disk)."
-    ),
+    api_key: str = typer.Option(None, "--api-key", envvar="TWIN_API_KEY", help="Provider key (never written to disk)."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget of the run."),
     max_usd: float = typer.Option(None, "--max-usd", help="Dollar budget of the run."),
     max_calls: int = typer.Option(None, "--max-calls", help="Model-call budget of the run."),
@@ -57,9 +53,7 @@ def migrate_command(
         )
         budget = {
             k: v
-            for k, v in dict(
-                max_tokens=max_tokens, max_usd=max_usd, max_calls=max_calls, max_wall_s=max_wall_s
-            ).items()
+            for k, v in dict(max_tokens=max_tokens, max_usd=max_usd, max_calls=max_calls, max_wall_s=max_wall_s).items()
             if v is not None
         }
         if budget:
@@ -83,8 +77,8 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
     from harness.finish import grade_rounds, write_summary
     from harness.loop import TwinLoop
     from harness.model import ModelInfraError
-    from harness.sandbox.base import SandboxError
     from harness.progress import Progress, RunView
+    from harness.sandbox.base import SandboxError
     from harness.session import open_session
 
     console = console or Console()
@@ -120,8 +114,10 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
     finally:
         session.close()
     final = grades.final if grades else None
-    reward = "not graded" if final is None else (
-        f"reward {final.reward:.4f}" if final.reward is not None else f"grading failed: {final.error}"
+    reward = (
+        "not graded"
+        if final is None
+        else (f"reward {final.reward:.4f}" if final.reward is not None else f"grading failed: {final.error}")
     )
     return (
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "

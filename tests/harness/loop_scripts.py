@@ -18,7 +18,7 @@ OPS_GOOD = (
     "def scale(x, k):\n    return np.multiply(x, k)\n"
 )
 OPS_BUGGY = OPS_GOOD.replace("np.multiply(x, k)", "np.multiply(x, k + 1)")
-PROBE = '''PROBES = {"calc_ops": {"id": "calc.ops", "level": 1, "description": "add and scale match the original"}}
+PROBE = """PROBES = {"calc_ops": {"id": "calc.ops", "level": 1, "description": "add and scale match the original"}}
 
 
 def inputs(env):
@@ -33,11 +33,14 @@ def reference(env):
 def candidate(env):
     from calc import ops
     return {"sum": ops.add(env.inputs["x"], env.inputs["x"]), "scaled": ops.scale(env.inputs["x"], env.inputs["k"])}
-'''
+"""
 
 
 def call(tool: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": tool, "arguments": arguments}], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}
+    return {
+        "tool_calls": [{"name": tool, "arguments": arguments}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20},
+    }
 
 
 def diagnose(complete: bool = False) -> dict:
@@ -98,7 +101,11 @@ def twin_regress_in_round_two() -> list[dict]:
 
 
 def base_two_rounds() -> list[dict]:
-    return [*migrate(OPS_BUGGY), call("edit_file", path="/app/calc/ops.py", old="k + 1", new="k"), call("submit", summary="fixed")]
+    return [
+        *migrate(OPS_BUGGY),
+        call("edit_file", path="/app/calc/ops.py", old="k + 1", new="k"),
+        call("submit", summary="fixed"),
+    ]
 
 
 def write_script(path: Path, replies: list[dict]) -> str:

@@ -30,8 +30,7 @@ def scripts(tmp_path):
 
 def config(tmp_path, **kw) -> BenchConfig:
     return BenchConfig(
-        name="b", tasks=[plans.TINY_TASK], models=[scripts(tmp_path)], rounds=2, seeds=1,
-        retry_backoff_s=0, **kw
+        name="b", tasks=[plans.TINY_TASK], models=[scripts(tmp_path)], rounds=2, seeds=1, retry_backoff_s=0, **kw
     )
 
 
@@ -74,8 +73,15 @@ def test_infrastructure_failure_is_marked_retried_and_never_scored(tmp_path, mon
     assert result.status == "infra_failed" and result.rewards == {}
     # a live model whose server refuses connections: infrastructure, retried, left unscored
     cfg = BenchConfig(
-        name="infra", tasks=[plans.TINY_TASK], models=["openai/x"], scaffolds=["base"],
-        rounds=1, api_base="http://127.0.0.1:9/v1", infra_retries=1, retry_backoff_s=0, model_retries=0,
+        name="infra",
+        tasks=[plans.TINY_TASK],
+        models=["openai/x"],
+        scaffolds=["base"],
+        rounds=1,
+        api_base="http://127.0.0.1:9/v1",
+        infra_retries=1,
+        retry_backoff_s=0,
+        model_retries=0,
     )
     monkeypatch.setenv("TWIN_API_KEY", "sk-none")
     results = run_bench(cfg, tmp_path / "benches")
@@ -87,8 +93,21 @@ def test_infrastructure_failure_is_marked_retried_and_never_scored(tmp_path, mon
 def test_killed_bench_resumes_where_it_stopped(tmp_path):
     model = scripts(tmp_path)
     command = [
-        sys.executable, "-m", "harness.cli", "bench", "--tasks", str(plans.TINY_TASK), "--model", model,
-        "--rounds", "2", "--name", "k", "--benches-dir", str(tmp_path / "benches"), "--no-report",
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "bench",
+        "--tasks",
+        str(plans.TINY_TASK),
+        "--model",
+        model,
+        "--rounds",
+        "2",
+        "--name",
+        "k",
+        "--benches-dir",
+        str(tmp_path / "benches"),
+        "--no-report",
     ]
     proc = subprocess.Popen(command, start_new_session=True)
     results = tmp_path / "benches" / "k" / "results.json"

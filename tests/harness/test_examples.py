@@ -35,9 +35,7 @@ CASES = [
 @pytest.mark.parametrize(("task", "scaffold"), CASES)
 def test_example_replays_without_divergence(task, scaffold, tmp_path):
     recording = EXAMPLES / task / f"{scaffold}.jsonl"
-    config = RunConfig.build(
-        task=TASKS / task, model=f"replay:{recording}", scaffold=scaffold, rounds=2, grade=False
-    )
+    config = RunConfig.build(task=TASKS / task, model=f"replay:{recording}", scaffold=scaffold, rounds=2, grade=False)
     run = RunDir.create(tmp_path, config, "replay")
     run_migration(run)
     state = run.load_state()
@@ -54,8 +52,12 @@ def test_example_replays_without_divergence(task, scaffold, tmp_path):
 @pytest.mark.timeout(5400)
 def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_path):
     config = BenchConfig(
-        name="bundled", tasks=sorted(TASKS / name for name in ("mlp-train", "llama-lora-sft", "llama-paged-serve")),
-        models=[f"replay:{EXAMPLES}/{{task}}/{{scaffold}}.jsonl"], rounds=2, seeds=1, jobs=2,
+        name="bundled",
+        tasks=sorted(TASKS / name for name in ("mlp-train", "llama-lora-sft", "llama-paged-serve")),
+        models=[f"replay:{EXAMPLES}/{{task}}/{{scaffold}}.jsonl"],
+        rounds=2,
+        seeds=1,
+        jobs=2,
     )
     results = run_bench(config, tmp_path)
     assert len(results.trials) == 6 and all(t.status == "ok" for t in results.trials.values())
@@ -65,5 +67,5 @@ def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_pa
     from harness.report import reward_by_round, write_report
 
     text = write_report(BenchDir(tmp_path / "bundled")).read_text()
-    for (model, scaffold), by_round in reward_by_round(results).items():
+    for by_round in reward_by_round(results).values():
         assert f"{by_round[2][0]:.4f} ± {by_round[2][1]:.4f}" in text

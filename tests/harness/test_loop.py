@@ -61,7 +61,11 @@ def test_regression_in_round_two_is_flagged_and_round_one_is_delivered(tmp_path)
 
 
 def model_calls(run: RunDir) -> int:
-    return sum('"model_call"' in line for line in run.trajectory.read_text().splitlines()) if run.trajectory.exists() else 0
+    return (
+        sum('"model_call"' in line for line in run.trajectory.read_text().splitlines())
+        if run.trajectory.exists()
+        else 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -110,9 +114,7 @@ def test_refused_requests_land_in_the_audit_log_and_the_evidence(tmp_path):
     run_migration(run)
     audit = [json.loads(line) for line in run.audit_log.read_text().splitlines()]
     assert any(a["target"] == "/tests/test.sh" for a in audit)
-    tool_results = [
-        json.loads(line) for line in run.trajectory.read_text().splitlines() if '"tool_call"' in line
-    ]
+    tool_results = [json.loads(line) for line in run.trajectory.read_text().splitlines() if '"tool_call"' in line]
     assert tool_results[1]["result"].startswith("error: no tool named 'write_file'")
     store = EvidenceStore(run.evidence, create=False)
     boundary = store.records(kind="boundary")
@@ -140,9 +142,7 @@ def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monke
     responses.insert(3, error(429, "slow down"))
     monkeypatch.setenv("TWIN_API_KEY", "sk-fake-key-for-tests")
     with FakeOpenAIServer(responses) as server:
-        config = RunConfig.build(
-            task=plans.TINY_TASK, model="openai/fake-model", api_base=server.base_url, rounds=2
-        )
+        config = RunConfig.build(task=plans.TINY_TASK, model="openai/fake-model", api_base=server.base_url, rounds=2)
         run = RunDir.create(tmp_path / "runs", config, "live")
         run_migration(run)
         assert server.remaining == 0
@@ -166,8 +166,20 @@ def test_killed_run_resumes_from_its_last_complete_step(tmp_path):
     model = plans.write_script(tmp_path / "script.json", plans.twin_with_slow_migration(6))
     runs = tmp_path / "runs"
     command = [
-        sys.executable, "-m", "harness.cli", "migrate", "--task", str(plans.TINY_TASK), "--model", model,
-        "--rounds", "2", "--runs-dir", str(runs), "--run-id", "k",
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "migrate",
+        "--task",
+        str(plans.TINY_TASK),
+        "--model",
+        model,
+        "--rounds",
+        "2",
+        "--runs-dir",
+        str(runs),
+        "--run-id",
+        "k",
     ]
     proc = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trajectory = runs / "k" / "trajectory.jsonl"
