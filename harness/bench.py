@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from harness.errors import InfraFailure, TwinError
 from harness.ledger import LEDGER_ENV, Ledger, LedgerLimits
-from harness.run import RunDir, Scaffold, write_json_atomic
+from harness.run import RunDir, Scaffold, write_text_atomic
 
 RESULTS_VERSION = 1
 TrialStatus = Literal["ok", "failed", "infra_failed", "not_started"]
@@ -161,7 +161,7 @@ class BenchDir:
         return results
 
     def save(self, results: BenchResults) -> None:
-        write_json_atomic(self.results_path, results.model_dump_json(indent=2))
+        write_text_atomic(self.results_path, results.model_dump_json(indent=2))
 
 
 def trials_of(config: BenchConfig) -> list[TrialSpec]:
@@ -279,7 +279,7 @@ def run_bench(
         results.config = config
     else:
         results = BenchResults(config=config)
-    write_json_atomic(bench.config_path, config.model_dump_json(indent=2))
+    write_text_atomic(bench.config_path, config.model_dump_json(indent=2))
     bench.save(results)
     ledger = Ledger.create(bench.ledger_path, config.limits)
     env = {**os.environ, LEDGER_ENV: str(bench.ledger_path.resolve())}

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.errors import TwinError
-from harness.run import RunDir, write_json_atomic
+from harness.run import RunDir, write_text_atomic
 
 GRADES_VERSION = 1
 
@@ -87,7 +87,7 @@ def grade_rounds(session: Any, progress: Any) -> RunGrades:
         final_round=s.state.final_round,
         rounds=grades,
     )
-    write_json_atomic(s.run.grades, result.model_dump_json(indent=2))
+    write_text_atomic(s.run.grades, result.model_dump_json(indent=2))
     return result
 
 
@@ -124,7 +124,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         lines += ["", f"## Grade of the final candidate (round {final.round})", ""]
         lines += [f"- {name}: {value}" for name, value in sorted(final.components.items())]
     text = "\n".join(lines) + "\n"
-    write_json_atomic(s.run.summary, text)
+    write_text_atomic(s.run.summary, text)
     return text
 
 

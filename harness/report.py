@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.bench import BenchDir, BenchResults, TrialResult
-from harness.run import write_json_atomic
+from harness.run import write_text_atomic
 
 BOOTSTRAP_SAMPLES = 10_000
 
@@ -155,7 +155,7 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
         lines += ["", "## Trials left out of every number", ""]
         lines += [f"- {t.trial_id}: {t.status} ({t.error or t.stop_reason})" for t in excluded]
     path = bench.root / "report.md"
-    write_json_atomic(path, "\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 

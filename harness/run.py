@@ -131,7 +131,7 @@ class RunState(BaseModel):
         return max((r.model_calls for r in self.rounds if r.done), default=0)
 
 
-def write_json_atomic(path: Path, data: str) -> None:
+def write_text_atomic(path: Path, data: str) -> None:
     """Write a file so that a reader sees the old or the new content, never half of it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -168,7 +168,7 @@ class RunDir:
             raise RunError(f"run directory already exists: {root} (use --resume to continue it)")
         root.mkdir(parents=True)
         run = cls(root)
-        write_json_atomic(run.config_path, config.model_dump_json(indent=2))
+        write_text_atomic(run.config_path, config.model_dump_json(indent=2))
         run.save_state(RunState(run_id=run_id))
         return run
 
@@ -201,4 +201,4 @@ class RunDir:
         return state
 
     def save_state(self, state: RunState) -> None:
-        write_json_atomic(self.state_path, state.model_dump_json(indent=2))
+        write_text_atomic(self.state_path, state.model_dump_json(indent=2))
