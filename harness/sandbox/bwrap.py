@@ -109,6 +109,9 @@ class BwrapSandbox:
             args.append("--unshare-net")
         if not b.nested_sandbox:
             args += ["--cap-drop", "ALL"]
+        # /proc, /dev and the private /tmp first, so that a root granted under /tmp (a venv or a
+        # checkout that lives there) is bound on top of the tmpfs instead of hidden by it.
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         for mount in sorted(b.mounts, key=lambda m: len(m.inside)):
             if not mount.host.exists():
                 raise SandboxError(f"boundary {b.name}: mount source {mount.host} does not exist")
@@ -117,7 +120,6 @@ class BwrapSandbox:
                 args += ["--symlink", link, mount.inside]
                 continue
             args += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         args += self._cover_hidden()
         args += self._hide_packages()
         args += ["--remount-ro", "/"]  # only the writable mount and /tmp take writes
