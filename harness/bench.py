@@ -284,18 +284,16 @@ def run_bench(
     ledger = Ledger.create(bench.ledger_path, config.limits)
     env = {**os.environ, LEDGER_ENV: str(bench.ledger_path.resolve())}
 
-    pending = [
-        spec
-        for spec in trials_of(config)
-        if results.trials.get(spec.trial_id) is None
-        or results.trials[spec.trial_id].status == "not_started"
-        or (
-            results.trials[spec.trial_id].status == "infra_failed"
-            and results.trials[spec.trial_id].attempts <= config.infra_retries
-        )
-    ]
-    attempts = {spec.trial_id: results.trials.get(spec.trial_id, None) for spec in pending}
-    attempts_n = {tid: (r.attempts if r else 0) for tid, r in attempts.items()}
+    def needs_run(previous: TrialResult | None) -> bool:
+        if previous is None or previous.status == "not_started":
+            return True
+        return previous.status == "infra_failed" and previous.attempts <= config.infra_retries
+
+    pending = [spec for spec in trials_of(config) if needs_run(results.trials.get(spec.trial_id))]
+    attempts_n = {
+        spec.trial_id: results.trials[spec.trial_id].attempts if spec.trial_id in results.trials else 0
+        for spec in pending
+    }
 
     def launch(spec: TrialSpec) -> tuple[list[str], Path]:
         run_dir = bench.runs / spec.trial_id
@@ -316,11 +314,10 @@ def run_bench(
         return result
 
     queue = list(pending)
-    backoff = {spec.trial_id: 0.0 for spec in pending}
     if config.executor == "ray":
         _run_with_ray(config, queue, launch, record, env, ledger)
     else:
-        _run_locally(config, queue, launch, record, env, ledger, backoff)
+        _run_locally(config, queue, launch, record, env, ledger)
     return results
 
 
@@ -332,7 +329,7 @@ def budget_left(ledger: Ledger) -> bool:
     return True
 
 
-def _run_locally(config, queue, launch, record, env, ledger, backoff) -> None:
+def _run_locally(config, queue, launch, record, env, ledger) -> None:
     running: dict[Future, tuple[TrialSpec, float]] = {}
     with ThreadPoolExecutor(max_workers=config.jobs) as pool:
         while queue or running:
