@@ -141,25 +141,27 @@ class ProbeContext:
         return self._sandboxes[side]
 
     def _build_sandbox(self, side: Side):
-        if self.resolved_sandbox_kind == "none":
-            from probes.local_sandbox import LocalSandbox
-
-            return LocalSandbox(env=self.side_env(), timeout_s=self.timeout_s)
         from harness.boundary import Boundary, Limits, Mount
-        from harness.sandbox.bwrap import BwrapSandbox
+        from harness.sandbox.registry import make_sandbox
 
-        settings = self.task.settings
-        mounts = [Mount(host=Path(d), inside=d) for d in SYSTEM_DIRS if Path(d).exists()]
-        for prefix in {sys.prefix, sys.base_prefix}:
-            if not any(prefix.startswith(d + "/") for d in SYSTEM_DIRS):
-                mounts.append(Mount(host=Path(prefix), inside=prefix))
-        mounts.append(Mount(host=self.workdir, inside=PROBE_MOUNT, writable=True))
-        if self.assets is not None and self.assets.is_dir():
-            mounts.append(Mount(host=self.assets, inside=settings.assets_mount))
-        if side == "reference":
-            mounts.append(Mount(host=self.source, inside=settings.source_mount))
-        else:
-            mounts.append(Mount(host=self.candidate, inside=settings.candidate_mount))
+        kind = self.resolved_sandbox_kind
+        roots = self.roots(side)
+        hosts = {
+            "work": self.workdir,
+            "assets": self.assets,
+            "source": self.source,
+            "candidate": self.candidate,
+        }
+        mounts = [
+            Mount(host=Path(hosts[name]), inside=inside, writable=name == "work")
+            for name, inside in roots.items()
+            if inside is not None
+        ]
+        if kind != "none":
+            mounts += [Mount(host=Path(d), inside=d) for d in SYSTEM_DIRS if Path(d).exists()]
+            for prefix in {sys.prefix, sys.base_prefix}:
+                if not any(prefix.startswith(d + "/") for d in SYSTEM_DIRS):
+                    mounts.append(Mount(host=Path(prefix), inside=prefix))
         boundary = Boundary(
             name=f"probe:{side}",
             mounts=mounts,
@@ -170,10 +172,12 @@ class ProbeContext:
             network=False,
             env=self.side_env(),
             limits=Limits(wall_s=self.timeout_s),
-            workdir=PROBE_MOUNT,
+            workdir=roots["work"],
             audit_log=self.audit_log,
         )
-        return BwrapSandbox(boundary)
+        # 'none' is a plain subprocess: the forbidden packages stay importable, so the
+        # probe driver refuses them with an import hook (real runs use bwrap).
+        return make_sandbox(kind, boundary)
 
     def close(self) -> None:
         for sandbox in self._sandboxes.values():
