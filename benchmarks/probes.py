@@ -30,11 +30,12 @@ from benchmark_adapter.defects import apply_defect  # noqa: E402
 from benchmark_adapter.task import load_task  # noqa: E402
 from evidence_store.records import Outcome  # noqa: E402
 from probes.context import make_context  # noqa: E402
-from probes.localize import localize_divergence  # noqa: E402
+from probes.localize import localization_verdict, localize_divergence  # noqa: E402
 from probes.suite import builtin_checks, run_probes, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
+VERDICTS = ("exact", "counterpart", "module", "no")
 
 
 def load_defects(task_name: str) -> list:
@@ -45,20 +46,6 @@ def load_defects(task_name: str) -> list:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.DEFECTS)
-
-
-def _strip(name: str, package: str) -> list[str]:
-    parts = name.split(".")
-    return parts[1:] if parts and parts[0] == package else parts
-
-
-def component_match(found: str | None, wanted: str, package: str) -> tuple[bool, bool]:
-    """(names the component: one dotted path is a prefix of the other; names its module)."""
-    if not found:
-        return False, False
-    a, b = _strip(found, package), _strip(wanted, package)
-    n = min(len(a), len(b))
-    return bool(n) and a[:n] == b[:n], bool(a and b and a[0] == b[0])
 
 
 def bare_seconds(results, sides=("reference", "candidate")) -> float:
@@ -95,11 +82,6 @@ def summarize(results) -> dict:
 
 def bench_task(name: str, args, scratch: Path) -> dict:
     task = load_task(TASKS / name)
-    package = {
-        "mlp-train": "mlp_train",
-        "llama-lora-sft": "llama_sft",
-        "llama-paged-serve": "paged_serve",
-    }.get(name, "")
     oracle = scratch / name / "oracle"
     shutil.copytree(
         task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__")
@@ -145,7 +127,7 @@ def bench_task(name: str, args, scratch: Path) -> dict:
         ctx, res, dwall = run_suite(task, dest, scratch / name / f"work-{defect.name}", args, cache)
         found = localize_divergence(ctx, res)
         component = found.observations["component"] if found else None
-        exact, module = component_match(component, defect.component, package)
+        verdict = localization_verdict(component, defect.component, task.source_dir, oracle)
         violated = sorted(r.property.id for r in res if r.outcome is Outcome.VIOLATED)
         report["defects"].append(
             {
@@ -153,24 +135,24 @@ def bench_task(name: str, args, scratch: Path) -> dict:
                 "component": defect.component,
                 "violated": violated,
                 "localized": component,
-                "localized_exact": exact,
-                "localized_module": module,
+                "localization": verdict,
                 "wall_s": dwall,
             }
         )
         mark = "caught" if violated else "MISSED"
         print(
             f"   {defect.name:32} {mark:6} localized {component!s:45} want {defect.component:35} "
-            f"{'ok' if exact else ('module' if module else 'no')}  ({dwall:.0f}s) {violated[:4]}"
+            f"{verdict:11} ({dwall:.0f}s) {violated[:4]}"
         )
     caught = [d for d in report["defects"] if d["violated"]]
     if defects:
         n = len(defects)
-        exact = sum(d["localized_exact"] for d in caught)
-        module = sum(d["localized_module"] for d in caught)
+        named = sum(d["localization"] in ("exact", "counterpart") for d in caught)
+        counts = {v: sum(d["localization"] == v for d in caught) for v in VERDICTS}
         print(
-            f"   defects caught {len(caught)}/{n} ({len(caught) / n:.0%}); localized among caught: "
-            f"component {exact}/{len(caught)}, module {module}/{len(caught)}"
+            f"   defects caught {len(caught)}/{n} ({len(caught) / n:.0%}); localization names the "
+            f"defective component for {named}/{len(caught)} caught "
+            f"({named / max(1, len(caught)):.0%}): " + ", ".join(f"{v} {c}" for v, c in counts.items())
         )
     return report
 
@@ -192,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         reports = [bench_task(name, args, scratch) for name in names]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    defects = [d for report in reports for d in report["defects"]]
+    if defects:
+        caught = [d for d in defects if d["violated"]]
+        named = sum(d["localization"] in ("exact", "counterpart") for d in caught)
+        print(
+            f"\n== all tasks: defects caught {len(caught)}/{len(defects)} "
+            f"({len(caught) / len(defects):.0%}); localization names the defective component for "
+            f"{named}/{len(caught)} caught ({named / max(1, len(caught)):.0%})"
+        )
     if args.out:
         args.out.write_text(json.dumps(reports, indent=2))
     return 0

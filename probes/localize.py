@@ -1,13 +1,17 @@
 """Progressive divergence localization (002, §4.2): name the first divergent component.
 
-The original is read into a module graph (networkx): a node per module, class
-and function (`pkg.model.MLP`), an edge `a -> b` when `a` uses `b` (instantiates,
-calls or references it) and from every definition to the module that holds it. Probes name the component
-they exercise (`PROBES[...]["component"]`), from leaves (a norm, an attention)
-up to composed pieces (a block, the model, the loss, a train step, the run).
-When probes are violated, the first divergent component is a violated one none
-of whose own dependencies is violated: below it everything that was probed
-agrees, so the divergence starts there.
+The original is read into a module graph (networkx): a node per module, class,
+method and function (`pkg.model.MLP`, `pkg.model.MLP.forward`), an edge `a -> b`
+when `a` uses `b` (instantiates, calls or references it, `self.b()` included),
+from every class to its methods and from every definition to the module that
+holds it. Probes name the component they exercise (`PROBES[...]["component"]`),
+from leaves (a norm, an attention) up to composed pieces (a block, the model,
+the loss, a train step, the run). When probes are violated, the first divergent
+component is a violated one none of whose own dependencies is violated: below it
+everything that was probed agrees, so the divergence starts there. Among several
+such, the lowest level wins, then the one the fewest established probes rely on
+(a converter every agreeing forward probe loads its weights through is less
+suspect than one no agreeing probe touches), then the one with the least below it.
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ def module_graph(source: Path):
                 # A definition depends on its module: when the module cannot even be
                 # imported, every definition in it fails with it.
                 graph.add_edge(f"{name}.{node.name}", name)
+                for method in _methods(node):
+                    graph.add_node(f"{name}.{node.name}.{method.name}", kind="method", module=name)
+                    graph.add_edge(f"{name}.{node.name}", f"{name}.{node.name}.{method.name}")
     for name, (tree, is_package) in parsed.items():
         scope = {n.split(".")[-1]: n for n, data in graph.nodes(data=True) if data.get("module") == name}
         for node in ast.walk(tree):
@@ -87,25 +94,56 @@ def module_graph(source: Path):
             if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             user = f"{name}.{node.name}"
-            for inner in ast.walk(node):
-                used = None
-                if isinstance(inner, ast.Name) and inner.id in scope:
-                    used = scope[inner.id]
-                elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id in scope:
-                    candidate = f"{scope[inner.value.id]}.{inner.attr}"
-                    used = candidate if candidate in graph else None
-                if used and used != user and used in graph:
-                    graph.add_edge(user, used)
+            _add_uses(graph, user, node, scope, None)
+            for method in _methods(node):
+                _add_uses(graph, f"{user}.{method.name}", method, scope, user)
     return graph
 
 
+def _methods(node: ast.AST) -> list:
+    if not isinstance(node, ast.ClassDef):
+        return []
+    return [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _add_uses(graph, user: str, node: ast.AST, scope: dict[str, str], owner: str | None) -> None:
+    """Edges from `user` to what its body names; `owner` is the class of a method (for `self.x`)."""
+    import networkx as nx
+
+    for inner in ast.walk(node):
+        used = None
+        if isinstance(inner, ast.Name) and inner.id in scope:
+            used = scope[inner.id]
+        elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name):
+            if inner.value.id in scope:
+                used = f"{scope[inner.value.id]}.{inner.attr}"
+            elif owner and inner.value.id == "self":
+                used = f"{owner}.{inner.attr}"
+        # Never close a cycle (a method using its own class): the localizer needs an order.
+        if used and used != user and used in graph and not nx.has_path(graph, used, user):
+            graph.add_edge(user, used)
+
+
 def _node_for(graph, component: str) -> str | None:
-    """The graph node a component names: itself, else the shortest node ending in it, else its deepest prefix."""
+    """The graph node a component names.
+
+    Itself; else the shortest node ending in it; else, for `module.name`, a method
+    `module.Class.name` of that module (a method the migration made a function);
+    else its deepest prefix.
+    """
     if component in graph:
         return component
     longer = [n for n in graph.nodes if n.endswith("." + component)]
     if longer:
         return min(longer, key=len)
+    module, _, last = component.rpartition(".")
+    same_name = [
+        n
+        for n, data in graph.nodes(data=True)
+        if data.get("kind") == "method" and data.get("module") == module and n.rpartition(".")[2] == last
+    ]
+    if len(same_name) == 1:
+        return same_name[0]
     shorter = [n for n in graph.nodes if component.startswith(n + ".") or component.endswith("." + n)]
     return max(shorter, key=len) if shorter else None
 
@@ -136,11 +174,15 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
             if node and target and node != target:
                 graph.add_edge(node, target)
     established: set[str] = set()
+    support: dict[str, int] = {}
     for result in results:
         component = result.context.get("component")
         if not component:
             continue
         node = _node_for(graph, component) or component
+        if result.outcome is Outcome.ESTABLISHED:
+            for used in {node, *(_node_for(graph, u) or u for u in result.context.get("uses") or [])}:
+                support[used] = support.get(used, 0) + 1
         # A package's __init__ locates nothing more than "somewhere in the package".
         if node in graph and graph.nodes[node].get("package"):
             continue
@@ -153,9 +195,9 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     in_graph = [n for n in violated if n in graph]
     first = [n for n in violated if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)]
 
-    def depth(node: str) -> tuple[int, int]:
+    def depth(node: str) -> tuple[int, int, int]:
         below = len(__import__("networkx").descendants(graph, node)) if node in graph else 10**6
-        return (min(r.property.level for r in violated[node]), below)
+        return (min(r.property.level for r in violated[node]), support.get(node, 0), below)
 
     first.sort(key=depth)
     chosen = first[0]
@@ -195,3 +237,66 @@ def localization_probe(task_library: bool = True, probe_files: list[str] | None 
         return [found] if found is not None else []
 
     return probe
+
+
+def localization_verdict(found: str | None, wanted: str, source: Path, candidate: Path) -> str:
+    """How well a localized component names a known defective one (scoring seeded defects).
+
+    Args:
+        found: the component the localization named (a node of the original's graph).
+        wanted: where the defect lives, as a dotted name in the candidate, with or
+            without its top-level package ('checkpoint.to_state_dict').
+        source: the original repository (its graph holds `found`).
+        candidate: the candidate the defect was applied to, e.g. the oracle (its graph holds `wanted`).
+
+    Returns:
+        'exact': `found` is the defective component, a definition holding it (a
+        class around a method), or a part of a defective module;
+        'counterpart': the defect lives in a candidate helper the original does not
+        have, and `found` is an original definition whose migrated counterpart
+        calls that helper directly (`to_state_dict` under `save_checkpoint`);
+        'module': only the module is right; 'no': otherwise.
+    """
+    if not found:
+        return "no"
+    src, cand = module_graph(source), module_graph(candidate)
+    wanted = _qualify(cand, wanted)
+    if wanted in src or wanted in cand:
+        target = wanted
+    else:
+        target = _node_for(src, wanted) or _node_for(cand, wanted) or wanted
+    if target not in src:
+        # A function the migration made of a method (`model.hidden_states` for
+        # `model.MLPClassifier.hidden_states`) is that method in the original.
+        same = _node_for(src, target)
+        if same is not None and src.nodes[same].get("kind") == "method":
+            target = same
+    found_node = _node_for(src, found) or found
+
+    def kind(graph, node: str) -> str:
+        return graph.nodes[node].get("kind", "") if node in graph else ""
+
+    if found_node == target or found_node.startswith(target + "."):
+        return "exact"
+    if target.startswith(found_node + ".") and kind(src, found_node) in ("class", "function", "method"):
+        return "exact"
+    if target in cand and target not in src and found_node in cand and cand.has_edge(found_node, target):
+        return "counterpart"
+
+    def module_of(node: str) -> str:
+        for graph in (src, cand):
+            if node in graph:
+                return graph.nodes[node].get("module") or node
+        return node.rsplit(".", 1)[0]
+
+    return "module" if module_of(found_node) == module_of(target) else "no"
+
+
+def _qualify(graph, name: str) -> str:
+    """`name` with its top-level package put in front when it was left out."""
+    if name in graph or name.split(".")[0] in graph:
+        return name
+    for top in sorted(n for n in graph.nodes if "." not in n):
+        if f"{top}.{name.split('.')[0]}" in graph:
+            return f"{top}.{name}"
+    return name

@@ -17,7 +17,7 @@ from benchmark_adapter.task import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe
-from probes.localize import localize_divergence
+from probes.localize import localization_verdict, localize_divergence
 from probes.suite import LIBRARY, builtin_checks, run_probes, task_probes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,14 +91,6 @@ def test_oracle_has_no_violated_and_most_established(task_name, tmp_path):
     assert established >= 0.9
 
 
-def _match(found: str | None, wanted: str) -> bool:
-    if not found:
-        return False
-    a, b = found.split(".")[1:], wanted.split(".")
-    b = b[1:] if b and b[0] == found.split(".")[0] else b
-    return bool(a and b and a[0] == b[0])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("task_name", LIBRARY_TASKS)
 def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
@@ -114,8 +106,8 @@ def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
         if any(r.outcome is Outcome.VIOLATED for r in results):
             caught += 1
             found = localize_divergence(ctx, results)
-            localized += _match(
-                found.observations["component"] if found else None, defect.component
-            )
+            found = found.observations["component"] if found else None
+            verdict = localization_verdict(found, defect.component, task.source_dir, oracle)
+            localized += verdict in ("exact", "counterpart")
     assert caught >= 0.9 * len(defects)
     assert localized >= 0.7 * caught

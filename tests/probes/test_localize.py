@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from probe_fixtures import CANDIDATES, TINY
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context
-from probes.localize import localize_divergence, module_graph
+from probes.localize import localization_verdict, localize_divergence, module_graph
 
 
 def _result(pid: str, outcome: Outcome, component: str | None, level: int = 1) -> ProbeResult:
@@ -75,3 +78,83 @@ def test_uses_explains_a_divergence_by_a_shared_helper(tmp_path):
     net.context["uses"] = ["model.loss_fn"]
     results = [net, _result("loss", Outcome.VIOLATED, "model.loss_fn", 1)]
     assert localize_divergence(ctx, results).observations["component"] == "model.loss_fn"
+
+
+MLP = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "mlp-train"
+
+
+@pytest.mark.parametrize(
+    ("found", "wanted", "verdict"),
+    [
+        # the defective function itself, with or without the package in front
+        ("mlp_train.losses.cross_entropy", "losses.cross_entropy", "exact"),
+        ("mlp_train.losses.cross_entropy", "mlp_train.losses.cross_entropy", "exact"),
+        # the class around a defective method; a definition inside a defective module
+        ("mlp_train.model.MLPBlock", "model.MLPBlock.norm", "exact"),
+        ("mlp_train.checkpoint.load_checkpoint", "checkpoint", "exact"),
+        # a candidate helper the original lacks, under its caller's counterpart
+        ("mlp_train.checkpoint.save_checkpoint", "checkpoint.to_state_dict", "counterpart"),
+        ("mlp_train.checkpoint.load_checkpoint", "checkpoint.from_state_dict", "counterpart"),
+        # the wrong caller of that helper only gets the module
+        ("mlp_train.checkpoint.load_checkpoint", "checkpoint.to_state_dict", "module"),
+        # a whole module does not name a function in it
+        ("mlp_train.model", "model.MLPBlock", "module"),
+        ("mlp_train.optim.build_optimizer", "losses.cross_entropy", "no"),
+        (None, "losses.cross_entropy", "no"),
+    ],
+)
+def test_localization_verdict_on_the_mlp_task(found, wanted, verdict):
+    source = MLP / "environment" / "source"
+    oracle = MLP / "solution" / "app"
+    assert localization_verdict(found, wanted, source, oracle) == verdict
+
+
+def _uses(pid: str, outcome: Outcome, component: str, uses: list[str], level: int = 1) -> ProbeResult:
+    result = _result(pid, outcome, component, level)
+    result.context["uses"] = uses
+    return result
+
+
+def test_methods_are_nodes_used_by_their_class_and_through_self(tmp_path):
+    (tmp_path / "net.py").write_text(
+        "def helper(x):\n    return x\n\n\n"
+        "class Net:\n"
+        "    def states(self, x):\n        return [helper(x)]\n\n"
+        "    def forward(self, x):\n        return self.states(x)[-1]\n\n"
+        "    @classmethod\n    def build(cls):\n        return Net()\n"
+    )
+    graph = module_graph(tmp_path)
+    assert graph.nodes["net.Net.states"]["kind"] == "method"
+    assert graph.has_edge("net.Net", "net.Net.states")
+    assert graph.has_edge("net.Net.forward", "net.Net.states")
+    assert graph.has_edge("net.Net.states", "net.helper")
+    # a method naming its own class does not close a cycle
+    assert not graph.has_edge("net.Net.build", "net.Net")
+    assert graph.has_edge("net.Net", "net.Net.build")
+
+
+def test_a_function_made_of_a_method_localizes_to_the_method(tmp_path):
+    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    results = [
+        _result("interface", Outcome.VIOLATED, "mlp_train.model.hidden_states", 0),
+        _result("logits", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", 2),
+    ]
+    found = localize_divergence(ctx, results)
+    assert found.observations["component"] == "mlp_train.model.MLPClassifier.hidden_states"
+
+
+@pytest.mark.parametrize(
+    ("relied_on", "blamed"),
+    [
+        ("mlp_train.checkpoint.load_checkpoint", "mlp_train.checkpoint.save_checkpoint"),
+        ("mlp_train.checkpoint.save_checkpoint", "mlp_train.checkpoint.load_checkpoint"),
+    ],
+)
+def test_among_equal_suspects_the_one_agreeing_probes_rely_on_is_cleared(tmp_path, relied_on, blamed):
+    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    results = [
+        _result("load", Outcome.VIOLATED, "mlp_train.checkpoint.load_checkpoint"),
+        _result("save", Outcome.VIOLATED, "mlp_train.checkpoint.save_checkpoint"),
+        _uses("block", Outcome.ESTABLISHED, "mlp_train.model.MLPBlock", [relied_on]),
+    ]
+    assert localize_divergence(ctx, results).observations["component"] == blamed

@@ -7,6 +7,18 @@ PROBES = {
         "component": "mlp_train.data.prepare_data",
         "description": "Split, normalization and the first batches are those of the original.",
     },
+    "split": {
+        "id": "data.split",
+        "level": 1,
+        "component": "mlp_train.data.split_dataset",
+        "description": "split_dataset puts the same examples in the same order in train and validation.",
+    },
+    "epochs": {
+        "id": "data.epochs",
+        "level": 1,
+        "component": "mlp_train.data.iterate_batches",
+        "description": "iterate_batches gives each (seed, epoch) its own shuffle: first batches of three epochs, two seeds.",
+    },
     "grads": {
         "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "grads.loss",
@@ -27,6 +39,13 @@ PROBES = {
         "level": 2,
         "component": "mlp_train.optim.build_optimizer",
         "description": "Six AdamW steps (decoupled decay on matrices only) from fixed gradients.",
+    },
+    "decay": {
+        "uses": ["mlp_train.checkpoint.load_checkpoint"],
+        "id": "optim.decay_groups",
+        "level": 1,
+        "component": "mlp_train.optim.param_groups",
+        "description": "Which parameters weight decay touches: one step from zero gradients moves only those.",
     },
     "evaluate": {
         "uses": ["mlp_train.checkpoint.load_checkpoint"],
@@ -101,6 +120,36 @@ def reference_data(env):
 
 def candidate_data(env):
     return reference_data(env)
+
+
+def reference_split(env):
+    from mlp_train.config import TrainConfig
+    from mlp_train.data import load_dataset, split_dataset
+
+    cfg = TrainConfig()
+    train, val = split_dataset(load_dataset(str(env.assets / "dataset.npz")), cfg.val_fraction, 7)
+    return {"train_x": train.x, "train_y": train.y, "val_x": val.x, "val_y": val.y}
+
+
+def candidate_split(env):
+    return reference_split(env)
+
+
+def reference_epochs(env):
+    from mlp_train.config import TrainConfig
+    from mlp_train.data import iterate_batches, prepare_data
+
+    train, _, _ = prepare_data(str(env.assets / "dataset.npz"), TrainConfig())
+    firsts = {}
+    for seed in (0, 3):
+        for epoch in range(3):
+            x, y = next(iter(iterate_batches(train, 32, seed, epoch)))
+            firsts[f"seed{seed}.epoch{epoch}"] = {"x": x, "y": y}
+    return firsts
+
+
+def candidate_epochs(env):
+    return reference_epochs(env)
 
 
 def inputs_grads(env):
@@ -212,6 +261,37 @@ def candidate_steps(env):
         updates, state = optimizer.update(grads, state, params)
         params = optax.apply_updates(params, updates)
     return {"params": _np_state(params)}
+
+
+def reference_decay(env):
+    import torch
+    from mlp_train.config import TrainConfig
+    from mlp_train.optim import build_optimizer
+
+    model = _torch_model(env)
+    optimizer, _ = build_optimizer(model, TrainConfig())
+    params = dict(model.named_parameters())
+    before = {k: p.detach().clone() for k, p in params.items()}
+    for p in params.values():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    return {"decays": {k: bool((p.detach() != before[k]).any()) for k, p in params.items()}}
+
+
+def candidate_decay(env):
+    import numpy as np
+    import optax
+    from mlp_train.checkpoint import from_state_dict
+    from mlp_train.config import TrainConfig
+    from mlp_train.optim import make_optimizer
+
+    raw = _raw(env)
+    params = from_state_dict(raw)
+    optimizer = make_optimizer(TrainConfig())
+    zeros = from_state_dict({k: np.zeros_like(v) for k, v in raw.items()})
+    updates, _ = optimizer.update(zeros, optimizer.init(params), params)
+    before, after = _np_state(params), _np_state(optax.apply_updates(params, updates))
+    return {"decays": {k: bool((after[k] != before[k]).any()) for k in before}}
 
 
 def reference_evaluate(env):

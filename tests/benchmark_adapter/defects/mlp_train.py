@@ -109,7 +109,9 @@ DEFECTS: list[Defect] = [
         file="mlp_train/optim.py",
         old="        optax.clip_by_global_norm(cfg.grad_clip),\n",
         new="",
-        component="optim.build_optimizer",
+        # The original clips in its training loop (clip_grad_norm_ in train.train),
+        # wherever the candidate put it.
+        component="train.train",
         description="Gradient clipping by global norm is dropped.",
     ),
     Defect(
