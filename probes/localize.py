@@ -149,9 +149,10 @@ def _node_for(graph, component: str) -> str | None:
 
 
 def _depends(graph, upper: str, lower: str) -> bool:
+    """Whether `lower` lies strictly below `upper` (components on a cycle are peers)."""
     import networkx as nx
 
-    return upper != lower and nx.has_path(graph, upper, lower)
+    return upper != lower and nx.has_path(graph, upper, lower) and not nx.has_path(graph, lower, upper)
 
 
 def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:

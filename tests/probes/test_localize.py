@@ -158,3 +158,14 @@ def test_among_equal_suspects_the_one_agreeing_probes_rely_on_is_cleared(tmp_pat
         _uses("block", Outcome.ESTABLISHED, "mlp_train.model.MLPBlock", [relied_on]),
     ]
     assert localize_divergence(ctx, results).observations["component"] == blamed
+
+
+def test_components_on_a_cycle_are_peers_and_the_lower_level_wins(tmp_path):
+    # the source's loader builds the model; the model probe relies on the loader: a cycle
+    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    results = [
+        _uses("model", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", ["mlp_train.checkpoint.load_checkpoint"], 2),
+        _uses("load", Outcome.VIOLATED, "mlp_train.checkpoint.load_checkpoint", ["mlp_train.model.MLPClassifier"], 1),
+    ]
+    found = localize_divergence(ctx, results)
+    assert found.observations["component"] == "mlp_train.checkpoint.load_checkpoint"

@@ -36,6 +36,12 @@ PROBES = {
         "component": "paged_serve.kv_cache.gather_from_cache",
         "description": "gather_from_cache (the original's helper, where the candidate keeps it) reads histories in order.",
     },
+    "expand_heads": {
+        "id": "attention.expand_kv_heads",
+        "level": 1,
+        "component": "paged_serve.attention.expand_kv_heads",
+        "description": "expand_kv_heads (the original's helper, where the candidate keeps it): query head h reads KV head h // (H // KV).",
+    },
     "prefill_attention": {
         "id": "attention.prefill",
         "level": 1,
@@ -55,14 +61,14 @@ PROBES = {
         "uses": ["paged_serve.checkpoint.load_model"],
         "id": "model.prefill",
         "level": 2,
-        "component": "paged_serve.model.LlamaForCausalLM",
+        "component": "paged_serve.model.LlamaForCausalLM.prefill",
         "compare": {"logits/*": "tensor", "probs/*": "distributional"},
     },
     "decode": {
         "uses": ["paged_serve.checkpoint.load_model"],
         "id": "model.decode",
         "level": 2,
-        "component": "paged_serve.model.LlamaForCausalLM",
+        "component": "paged_serve.model.LlamaForCausalLM.decode",
         "compare": {"steps/*": "tensor"},
     },
     "greedy": {
@@ -245,6 +251,22 @@ def candidate_gather_cache(env):
     from paged_serve.kv_cache import gather_from_cache
 
     return {"y": gather_from_cache(env.inputs["cache"], env.inputs["tables"])}
+
+
+def inputs_expand_heads(env):
+    return {"x": env.rng.standard_normal((3, 5, 2, 16)).astype("float32")}
+
+
+def reference_expand_heads(env):
+    from paged_serve.attention import expand_kv_heads
+
+    return {"y": expand_kv_heads(_t(env, env.inputs["x"]), 4)}
+
+
+def candidate_expand_heads(env):
+    from paged_serve.attention import expand_kv_heads
+
+    return {"y": expand_kv_heads(env.inputs["x"], 4)}
 
 
 def inputs_prefill_attention(env):
