@@ -27,8 +27,10 @@ class Defect(BaseModel):
     old: str = Field(description="Exact text that must occur exactly once in the file.")
     new: str = Field(description="Replacement text.")
     component: str = Field(
-        description="The source component the bug lives in (module path or dotted name, e.g. "
-        "'model.RMSNorm'), used to score divergence localization."
+        description="The original's component the bug lives in (module path or dotted name, e.g. "
+        "'model.RMSNorm'), used to score divergence localization. Where the candidate moved the "
+        "work into a helper of its own, name the original's component that does that work "
+        "(clipping the candidate does in its optimizer is the original's training loop)."
     )
     description: str = Field(default="", description="What goes wrong, in one sentence.")
 

@@ -8,7 +8,7 @@ DEFECTS = [
         file="llama_sft/modeling/norm.py",
         old="jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)",
         new="1.0 / (jnp.sqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True)) + eps)",
-        component="llama_sft.modeling.norm.rms_norm",
+        component="llama_sft.modeling.norm.RMSNorm",
         description="epsilon added after the square root instead of inside it",
     ),
     Defect(
@@ -32,7 +32,7 @@ DEFECTS = [
         file="llama_sft/modeling/attention.py",
         old="scores = jnp.where(causal[None, None], scores, -jnp.inf)",
         new="scores = scores",
-        component="llama_sft.modeling.attention.attention",
+        component="llama_sft.modeling.attention.Attention",
         description="the causal mask is never applied",
     ),
     Defect(
@@ -56,7 +56,7 @@ DEFECTS = [
         file="llama_sft/lora.py",
         old='"b": jnp.zeros((lora_cfg.rank, fan_out), jnp.float32),',
         new='"b": jax.random.uniform(sub, (lora_cfg.rank, fan_out), jnp.float32, -bound, bound),',
-        component="llama_sft.lora.init_lora",
+        component="llama_sft.lora.LoRALinear.__init__",
         description="B starts random, so the adapted model no longer starts at the base model",
     ),
     Defect(
@@ -72,7 +72,7 @@ DEFECTS = [
         file="llama_sft/optim.py",
         old='"base": jax.tree.map(lambda _: "frozen", params["base"]),',
         new='"base": jax.tree.map(lambda _: "trainable", params["base"]),',
-        component="llama_sft.optim.param_labels",
+        component="llama_sft.optim.build_optimizer",
         description="the frozen base weights go through AdamW, so weight decay shrinks them",
     ),
     Defect(
@@ -80,7 +80,7 @@ DEFECTS = [
         file="llama_sft/optim.py",
         old="warm = count / max(1, cfg.warmup_steps)",
         new="warm = (count + 1) / max(1, cfg.warmup_steps)",
-        component="llama_sft.optim.lr_schedule",
+        component="llama_sft.optim.lr_multiplier",
         description="the warmup ramp is one step ahead (non-zero rate at step 0)",
     ),
     Defect(
@@ -88,7 +88,7 @@ DEFECTS = [
         file="llama_sft/checkpoint.py",
         old='"self_attn.o_proj.weight": ("o_proj", True),',
         new='"self_attn.o_proj.weight": ("o_proj", False),',
-        component="llama_sft.checkpoint.convert_checkpoint",
+        component="llama_sft.checkpoint.load_checkpoint",
         description="the square o_proj weight is loaded without the [out, in] -> [in, out] transpose",
     ),
     Defect(
@@ -104,7 +104,7 @@ DEFECTS = [
         file="llama_sft/modeling/mlp.py",
         old="jax.nn.silu(gate) * up",
         new="gate * jax.nn.silu(up)",
-        component="llama_sft.modeling.mlp.swiglu",
+        component="llama_sft.modeling.mlp.SwiGLU",
         description="the activation is applied to the up projection instead of the gate",
     ),
     Defect(
@@ -133,7 +133,7 @@ DEFECTS = [
         ),""",
         new="""        optax.add_decayed_weights(cfg.weight_decay),
         optax.adam(lr_schedule(cfg), b1=cfg.beta1, b2=cfg.beta2, eps=cfg.adam_eps),""",
-        component="llama_sft.optim.make_optimizer",
+        component="llama_sft.optim.build_optimizer",
         description="L2 regularisation through Adam instead of AdamW's decoupled weight decay",
     ),
     Defect(

@@ -47,7 +47,7 @@ DEFECTS: list[Defect] = [
         old='    x = params["embed"][jnp.asarray(tokens, jnp.int32)]\n',
         new='    x = params["embed"][jnp.asarray(tokens, jnp.int32)]\n'
         "    positions = positions + 1\n",
-        component="paged_serve.model.decode",
+        component="paged_serve.model.LlamaForCausalLM.decode",
         description="Decode rotates the new token by the sequence length instead of its position.",
     ),
     Defect(
@@ -95,7 +95,7 @@ DEFECTS: list[Defect] = [
         file="paged_serve/checkpoint.py",
         old='"wo": get(p + "self_attn.o_proj.weight", (c.n_heads * hd, c.dim), transpose=True),',
         new='"wo": get(p + "self_attn.o_proj.weight", (c.n_heads * hd, c.dim)),',
-        component="paged_serve.checkpoint.load_params",
+        component="paged_serve.checkpoint.load_model",
         description="The square output projection is loaded without transposing "
         "[out, in] to [in, out].",
     ),
@@ -104,7 +104,7 @@ DEFECTS: list[Defect] = [
         file="paged_serve/checkpoint.py",
         old="for i in range(c.n_layers):",
         new="for i in range(c.n_layers - 1):",
-        component="paged_serve.checkpoint.load_params",
+        component="paged_serve.checkpoint.load_model",
         description="The converter stops one decoder layer short.",
     ),
     Defect(
@@ -140,7 +140,7 @@ DEFECTS: list[Defect] = [
         file="paged_serve/sampler.py",
         old="jax.random.fold_in(jax.random.PRNGKey(s), t)",
         new="jax.random.PRNGKey(t)",
-        component="paged_serve.sampler.sample_tokens",
+        component="paged_serve.sampler.Sampler",
         description="Every request draws from the same key sequence, whatever its seed.",
     ),
     Defect(

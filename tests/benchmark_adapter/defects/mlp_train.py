@@ -19,7 +19,7 @@ DEFECTS: list[Defect] = [
         file="mlp_train/checkpoint.py",
         old='sd["head.weight"] = np.asarray(params["head"]["kernel"]).T',
         new='sd["head.weight"] = np.asarray(params["head"]["kernel"])',
-        component="checkpoint.to_state_dict",
+        component="checkpoint.save_checkpoint",
         description="Saved checkpoints keep the head kernel [in, out], not the original [out, in].",
     ),
     Defect(
@@ -29,7 +29,7 @@ DEFECTS: list[Defect] = [
         '                     "bias": jnp.asarray(sd[f"blocks.{i}.norm.bias"])},',
         new='"norm": {"scale": jnp.asarray(sd[f"blocks.{i}.norm.bias"]),\n'
         '                     "bias": jnp.asarray(sd[f"blocks.{i}.norm.weight"])},',
-        component="checkpoint.from_state_dict",
+        component="checkpoint.load_checkpoint",
         description="The converter maps LayerNorm weight and bias the wrong way round.",
     ),
     Defect(
@@ -37,7 +37,7 @@ DEFECTS: list[Defect] = [
         file="mlp_train/model.py",
         old="def hidden_states(",
         new="def block_outputs(",
-        component="model.hidden_states",
+        component="model.MLPClassifier.hidden_states",
         description="A public function of the original is renamed in the port.",
     ),
     Defect(
