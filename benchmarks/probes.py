@@ -6,7 +6,8 @@ property and at least 90% established; every seeded defect
 and divergence localization should name the defect's component. Wall time of the
 full suite is printed next to the time of the bare computations it runs (the
 reference and candidate functions themselves), so the harness's overhead shows
-as a ratio.
+as a ratio (the two timed oracle runs go one probe file at a time; `--jobs` applies to
+the defects).
 
     python benchmarks/probes.py [--task mlp-train ...] [--no-defects] [--sandbox bwrap|none]
                                 [--jobs N] [--limit K] [--out results.json]
@@ -57,13 +58,13 @@ def bare_seconds(results, sides=("reference", "candidate")) -> float:
     return total
 
 
-def run_suite(task, candidate: Path, workdir: Path, args, cache: Path):
+def run_suite(task, candidate: Path, workdir: Path, args, cache: Path, jobs: int | None = None):
     ctx = make_context(
         task, candidate, sandbox_kind=args.sandbox, workdir=workdir, reference_cache=cache
     )
     probes = builtin_checks(task) + task_probes(task)
     start = time.perf_counter()
-    results = run_probes(ctx, probes, jobs=args.jobs)
+    results = run_probes(ctx, probes, jobs=jobs or args.jobs)
     wall = time.perf_counter() - start
     return ctx, results, wall
 
@@ -87,12 +88,15 @@ def bench_task(name: str, args, scratch: Path) -> dict:
         task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__")
     )
     cache = scratch / name / "reference-cache"
-    _, results, wall = run_suite(task, oracle, scratch / name / "work-oracle", args, cache)
+    # The timed runs go one probe file at a time, so wall and bare time compare like for like.
+    _, results, wall = run_suite(task, oracle, scratch / name / "work-oracle", args, cache, jobs=1)
     bare_first = bare_seconds(results)
     summary = summarize(results)
     established = summary["counts"]["established"] / max(1, summary["n"])
     # Second oracle run: the reference comes from the cache, so this is the suite's cost per candidate.
-    _, again, wall_cached = run_suite(task, oracle, scratch / name / "work-oracle-2", args, cache)
+    _, again, wall_cached = run_suite(
+        task, oracle, scratch / name / "work-oracle-2", args, cache, jobs=1
+    )
     bare = bare_seconds(again, ("candidate",))
     print(
         f"\n== {name}: {summary['n']} properties; oracle {summary['counts']}; "
