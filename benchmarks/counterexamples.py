@@ -12,7 +12,6 @@ found, in which space, its size and the time taken. Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmark_adapter.defects import apply_defect  # noqa: E402
+from benchmark_adapter.sweep import load_defects  # noqa: E402
 from benchmarks.bookshop_spaces import SIDES, SPACES  # noqa: E402
 from probes.context import make_context  # noqa: E402
 from probes.services.search import counterexample_probe  # noqa: E402
@@ -31,12 +31,9 @@ TASK = ROOT / "tasks" / "flask-to-starlette"
 ORACLE = TASK / "solution" / "app"
 
 
-def load_defects():
+def bookshop_defects():
     path = ROOT / "tests" / "benchmark_adapter" / "defects" / "flask_to_starlette.py"
-    spec = importlib.util.spec_from_file_location("flask_to_starlette_defects", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DEFECTS
+    return load_defects(path)
 
 
 def search(candidate: Path, args) -> dict:
@@ -80,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="")
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
-    defects = load_defects()
+    defects = bookshop_defects()
     if args.only:
         wanted = set(args.only.split(","))
         defects = [d for d in defects if d.name in wanted]

@@ -16,7 +16,6 @@ the defects).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmark_adapter.defects import apply_defect  # noqa: E402
+from benchmark_adapter.sweep import load_defects  # noqa: E402
 from benchmark_adapter.task import load_task  # noqa: E402
 from evidence_store.records import Outcome  # noqa: E402
 from probes.context import make_context  # noqa: E402
@@ -39,14 +39,11 @@ DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
 VERDICTS = ("exact", "counterpart", "module", "no")
 
 
-def load_defects(task_name: str) -> list:
+def task_defects(task_name: str) -> list:
     path = DEFECTS / f"{task_name.replace('-', '_')}.py"
     if not path.is_file():
         return []
-    spec = importlib.util.spec_from_file_location(f"defects_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.DEFECTS)
+    return load_defects(path)
 
 
 def bare_seconds(results, sides=("reference", "candidate")) -> float:
@@ -124,7 +121,7 @@ def bench_task(name: str, args, scratch: Path) -> dict:
     }
     if args.no_defects:
         return report
-    defects = load_defects(name)[: args.limit or None]
+    defects = task_defects(name)[: args.limit or None]
     for defect in defects:
         dest = scratch / name / f"defect-{defect.name}"
         apply_defect(oracle, defect, dest)

@@ -7,7 +7,6 @@ that did not migrate (still Flask, vendored Flask, proxying to /source).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.defects import apply_defect
+from benchmark_adapter.sweep import load_defects
 from benchmark_adapter.task import load_task
 from tests.conftest import TASKS_DIR, requires_bwrap
 
@@ -28,10 +28,7 @@ FAST_DEFECTS = {"redirect-307", "user-cookie-httponly"}
 
 def _defects():
     path = Path(__file__).parent / "defects" / "flask_to_starlette.py"
-    spec = importlib.util.spec_from_file_location("flask_to_starlette_defects", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DEFECTS
+    return load_defects(path)
 
 
 DEFECTS = _defects()

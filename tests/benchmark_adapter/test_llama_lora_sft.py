@@ -21,7 +21,7 @@ import pytest
 
 from benchmark_adapter.defects import apply_defect
 from benchmark_adapter.grader import Grade
-from benchmark_adapter.sweep import run_sweep
+from benchmark_adapter.sweep import load_defects, run_sweep
 from benchmark_adapter.task import load_task
 from tests.conftest import TASKS_DIR
 
@@ -40,10 +40,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason=
 
 def _defects():
     path = Path(__file__).parent / "defects" / "llama_lora_sft.py"
-    spec = importlib.util.spec_from_file_location("llama_lora_sft_defects", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DEFECTS
+    return load_defects(path)
 
 
 DEFECTS = _defects()

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from benchmark_adapter.defects import apply_defect
+from benchmark_adapter.sweep import load_defects
 from benchmark_adapter.task import load_task
 from tests.conftest import TASKS_DIR
 
@@ -52,10 +53,7 @@ pytestmark = pytest.mark.skipif(
 
 def _defects():
     path = Path(__file__).parent / "defects" / "llama_paged_serve.py"
-    spec = importlib.util.spec_from_file_location("llama_paged_serve_defects", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DEFECTS
+    return load_defects(path)
 
 
 DEFECTS = _defects()

@@ -6,13 +6,13 @@ real-task probe on the oracle and one defect, sharing the reference through the 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 
 from benchmark_adapter.defects import apply_defect
+from benchmark_adapter.sweep import load_defects
 from benchmark_adapter.task import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
@@ -30,10 +30,7 @@ def _defects(task: str) -> list:
     path = DEFECT_LISTS / f"{task.replace('-', '_')}.py"
     if not path.is_file():
         pytest.skip(f"no seeded defects for {task}")
-    spec = importlib.util.spec_from_file_location(f"defects_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.DEFECTS)
+    return load_defects(path)
 
 
 def _oracle(task: str, tmp_path: Path) -> Path:

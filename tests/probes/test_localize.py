@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
+from benchmark_adapter.sweep import load_defects
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context
 from probes.localize import localization_verdict, localize_divergence, module_graph
@@ -173,17 +174,12 @@ def test_components_on_a_cycle_are_peers_and_the_lower_level_wins(tmp_path):
 
 @pytest.mark.parametrize("task", ["mlp-train", "llama-lora-sft", "llama-paged-serve"])
 def test_every_seeded_defect_names_a_component_of_the_original(task):
-    import importlib.util
-
     from probes.localize import _qualify
 
     root = MLP.parent / task
     graph = module_graph(root / "environment" / "source")
     path = MLP.parents[2] / "tests" / "benchmark_adapter" / "defects" / f"{task.replace('-', '_')}.py"
-    spec = importlib.util.spec_from_file_location(f"defects_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for defect in module.DEFECTS:
+    for defect in load_defects(path):
         name = _qualify(graph, defect.component)
         # a definition of the original, or an attribute of one of its classes
         owner = name.rpartition(".")[0]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmark_adapter.sweep import load_defects
 from probes.services.strategies import (
     ApiSpace,
     Pool,
@@ -37,10 +37,7 @@ def bookshop_defect(name: str):
         / "defects"
         / "flask_to_starlette.py"
     )
-    spec = importlib.util.spec_from_file_location("flask_to_starlette_defects", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return next(d for d in module.DEFECTS if d.name == name)
+    return next(d for d in load_defects(path) if d.name == name)
 
 
 @settings(max_examples=100, deadline=None)
