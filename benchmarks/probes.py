@@ -11,6 +11,7 @@ the defects).
 
     python benchmarks/probes.py [--task mlp-train ...] [--no-defects] [--sandbox bwrap|none]
                                 [--jobs N] [--limit K] [--out results.json]
+    python benchmarks/probes.py --rescore results.json   # localize again from recorded results
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 from benchmark_adapter.defects import apply_defect  # noqa: E402
 from benchmark_adapter.sweep import load_defects  # noqa: E402
 from benchmark_adapter.task import load_task  # noqa: E402
-from evidence_store.records import Outcome  # noqa: E402
+from evidence_store.records import Outcome, ProbeResult, Property  # noqa: E402
+from harness.run import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
 from probes.suite import builtin_checks, run_probes, task_probes  # noqa: E402
@@ -138,6 +140,17 @@ def bench_task(name: str, args, scratch: Path) -> dict:
                 "localized": component,
                 "localization": verdict,
                 "wall_s": dwall,
+                # enough of every result to localize again without re-running (--rescore)
+                "results": [
+                    {
+                        "id": r.property.id,
+                        "level": r.property.level,
+                        "outcome": r.outcome.value,
+                        "component": r.context.get("component"),
+                        "uses": r.context.get("uses") or [],
+                    }
+                    for r in res
+                ],
             }
         )
         mark = "caught" if violated else "MISSED"
@@ -145,17 +158,64 @@ def bench_task(name: str, args, scratch: Path) -> dict:
             f"   {defect.name:32} {mark:6} localized {component!s:45} want {defect.component:35} "
             f"{verdict:11} ({dwall:.0f}s) {violated[:4]}"
         )
-    caught = [d for d in report["defects"] if d["violated"]]
-    if defects:
-        n = len(defects)
-        named = sum(d["localization"] in ("exact", "counterpart") for d in caught)
-        counts = {v: sum(d["localization"] == v for d in caught) for v in VERDICTS}
-        print(
-            f"   defects caught {len(caught)}/{n} ({len(caught) / n:.0%}); localization names the "
-            f"defective component for {named}/{len(caught)} caught "
-            f"({named / max(1, len(caught)):.0%}): " + ", ".join(f"{v} {c}" for v, c in counts.items())
-        )
     return report
+
+
+def rescore(path: Path) -> list[dict]:
+    """Localize every recorded defect again with the current code (no probe runs)."""
+    reports = json.loads(path.read_text())
+    scratch = Path(tempfile.mkdtemp(prefix="twin-rescore-"))
+    try:
+        for report in reports:
+            task = load_task(TASKS / report["task"])
+            oracle = task.root / "solution" / "app"
+            ctx = make_context(task, oracle, sandbox_kind="none", workdir=scratch)
+            wanted = {d.name: d.component for d in task_defects(report["task"])}
+            print(f"\n== {report['task']}")
+            for d in report["defects"]:
+                results = [
+                    ProbeResult(
+                        property=Property(id=r["id"], kind="recorded", level=r["level"]),
+                        outcome=Outcome(r["outcome"]),
+                        context={"component": r["component"], "uses": r["uses"]},
+                    )
+                    for r in d["results"]
+                ]
+                found = localize_divergence(ctx, results)
+                d["component"] = wanted.get(d["name"], d["component"])
+                d["localized"] = found.observations["component"] if found else None
+                d["localization"] = localization_verdict(
+                    d["localized"], d["component"], task.source_dir, oracle
+                )
+                print(
+                    f"   {d['name']:32} {'caught' if d['violated'] else 'MISSED':6} localized "
+                    f"{d['localized']!s:45} want {d['component']:35} {d['localization']}"
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return reports
+
+
+def summarize_defects(reports: list[dict]) -> None:
+    """Caught and localized, per task and over all tasks."""
+    every = []
+    for report in reports:
+        every += report["defects"]
+        caught = [d for d in report["defects"] if d["violated"]]
+        if report["defects"]:
+            _print_score(report["task"], report["defects"], caught)
+    if every:
+        _print_score("all tasks", every, [d for d in every if d["violated"]])
+
+
+def _print_score(label: str, defects: list[dict], caught: list[dict]) -> None:
+    named = sum(d["localization"] in ("exact", "counterpart") for d in caught)
+    counts = {v: sum(d["localization"] == v for d in caught) for v in VERDICTS}
+    print(
+        f"== {label}: defects caught {len(caught)}/{len(defects)} ({len(caught) / len(defects):.0%}); "
+        f"localization names the defective component for {named}/{len(caught)} caught "
+        f"({named / max(1, len(caught)):.0%}): " + ", ".join(f"{v} {c}" for v, c in counts.items())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,24 +228,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--limit", type=int, default=0, help="at most this many defects per task")
     parser.add_argument("--out", type=Path, help="write the measurements as JSON")
+    parser.add_argument(
+        "--rescore", type=Path, help="localize the defects of an earlier --out file again, run nothing"
+    )
     args = parser.parse_args(argv)
+    if args.rescore:
+        reports = rescore(args.rescore)
+        print()
+        summarize_defects(reports)
+        return 0
     names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)]
     scratch = Path(tempfile.mkdtemp(prefix="twin-bench-probes-"))
+    reports = []
     try:
-        reports = [bench_task(name, args, scratch) for name in names]
+        for name in names:
+            reports.append(bench_task(name, args, scratch))
+            if args.out:  # after every task, so a later failure keeps what was measured
+                write_text_atomic(args.out, json.dumps(reports, indent=2))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    defects = [d for report in reports for d in report["defects"]]
-    if defects:
-        caught = [d for d in defects if d["violated"]]
-        named = sum(d["localization"] in ("exact", "counterpart") for d in caught)
-        print(
-            f"\n== all tasks: defects caught {len(caught)}/{len(defects)} "
-            f"({len(caught) / len(defects):.0%}); localization names the defective component for "
-            f"{named}/{len(caught)} caught ({named / max(1, len(caught)):.0%})"
-        )
-    if args.out:
-        args.out.write_text(json.dumps(reports, indent=2))
+    print()
+    summarize_defects(reports)
     return 0
 
 

@@ -11,7 +11,8 @@ component is a violated one none of whose own dependencies is violated: below it
 everything that was probed agrees, so the divergence starts there. Among several
 such, the lowest level wins, then the one the fewest established probes rely on
 (a converter every agreeing forward probe loads its weights through is less
-suspect than one no agreeing probe touches), then the one with the least below it.
+suspect than one no agreeing probe touches), then the one the most violated probes
+rely on, then the one with the least below it.
 """
 
 from __future__ import annotations
@@ -176,14 +177,16 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
                 graph.add_edge(node, target)
     established: set[str] = set()
     support: dict[str, int] = {}
+    implicated: dict[str, int] = {}
     for result in results:
         component = result.context.get("component")
         if not component:
             continue
         node = _node_for(graph, component) or component
-        if result.outcome is Outcome.ESTABLISHED:
+        tally = {Outcome.ESTABLISHED: support, Outcome.VIOLATED: implicated}.get(result.outcome)
+        if tally is not None:
             for used in {node, *(_node_for(graph, u) or u for u in result.context.get("uses") or [])}:
-                support[used] = support.get(used, 0) + 1
+                tally[used] = tally.get(used, 0) + 1
         # A package's __init__ locates nothing more than "somewhere in the package".
         if node in graph and graph.nodes[node].get("package"):
             continue
@@ -196,9 +199,10 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     in_graph = [n for n in violated if n in graph]
     first = [n for n in violated if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)]
 
-    def depth(node: str) -> tuple[int, int, int]:
+    def depth(node: str) -> tuple[int, int, int, int]:
         below = len(__import__("networkx").descendants(graph, node)) if node in graph else 10**6
-        return (min(r.property.level for r in violated[node]), support.get(node, 0), below)
+        level = min(r.property.level for r in violated[node])
+        return (level, support.get(node, 0), -implicated.get(node, 0), below)
 
     first.sort(key=depth)
     chosen = first[0]

@@ -184,3 +184,20 @@ def test_every_seeded_defect_names_a_component_of_the_original(task):
         # a definition of the original, or an attribute of one of its classes
         owner = name.rpartition(".")[0]
         assert name in graph or graph.nodes.get(owner, {}).get("kind") == "class", defect.name
+
+
+@pytest.mark.parametrize(
+    ("relied_on", "blamed"),
+    [
+        ("mlp_train.checkpoint.load_checkpoint", "mlp_train.checkpoint.load_checkpoint"),
+        ("mlp_train.checkpoint.save_checkpoint", "mlp_train.checkpoint.save_checkpoint"),
+    ],
+)
+def test_among_equal_suspects_the_one_disagreeing_probes_rely_on_is_blamed(tmp_path, relied_on, blamed):
+    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    results = [
+        _result("load", Outcome.VIOLATED, "mlp_train.checkpoint.load_checkpoint"),
+        _result("save", Outcome.VIOLATED, "mlp_train.checkpoint.save_checkpoint"),
+        _uses("logits", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", [relied_on], level=2),
+    ]
+    assert localize_divergence(ctx, results).observations["component"] == blamed

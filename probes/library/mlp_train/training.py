@@ -41,7 +41,6 @@ PROBES = {
         "description": "Six AdamW steps (decoupled decay on matrices only) from fixed gradients.",
     },
     "decay": {
-        "uses": ["mlp_train.checkpoint.load_checkpoint"],
         "id": "optim.decay_groups",
         "level": 1,
         "component": "mlp_train.optim.param_groups",
