@@ -13,6 +13,12 @@ PROBES = {
         "level": 1,
         "component": "llama_sft.modeling.rotary.rope_cos_sin",
     },
+    "rotate_half": {
+        "id": "forward.rotate_half",
+        "level": 1,
+        "component": "llama_sft.modeling.rotary.rotate_half",
+        "description": "rotate_half (the original's helper, where the candidate keeps it): [-x2, x1] by halves.",
+    },
     "rotary": {
         "id": "forward.apply_rotary",
         "level": 1,
@@ -172,6 +178,22 @@ def candidate_rope(env):
     cfg = _cfgs(env)[0]
     cos, sin = rope_cos_sin(jnp.arange(11), cfg.head_dim, cfg.rope_theta)
     return {"cos": cos, "sin": sin}
+
+
+def inputs_rotate_half(env):
+    return {"x": env.rng.standard_normal((2, 3, 16)).astype("float32")}
+
+
+def reference_rotate_half(env):
+    from llama_sft.modeling.rotary import rotate_half
+
+    return {"y": rotate_half(_t(env, env.inputs["x"]))}
+
+
+def candidate_rotate_half(env):
+    from llama_sft.modeling.rotary import rotate_half
+
+    return {"y": rotate_half(env.inputs["x"])}
 
 
 def inputs_rotary(env):

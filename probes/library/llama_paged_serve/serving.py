@@ -14,6 +14,12 @@ PROBES = {
         "description": "Every module and public name the instruction lists exists.",
     },
     "norm": {"id": "forward.rms_norm", "level": 1, "component": "paged_serve.layers.rms_norm"},
+    "rotate_half": {
+        "id": "forward.rotate_half",
+        "level": 1,
+        "component": "paged_serve.layers.rotate_half",
+        "description": "rotate_half (the original's helper, where the candidate keeps it): [-x2, x1] by halves.",
+    },
     "rotary": {
         "id": "forward.apply_rotary",
         "level": 1,
@@ -40,7 +46,7 @@ PROBES = {
         "id": "attention.expand_kv_heads",
         "level": 1,
         "component": "paged_serve.attention.expand_kv_heads",
-        "description": "expand_kv_heads (the original's helper, where the candidate keeps it): query head h reads KV head h // (H // KV).",
+        "description": "expand_kv_heads (where the candidate keeps it): query head h reads KV head h // (H // KV).",
     },
     "prefill_attention": {
         "id": "attention.prefill",
@@ -156,6 +162,22 @@ def candidate_norm(env):
     from paged_serve.layers import rms_norm
 
     return {"y": rms_norm(env.inputs["x"], env.inputs["w"], 1e-5)}
+
+
+def inputs_rotate_half(env):
+    return {"x": env.rng.standard_normal((2, 3, 16)).astype("float32")}
+
+
+def reference_rotate_half(env):
+    from paged_serve.layers import rotate_half
+
+    return {"y": rotate_half(_t(env, env.inputs["x"]))}
+
+
+def candidate_rotate_half(env):
+    from paged_serve.layers import rotate_half
+
+    return {"y": rotate_half(env.inputs["x"])}
 
 
 def inputs_rotary(env):

@@ -17,7 +17,7 @@ PROBES = {
         "id": "data.epochs",
         "level": 1,
         "component": "mlp_train.data.iterate_batches",
-        "description": "iterate_batches gives each (seed, epoch) its own shuffle: first batches of three epochs, two seeds.",
+        "description": "Each (seed, epoch) has its own shuffle: first batches of three epochs, two seeds.",
     },
     "grads": {
         "uses": ["mlp_train.checkpoint.load_checkpoint"],
