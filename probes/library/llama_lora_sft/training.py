@@ -57,6 +57,8 @@ PROBES = {
         "description": "Four optimizer steps (clipping, AdamW, schedule) from fixed gradients; base untouched.",
     },
     "validation": {
+        # validation_loss runs whatever model it is given: the model is a dependency
+        "uses": ["llama_sft.modeling.llama.LlamaForCausalLM"],
         "id": "evaluate.validation_loss",
         "level": 2,
         "component": "llama_sft.evaluate.validation_loss",

@@ -47,7 +47,8 @@ PROBES = {
         "description": "Which parameters weight decay touches: one step from zero gradients moves only those.",
     },
     "evaluate": {
-        "uses": ["mlp_train.checkpoint.load_checkpoint"],
+        # evaluate runs whatever model it is given: the model is a dependency
+        "uses": ["mlp_train.checkpoint.load_checkpoint", "mlp_train.model.MLPClassifier"],
         "id": "evaluate.metrics",
         "level": 2,
         "component": "mlp_train.evaluate.evaluate",
