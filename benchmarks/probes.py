@@ -33,8 +33,9 @@ from benchmark_adapter.task import load_task  # noqa: E402
 from evidence_store.records import Outcome, ProbeResult, Property  # noqa: E402
 from harness.run import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
+from probes.differential import probe_names  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
-from probes.suite import builtin_checks, run_probes, task_probes  # noqa: E402
+from probes.suite import builtin_checks, library_dir, run_probes, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
@@ -161,8 +162,21 @@ def bench_task(name: str, args, scratch: Path) -> dict:
     return report
 
 
+def library_metadata(task) -> dict[str, dict]:
+    """Property id -> metadata of every probe and check in the task's library, as it is now."""
+    found = {}
+    for path in sorted(library_dir(task).glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        for checks in (False, True):
+            for meta in probe_names(path, checks=checks).values():
+                if meta.get("id"):
+                    found[meta["id"]] = meta
+    return found
+
+
 def rescore(path: Path) -> list[dict]:
-    """Localize every recorded defect again with the current code (no probe runs)."""
+    """Localize every recorded defect again with the current code and probe metadata (no probe runs)."""
     reports = json.loads(path.read_text())
     scratch = Path(tempfile.mkdtemp(prefix="twin-rescore-"))
     try:
@@ -171,16 +185,22 @@ def rescore(path: Path) -> list[dict]:
             oracle = task.root / "solution" / "app"
             ctx = make_context(task, oracle, sandbox_kind="none", workdir=scratch)
             wanted = {d.name: d.component for d in task_defects(report["task"])}
+            metadata = library_metadata(task)
             print(f"\n== {report['task']}")
             for d in report["defects"]:
-                results = [
-                    ProbeResult(
-                        property=Property(id=r["id"], kind="recorded", level=r["level"]),
-                        outcome=Outcome(r["outcome"]),
-                        context={"component": r["component"], "uses": r["uses"]},
+                results = []
+                for r in d["results"]:
+                    meta = metadata.get(r["id"], {})
+                    component = r["component"]
+                    if meta.get("component") and not meta.get("locate_failures"):
+                        component = meta["component"]
+                    results.append(
+                        ProbeResult(
+                            property=Property(id=r["id"], kind="recorded", level=meta.get("level", r["level"])),
+                            outcome=Outcome(r["outcome"]),
+                            context={"component": component, "uses": meta.get("uses", r["uses"])},
+                        )
                     )
-                    for r in d["results"]
-                ]
                 found = localize_divergence(ctx, results)
                 d["component"] = wanted.get(d["name"], d["component"])
                 d["localized"] = found.observations["component"] if found else None
