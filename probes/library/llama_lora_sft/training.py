@@ -1,6 +1,12 @@
 """llama-lora-sft: data and template, checkpoint and adapters, loss, gradients, schedule, optimizer, train step, run."""
 
 PROBES = {
+    "lora_config": {
+        "id": "config.lora",
+        "level": 1,
+        "component": "llama_sft.config.LoraConfig",
+        "description": "LoraConfig defaults and its scale (alpha / rank) for a few settings.",
+    },
     "template": {
         "id": "data.template",
         "level": 1,
@@ -553,3 +559,23 @@ def reference_run(env):
 
 def candidate_run(env):
     return _run_main(env)
+
+
+def reference_lora_config(env):
+    import dataclasses
+
+    from llama_sft.config import LoraConfig
+
+    default = LoraConfig()
+    variants = [dataclasses.replace(default, rank=r, alpha=a) for r, a in ((4, 8.0), (16, 8.0), (8, 32.0))]
+    return {
+        "rank": default.rank,
+        "alpha": float(default.alpha),
+        "targets": list(default.targets),
+        "scales": [float(c.scale) for c in (default, *variants)],
+    }
+
+
+def candidate_lora_config(env):
+    return reference_lora_config(env)
+
