@@ -60,7 +60,15 @@ PROBES = {
         "id": "optim.steps",
         "level": 2,
         "component": "llama_sft.optim.build_optimizer",
-        "description": "Four optimizer steps (clipping, AdamW, schedule) from fixed gradients; base untouched.",
+        "description": "Four AdamW steps with the schedule from fixed gradients below max_grad_norm; base untouched.",
+    },
+    "clipping": {
+        "id": "optim.clipped_steps",
+        "level": 2,
+        # the original clips in its training loop, before optimizer.step()
+        "component": "llama_sft.train.train",
+        "uses": ["llama_sft.optim.build_optimizer"],
+        "description": "Four steps from gradients far above max_grad_norm: clipped by global norm first.",
     },
     "validation": {
         # validation_loss runs whatever model it is given: the model is a dependency
@@ -416,12 +424,37 @@ def candidate_grads(env):
     return {"loss": loss, "grads": _lora_to_raw(grads)}
 
 
-def inputs_optimizer(env):
+def _step_inputs(env, norm_of_step):
+    import numpy as np
+
     adapters = _adapters(env)
     for step in range(4):
-        for name, value in _adapters(env, scale=0.2 if step % 2 else 0.01).items():
-            adapters[f"g{step}.{name}"] = value
+        grads = _adapters(env)
+        norm = float(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())))
+        for name, value in grads.items():
+            adapters[f"g{step}.{name}"] = (value * (norm_of_step(step) / norm)).astype(np.float32)
     return adapters
+
+
+def inputs_optimizer(env):
+    from llama_sft.config import TrainConfig
+
+    # Below the clipping norm, so clipping (wherever the candidate puts it) changes nothing.
+    return _step_inputs(env, lambda step: 0.5 * TrainConfig().max_grad_norm)
+
+
+def inputs_clipping(env):
+    from llama_sft.config import TrainConfig
+
+    return _step_inputs(env, lambda step: (4.0 + step) * TrainConfig().max_grad_norm)
+
+
+def reference_clipping(env):
+    return reference_optimizer(env)
+
+
+def candidate_clipping(env):
+    return candidate_optimizer(env)
 
 
 def reference_optimizer(env):
