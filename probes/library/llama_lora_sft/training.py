@@ -7,11 +7,29 @@ PROBES = {
         "component": "llama_sft.config.LoraConfig",
         "description": "LoraConfig defaults and its scale (alpha / rank) for a few settings.",
     },
+    "tokenizer": {
+        "id": "data.tokenizer",
+        "level": 1,
+        "component": "llama_sft.tokenizer.ByteTokenizer",
+        "description": "Special token ids and the encode/decode round trip of the first prompts.",
+    },
+    "prompt_part": {
+        "id": "data.template.prompt",
+        "level": 1,
+        "component": "llama_sft.template.prompt_ids",
+        "description": "Token ids of the prompt part of the chat template, first records.",
+    },
+    "response_part": {
+        "id": "data.template.response",
+        "level": 1,
+        "component": "llama_sft.template.response_ids",
+        "description": "Token ids of the response part of the chat template, first records.",
+    },
     "template": {
         "id": "data.template",
         "level": 1,
         "component": "llama_sft.template.render",
-        "description": "Chat template and tokenization of the first records.",
+        "description": "The whole chat template rendered as text, first records.",
     },
     "encode": {
         "id": "data.encode",
@@ -224,27 +242,55 @@ def _batch(env, n=8):
     return {k: np.asarray(v) for k, v in batch.items()}
 
 
-def _template_out(env):
+def _template_out(env, part):
     from llama_sft.template import prompt_ids, render, response_ids
     from llama_sft.tokenizer import ByteTokenizer
 
     tok = ByteTokenizer(_cfgs(env)[0].vocab_size)
     records = _records(env)[:6]
-    return {
-        "special": [tok.bos_id, tok.eos_id, tok.pad_id, tok.user_id, tok.assistant_id],
-        "prompt": [list(prompt_ids(tok, r["prompt"])) for r in records],
-        "response": [list(response_ids(tok, r["response"])) for r in records],
-        "render": [render(tok, r["prompt"], r["response"]) for r in records],
-        "roundtrip": [tok.decode(tok.encode(r["prompt"])) for r in records],
-    }
+    if part == "tokenizer":
+        return {
+            "special": [tok.bos_id, tok.eos_id, tok.pad_id, tok.user_id, tok.assistant_id],
+            "ids": [list(tok.encode(r["prompt"])) for r in records],
+            "roundtrip": [tok.decode(tok.encode(r["prompt"])) for r in records],
+        }
+    if part == "prompt":
+        return {"prompt": [list(prompt_ids(tok, r["prompt"])) for r in records]}
+    if part == "response":
+        return {"response": [list(response_ids(tok, r["response"])) for r in records]}
+    return {"render": [render(tok, r["prompt"], r["response"]) for r in records]}
+
+
+def reference_tokenizer(env):
+    return _template_out(env, "tokenizer")
+
+
+def candidate_tokenizer(env):
+    return _template_out(env, "tokenizer")
+
+
+def reference_prompt_part(env):
+    return _template_out(env, "prompt")
+
+
+def candidate_prompt_part(env):
+    return _template_out(env, "prompt")
+
+
+def reference_response_part(env):
+    return _template_out(env, "response")
+
+
+def candidate_response_part(env):
+    return _template_out(env, "response")
 
 
 def reference_template(env):
-    return _template_out(env)
+    return _template_out(env, "render")
 
 
 def candidate_template(env):
-    return _template_out(env)
+    return _template_out(env, "render")
 
 
 def reference_encode(env):
