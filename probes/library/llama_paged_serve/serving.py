@@ -58,6 +58,32 @@ PROBES = {
         "level": 1,
         "component": "paged_serve.attention.paged_decode_attention",
     },
+    "top_k": {
+        "id": "sampler.top_k",
+        "level": 1,
+        "component": "paged_serve.sampler.apply_top_k",
+        "description": "apply_top_k (where the candidate keeps it): which tokens survive, ties at the k-th kept.",
+    },
+    "top_p": {
+        "id": "sampler.top_p",
+        "level": 1,
+        "component": "paged_serve.sampler.apply_top_p",
+        "description": "apply_top_p (where the candidate keeps it): which tokens survive, exact mass boundaries too.",
+    },
+    "scheduler": {
+        "id": "scheduler.steps",
+        "level": 2,
+        "component": "paged_serve.scheduler.Scheduler",
+        "description": "Scheduler (where the candidate keeps it): batches, block tables and finishes over scripted tokens.",
+    },
+    "runner": {
+        "uses": ["paged_serve.checkpoint.load_model", "paged_serve.model.LlamaForCausalLM"],
+        "id": "model_runner.steps",
+        "level": 2,
+        "component": "paged_serve.model_runner.ModelRunner",
+        "description": "ModelRunner (where the candidate keeps it): prefill then decode logits of scheduled sequences.",
+        "compare": {"prefill": "tensor", "decode/*": "tensor"},
+    },
     "sampler": {
         "id": "sampler.filtered_probs",
         "level": 1,
@@ -356,6 +382,146 @@ def candidate_decode_attention(env):
 
     i = env.inputs
     return {"y": paged_decode_attention(i["q"], i["k_cache"], i["v_cache"], i["tables"], i["context_lens"])}
+
+
+def inputs_top_k(env):
+    import numpy as np
+
+    logits = np.round(env.rng.standard_normal((6, 12)), 1).astype("float32")
+    logits[0, :4] = 2.0  # a tie at the k-th value
+    return {"logits": logits, "top_k": np.array([3, 1, 0, 12, 20, 5], dtype="int32")}
+
+
+def reference_top_k(env):
+    import torch
+    from paged_serve.sampler import apply_top_k
+
+    out = apply_top_k(torch.tensor(env.inputs["logits"]), _i(env.inputs["top_k"]))
+    return {"kept": torch.isfinite(out)}
+
+
+def candidate_top_k(env):
+    import numpy as np
+    from paged_serve.sampler import apply_top_k
+
+    return {"kept": np.isfinite(np.asarray(apply_top_k(env.inputs["logits"], env.inputs["top_k"])))}
+
+
+def inputs_top_p(env):
+    import numpy as np
+
+    # Equal logits give exact probabilities (1/8 each), so some rows sit exactly on 1 - p.
+    flat = np.zeros((4, 8), dtype="float32")
+    drawn = env.rng.standard_normal((4, 8)).astype("float32")
+    return {
+        "logits": np.concatenate([flat, drawn]),
+        "top_p": np.array([0.5, 0.75, 0.875, 1.0, 0.9, 0.5, 0.3, 1.0], dtype="float32"),
+    }
+
+
+def reference_top_p(env):
+    import torch
+    from paged_serve.sampler import apply_top_p
+
+    out = apply_top_p(torch.tensor(env.inputs["logits"]), torch.tensor(env.inputs["top_p"]))
+    return {"kept": torch.isfinite(out)}
+
+
+def candidate_top_p(env):
+    import numpy as np
+    from paged_serve.sampler import apply_top_p
+
+    return {"kept": np.isfinite(np.asarray(apply_top_p(env.inputs["logits"], env.inputs["top_p"])))}
+
+
+SCHEDULED = [(5, 3, False), (17, 4, False), (9, 2, True), (30, 5, False), (3, 6, False), (12, 1, False)]
+
+
+def _sequences(SamplingParams, Sequence):
+    seqs = []
+    for i, (n, max_tokens, ignore_eos) in enumerate(SCHEDULED):
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+        seqs.append(Sequence(f"r{i}", i, f"p{i}", [(7 * i + j) % 50 + 3 for j in range(n)], params))
+    return seqs
+
+
+def _schedule_run():
+    from paged_serve.config import EngineConfig
+    from paged_serve.sampler import SamplingParams
+    from paged_serve.scheduler import Scheduler
+    from paged_serve.sequence import Sequence
+
+    eos = 2
+    scheduler = Scheduler(EngineConfig(block_size=4, num_blocks=24, max_num_seqs=3, max_model_len=64), eos)
+    for seq in _sequences(SamplingParams, Sequence):
+        scheduler.add(seq)
+    steps = []
+    for step in range(40):
+        if not scheduler.has_unfinished():
+            break
+        seqs, is_prefill = scheduler.schedule()
+        # scripted tokens: request r1 samples eos at its second token, r2 (ignore_eos) at its first
+        tokens = [eos if (s.request_id, len(s.output_token_ids)) in {("r1", 1), ("r2", 0)} else 10 + step for s in seqs]
+        finished = scheduler.postprocess(seqs, tokens)
+        steps.append(
+            {
+                "prefill": bool(is_prefill),
+                "batch": [s.request_id for s in seqs],
+                "tables": [list(s.block_table) for s in seqs],
+                "finished": [[s.request_id, str(s.finish_reason), len(s.output_token_ids)] for s in finished],
+            }
+        )
+    return {"steps": steps}
+
+
+def reference_scheduler(env):
+    return _schedule_run()
+
+
+def candidate_scheduler(env):
+    return _schedule_run()
+
+
+def inputs_runner(env):
+    return {"tokens": env.rng.integers(3, 200, (3, 4)).astype("int32")}
+
+
+def _runner_steps(env, runner):
+    import numpy as np
+    from paged_serve.block_manager import BlockManager
+    from paged_serve.sampler import SamplingParams
+    from paged_serve.sequence import Sequence
+
+    engine_config = runner.engine_config
+    manager = BlockManager(engine_config.num_blocks, engine_config.block_size)
+    seqs = _sequences(SamplingParams, Sequence)[:3]
+    for seq in seqs:
+        manager.allocate(seq)
+    out = {"prefill": np.asarray(runner.prefill(seqs), dtype=np.float32), "decode": []}
+    for step in range(env.inputs["tokens"].shape[1]):
+        for b, seq in enumerate(seqs):
+            seq.output_token_ids.append(int(env.inputs["tokens"][b, step]))
+            manager.append_slot(seq)
+        out["decode"].append(np.asarray(runner.decode(seqs), dtype=np.float32))
+    return out
+
+
+def reference_runner(env):
+    import torch
+    from paged_serve.config import EngineConfig
+    from paged_serve.model_runner import ModelRunner
+
+    model, config = _reference_model(env)
+    with torch.no_grad():
+        return _runner_steps(env, ModelRunner(model, config, EngineConfig()))
+
+
+def candidate_runner(env):
+    from paged_serve.config import EngineConfig
+    from paged_serve.model_runner import ModelRunner
+
+    params, config = _candidate_model(env)
+    return _runner_steps(env, ModelRunner(params, config, EngineConfig()))
 
 
 def inputs_sampler(env):
