@@ -145,6 +145,7 @@ def bench_task(name: str, args, scratch: Path) -> dict:
                 "results": [
                     {
                         "id": r.property.id,
+                        "kind": r.property.kind,
                         "level": r.property.level,
                         "outcome": r.outcome.value,
                         "component": r.context.get("component"),
@@ -175,6 +176,15 @@ def library_metadata(task) -> dict[str, dict]:
     return found
 
 
+def _recorded_kind(result: dict, meta: dict) -> str:
+    """The property kind of a recorded result (older records lack it: take it from the library)."""
+    if result.get("kind"):
+        return result["kind"]
+    if meta:
+        return meta.get("kind", "differential")
+    return "check"
+
+
 def rescore(path: Path) -> list[dict]:
     """Localize every recorded defect again with the current code and probe metadata (no probe runs)."""
     reports = json.loads(path.read_text())
@@ -196,7 +206,9 @@ def rescore(path: Path) -> list[dict]:
                         component = meta["component"]
                     results.append(
                         ProbeResult(
-                            property=Property(id=r["id"], kind="recorded", level=meta.get("level", r["level"])),
+                            property=Property(
+                                id=r["id"], kind=_recorded_kind(r, meta), level=meta.get("level", r["level"])
+                            ),
                             outcome=Outcome(r["outcome"]),
                             context={"component": component, "uses": meta.get("uses", r["uses"])},
                         )

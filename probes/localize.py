@@ -9,7 +9,7 @@ from leaves (a norm, an attention) up to composed pieces (a block, the model,
 the loss, a train step, the run). When probes are violated, the first divergent
 component is a violated one none of whose own dependencies is violated: below it
 everything that was probed agrees, so the divergence starts there. Among several
-such, the lowest level wins, then the one the fewest established probes rely on
+such, the lowest level wins, then the one the fewest established differential probes rely on
 (a converter every agreeing forward probe loads its weights through is less
 suspect than one no agreeing probe touches), then the one the most violated probes
 rely on, then the one with the least below it.
@@ -183,7 +183,12 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
         if not component:
             continue
         node = _node_for(graph, component) or component
-        tally = {Outcome.ESTABLISHED: support, Outcome.VIOLATED: implicated}.get(result.outcome)
+        # Only a comparison with the original can clear a component: a candidate-side
+        # check that passes (a parameter tree, a trace under jit) says nothing of its values.
+        clears = result.property.kind == "differential"
+        tally = {Outcome.ESTABLISHED: support if clears else None, Outcome.VIOLATED: implicated}.get(
+            result.outcome
+        )
         if tally is not None:
             for used in {node, *(_node_for(graph, u) or u for u in result.context.get("uses") or [])}:
                 tally[used] = tally.get(used, 0) + 1

@@ -201,3 +201,19 @@ def test_among_equal_suspects_the_one_disagreeing_probes_rely_on_is_blamed(tmp_p
         _uses("logits", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", [relied_on], level=2),
     ]
     assert localize_divergence(ctx, results).observations["component"] == blamed
+
+
+def test_a_passing_candidate_side_check_clears_nothing(tmp_path):
+    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    tree = ProbeResult(
+        property=Property(id="param_tree", kind="param_tree", level=0),
+        outcome=Outcome.ESTABLISHED,
+        context={"component": "mlp_train.model.MLPClassifier", "uses": ["mlp_train.checkpoint.load_checkpoint"]},
+    )
+    results = [
+        _result("load", Outcome.VIOLATED, "mlp_train.checkpoint.load_checkpoint"),
+        _result("save", Outcome.VIOLATED, "mlp_train.checkpoint.save_checkpoint"),
+        _uses("logits", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", ["mlp_train.checkpoint.load_checkpoint"], 2),
+        tree,
+    ]
+    assert localize_divergence(ctx, results).observations["component"] == "mlp_train.checkpoint.load_checkpoint"

@@ -44,7 +44,7 @@ PROBES = {
         "id": "optim.decay_groups",
         "level": 1,
         "component": "mlp_train.optim.param_groups",
-        "description": "Which parameters weight decay touches: one step from zero gradients moves only those.",
+        "description": "Which parameters weight decay touches: steps from zero gradients move only those.",
     },
     "evaluate": {
         # evaluate runs whatever model it is given: the model is a dependency
@@ -70,6 +70,8 @@ PROBES = {
 }
 
 N_STEPS = 6
+# Several steps, so a learning rate that is zero at some step (a warmup slip) still moves what decays.
+DECAY_STEPS = 3
 TRAIN_STEPS = 30
 
 
@@ -269,12 +271,14 @@ def reference_decay(env):
     from mlp_train.optim import build_optimizer
 
     model = _torch_model(env)
-    optimizer, _ = build_optimizer(model, TrainConfig())
+    optimizer, scheduler = build_optimizer(model, TrainConfig())
     params = dict(model.named_parameters())
     before = {k: p.detach().clone() for k, p in params.items()}
-    for p in params.values():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()
+    for _ in range(DECAY_STEPS):
+        for p in params.values():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        scheduler.step()
     return {"decays": {k: bool((p.detach() != before[k]).any()) for k, p in params.items()}}
 
 
@@ -289,8 +293,11 @@ def candidate_decay(env):
     params = from_state_dict(raw)
     optimizer = make_optimizer(TrainConfig())
     zeros = from_state_dict({k: np.zeros_like(v) for k, v in raw.items()})
-    updates, _ = optimizer.update(zeros, optimizer.init(params), params)
-    before, after = _np_state(params), _np_state(optax.apply_updates(params, updates))
+    state, moved = optimizer.init(params), params
+    for _ in range(DECAY_STEPS):
+        updates, state = optimizer.update(zeros, state, moved)
+        moved = optax.apply_updates(moved, updates)
+    before, after = _np_state(params), _np_state(moved)
     return {"decays": {k: bool((after[k] != before[k]).any()) for k in before}}
 
 
