@@ -47,15 +47,18 @@ def _resolve_relative(module: str, is_package: bool, level: int, target: str | N
 
 
 def module_graph(source: Path):
-    """The original's module graph: modules, classes and functions, edges from user to used.
+    """The original's module graph: modules, classes, methods and functions, edges from user to used.
 
     Returns:
-        a `networkx.DiGraph`; node attribute `kind` is 'module', 'class' or 'function'.
+        a `networkx.DiGraph`; node attribute `kind` is 'module', 'class', 'method' or 'function'.
     """
     import networkx as nx
 
     graph = nx.DiGraph()
     parsed = {}
+    # Each module's top-level definitions by their bare name (methods are reached through
+    # `self.` or their class, never by a bare name).
+    defined: dict[str, dict[str, str]] = {}
     for path in python_files(source):
         name = _module_name(source, path)
         if not name:
@@ -70,6 +73,7 @@ def module_graph(source: Path):
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 kind = "class" if isinstance(node, ast.ClassDef) else "function"
                 graph.add_node(f"{name}.{node.name}", kind=kind, module=name)
+                defined.setdefault(name, {})[node.name] = f"{name}.{node.name}"
                 # A definition depends on its module: when the module cannot even be
                 # imported, every definition in it fails with it.
                 graph.add_edge(f"{name}.{node.name}", name)
@@ -77,7 +81,7 @@ def module_graph(source: Path):
                     graph.add_node(f"{name}.{node.name}.{method.name}", kind="method", module=name)
                     graph.add_edge(f"{name}.{node.name}", f"{name}.{node.name}.{method.name}")
     for name, (tree, is_package) in parsed.items():
-        scope = {n.split(".")[-1]: n for n, data in graph.nodes(data=True) if data.get("module") == name}
+        scope = dict(defined.get(name, {}))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 base = (
@@ -120,8 +124,10 @@ def _add_uses(graph, user: str, node: ast.AST, scope: dict[str, str], owner: str
                 used = f"{scope[inner.value.id]}.{inner.attr}"
             elif owner and inner.value.id == "self":
                 used = f"{owner}.{inner.attr}"
+        if not used or used == user or used not in graph or graph.has_edge(user, used):
+            continue
         # Never close a cycle (a method using its own class): the localizer needs an order.
-        if used and used != user and used in graph and not nx.has_path(graph, used, user):
+        if not nx.has_path(graph, used, user):
             graph.add_edge(user, used)
 
 

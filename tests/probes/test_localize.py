@@ -122,7 +122,8 @@ def test_methods_are_nodes_used_by_their_class_and_through_self(tmp_path):
         "class Net:\n"
         "    def states(self, x):\n        return [helper(x)]\n\n"
         "    def forward(self, x):\n        return self.states(x)[-1]\n\n"
-        "    @classmethod\n    def build(cls):\n        return Net()\n"
+        "    @classmethod\n    def build(cls):\n        return Net()\n\n\n"
+        "def run(x):\n    states = [x]\n    return states\n"
     )
     graph = module_graph(tmp_path)
     assert graph.nodes["net.Net.states"]["kind"] == "method"
@@ -132,6 +133,8 @@ def test_methods_are_nodes_used_by_their_class_and_through_self(tmp_path):
     # a method naming its own class does not close a cycle
     assert not graph.has_edge("net.Net.build", "net.Net")
     assert graph.has_edge("net.Net", "net.Net.build")
+    # a bare name is a top-level definition or nothing: a local `states` is not the method
+    assert not graph.has_edge("net.run", "net.Net.states")
 
 
 def test_a_function_made_of_a_method_localizes_to_the_method(tmp_path):
