@@ -169,26 +169,31 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
         ctx: the probe context (its `source` is read into the module graph).
         results: results of probes that name their `component` (in `context`).
     """
+    import networkx as nx
+
     graph = module_graph(ctx.source)
-    violated: dict[str, list[ProbeResult]] = {}
+    # Each probe's component and what it `uses`, as graph nodes where the graph has them.
+    resolved = [
+        (
+            result,
+            _node_for(graph, result.context["component"]) or result.context["component"],
+            [_node_for(graph, u) or u for u in result.context.get("uses") or []],
+        )
+        for result in results
+        if result.context.get("component")
+    ]
     # A probe that relies on other components besides its own (e.g. the checkpoint
     # converter, to build its inputs) declares them in `uses`: its divergence is
     # explained by theirs when they diverge too.
-    for result in results:
-        component, uses = result.context.get("component"), result.context.get("uses") or []
-        node = _node_for(graph, component) if component else None
+    for _, node, uses in resolved:
         for used in uses:
-            target = _node_for(graph, used)
-            if node and target and node != target:
-                graph.add_edge(node, target)
+            if node in graph and used in graph and node != used:
+                graph.add_edge(node, used)
+    violated: dict[str, list[ProbeResult]] = {}
     established: set[str] = set()
     support: dict[str, int] = {}
     implicated: dict[str, int] = {}
-    for result in results:
-        component = result.context.get("component")
-        if not component:
-            continue
-        node = _node_for(graph, component) or component
+    for result, node, uses in resolved:
         # Only a comparison with the original can clear a component: a candidate-side
         # check that passes (a parameter tree, a trace under jit) says nothing of its values.
         clears = result.property.kind == "differential"
@@ -196,7 +201,7 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
             result.outcome
         )
         if tally is not None:
-            for used in {node, *(_node_for(graph, u) or u for u in result.context.get("uses") or [])}:
+            for used in {node, *uses}:
                 tally[used] = tally.get(used, 0) + 1
         # A package's __init__ locates nothing more than "somewhere in the package".
         if node in graph and graph.nodes[node].get("package"):
@@ -211,13 +216,13 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     first = [n for n in violated if not any(n in graph and o in graph and _depends(graph, n, o) for o in violated)]
 
     def depth(node: str) -> tuple[int, int, int, int]:
-        below = len(__import__("networkx").descendants(graph, node)) if node in graph else 10**6
+        below = len(nx.descendants(graph, node)) if node in graph else 10**6
         level = min(r.property.level for r in violated[node])
         return (level, support.get(node, 0), -implicated.get(node, 0), below)
 
     first.sort(key=depth)
     chosen = first[0]
-    chain = sorted(in_graph, key=lambda n: len(__import__("networkx").descendants(graph, n)))
+    chain = sorted(in_graph, key=lambda n: len(nx.descendants(graph, n)))
     below = sorted(n for n in established if chosen in graph and n in graph and _depends(graph, chosen, n))
     probes = [r.property.id for r in violated[chosen]]
     message = f"first divergent component: {chosen} (violated: {', '.join(probes)})"
