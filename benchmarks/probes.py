@@ -35,7 +35,7 @@ from harness.run import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
 from probes.differential import probe_names  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
-from probes.suite import builtin_checks, library_dir, run_probes, task_probes  # noqa: E402
+from probes.suite import builtin_checks, library_files, run_probes, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
@@ -155,20 +155,22 @@ def bench_task(name: str, args, scratch: Path) -> dict:
                 ],
             }
         )
-        mark = "caught" if violated else "MISSED"
-        print(
-            f"   {defect.name:32} {mark:6} localized {component!s:45} want {defect.component:35} "
-            f"{verdict:11} ({dwall:.0f}s) {violated[:4]}"
-        )
+        print_defect(report["defects"][-1])
     return report
+
+
+def print_defect(d: dict) -> None:
+    """One line for a defect: caught or not, where localization points, what it should name."""
+    print(
+        f"   {d['name']:32} {'caught' if d['violated'] else 'MISSED':6} localized {d['localized']!s:45} "
+        f"want {d['component']:35} {d['localization']:11} ({d['wall_s']:.0f}s) {d['violated'][:4]}"
+    )
 
 
 def library_metadata(task) -> dict[str, dict]:
     """Property id -> metadata of every probe and check in the task's library, as it is now."""
     found = {}
-    for path in sorted(library_dir(task).glob("*.py")):
-        if path.name.startswith("_"):
-            continue
+    for path in library_files(task):
         for checks in (False, True):
             for meta in probe_names(path, checks=checks).values():
                 if meta.get("id"):
@@ -219,10 +221,7 @@ def rescore(path: Path) -> list[dict]:
                 d["localization"] = localization_verdict(
                     d["localized"], d["component"], task.source_dir, oracle
                 )
-                print(
-                    f"   {d['name']:32} {'caught' if d['violated'] else 'MISSED':6} localized "
-                    f"{d['localized']!s:45} want {d['component']:35} {d['localization']}"
-                )
+                print_defect(d)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return reports

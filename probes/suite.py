@@ -52,15 +52,17 @@ def library_dir(task: Task | str) -> Path:
     return LIBRARY / name.replace("-", "_")
 
 
+def library_files(task: Task | str) -> list[Path]:
+    """The probe files of a task's bundled library (none for an unknown task)."""
+    folder = library_dir(task)
+    if not folder.is_dir():
+        return []
+    return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
+
+
 def task_probes(task: Task | str) -> list[Probe]:
     """The bundled probe library of a known task (empty for an unknown one)."""
-    folder = library_dir(task)
-    probes: list[Probe] = []
-    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
-        if path.name.startswith("_"):
-            continue
-        probes.extend(load_probe_file(path))
-    return probes
+    return [probe for path in library_files(task) for probe in load_probe_file(path)]
 
 
 def load_probe_file(path: Path | str) -> list[Probe]:
