@@ -10,6 +10,18 @@ from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context
 from probes.localize import localization_verdict, localize_divergence, module_graph
 
+MLP = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "mlp-train"
+
+
+@pytest.fixture
+def tiny_ctx(tmp_path):
+    return make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+
+
+@pytest.fixture
+def mlp_ctx(tmp_path):
+    return make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+
 
 def _result(pid: str, outcome: Outcome, component: str | None, level: int = 1) -> ProbeResult:
     return ProbeResult(
@@ -29,59 +41,51 @@ def test_module_graph_of_the_tiny_source():
     assert graph.has_edge("model.Affine", "model")
 
 
-def test_first_divergent_component_is_the_lowest_violated(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+def test_first_divergent_component_is_the_lowest_violated(tiny_ctx):
     results = [
         _result("run", Outcome.VIOLATED, "train.train", 3),
         _result("net", Outcome.VIOLATED, "model.Net", 2),
         _result("affine", Outcome.VIOLATED, "model.Affine", 1),
         _result("loss", Outcome.ESTABLISHED, "model.loss_fn", 1),
     ]
-    found = localize_divergence(ctx, results)
+    found = localize_divergence(tiny_ctx, results)
     assert found is not None and found.outcome is Outcome.VIOLATED
     assert found.observations["component"] == "model.Affine"
     assert found.observations["violated_components"][0] == "model.Affine"
 
 
-def test_divergence_above_established_leaves(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+def test_divergence_above_established_leaves(tiny_ctx):
     results = [
         _result("run", Outcome.VIOLATED, "train.train", 3),
         _result("net", Outcome.ESTABLISHED, "model.Net", 2),
         _result("affine", Outcome.ESTABLISHED, "Affine", 1),
         _result("other", Outcome.NOT_ESTABLISHED, "model.loss_fn", 1),
     ]
-    found = localize_divergence(ctx, results)
+    found = localize_divergence(tiny_ctx, results)
     assert found.observations["component"] == "train.train"
     assert "model.Net" in found.observations["established_below"]
     assert "model.Affine" in found.observations["established_below"]
 
 
-def test_nothing_violated_localizes_nothing(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
-    assert localize_divergence(ctx, [_result("a", Outcome.ESTABLISHED, "model.Net")]) is None
-    assert localize_divergence(ctx, [_result("a", Outcome.VIOLATED, None)]) is None
+def test_nothing_violated_localizes_nothing(tiny_ctx):
+    assert localize_divergence(tiny_ctx, [_result("a", Outcome.ESTABLISHED, "model.Net")]) is None
+    assert localize_divergence(tiny_ctx, [_result("a", Outcome.VIOLATED, None)]) is None
 
 
-def test_a_module_that_does_not_import_comes_before_its_definitions(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+def test_a_module_that_does_not_import_comes_before_its_definitions(tiny_ctx):
     results = [
         _result("imports", Outcome.VIOLATED, "model", 0),
         _result("net", Outcome.VIOLATED, "model.Net", 2),
         _result("affine", Outcome.VIOLATED, "model.Affine", 1),
     ]
-    assert localize_divergence(ctx, results).observations["component"] == "model"
+    assert localize_divergence(tiny_ctx, results).observations["component"] == "model"
 
 
-def test_uses_explains_a_divergence_by_a_shared_helper(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+def test_uses_explains_a_divergence_by_a_shared_helper(tiny_ctx):
     net = _result("net", Outcome.VIOLATED, "model.Net", 1)
     net.context["uses"] = ["model.loss_fn"]
     results = [net, _result("loss", Outcome.VIOLATED, "model.loss_fn", 1)]
-    assert localize_divergence(ctx, results).observations["component"] == "model.loss_fn"
-
-
-MLP = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "mlp-train"
+    assert localize_divergence(tiny_ctx, results).observations["component"] == "model.loss_fn"
 
 
 @pytest.mark.parametrize(
@@ -137,13 +141,12 @@ def test_methods_are_nodes_used_by_their_class_and_through_self(tmp_path):
     assert not graph.has_edge("net.run", "net.Net.states")
 
 
-def test_a_function_made_of_a_method_localizes_to_the_method(tmp_path):
-    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+def test_a_function_made_of_a_method_localizes_to_the_method(mlp_ctx):
     results = [
         _result("interface", Outcome.VIOLATED, "mlp_train.model.hidden_states", 0),
         _result("logits", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", 2),
     ]
-    found = localize_divergence(ctx, results)
+    found = localize_divergence(mlp_ctx, results)
     assert found.observations["component"] == "mlp_train.model.MLPClassifier.hidden_states"
 
 
@@ -161,24 +164,22 @@ LOAD, SAVE = "mlp_train.checkpoint.load_checkpoint", "mlp_train.checkpoint.save_
         (Outcome.VIOLATED, SAVE, SAVE),
     ],
 )
-def test_among_equal_suspects_what_other_probes_rely_on_decides(tmp_path, outcome, relied_on, blamed):
-    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+def test_among_equal_suspects_what_other_probes_rely_on_decides(mlp_ctx, outcome, relied_on, blamed):
     results = [
         _result("load", Outcome.VIOLATED, LOAD),
         _result("save", Outcome.VIOLATED, SAVE),
         _uses("other", outcome, "mlp_train.model.MLPClassifier", [relied_on], level=2),
     ]
-    assert localize_divergence(ctx, results).observations["component"] == blamed
+    assert localize_divergence(mlp_ctx, results).observations["component"] == blamed
 
 
-def test_components_on_a_cycle_are_peers_and_the_lower_level_wins(tmp_path):
+def test_components_on_a_cycle_are_peers_and_the_lower_level_wins(mlp_ctx):
     # the source's loader builds the model; the model probe relies on the loader: a cycle
-    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
     results = [
         _uses("model", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", ["mlp_train.checkpoint.load_checkpoint"], 2),
         _uses("load", Outcome.VIOLATED, "mlp_train.checkpoint.load_checkpoint", ["mlp_train.model.MLPClassifier"], 1),
     ]
-    found = localize_divergence(ctx, results)
+    found = localize_divergence(mlp_ctx, results)
     assert found.observations["component"] == "mlp_train.checkpoint.load_checkpoint"
 
 
@@ -196,8 +197,7 @@ def test_every_seeded_defect_names_a_component_of_the_original(task):
         assert name in graph or graph.nodes.get(owner, {}).get("kind") == "class", defect.name
 
 
-def test_a_passing_candidate_side_check_clears_nothing(tmp_path):
-    ctx = make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+def test_a_passing_candidate_side_check_clears_nothing(mlp_ctx):
     tree = ProbeResult(
         property=Property(id="param_tree", kind="param_tree", level=0),
         outcome=Outcome.ESTABLISHED,
@@ -209,4 +209,4 @@ def test_a_passing_candidate_side_check_clears_nothing(tmp_path):
         _uses("logits", Outcome.VIOLATED, "mlp_train.model.MLPClassifier", ["mlp_train.checkpoint.load_checkpoint"], 2),
         tree,
     ]
-    assert localize_divergence(ctx, results).observations["component"] == "mlp_train.checkpoint.load_checkpoint"
+    assert localize_divergence(mlp_ctx, results).observations["component"] == "mlp_train.checkpoint.load_checkpoint"
