@@ -100,7 +100,8 @@ def property_block(record: EvidenceRecord, label: str, *, note: str = "") -> str
     if total > FAILING_SHOWN:
         lines.append(f"    … {total - FAILING_SHOWN} more failing (not listed)")
     if passing:
-        lines.append(f"    {passing} other output{'s' if passing != 1 else ''} pass")
+        plural = "s" if passing != 1 else ""
+        lines.append(f"    {passing} other output{plural} pass" if failing else f"    {'all ' if passing > 1 else ''}{passing} output{plural} pass")
     why = reason(record)
     if why and (record.outcome is not E) and not (failing and record.observations.get("outputs")):
         lines.append(f"    why: {why}")

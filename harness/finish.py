@@ -129,17 +129,14 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
 
 
 def evidence_tallies(run: RunDir) -> dict[int, Counter]:
-    """Outcome counts per round (latest record per property within the round)."""
+    """Per round, the state after it: properties by latest outcome (`views.tally`, as every view counts)."""
     if not run.evidence.exists():
         return {}
     from evidence_store.store import EvidenceStore
+    from evidence_store.views import tally
 
     store = EvidenceStore(run.evidence, create=False)
     try:
-        tallies: dict[int, Counter] = {}
-        for round in store.evidence_rounds():
-            latest = {r.property.id: r for r in store.records(round=round) if r.property.kind != "boundary"}
-            tallies[round] = Counter(r.outcome.value for r in latest.values())
-        return tallies
+        return {round: tally(store.latest(up_to_round=round)) for round in store.evidence_rounds()}
     finally:
         store.close()

@@ -98,28 +98,43 @@ def probe_command(
         _print_table(console, ctx, results)
 
 
+def _deciding(result) -> str:
+    """What decided a result: failing outputs as distance against tolerance, else why."""
+    from evidence_store import reading
+
+    failing, passing, total = reading.failing_lines(result)
+    if failing:
+        shown = failing[: reading.FAILING_SHOWN]
+        more = [f"… {total - len(shown)} more failing"] if total > len(shown) else []
+        return "\n".join(shown + more + ([f"{passing} other outputs pass"] if passing else []))
+    if result.outcome.value != "established":
+        return reading.reason(result)
+    return f"all {passing} outputs pass" if passing > 1 else ""
+
+
 def _print_table(console: Console, ctx, results) -> None:
+    """A table on a terminal; plain lines, one property after another, anywhere else.
+
+    Piped output is never wrapped or cut: a property id or a detail stays whole on its line.
+    """
     counts = {k: sum(r.outcome.value == k for r in results) for k in _STYLE}
     title = f"{ctx.task.name}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    if not console.is_terminal:
+        console.print(title, highlight=False, markup=False, soft_wrap=True)
+        for r in results:
+            console.print(
+                f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", highlight=False, markup=False, soft_wrap=True
+            )
+            for line in _deciding(r).splitlines():
+                console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"probe files and outputs: {ctx.workdir}", highlight=False, soft_wrap=True)
+        return
     table = Table(title=title)
-    table.add_column("property")
+    table.add_column("property", overflow="fold")
     table.add_column("level", justify="right")
-    table.add_column("outcome")
-    table.add_column("score", justify="right")
-    table.add_column("noise floor", justify="right")
-    table.add_column("detail", overflow="fold")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("what decided it", overflow="fold")
     for r in results:
-        noise = r.observations.get("noise_floor")
-        detail = r.observations.get("message") or (
-            r.trace.strip().splitlines()[-1] if r.trace.strip() else ""
-        )
-        table.add_row(
-            r.property.id,
-            str(r.property.level),
-            f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]",
-            "" if r.score is None else f"{r.score:.6f}",
-            "" if noise is None else f"{noise:.1e}",
-            str(detail)[:200],
-        )
+        table.add_row(r.property.id, str(r.property.level), f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]", _deciding(r))
     console.print(table)
     console.print(f"probe files and outputs: {ctx.workdir}")
