@@ -47,7 +47,7 @@ def output_line(name: str, output: Mapping[str, Any]) -> str:
     tolerance = float(output.get("tolerance", 0.0))
     if measure == "banded":
         verdict = "inside" if output.get("ok") else "outside"
-        return f"{name}: banded, {verdict} the band {numbers.noise(tolerance)} (score {numbers.score(score)})"
+        return f"{name}: banded, {verdict} the band {numbers.noise(tolerance)} (similarity {numbers.score(score)})"
     sign = "<=" if output.get("ok") else ">"
     text = (
         f"{name}: {measure} distance {numbers.distance(1.0 - score)} {sign} tolerance "

@@ -135,11 +135,14 @@ def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> 
     for info in store.rounds():
         if up_to is not None and info.round > up_to:
             continue
+        unchecked = store.records(round=info.round, kind="unchecked")
+        if not (info.candidate_commit or info.note or unchecked):
+            continue
         commit = (info.candidate_commit or "-")[:10]
         console.print(f"round {info.round}: candidate commit {commit}", highlight=False, soft_wrap=True)
         if info.note:
             console.print(f"  Migrator's summary: {' '.join(info.note.split())}", highlight=False, markup=False, soft_wrap=True)
-        for record in store.records(round=info.round, kind="unchecked"):
+        for record in unchecked:
             name = record.property.id.removeprefix("unchecked:")
             why = record.observations.get("reason", "")
             console.print(f"  not examined by the Verifier: {name}: {why}", highlight=False, markup=False, soft_wrap=True)
