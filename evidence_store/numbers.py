@@ -7,7 +7,8 @@ against its float64 run varies several-fold between two CPUs; only its order of
 magnitude means anything). Every rendered measurement contains a decimal point or
 an exponent (`1.0`, `0.546`, `7e-09`), so `canonical()` can tell it from a count
 or a round number and mask it: two renderings of the same evidence taken on two
-machines have the same canonical text.
+machines have the same canonical text. A candidate commit, rendered as
+`commit <10 hex digits>`, is masked too: it hashes the time it was made.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ MEASURED = re.compile(
     r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+|(?<![\w.])(?:nan|-?inf)\b"
 )
 """A measured number as rendered here (decimal point or exponent; nan, inf)."""
+
+COMMIT = re.compile(r"\bcommit [0-9a-f]{10}\b")
+"""A candidate commit as rendered (`commit(sha)`)."""
 
 MASK = "#"
 MEASURED_WIDTH = 8
@@ -54,14 +58,19 @@ def noise(value: float) -> str:
     return significant(value, NOISE_DIGITS)
 
 
+def commit(sha: str) -> str:
+    """A candidate commit, as `commit 0123456789`."""
+    return f"commit {sha[:10]}"
+
+
 def canonical(text: str) -> str:
-    """`text` with every measured number masked: what two machines agree on."""
-    return MEASURED.sub(MASK, text)
+    """`text` with every measured number and commit masked: what two machines agree on."""
+    return MEASURED.sub(MASK, COMMIT.sub("commit " + MASK, text))
 
 
 def budget_length(text: str) -> int:
     """The length `text` counts for in a budget: every measurement at `MEASURED_WIDTH`."""
-    return len(canonical(text)) + text_measurements(text) * (MEASURED_WIDTH - len(MASK))
+    return len(MEASURED.sub(MASK, text)) + text_measurements(text) * (MEASURED_WIDTH - len(MASK))
 
 
 def text_measurements(text: str) -> int:

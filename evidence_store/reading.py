@@ -192,7 +192,7 @@ def render(
     )
     n_violated = len(violated)
     where = "all rounds" if round is None else f"after round {round}"
-    on = f" on candidate commit {commit[:10]}" if commit else ""
+    on = f" on candidate {numbers.commit(commit)}" if commit else ""
     header = [
         f"Evidence {where}{on}: {len(outcomes)} properties (latest outcome of each); "
         f"{len(established)} established, {n_violated} violated, {len(outcomes) - len(established) - n_violated} "

@@ -145,6 +145,11 @@ def test_measurements_always_render_as_measurements(value, score, noise):
     assert numbers.canonical(f"x {score} y {noise} round 12") == "x # y # round 12"
 
 
+def test_canonical_text_masks_commits_but_not_other_hex_or_counts():
+    text = f"on candidate {numbers.commit('0123456789abcdef')}: 12 properties, id deadbeef01"
+    assert numbers.canonical(text) == "on candidate commit #: 12 properties, id deadbeef01"
+
+
 def _latest(n_vio: int, n_ne: int, n_est: int) -> tuple[dict[str, EvidenceRecord], list[str]]:
     problems = [_rec(f"v{i:03}", "violated", trace="E" * (i % 200)) for i in range(n_vio)]
     problems += [_rec(f"n{i:03}", "not_established") for i in range(n_ne)]

@@ -263,3 +263,22 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
         assert unchecked.outcome.value == "not_established" and unchecked.observations["reason"] == "no entry point yet"
     finally:
         store.close()
+
+
+def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp_path, capsys):
+    script = plans.write_script(tmp_path / "script.json", plans.twin_fix_in_round_two())
+    runs = tmp_path / "a-rather-long-directory-name-so-that-paths-exceed-eighty-columns" / "runs"
+    code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", script, "--rounds", "2",
+                 "--runs-dir", str(runs), "--run-id", "demo"])
+    assert code == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    run_root = runs / "demo"
+    assert "  round 1: 0.5000" in lines and "  round 2: 1.0000" in lines
+    assert f"final candidate: round 2 — {run_root / 'final'}" in lines
+    assert f"run directory: {run_root} (summary.md, trajectory.jsonl, evidence.sqlite)" in lines
+    assert lines[-1].startswith("with a real model: twin migrate --task ")
+    assert (run_root / "final" / "calc" / "ops.py").is_file()
+    # plain progress lines never break inside a field
+    progress = [line for line in captured.err.splitlines() if "tokens=" in line]
+    assert progress and all(re.search(r"established=\d+ violated=\d+ not_established=\d+$", line) for line in progress)
