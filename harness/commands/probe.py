@@ -106,7 +106,8 @@ def _deciding(result) -> str:
     if failing:
         shown = failing[: reading.FAILING_SHOWN]
         more = [f"… {total - len(shown)} more failing"] if total > len(shown) else []
-        return "\n".join(shown + more + ([f"{passing} other outputs pass"] if passing else []))
+        passes = [f"{passing} other output{'s' if passing != 1 else ''} pass"] if passing else []
+        return "\n".join(shown + more + passes)
     if result.outcome.value != "established":
         return reading.reason(result)
     return f"all {passing} outputs pass" if passing > 1 else ""
