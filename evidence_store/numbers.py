@@ -20,9 +20,7 @@ SCORE_DIGITS = 3
 DISTANCE_DIGITS = 2
 NOISE_DIGITS = 1
 
-MEASURED = re.compile(
-    r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+|(?<![\w.])(?:nan|-?inf)\b"
-)
+MEASURED = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+|(?<![\w.])(?:nan|-?inf)\b")
 """A measured number as rendered here (decimal point or exponent; nan, inf)."""
 
 COMMIT = re.compile(r"\bcommit [0-9a-f]{10}\b")

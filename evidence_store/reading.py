@@ -101,7 +101,11 @@ def property_block(record: EvidenceRecord, label: str, *, note: str = "") -> str
         lines.append(f"    … {total - FAILING_SHOWN} more failing (not listed)")
     if passing:
         plural = "s" if passing != 1 else ""
-        lines.append(f"    {passing} other output{plural} pass" if failing else f"    {'all ' if passing > 1 else ''}{passing} output{plural} pass")
+        lines.append(
+            f"    {passing} other output{plural} pass"
+            if failing
+            else f"    {'all ' if passing > 1 else ''}{passing} output{plural} pass"
+        )
     why = reason(record)
     if why and (record.outcome is not E) and not (failing and record.observations.get("outputs")):
         lines.append(f"    why: {why}")
@@ -232,7 +236,7 @@ def render(
         parts.append(_left_out(left))
     text = "\n".join(parts)
     if len(text) > max_chars:  # a budget too small even for the header
-        text = numbers.clip_words(text, max_chars - 2)[: max_chars]
+        text = numbers.clip_words(text, max_chars - 2)[:max_chars]
     return text
 
 

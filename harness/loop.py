@@ -21,6 +21,7 @@ from roles.migrator import Migrator
 from roles.schemas import Diagnosis, Gap, VerifierReport
 from roles.verifier import Verifier
 
+
 class StopRun(Exception):
     """The loop ends before R rounds; the message is the reason."""
 

@@ -127,11 +127,13 @@ def show_command(
         console.print(_records_table(title, records))
         _print_rounds(console, store, round)
         counts = tally(latest)
-        console.print(f"{sum(counts.values())} properties (latest outcome of each): {tally_text(counts)}", soft_wrap=True)
+        total = sum(counts.values())
+        console.print(f"{total} properties (latest outcome of each): {tally_text(counts)}", soft_wrap=True)
 
 
 def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> None:
     """Per round: the candidate commit, the Migrator's summary and what the Verifier left unchecked."""
+    plain = {"highlight": False, "markup": False, "soft_wrap": True}
     for info in store.rounds():
         if up_to is not None and info.round > up_to:
             continue
@@ -139,13 +141,13 @@ def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> 
         if not (info.candidate_commit or info.note or unchecked):
             continue
         commit = (info.candidate_commit or "-")[:10]
-        console.print(f"round {info.round}: candidate commit {commit}", highlight=False, soft_wrap=True)
+        console.print(f"round {info.round}: candidate commit {commit}", **plain)
         if info.note:
-            console.print(f"  Migrator's summary: {' '.join(info.note.split())}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"  Migrator's summary: {' '.join(info.note.split())}", **plain)
         for record in unchecked:
             name = record.property.id.removeprefix("unchecked:")
             why = record.observations.get("reason", "")
-            console.print(f"  not examined by the Verifier: {name}: {why}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"  not examined by the Verifier: {name}: {why}", **plain)
 
 
 @app.command("diff")

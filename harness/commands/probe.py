@@ -121,14 +121,13 @@ def _print_table(console: Console, ctx, results) -> None:
     counts = {k: sum(r.outcome.value == k for r in results) for k in _STYLE}
     title = f"{ctx.task.name}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
     if not console.is_terminal:
-        console.print(title, highlight=False, markup=False, soft_wrap=True)
+        plain = {"highlight": False, "markup": False, "soft_wrap": True}
+        console.print(title, **plain)
         for r in results:
-            console.print(
-                f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", highlight=False, markup=False, soft_wrap=True
-            )
+            console.print(f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", **plain)
             for line in _deciding(r).splitlines():
-                console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
-        console.print(f"probe files and outputs: {ctx.workdir}", highlight=False, soft_wrap=True)
+                console.print(f"    {line}", **plain)
+        console.print(f"probe files and outputs: {ctx.workdir}", **plain)
         return
     table = Table(title=title)
     table.add_column("property", overflow="fold")
@@ -136,6 +135,7 @@ def _print_table(console: Console, ctx, results) -> None:
     table.add_column("outcome", no_wrap=True)
     table.add_column("what decided it", overflow="fold")
     for r in results:
-        table.add_row(r.property.id, str(r.property.level), f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]", _deciding(r))
+        outcome = f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]"
+        table.add_row(r.property.id, str(r.property.level), outcome, _deciding(r))
     console.print(table)
     console.print(f"probe files and outputs: {ctx.workdir}")

@@ -30,7 +30,9 @@ def _output(score: float, noise: float, ok: bool, measure: str = "tensor") -> di
     return {"measure": measure, "score": score, "noise": noise, "tolerance": tolerance, "ok": ok}
 
 
-def _differential(pid: str, failing: int, passing: int, *, jitter: float = 0.0, noise_factor: float = 1.0) -> EvidenceRecord:
+def _differential(
+    pid: str, failing: int, passing: int, *, jitter: float = 0.0, noise_factor: float = 1.0
+) -> EvidenceRecord:
     """A violated differential record; `jitter` and `noise_factor` play a different machine."""
     outputs = {}
     for i in range(failing):
@@ -59,7 +61,9 @@ def _evidence(**machine) -> dict[str, EvidenceRecord]:
 
 def _text(latest: dict[str, EvidenceRecord], max_chars: int = 6000) -> str:
     problems = {p: r for p, r in latest.items() if r.outcome != Outcome.ESTABLISHED}
-    return render(problems, ["audit.vendored", "independence"], None, max_chars=max_chars, round=1, commit="0123456789abcdef")
+    return render(
+        problems, ["audit.vendored", "independence"], None, max_chars=max_chars, round=1, commit="0123456789abcdef"
+    )
 
 
 def test_a_violated_output_shows_distance_against_tolerance_and_its_noise():
@@ -115,10 +119,19 @@ def test_changes_since_the_previous_round_come_first_new_violations_before_other
     problems = {p: r for p, r in latest.items() if r.outcome != Outcome.ESTABLISHED}
     text = render(problems, ["independence"], previous, max_chars=6000, round=1, previous_round=0)
     lines = text.splitlines()
-    assert lines[1].startswith("Since round 0: 1 regressed (established before, violated now): forward.block0; "
-                               "1 newly violated: forward.hidden_states;")
-    order = [text.index(s) for s in ("REGRESSED forward.block0", "VIOLATED (new) forward.hidden_states",
-                                     "VIOLATED checkpoint.load", "UNRESOLVED imports")]
+    assert lines[1].startswith(
+        "Since round 0: 1 regressed (established before, violated now): forward.block0; "
+        "1 newly violated: forward.hidden_states;"
+    )
+    order = [
+        text.index(s)
+        for s in (
+            "REGRESSED forward.block0",
+            "VIOLATED (new) forward.hidden_states",
+            "VIOLATED checkpoint.load",
+            "UNRESOLVED imports",
+        )
+    ]
     assert order == sorted(order)
     assert "why: ModuleNotFoundError: No module named 'model'" in text
 
@@ -138,7 +151,12 @@ def test_a_long_message_is_shortened_at_a_word_never_inside_one():
 
 @pytest.mark.parametrize(
     ("value", "score", "noise"),
-    [(1.0, "1.0", "1.0"), (0.0, "0.0", "0.0"), (0.546212958, "0.546", "0.5"), (1.1920928955078125e-06, "1.19e-06", "1e-06")],
+    [
+        (1.0, "1.0", "1.0"),
+        (0.0, "0.0", "0.0"),
+        (0.546212958, "0.546", "0.5"),
+        (1.1920928955078125e-06, "1.19e-06", "1e-06"),
+    ],
 )
 def test_measurements_always_render_as_measurements(value, score, noise):
     assert numbers.score(value) == score and numbers.noise(value) == noise

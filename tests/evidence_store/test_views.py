@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import pytest
-
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.views import summarize, tally
 

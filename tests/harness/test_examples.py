@@ -12,6 +12,7 @@ the slow suite.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -76,6 +77,42 @@ def test_an_example_replays_with_the_numbers_of_another_machine(tmp_path, monkey
 
     monkeypatch.setattr(compare, "compare_leaf", on_another_machine)
     replay("mlp-train", "twin", tmp_path)
+
+
+def _recorded_prompt(task: str, role: str, round: int) -> str:
+    lines = (EXAMPLES / task / "twin.jsonl").read_text().splitlines()
+    calls = [json.loads(line) for line in lines if '"model_call"' in line]
+    call = next(c for c in calls if c["role"] == role and c["round"] == round)
+    return call["request"]["messages"][1]["content"]
+
+
+@pytest.mark.parametrize("task", ["mlp-train", "llama-lora-sft", "llama-paged-serve"])
+def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_deciding_numbers(task):
+    evidence = _recorded_prompt(task, "diagnoser", 2).split("# Evidence so far\n")[1].split("\n# ")[0]
+    assert evidence.startswith("Evidence after round 1 on candidate commit ")
+    blocks = re.split(r"\n(?=- |Established|\[)", evidence)[1:]
+    violated = [b for b in blocks if b.startswith(("- VIOLATED", "- REGRESSED"))]
+    assert violated
+    deciding = re.compile(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+\)")
+    for block in violated:
+        body = block.splitlines()[1:]
+        assert body and all(line.startswith("    ") for line in body), block
+        failing = [line for line in body if deciding.fullmatch(line)]
+        assert failing or any(line.startswith(("    why: ", "    structure: ")) for line in body), block
+        assert not any("distance" in line and not deciding.fullmatch(line) for line in body), block
+    # the next Diagnoser also gets what the Verifier could not examine and the Migrator's words
+    prompt = _recorded_prompt(task, "diagnoser", 2)
+    assert "- training end to end: this demonstration probes the model only" in prompt
+    assert "<migrator-summary>\nwrote the JAX package\n</migrator-summary>" in prompt
+
+
+@pytest.mark.parametrize("task", ["mlp-train", "llama-lora-sft", "llama-paged-serve"])
+def test_the_verifier_is_told_what_changed_and_that_earlier_probes_were_re_run(task):
+    prompt = _recorded_prompt(task, "verifier", 2)
+    assert "<migrator-summary>\nrepaired\n</migrator-summary>" in prompt
+    assert re.search(r"Files changed since the previous round \(lines added, removed\):\n- \S+ \(\+\d+ -\d+\)", prompt)
+    assert "twin re-ran the built-in checks and every probe written in earlier rounds" in prompt
+    assert re.search(r"Since round 1: .*fixed \(violated before, established now\)", prompt)
 
 
 @pytest.mark.slow

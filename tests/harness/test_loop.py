@@ -247,16 +247,19 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     assert "Since round 1:" in verifier_2 and "fixed (violated before, established now): calc.ops" in verifier_2
     # one set of counters: the prompt, the live line, summary.md and `twin evidence show`
     header = next(line for line in verifier_2.splitlines() if line.startswith("Evidence after round 2"))
-    established, violated, unresolved = map(int, re.search(r"(\d+) established, (\d+) violated, (\d+) not", header).groups())
+    counts = re.search(r"(\d+) established, (\d+) violated, (\d+) not", header)
+    established, violated, unresolved = map(int, counts.groups())
     tally = f"established={established} violated={violated} not_established={unresolved}"
     assert violated == 0 and established >= 1
     live = [line for line in capsys.readouterr().err.splitlines() if "established=" in line]
     assert live and live[-1].endswith(tally)
-    assert f"| 2 | {run.load_state().rounds[1].commit[:10]} | {established} | 0 | {unresolved} |" in run.summary.read_text()
+    commit = run.load_state().rounds[1].commit[:10]
+    assert f"| 2 | {commit} | {established} | 0 | {unresolved} |" in run.summary.read_text()
     assert main(["evidence", "show", str(run.root)]) == 0
     shown = capsys.readouterr().out
     assert tally in shown
-    assert "Migrator's summary: fixed scale" in shown and "not examined by the Verifier: calc.cli: no entry point yet" in shown
+    assert "Migrator's summary: fixed scale" in shown
+    assert "not examined by the Verifier: calc.cli: no entry point yet" in shown
     store = EvidenceStore(run.evidence, create=False)
     try:
         [unchecked] = [r for r in store.records(kind="unchecked") if r.property.id == "unchecked:calc.cli"]
