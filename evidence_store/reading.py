@@ -225,8 +225,10 @@ def render(
         left["violated" if record.outcome is V else "not established"] -= 1
     if established and not dropping:
         shown: list[str] = []
+        line_length = numbers.budget_length(f"Established ({len(established)}): ")
         for pid in established:
-            if not fits(f"Established ({len(established)}): " + ", ".join([*shown, pid])):
+            line_length += numbers.budget_length(pid) + (2 if shown else 0)
+            if used + line_length + 1 + reserve > max_chars:
                 break
             shown.append(pid)
         left["established"] -= len(shown)

@@ -148,7 +148,7 @@ def summarize_counts(
 
 NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked"})
 """Kinds of records that say something about the run, not about the candidate: a role's
-refused access (`boundary`) and what the Verifier reported it could not examine
+refused access (`boundary`) and what a verification reported it could not examine
 (`unchecked`). They are kept and shown, and never counted among the candidate's properties."""
 
 
