@@ -47,6 +47,14 @@ class TwinTaskSettings(BaseModel):
         description="Packages the reference side needs (present there only).",
     )
     allow_network: bool = Field(default=False, description="Whether commands may reach a network.")
+    candidate_import_roots: list[str] | None = Field(
+        default=None,
+        description=(
+            "Directories of the candidate (relative to it) put on sys.path, as the instruction says its "
+            "modules are imported (['jax_repo']: jax_repo/model.py is `model`). None: inferred from the "
+            "candidate's layout (probes.layout)."
+        ),
+    )
 
 
 class Task(BaseModel):
