@@ -94,6 +94,29 @@ class RunProbeDesk:
             records.extend(self._run_file(path))
         return records
 
+    def localize(self) -> EvidenceRecord:
+        """Localize over this round's evidence and record it (`probes.round_localization`)."""
+        from probes.round_localization import localize_round
+
+        latest = {r.property.id: r for r in self.store.records(round=self.round)}
+        earlier = [r for r in self.store.records(property_id="localization") if r.round < self.round]
+        result = localize_round(
+            self.task.source_dir.resolve(),
+            list(latest.values()),
+            round=self.round,
+            previous=earlier[-1] if earlier else None,
+        )
+        result.context["candidate_commit"] = self.commit()
+        # Not handed to `on_recorded`: the live tally counts the candidate's own properties.
+        record = EvidenceRecord.from_result(result, run_id=self.run_id, round=self.round)
+        record.record_id = self.store.append(record)
+        return record
+
+    def latest_localization(self, up_to_round: int) -> EvidenceRecord | None:
+        """The latest localization record up to a round (None before the first)."""
+        found = [r for r in self.store.records(property_id="localization") if r.round <= up_to_round]
+        return found[-1] if found else None
+
     def _run_file(self, path: Path) -> list[EvidenceRecord]:
         from probes.suite import load_probe_file
 
