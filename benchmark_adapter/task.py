@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from benchmark_adapter.interface import TaskInterface
 from harness.errors import TwinError
 
 
@@ -47,6 +48,14 @@ class TwinTaskSettings(BaseModel):
         description="Packages the reference side needs (present there only).",
     )
     allow_network: bool = Field(default=False, description="Whether commands may reach a network.")
+    interface: TaskInterface = Field(
+        default_factory=TaskInterface,
+        description="[metadata.twin.interface]: functions and entry points generic checks are derived from.",
+    )
+    probes: list[str] | None = Field(
+        default=None,
+        description="Probe families that apply ('python', 'http', 'process'); None: inferred from the source.",
+    )
     candidate_import_roots: list[str] | None = Field(
         default=None,
         description=(

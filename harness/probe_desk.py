@@ -75,9 +75,16 @@ class RunProbeDesk:
         return render_results(self._run_file(path))
 
     def run_checks(self) -> str:
+        from probes.interface_checks import check_plan
         from probes.suite import builtin_checks
 
-        return render_results(self._run(builtin_checks(self.task), origin="builtin"))
+        results = render_results(self._run(builtin_checks(self.task), origin="builtin"))
+        ran, skipped = check_plan(self.task)
+        lines = [results, "", f"ran: {', '.join(ran)}"]
+        if skipped:
+            lines.append("not run on this task (write a probe file with check_ functions for these):")
+            lines += [f"- {line}" for line in skipped]
+        return "\n".join(lines)
 
     def probe_format(self) -> str:
         from probes.suite import PROBE_FILE_FORMAT

@@ -1,7 +1,7 @@
 """Assembling and running probes: built-in checks, the bundled library, probe files.
 
 - `builtin_checks(task)`: candidate-side checks every task gets (imports,
-  independence, the static audit).
+  independence, the static audit) and those its declared interface allows.
 - `task_probes(task)`: the bundled probe library for a known task
   (`probes/library/<task name>/*.py`), written from the task's visible parts only.
 - `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`).
@@ -42,8 +42,16 @@ def _named(probe: Probe, name: str) -> Probe:
 
 
 def builtin_checks(task: Task) -> list[Probe]:
-    """Candidate-side checks and the static audit, for any task."""
-    return [_named(imports_check(), "imports"), _named(audit_check(), "audit")]
+    """Candidate-side checks and the static audit, for any task; and those its declared interface allows.
+
+    `probes.interface_checks.check_plan(task)` says which of the interface's checks run.
+    """
+    from probes.interface_checks import declared_checks, interface_check
+
+    checks = [_named(imports_check(), "imports"), _named(audit_check(), "audit")]
+    if declared_checks(task):
+        checks.append(_named(interface_check(), "interface"))
+    return checks
 
 
 def library_dir(task: Task | str) -> Path:

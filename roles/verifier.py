@@ -70,8 +70,9 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
         ),
         Tool(
             "run_checks",
-            "Run the built-in candidate-side checks (imports, independence, parameter tree, "
-            "gradients, jit, entry points, migration audit).",
+            "Run the built-in candidate-side checks: imports, independence and the migration audit "
+            "always; jit-traceability, gradients, parameter tree and entry points only where the task "
+            "declares the functions to check. The result lists what ran and what did not, and why.",
             {},
             checks,
         ),

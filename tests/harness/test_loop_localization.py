@@ -107,5 +107,5 @@ def test_mlp_train_round_two_diagnoser_names_the_defective_converter(tmp_path):
     run = RunDir.create(tmp_path / "runs", config, "run")
     run_migration(run)
     first = localizations(run)[0]
-    assert first.round == 1 and first.observations["component"].startswith("checkpoint.load_checkpoint")
+    assert first.round == 1 and first.observations["component"] == "mlp_train.checkpoint.load_checkpoint"
     assert f"the divergence starts at {first.observations['component']}" in diagnoser_prompts(run)[2]
