@@ -56,6 +56,13 @@ class TwinTaskSettings(BaseModel):
         default=None,
         description="Probe families that apply ('python', 'http', 'process'); None: inferred from the source.",
     )
+    services: dict[str, dict] = Field(
+        default_factory=dict,
+        description=(
+            "Per service probe kind ('http', 'process', 'python_api'), how each side is started: "
+            "{'reference': {...}, 'candidate': {...}} driver settings (probes.services.session)."
+        ),
+    )
     candidate_import_roots: list[str] | None = Field(
         default=None,
         description=(

@@ -68,25 +68,44 @@ def library_files(task: Task | str) -> list[Path]:
     return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
 
 
-def task_probes(task: Task | str) -> list[Probe]:
-    """The bundled probe library of a known task (empty for an unknown one)."""
-    return [probe for path in library_files(task) for probe in load_probe_file(path)]
+def task_probes(task: Task | str, budget=None) -> list[Probe]:
+    """The bundled probe library of a known task (empty for an unknown one).
+
+    Args:
+        budget: a `probes.services.probe_file.SearchBudget` for its counterexample searches.
+    """
+    return [probe for path in library_files(task) for probe in load_probe_file(path, budget)]
 
 
-def load_probe_file(path: Path | str) -> list[Probe]:
-    """The differential probes and candidate checks one probe file defines.
+def load_probe_file(path: Path | str, budget=None) -> list[Probe]:
+    """The differential probes, candidate checks and service probes one probe file defines.
+
+    Args:
+        budget: a `probes.services.probe_file.SearchBudget` for the counterexample searches its
+            `SERVICES` states (default: `SearchBudget()`).
 
     Raises:
         ProbeFileError: the file is missing or not a probe file (see `probes/README.md`).
     """
+    from probes.services.probe_file import SearchBudget, read_services, service_probes
+
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ProbeFileError(f"probe file not found: {path}")
-    pairs = probe_names(path)
-    checks = probe_names(path, checks=True)
+    services = read_services(path)
+    try:
+        pairs = probe_names(path)
+        checks = probe_names(path, checks=True)
+    except ProbeFileError as exc:
+        if services is None or "defines no probe" not in str(exc):
+            raise
+        pairs, checks = {}, {}  # a file may state services only
     probes = [_named(probe_file_probe(str(path)), path.stem)] if pairs else []
     if checks:
         probes.append(_named(file_checks(str(path)), f"{path.stem}:checks"))
+    if services is not None:
+        found = service_probes(path, services, budget or SearchBudget())
+        probes += [_named(p, f"{path.stem}:services") for p in found]
     return probes
 
 
