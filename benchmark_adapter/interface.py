@@ -4,10 +4,20 @@ Declared in `task.toml` under `[metadata.twin.interface]` (see `tasks/README.md`
 
 ```toml
 [metadata.twin.interface]
-jit = [{function = "model:forward", args = [{call = "model:init", args = [{key = 0}]}, {normal = [2, 4]}]}]
-loss = {function = "train:loss_fn", args = [{call = "model:init", args = [{key = 0}]}, {normal = [8, 4]}, {normal = [8, 3]}]}
-converter = {function = "convert:convert", args = [{asset = "weights.npz"}], params = {call = "model:init", args = [{key = 0}]}}
 entrypoints = [["python", "train.py", "--steps", "1"]]
+
+[[metadata.twin.interface.jit]]
+function = "model:forward"
+args = [{call = "model:init", args = [{key = 0}]}, {normal = [2, 4]}]
+
+[metadata.twin.interface.loss]
+function = "train:loss_fn"
+args = [{call = "model:init", args = [{key = 0}]}, {normal = [8, 4]}, {normal = [8, 3]}]
+
+[metadata.twin.interface.converter]
+function = "convert:convert"
+args = [{asset = "weights.npz"}]
+params = {call = "model:init", args = [{key = 0}]}
 ```
 
 Functions are `module:name`, with modules named as the candidate's import roots

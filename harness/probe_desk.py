@@ -4,8 +4,9 @@ Probe files live in `runs/<id>/probes/` (outside the candidate, never mounted
 writable for any role). Running one goes through the probe runner with the
 task's sandboxes (the candidate side with torch absent) and appends every result
 to the evidence store for the current round. `rerun_all()` re-runs the built-in
-checks and every probe written so far, so each round's candidate is judged on the
-same properties as the round before: that is how regressions are seen.
+checks, every counterexample confirmed so far (its regression probe) and every
+probe written so far, so each round's candidate is judged on the same properties
+as the round before: that is how regressions are seen.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class RunProbeDesk:
         audit_log: the run's audit log.
         commit: returns the candidate commit the results are taken on.
         on_recorded: called with the records of every batch.
+        search_budget: the budget of the counterexample searches probe files state
+            (`probes.services.probe_file.SearchBudget`; None: its defaults).
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class RunProbeDesk:
         audit_log: Path | None,
         commit: Callable[[], str | None] = lambda: None,
         on_recorded: RecordedHook | None = None,
+        search_budget=None,
     ) -> None:
         self.task = task
         self.candidate = candidate
@@ -59,6 +63,7 @@ class RunProbeDesk:
         self.audit_log = audit_log
         self.commit = commit
         self.on_recorded = on_recorded
+        self.search_budget = search_budget
         self.round = 0
         probes_dir.mkdir(parents=True, exist_ok=True)
 
@@ -97,9 +102,26 @@ class RunProbeDesk:
         from probes.suite import builtin_checks
 
         records = self._run(builtin_checks(self.task), origin="builtin")
+        records.extend(self._run(self.regression_probes(), origin="regression"))
         for path in sorted(self.probes_dir.glob("*.py")):
             records.extend(self._run_file(path))
         return records
+
+    def regression_probes(self) -> list:
+        """A probe per counterexample confirmed in an earlier round, replaying its shrunk input."""
+        import importlib
+
+        found = {
+            r.property.id: r.context["rerun"]
+            for r in self.store.records()
+            if r.property.id.startswith("regression:") and r.round < self.round and "rerun" in r.context
+        }
+        probes = []
+        for spec in found.values():
+            module, _, name = spec["factory"].partition(":")
+            if module.startswith("probes.services."):  # only twin's own factories are re-run
+                probes.append(getattr(importlib.import_module(module), name)(**spec["options"]))
+        return probes
 
     def localize(self) -> EvidenceRecord:
         """Localize over this round's evidence and record it (`probes.round_localization`)."""
@@ -128,7 +150,7 @@ class RunProbeDesk:
         from probes.suite import load_probe_file
 
         try:
-            probes = load_probe_file(path)
+            probes = load_probe_file(path, self.search_budget)
         except Exception as exc:  # a broken probe file is the probe's fault, not the candidate's
             result = ProbeResult(
                 property=Property(id=f"probe:{path.stem}", kind="differential", level=1),

@@ -105,7 +105,12 @@ def check_entrypoints(env):
     """Every declared entry point exits 0 (run in the candidate root; {scratch} and {assets} filled in)."""
     out = {}
     paths = [p for p in sys.path if env.candidate and p.startswith(str(env.candidate))]
-    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "HOME": str(env.scratch), "TMPDIR": str(env.scratch)}
+    child_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "HOME": str(env.scratch),
+        "TMPDIR": str(env.scratch),
+    }
     for i, argv in enumerate(SPEC["entrypoints"]):
         argv = [a.format(scratch=env.scratch, assets=env.assets or "") for a in argv]
         if argv and argv[0] in ("python", "python3"):

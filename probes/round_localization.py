@@ -60,7 +60,15 @@ def localize_round(
     if found is not None:
         outcome = Outcome.VIOLATED
         observations.update(found)
-        change = "first" if previous is None else "appeared" if before is None else "same" if before == found["component"] else "moved"
+        change = (
+            "first"
+            if previous is None
+            else "appeared"
+            if before is None
+            else "same"
+            if before == found["component"]
+            else "moved"
+        )
         context["component"] = found["component"]
     elif placed:
         outcome = Outcome.ESTABLISHED

@@ -50,9 +50,8 @@ def probe_command(
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
     from probes.localize import localize_divergence
-    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
-
     from probes.services.probe_file import SearchBudget
+    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
 
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")

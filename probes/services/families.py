@@ -62,7 +62,9 @@ def infer_families(source: Path) -> dict[str, str]:
         if imported & WEB_IMPORTS and "http" not in found:
             found["http"] = f"{rel} imports {', '.join(sorted(imported & WEB_IMPORTS))} (a WSGI/ASGI application)"
         text = path.read_text(errors="replace")
-        if "process" not in found and (re.search(r"__name__\s*==\s*['\"]__main__['\"]", text) or imported & CLI_IMPORTS):
+        if "process" not in found and (
+            re.search(r"__name__\s*==\s*['\"]__main__['\"]", text) or imported & CLI_IMPORTS
+        ):
             found["process"] = f"{rel} is a command-line entry point"
         public = public or any(
             isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_") for n in tree.body

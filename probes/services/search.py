@@ -46,6 +46,8 @@ class SearchOutcome:
     evaluations: int = 0
     seconds: float = 0.0
     reproduced: int = 0
+    reproductions: list[list[str]] = field(default_factory=list)
+    """The differences seen on each of the three re-runs of the shrunk input (empty: it agreed)."""
     reference_stable: bool = True
     cannot_tell: int = 0
     out_of_time: bool = False
@@ -134,6 +136,7 @@ def search_counterexample(
             outcome.reference_stable = False
             continue
         first_reference = first_reference or reference
+        outcome.reproductions.append(diffs[:5])
         if diffs:
             outcome.reproduced += 1
             outcome.differences = diffs

@@ -102,7 +102,10 @@ def test_mlp_train_round_two_diagnoser_names_the_defective_converter(tmp_path):
     ]
     (tmp_path / "script.json").write_text(json.dumps(replies))
     config = RunConfig.build(
-        task=REPO / "tasks" / "t2j-mini" / "mlp-train", model=f"scripted:{tmp_path / 'script.json'}", rounds=2, grade=False
+        task=REPO / "tasks" / "t2j-mini" / "mlp-train",
+        model=f"scripted:{tmp_path / 'script.json'}",
+        rounds=2,
+        grade=False,
     )
     run = RunDir.create(tmp_path / "runs", config, "run")
     run_migration(run)

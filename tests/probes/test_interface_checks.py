@@ -13,7 +13,7 @@ from probes.context import make_context
 from probes.interface_checks import check_plan, declared_checks, interface_check
 from probes.suite import builtin_checks
 
-MODEL = '''import jax
+MODEL = """import jax
 import jax.numpy as jnp
 
 
@@ -36,14 +36,24 @@ def loss_fn(params, x, y):
 
 def convert(params):
     return {"a": dict(params["a"]), "b": dict(params["b"])}
-'''
+"""
 TRAIN = "import model\nprint('trained')\n"
 INTERFACE = """
 [metadata.twin.interface]
-jit = [{function = "model:net", args = [{call = "model:init", args = [{key = 0}]}, {normal = [2, 4]}]}]
-loss = {function = "model:loss_fn", args = [{call = "model:init", args = [{key = 0}]}, {normal = [8, 4]}, {normal = [8, 3]}]}
-converter = {function = "model:convert", args = [{call = "model:init", args = [{key = 1}]}], params = {call = "model:init", args = [{key = 0}]}}
 entrypoints = [["python", "train.py"]]
+
+[[metadata.twin.interface.jit]]
+function = "model:net"
+args = [{call = "model:init", args = [{key = 0}]}, {normal = [2, 4]}]
+
+[metadata.twin.interface.loss]
+function = "model:loss_fn"
+args = [{call = "model:init", args = [{key = 0}]}, {normal = [8, 4]}, {normal = [8, 3]}]
+
+[metadata.twin.interface.converter]
+function = "model:convert"
+args = [{call = "model:init", args = [{key = 1}]}]
+params = {call = "model:init", args = [{key = 0}]}
 """
 IDS = ["interface.jit", "interface.gradients", "interface.param_tree", "interface.entrypoints"]
 
@@ -70,7 +80,7 @@ def _outcomes(tmp_path, **candidate):
 
 def test_a_correct_candidate_passes_every_declared_check(tmp_path):
     found = _outcomes(tmp_path)
-    assert [getattr(p, "__name__") for p in builtin_checks(load_task(tmp_path / "task"))] == [
+    assert [p.__name__ for p in builtin_checks(load_task(tmp_path / "task"))] == [
         "imports",
         "audit",
         "interface",
@@ -81,7 +91,10 @@ def test_a_correct_candidate_passes_every_declared_check(tmp_path):
 
 BROKEN_MODEL = (
     MODEL.replace("    h = jnp", "    if x.sum() > 0:\n        x = -x\n    h = jnp", 1)
-    .replace("jnp.mean((net(params, x) - y) ** 2)", "jnp.mean((jnp.tanh(x @ params['a']['weight'].T) @ jnp.ones((8, 3)) - y) ** 2)")
+    .replace(
+        "jnp.mean((net(params, x) - y) ** 2)",
+        "jnp.mean((jnp.tanh(x @ params['a']['weight'].T) @ jnp.ones((8, 3)) - y) ** 2)",
+    )
     .replace('dict(params["b"])}', 'dict(params["b"], extra=1.0)}')
 )
 
@@ -101,10 +114,18 @@ def test_each_declared_check_catches_its_defect(tmp_path):
 
 def test_without_a_declared_interface_run_checks_says_what_it_did_not_run(tmp_path):
     task = load_task(TINY)
-    assert declared_checks(task) == [] and [getattr(p, "__name__") for p in builtin_checks(task)] == ["imports", "audit"]
+    assert declared_checks(task) == [] and [p.__name__ for p in builtin_checks(task)] == [
+        "imports",
+        "audit",
+    ]
     ran, skipped = check_plan(task)
     assert ran == ["imports", "independence", "audit.wrapping", "audit.vendored", "audit.transliteration"]
-    assert [line.split(":")[0] for line in skipped] == ["jit-traceability", "gradients", "parameter tree", "entry points"]
+    assert [line.split(":")[0] for line in skipped] == [
+        "jit-traceability",
+        "gradients",
+        "parameter tree",
+        "entry points",
+    ]
     store = EvidenceStore(tmp_path / "e.sqlite")
     desk = RunProbeDesk(
         task, _candidate(tmp_path), tmp_path / "probes", store, run_id="r", sandbox_kind="none", audit_log=None
