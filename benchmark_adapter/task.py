@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -52,7 +53,7 @@ class TwinTaskSettings(BaseModel):
         default_factory=TaskInterface,
         description="[metadata.twin.interface]: functions and entry points generic checks are derived from.",
     )
-    probes: list[str] | None = Field(
+    probes: list[Literal["python", "http", "process"]] | None = Field(
         default=None,
         description="Probe families that apply ('python', 'http', 'process'); None: inferred from the source.",
     )

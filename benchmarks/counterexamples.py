@@ -9,7 +9,7 @@ reproduced three times on a stable original (`search:http:*` violated). Prints o
 candidate and the share caught. Usage:
 
     python benchmarks/counterexamples.py [--sandbox none|bwrap] [--max-examples 100]
-        [--seconds 60] [--seed 0] [--only NAME,...] [--limit N] [--json out.json]
+        [--seconds 60] [--seed 0] [--only NAME,...] [--start N] [--limit N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -94,15 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="", help="comma-separated defect names")
-    parser.add_argument("--limit", type=int, default=0, help="only the first N defects (a subset)")
+    parser.add_argument("--start", type=int, default=0, help="skip the first N defects")
+    parser.add_argument("--limit", type=int, default=0, help="at most N defects (a subset)")
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
     defects = bookshop_defects()
     if args.only:
         wanted = set(args.only.split(","))
         defects = [d for d in defects if d.name in wanted]
-    if args.limit:
-        defects = defects[: args.limit]
+    defects = defects[args.start : args.start + args.limit if args.limit else None]
     print(
         f"twin probe per candidate; search budget per request space: {args.max_examples} inputs, "
         f"{args.seconds:g}s; sandbox {args.sandbox}; seed {args.seed}"
@@ -126,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     caught = sum(bool(rows[d.name].get("caught")) for d in defects)
     share = 100.0 * caught / max(1, len(defects))
     verdict = "nothing violated" if oracle.get("violated") == [] else oracle.get("violated") or oracle.get("error")
-    print(f"caught with a reproduced counterexample: {caught}/{len(defects)} seeded defects ({share:.0f}%); oracle: {verdict}")
+    print(
+        f"caught with a reproduced counterexample: {caught}/{len(defects)} seeded defects ({share:.0f}%); "
+        f"oracle: {verdict}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

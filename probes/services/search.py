@@ -264,6 +264,10 @@ def _results(ctx, kind, name, sides, cmp, found: SearchOutcome, context, session
         reproduced=found.reproduced,
     )
     observations["regression"] = regression.property.id
+    observations["message"] = (
+        f"counterexample, shrunk to {found.size} characters and reproduced {found.reproduced}/{REPRODUCTIONS}: "
+        f"{json.dumps(found.input, sort_keys=True)[:600]}; differs in: {'; '.join(found.differences[:3])[:900]}"
+    )
     return [
         ProbeResult(
             property=prop,

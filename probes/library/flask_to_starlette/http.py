@@ -1,7 +1,9 @@
 """Bookshop (flask-to-starlette): matched requests and request spaces for the counterexample search.
 
 Written from the visible task only: the requests in /assets/requests.http, and the
-routes, parameters, headers and cookies the original in /source reads. How each side
+routes, parameters, headers and cookies the original in /source reads (`listing`: the
+three representations /books renders, with queries whose case and characters the
+original folds and escapes). How each side
 is started is the task's (`[metadata.twin.services.http]`: `flask run` for the
 original, `uvicorn app:app` from /app for the candidate, as the instruction says).
 """
@@ -38,6 +40,15 @@ SERVICES = {
         },
     ],
     "spaces": {
+        "listing": {
+            "methods": ["GET"],
+            "paths": ["/books", "/search"],
+            "query": {
+                "q": {"values": ["the", "THE", "knuth", "Art", '"', "<a&b>", "it's"]},
+                "limit": {"values": ["3", "50"]},
+            },
+            "accept": ["text/csv", "text/html", "application/json"],
+        },
         "catalog": {
             "methods": ["GET"],
             "paths": ["/books", "/books/{int}", "/", "/search"],

@@ -53,5 +53,5 @@ def test_the_bookshop_library_states_cases_and_spaces_and_takes_the_budget():
     probes = task_probes("flask-to-starlette", SearchBudget(max_examples=5, seconds=1.0))
     assert [p.__name__ for p in probes] == ["http:services"]
     spec = read_services(REPO / "probes" / "library" / "flask_to_starlette" / "http.py")
-    assert set(spec["spaces"]) == {"catalog", "create", "login", "session", "prefs", "errors"}
+    assert set(spec["spaces"]) == {"listing", "catalog", "create", "login", "session", "prefs", "errors"}
     assert len(spec["cases"]) == 4
