@@ -26,9 +26,7 @@ from probes.differential import ProbeFileError, probe_file_probe, probe_names
 
 LIBRARY = Path(__file__).with_name("library")
 PROBE_FILE_FORMAT = (
-    (Path(__file__).with_name("README.md")).read_text()
-    if (Path(__file__).with_name("README.md")).is_file()
-    else ""
+    (Path(__file__).with_name("README.md")).read_text() if (Path(__file__).with_name("README.md")).is_file() else ""
 )
 """The probe-file format, as taught to whoever writes probes (the Verifier role)."""
 
@@ -69,12 +67,23 @@ def library_files(task: Task | str) -> list[Path]:
 
 
 def task_probes(task: Task | str, budget=None) -> list[Probe]:
-    """The bundled probe library of a known task (empty for an unknown one).
+    """The bundled probe library of a task; for a web app whose library states no requests, a search of its routes.
 
     Args:
         budget: a `probes.services.probe_file.SearchBudget` for its counterexample searches.
     """
-    return [probe for path in library_files(task) for probe in load_probe_file(path, budget)]
+    from probes.services.families import inferred_services
+    from probes.services.probe_file import SearchBudget, read_services, service_probes
+
+    files = library_files(task)
+    probes = [probe for path in files for probe in load_probe_file(path, budget)]
+    if isinstance(task, Task) and not any(read_services(path) for path in files):
+        # Without stated requests, a web app's own routes are searched (probes.services.families).
+        spec = inferred_services(task)
+        if spec is not None:
+            found = service_probes(Path("inferred-routes"), spec, budget or SearchBudget())
+            probes += [_named(probe, "inferred:services") for probe in found]
+    return probes
 
 
 def load_probe_file(path: Path | str, budget=None) -> list[Probe]:

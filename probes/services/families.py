@@ -122,3 +122,84 @@ def sides_for(ctx, kind: str) -> tuple[dict[str, Any] | None, str]:
     if candidate is None:
         return None, "no module-level Flask/Starlette/FastAPI application found in the candidate"
     return {"reference": _server(reference), "candidate": _server(candidate)}, ""
+
+
+ROUTE_METHODS = {"get", "post", "put", "delete", "patch"}
+GENERIC_VALUES = ["", "0", "1", "-1", "3", "abc", "A b"]
+REQUEST_READS = {"args": "query", "form": "form", "cookies": "cookies"}
+
+
+def _route(decorator: ast.expr) -> tuple[list[str], str] | None:
+    """(methods, path template) of a Flask/Starlette/FastAPI route decorator."""
+    if not (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute) and decorator.args):
+        return None
+    first = decorator.args[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    verb = decorator.func.attr
+    if verb in ROUTE_METHODS:
+        methods = [verb.upper()]
+    elif verb == "route":
+        methods = ["GET"]
+        for keyword in decorator.keywords:
+            if keyword.arg == "methods" and isinstance(keyword.value, (ast.List, ast.Tuple)):
+                methods = [e.value for e in keyword.value.elts if isinstance(e, ast.Constant)]
+    else:
+        return None
+    # '<int:id>' / '{id:int}' draw integers; any other parameter draws text
+    path = re.sub(r"<int:\w+>|\{\w+:int\}", "{int}", first.value)
+    path = re.sub(r"<(?:\w+:)?\w+>|\{(?!int\})\w+(?::\w+)?\}", "{text}", path)
+    return methods, path
+
+
+def route_space(source: Path) -> dict[str, Any] | None:
+    """A request space over every route of the original's web app, with the parameters it reads.
+
+    Methods and paths come from route decorators; query, form and cookie names from
+    `request.args/form/cookies.get("name", default)` (the default is one of the drawn values).
+    """
+    methods: set[str] = set()
+    paths: set[str] = set()
+    reads: dict[str, dict[str, set[str]]] = {kind: {} for kind in REQUEST_READS.values()}
+    for _, tree in _parsed(source):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for decorator in node.decorator_list:
+                    found = _route(decorator)
+                    if found:
+                        methods.update(found[0])
+                        paths.add(found[1])
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr in REQUEST_READS
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                values = reads[REQUEST_READS[node.func.value.attr]].setdefault(node.args[0].value, set(GENERIC_VALUES))
+                if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value is not None:
+                    values.add(str(node.args[1].value))
+    if not paths:
+        return None
+    space: dict[str, Any] = {
+        "methods": sorted(methods),
+        "paths": sorted(paths),
+        "accept": ["text/html", "application/json", "text/plain", "*/*"],
+    }
+    for kind, names in reads.items():
+        if names:
+            space[kind] = {name: {"values": sorted(values)} for name, values in sorted(names.items())}
+    if reads["form"]:
+        space["content_types"] = ["application/x-www-form-urlencoded"]
+    return space
+
+
+def inferred_services(task) -> dict[str, Any] | None:
+    """A `SERVICES` literal twin states by itself: the original's routes, when `http` applies."""
+    if "http" not in probe_families(task):
+        return None
+    space = route_space(task.source_dir)
+    return {"kind": "http", "spaces": {"routes": space}} if space else None

@@ -59,3 +59,25 @@ def test_http_sides_come_from_the_task_or_from_the_code(tmp_path):
     none, why = sides_for(make_context(task, cand, sandbox_kind="none"), "http")
     assert none is None and "in the candidate" in why
     assert sides_for(make_context(task, cand, sandbox_kind="none"), "process")[0] is None
+
+
+def test_the_originals_routes_and_parameters_make_a_request_space():
+    from probes.services.families import route_space
+
+    space = route_space(BOOKSHOP / "environment" / "source")
+    assert space["methods"] == ["GET", "POST", "PUT"]
+    assert {"/books", "/books/{int}", "/login", "/prefs"} <= set(space["paths"])
+    assert "10" in space["query"]["limit"]["values"] and set(space["form"]) == {"password", "username"}
+    assert set(space["cookies"]) == {"lang", "theme", "user"}
+
+
+def test_a_web_task_without_stated_requests_gets_its_routes_searched(tmp_path):
+    from probes.suite import task_probes
+
+    task = tmp_path / "shop"
+    shutil.copytree(BOOKSHOP, task, ignore=shutil.ignore_patterns("solution"))
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('name = "flask-to-starlette"', 'name = "shop"'))
+    assert [p.__name__ for p in task_probes(load_task(task))] == ["inferred:services"]
+    assert task_probes(load_task(MLP)) and "inferred:services" not in [p.__name__ for p in task_probes(load_task(MLP))]
+    assert [p.__name__ for p in task_probes(load_task(BOOKSHOP))] == ["http:services"]
