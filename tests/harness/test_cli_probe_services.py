@@ -54,3 +54,25 @@ def test_the_oracle_has_nothing_violated():
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)["results"]
     assert len(results) >= 15 and all(r["outcome"] == "established" for r in results)
+
+
+def test_without_stated_requests_the_originals_routes_are_searched(tmp_path):
+    task = tmp_path / "shop"
+    shutil.copytree(TASK, task)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('name = "flask-to-starlette"', 'name = "shop"'))
+    oracle = task / "solution" / "app"
+    defect = next(d for d in load_defects(DEFECTS) if d.name == "limit-default")
+    budget = ("--json", "--no-builtin", "--search-examples", "100", "--search-seconds", "30")
+    outcomes = {}
+    for name, candidate in (("oracle", oracle), ("defect", apply_defect(oracle, defect, tmp_path / "cand"))):
+        done = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "probe", "--task", str(task), "--candidate", str(candidate), *budget],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert done.returncode == 0, done.stderr
+        outcomes[name] = {r["property"]["id"]: r["outcome"] for r in json.loads(done.stdout)["results"]}
+    assert outcomes["oracle"] == {"search:http:routes": "established"}
+    assert outcomes["defect"]["search:http:routes"] == "violated"
