@@ -24,7 +24,6 @@ GOOD = 'limit = int_arg(args, "limit", 10)'
 BAD = 'limit = int_arg(args, "limit", 20)'
 PROBE = """SERVICES = {
     "kind": "http",
-    "cases": [{"name": "books", "input": {"method": "GET", "target": "/books?limit=3"}}],
     "spaces": {
         "catalog": {
             "methods": ["GET"],
