@@ -7,9 +7,10 @@ FastAPI, Django, ...) gives `http`; a command-line entry point (`if __name__ ==
 modules with public functions give `python` (the Python API).
 
 How each side is started comes from `[metadata.twin.services.<kind>]` (per side, the
-driver settings of `probes.services.session.DifferentialSession`) or, for `http`, is
-inferred: the module that builds the application object, served with `flask run` for
-a Flask app and with uvicorn for an ASGI one.
+driver settings of `probes.services.session.DifferentialSession`) or is inferred: for
+`http`, the module that builds the application object, served with `flask run` for a
+Flask app and with uvicorn for an ASGI one; a process or a Python API needs nothing
+started (each side runs its own tree).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ HTTP_FRAMEWORKS = {
 }
 WEB_IMPORTS = {"flask", "starlette", "fastapi", "django", "aiohttp", "bottle", "quart", "falcon", "sanic"}
 CLI_IMPORTS = {"argparse", "click", "typer", "fire"}
-FAMILY_KIND = {"http": "http", "process": "process", "python": "python_api"}
+DEFAULT_SIDES: dict[str, dict[str, Any]] = {
+    # each side runs in its own tree with its own interpreter; nothing has to be started first
+    "process": {"reference": {}, "candidate": {}},
+    "python_api": {"reference": {"preload": []}, "candidate": {"preload": []}},
+}
 
 
 def _imports(tree: ast.AST) -> set[str]:
@@ -114,8 +119,8 @@ def sides_for(ctx, kind: str) -> tuple[dict[str, Any] | None, str]:
     declared = ctx.task.settings.services.get(kind)
     if declared:
         return declared, ""
-    if kind != "http":
-        return None, f"the task declares no [metadata.twin.services.{kind}] (how each side is started)"
+    if kind in DEFAULT_SIDES:
+        return DEFAULT_SIDES[kind], ""
     reference, candidate = find_app(ctx.source), find_app(ctx.candidate)
     if reference is None:
         return None, "no module-level Flask/Starlette/FastAPI application found in the original"

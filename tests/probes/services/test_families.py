@@ -58,7 +58,7 @@ def test_http_sides_come_from_the_task_or_from_the_code(tmp_path):
     (cand / "server.py").write_text("print('no app here')\n")
     none, why = sides_for(make_context(task, cand, sandbox_kind="none"), "http")
     assert none is None and "in the candidate" in why
-    assert sides_for(make_context(task, cand, sandbox_kind="none"), "process")[0] is None
+    assert sides_for(make_context(task, cand, sandbox_kind="none"), "process")[0] == {"reference": {}, "candidate": {}}
 
 
 def test_the_originals_routes_and_parameters_make_a_request_space():

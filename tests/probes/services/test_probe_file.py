@@ -55,3 +55,15 @@ def test_the_bookshop_library_states_cases_and_spaces_and_takes_the_budget():
     spec = read_services(REPO / "probes" / "library" / "flask_to_starlette" / "http.py")
     assert set(spec["spaces"]) == {"listing", "catalog", "create", "login", "session", "prefs", "errors"}
     assert len(spec["cases"]) == 4
+
+
+def test_a_python_api_space_in_a_probe_file_runs_without_declared_sides(tiny_context, tmp_path):
+    from tests.probes.services.test_search import NO_STRIP, SPACE
+
+    path = tmp_path / "versions.py"
+    path.write_text(f"SERVICES = {{'kind': 'python_api', 'spaces': {{'versions': {SPACE!r}}}}}\n")
+    (probe,) = load_probe_file(path, SearchBudget(max_examples=150, seconds=60))
+    results = {r.property.id.split(":")[0]: r for r in probe(tiny_context(lib=NO_STRIP))}
+    assert results["search"].outcome.value == "violated" and results["search"].observations["reproduced"] == 3
+    assert results["regression"].outcome.value == "violated"
+    assert "counterexample, shrunk to" in results["search"].observations["message"]
