@@ -239,7 +239,7 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
     runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
     timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
     outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
-    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes)]
+    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes, strict=True)]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:

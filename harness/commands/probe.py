@@ -50,6 +50,7 @@ def probe_command(
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
     from probes.localize import localize_divergence
+    from probes.services.families import probe_families
     from probes.services.probe_file import SearchBudget
     from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
 
@@ -100,6 +101,7 @@ def probe_command(
                     "task": ctx.task.name,
                     "candidate": str(ctx.candidate),
                     "workdir": str(ctx.workdir),
+                    "probe_families": probe_families(ctx.task),
                     "results": [r.model_dump(mode="json") for r in results],
                 },
                 indent=2,
@@ -107,6 +109,12 @@ def probe_command(
         )
     else:
         _print_table(console, ctx, results)
+        families = probe_families(ctx.task)
+        if families:
+            console.print(
+                "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+                markup=False,
+            )
 
 
 def _print_table(console: Console, ctx, results) -> None:

@@ -40,7 +40,9 @@ def test_a_seeded_defect_comes_out_violated_with_a_reproduced_counterexample(tmp
     candidate = apply_defect(ORACLE, defect, tmp_path / "cand")
     done = _probe(candidate, "--json", "--no-builtin", "--search-examples", "20", "--search-seconds", "10")
     assert done.returncode == 0, done.stderr
-    results = {r["property"]["id"]: r for r in json.loads(done.stdout)["results"]}
+    report = json.loads(done.stdout)
+    assert report["probe_families"] == {"http": "declared in [metadata.twin] probes"}
+    results = {r["property"]["id"]: r for r in report["results"]}
     search = results["search:http:catalog"]
     assert search["outcome"] == "violated"
     assert search["observations"]["reproduced"] == 3 and search["observations"]["input"]["target"].startswith("/books")
