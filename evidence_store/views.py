@@ -146,10 +146,12 @@ def summarize_counts(
     )
 
 
-NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked"})
-"""Kinds of records that say something about the run, not about the candidate: a role's
-refused access (`boundary`) and what a verification reported it could not examine
-(`unchecked`). They are kept and shown, and never counted among the candidate's properties."""
+NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked", "localization"})
+"""Kinds of records that say something about the run, not about one property of the
+candidate: a role's refused access (`boundary`), what a verification reported it could
+not examine (`unchecked`) and where the evidence localizes a divergence (`localization`,
+rendered on its own). They are kept and shown, and never counted among the candidate's
+properties."""
 
 
 def candidate_latest(latest: Mapping[str, EvidenceRecord]) -> Latest:

@@ -16,6 +16,7 @@ from harness.budget import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
 from harness.progress import Progress
 from harness.session import Session
+from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.migrator import Migrator
 from roles.schemas import Diagnosis, Gap, VerifierReport
@@ -116,7 +117,8 @@ class TwinLoop:
         diagnosis = self.diagnoser.run(
             round=t,
             instruction=self.s.task.instruction,
-            evidence=self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+            evidence=render_localization(self.desk.latest_localization(t - 1))
+            + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
             regressions=self.regression_text(t - 1),
             candidate_files="\n".join(self.s.repo.files()[:300]),
             objectives=self.objectives_status(t - 1),
@@ -154,6 +156,7 @@ class TwinLoop:
         )
         if isinstance(outcome.output, VerifierReport):
             self.record_unchecked(t, outcome.output)
+        self.desk.localize()
 
     # ---- bookkeeping -------------------------------------------------------------------------------
     def enter(self, t: int, role: str) -> None:
