@@ -88,8 +88,9 @@ def _recorded_prompt(task: str, role: str, round: int) -> str:
 
 @pytest.mark.parametrize("task", ["mlp-train", "llama-lora-sft", "llama-paged-serve"])
 def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_deciding_numbers(task):
-    evidence = _recorded_prompt(task, "diagnoser", 2).split("# Evidence so far\n")[1].split("\n# ")[0]
-    assert evidence.startswith("Evidence after round 1 on candidate commit ")
+    section = _recorded_prompt(task, "diagnoser", 2).split("# Evidence so far\n")[1].split("\n# ")[0]
+    assert section.startswith("Localization after round 1: the divergence starts at ")
+    evidence = section[section.index("\nEvidence after round 1 on candidate commit ") + 1 :]
     blocks = re.split(r"\n(?=- |Established|\[)", evidence)[1:]
     violated = [b for b in blocks if b.startswith(("- VIOLATED", "- REGRESSED"))]
     assert violated
