@@ -114,7 +114,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     state = run.load_state()
     task = load_task(config.task)
     workspace = prepare_workspace(task, run.root)
-    repo = CandidateRepo(run.candidate, run.candidate_git)
+    repo = CandidateRepo(run.candidate, run.candidate_git, audit_log=run.audit_log)
     repo.init()
     trajectory = Trajectory(run.trajectory)
     budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent))
