@@ -157,6 +157,8 @@ class CandidateRepo:
         if not self._git("tag", "--list", f"round-{round}"):
             raise CandidateRepoError(f"git archive failed: round {round} has no snapshot (rounds: {self.rounds()})")
         dest.mkdir(parents=True, exist_ok=True)
+        if not self._git("ls-tree", "--name-only", f"round-{round}"):
+            return dest  # an empty tree: git's archive of it is not a tar stream tarfile reads
         proc = subprocess.Popen(
             ["git", *[p for i in _SAFE_CONFIG for p in ("-c", i)], f"--git-dir={self.git_dir}",
              "archive", "--format=tar", f"round-{round}"],
