@@ -281,10 +281,14 @@ REFERENCE_OUTS = ("ref", "ref64", "ref2")
 def _tree_digest(root: Path | None) -> str:
     if root is None or not root.is_dir():
         return "-"
+    from harness.agent_tree import walk
+
     h = hashlib.sha1()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        stat = path.stat()
-        h.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    found = walk(root, skip_dirs={"__pycache__"})
+    for entry in found.files():
+        if "__pycache__" not in entry.rel.split("/"):
+            h.update(f"{entry.rel}:{entry.st.st_size}:{entry.st.st_mtime_ns}".encode())
+    h.update(f"incomplete:{found.incomplete}".encode())
     return h.hexdigest()
 
 

@@ -345,7 +345,8 @@ def run_imports(config: dict) -> dict:
     root = Path(config["roots"]["candidate"])
     skip_dirs = {"tests", "test", "__pycache__", ".git", "build", "dist", ".venv", "venv"}
     modules = {}
-    for path in sorted(root.rglob("*.py")):
+    paths, incomplete = _python_files(root, skip_dirs)
+    for path in paths:
         rel = path.relative_to(root)
         if any(part in skip_dirs or part.startswith(".") for part in rel.parts[:-1]):
             continue
@@ -371,7 +372,33 @@ def run_imports(config: dict) -> dict:
                 "error": f"{type(exc).__name__}: {exc}",
                 "trace": "".join(traceback.format_exception(exc))[-4000:],
             }
-    return {"modules": modules}
+    return {"modules": modules, **({"incomplete": incomplete} if incomplete else {})}
+
+
+def _python_files(root: Path, skip_dirs: set[str], max_depth: int = 64, max_entries: int = 50_000):
+    """Python files under root, iteratively and without following links: (paths, why incomplete or None)."""
+    found, queue, seen, incomplete = [], [(root, 0)], 0, None
+    while queue:
+        directory, depth = queue.pop(0)
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            incomplete = incomplete or f"{directory}: {exc.strerror}"
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > max_entries:
+                return sorted(found), f"more than {max_entries} entries"
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name in skip_dirs or entry.name.startswith("."):
+                    continue
+                if depth + 1 >= max_depth:
+                    incomplete = incomplete or f"deeper than {max_depth} levels"
+                    continue
+                queue.append((Path(entry.path), depth + 1))
+            elif entry.name.endswith(".py") and entry.is_file(follow_symlinks=False):
+                found.append(Path(entry.path))
+    return sorted(found), incomplete
 
 
 FORBIDDEN_SET: set[str] = set()
