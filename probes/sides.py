@@ -8,6 +8,7 @@ runs (one process imports torch or jax once), and read the results back.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -15,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from harness.agent_tree import MAX_FILE_BYTES, AgentFileError, read_regular, read_regular_text
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
 
 DRIVER = Path(__file__).with_name("driver.py")
+MAX_JSON_BYTES = 16 << 20
 
 
 def run_side(
@@ -85,8 +88,16 @@ def run_side(
 
 
 def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
+    """A side's outputs, opened as regular files only (never through a link the side made), capped."""
+    try:
+        return _read_outputs(out_host, result, log)
+    except (AgentFileError, ValueError, KeyError, OSError) as exc:
+        return {"ok": False, "blame": "unknown", "trace": f"output refused: {exc}\n{log}"}
+
+
+def _read_outputs(out_host: Path, result, log: str) -> dict[str, Any]:
     if (out_host / "error.json").is_file():
-        error = json.loads((out_host / "error.json").read_text())
+        error = json.loads(read_regular_text(out_host / "error.json", MAX_JSON_BYTES))
         return {
             "ok": False,
             "blame": error["blame"],
@@ -103,10 +114,13 @@ def _read_run(out_host: Path, result, log: str) -> dict[str, Any]:
             }
         code = result.returncode if result is not None else "?"
         return {"ok": False, "blame": "unknown", "trace": f"exit {code}, no output\n{log}"}
-    report = json.loads((out_host / "manifest.json").read_text())
+    report = json.loads(read_regular_text(out_host / "manifest.json", MAX_JSON_BYTES))
     arrays = {}
     if (out_host / "arrays.npz").is_file():
-        with np.load(out_host / "arrays.npz") as data:
+        data, size = read_regular(out_host / "arrays.npz", MAX_FILE_BYTES)
+        if size > MAX_FILE_BYTES:
+            raise AgentFileError(f"arrays.npz: {size} bytes, over the {MAX_FILE_BYTES}-byte cap")
+        with np.load(io.BytesIO(data), allow_pickle=False) as data:
             arrays = {k: np.array(data[k]) for k in data.files}
     return {
         "ok": True,
