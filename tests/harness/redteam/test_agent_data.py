@@ -1,0 +1,135 @@
+"""Whole `twin migrate` runs driven by a scripted, hostile agent (labelled scripted).
+
+The agent's tool calls, files and repositories are data: no call ends the run, no
+git configuration it writes runs on the host, /app shows no host path, and a run
+that stops on an internal error is still graded and resumable.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.bench import TrialSpec, collect_trial
+from harness.commands.migrate import run_migration
+from harness.run import RunConfig, RunDir
+from harness.trajectory import ToolCallRecord
+from tests.conftest import requires_bwrap
+from tests.harness import loop_scripts as plans
+
+pytestmark = [requires_bwrap]
+call = plans.call
+
+
+def start(tmp_path, replies, **settings) -> RunDir:
+    model = plans.write_script(tmp_path / "script.json", replies)
+    config = RunConfig.build(task=plans.TINY_TASK, model=model, **{"rounds": 2, **settings})
+    return RunDir.create(tmp_path / "runs", config, "run")
+
+
+def hostile_calls(marker) -> list[dict]:
+    nested = (
+        "mkdir -p /app/sub && cd /app/sub && git init -q . && echo x > f && git add f && "
+        "git -c user.name=a -c user.email=a@b commit -qm x && "
+        f"git config core.fsmonitor 'touch {marker}; false' && echo dirty > f && "
+        "printf 'caf\\xe9' > /app/latin.txt && mkfifo /app/pipe && mkdir /app/$(printf 'bad\\xff') && "
+        "ln -s /etc/passwd /app/passwd_link && truncate -s 400M /app/sparse.bin"
+    )
+    return [
+        call("bash", command=nested),
+        call("write_file", path="/app", content="x"),
+        call("write_file", path="/app/a.py", content="lone \ud800 surrogate"),
+        call("write_file", path="/app/a\0b.py", content="x"),
+        call("write_file", path="/app/" + "n" * 400, content="x"),
+        call("read_file", path="/app/pipe"),
+        call("read_file", path="/app/sparse.bin"),
+        call("read_file", path="/app"),
+        call("edit_file", path="/app/latin.txt", old="caf", new="x"),
+        call("bash", command="echo \ud800"),
+        call("read_file", path="/app/\udcff"),
+        call("bash", command="ls -la /app; cat /app/.git; git -C /app status 2>&1; true"),
+    ]
+
+
+def test_hostile_tool_calls_and_a_nested_repository_never_end_or_escape_the_run(tmp_path):
+    marker = tmp_path / "PWNED"
+    hostile = hostile_calls(marker)
+    replies = [
+        plans.diagnose(),
+        *hostile,
+        *plans.migrate(plans.OPS_BUGGY),
+        *plans.verify_with_new_probe(),
+        plans.diagnose(),
+        call("bash", command="echo again > /app/sub/f"),
+        call("edit_file", path="/app/calc/ops.py", old="k + 1", new="k"),
+        call("submit", summary="fixed scale"),
+        *plans.verify_again(),
+    ]
+    run = start(tmp_path, replies)
+    run_migration(run)
+    state = run.load_state()
+    assert state.status == "finished", state.stop_reason
+    grades = json.loads(run.grades.read_text())
+    assert [g["reward"] for g in grades["rounds"]] == [0.5, 1.0]
+    assert not marker.exists(), "the harness ran git configuration the agent wrote"
+    records = _tool_records(run)
+    refused = [r for r in records if r.role == "migrator" and not r.ok]
+    # onto a directory, surrogate content, NUL, overlong name, FIFO, non-UTF-8 edit, surrogate
+    # command, surrogate path: each a tool error, each in the trajectory
+    assert len(refused) == 8, [r.result[:80] for r in refused]
+    assert all(r.result.startswith("error:") for r in refused)
+    listing = next(r.result for r in records if "git -C /app status" in str(r.arguments))
+    assert str(run.root) not in listing and "candidate.git" not in listing
+
+
+def _tool_records(run: RunDir):
+    from harness.trajectory import Trajectory
+
+    return [r for r in Trajectory(run.trajectory).records() if isinstance(r, ToolCallRecord)]
+
+
+def test_an_internal_error_mid_run_is_graded_scored_and_resumable(tmp_path, monkeypatch):
+    from harness.loop import TwinLoop
+
+    original = TwinLoop.verify
+
+    def crash_in_round_two(self, t):
+        if t == 2:
+            raise RuntimeError("a bug of twin's own")
+        return original(self, t)
+
+    monkeypatch.setattr(TwinLoop, "verify", crash_in_round_two)
+    run = start(tmp_path, plans.twin_fix_in_round_two())
+    run_migration(run)
+    state = run.load_state()
+    assert state.status == "failed" and state.stop_reason.startswith("error: RuntimeError")
+    assert "a bug of twin's own" in (run.root / "crash.txt").read_text()
+    grades = json.loads(run.grades.read_text())
+    assert [g["reward"] for g in grades["rounds"]] == [0.5, 1.0]
+    spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
+    trial = collect_trial(spec, run.root, returncode=0, attempts=1)
+    assert trial.status == "ok" and trial.rewards[2] is not None
+    monkeypatch.setattr(TwinLoop, "verify", original)
+    run_migration(run)  # resumed from the last complete step
+    assert run.load_state().status == "finished"
+
+
+@pytest.mark.parametrize("failing", [True])
+def test_a_grader_failing_on_the_candidate_is_scored_zero_not_infrastructure(tmp_path, monkeypatch, failing):
+    from benchmark_adapter import grader
+
+    original = grader._read_reward
+
+    def no_reward(logs_dir):
+        return {"reward": 0.0, "error": "the grader wrote no reward.json or reward.txt"}
+
+    monkeypatch.setattr(grader, "_read_reward", no_reward if failing else original)
+    run = start(tmp_path, plans.twin_fix_in_round_two())
+    run_migration(run)
+    grades = json.loads(run.grades.read_text())
+    assert [g["reward"] for g in grades["rounds"]] == [0.0, 0.0]
+    assert all("wrote no reward" in g["error"] for g in grades["rounds"])
+    spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
+    trial = collect_trial(spec, run.root, returncode=0, attempts=1)
+    assert trial.status == "ok" and trial.rewards == {1: 0.0, 2: 0.0}
