@@ -16,6 +16,7 @@ from harness.probe_desk import RunProbeDesk
 from harness.progress import Progress
 from harness.session import Session
 from roles.diagnoser import Diagnoser
+from roles.fence import fence_agent_text
 from roles.migrator import Migrator
 from roles.schemas import Diagnosis, Gap
 from roles.verifier import Verifier
@@ -117,9 +118,11 @@ class TwinLoop:
         diagnosis = self.diagnoser.run(
             round=t,
             instruction=self.s.task.instruction,
-            evidence=self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+            evidence=fence_agent_text(
+                "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1)
+            ),
             regressions=self.regression_text(t - 1),
-            candidate_files="\n".join(self.s.repo.files()[:300]),
+            candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
         )
         note = ""
         if diagnosis is None:
@@ -132,7 +135,7 @@ class TwinLoop:
         self.migrator.run(
             round=t,
             instruction=self.s.task.instruction,
-            diagnosis=self.diagnosis(t).render(),
+            diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
             regressions=self.regression_text(t - 1),
         )
 
@@ -143,8 +146,10 @@ class TwinLoop:
         self.verifier.run(
             round=t,
             instruction=self.s.task.instruction,
-            diagnosis=self.diagnosis(t).render(),
-            evidence=self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t),
+            diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
+            evidence=fence_agent_text(
+                "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
+            ),
         )
 
     # ---- bookkeeping -------------------------------------------------------------------------------
@@ -228,9 +233,8 @@ class TwinLoop:
         if not ids:
             return ""
         return (
-            f"Round {t} turned these established properties into violated ones: "
-            + ", ".join(ids)
-            + ". Restore them before anything else."
+            f"Round {t} turned these established properties into violated ones (ids below). "
+            "Restore them before anything else.\n" + fence_agent_text("property ids", ", ".join(ids))
         )
 
     def evidence_score(self, t: int) -> int:
