@@ -104,8 +104,11 @@ class CandidateRepo:
             report = copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED)
             refused = {k: v for k, v in report.refused.items() if not k.endswith("__pycache__")}
             if refused or report.capped:
-                self._audit(round, f"{len(refused)} entries not committed: {_summary(refused)}"
-                            + (f"; cap: {report.capped}" if report.capped else ""))
+                self._audit(
+                    round,
+                    f"{len(refused)} entries not committed: {_summary(refused)}"
+                    + (f"; cap: {report.capped}" if report.capped else ""),
+                )
             self._git("add", "-A", ".")
             self._git("commit", "-q", "--allow-empty", "--no-verify", "-m", f"round {round}: {message}")
             self._git("tag", "-f", f"round-{round}")
@@ -160,8 +163,14 @@ class CandidateRepo:
         if not self._git("ls-tree", "--name-only", f"round-{round}"):
             return dest  # an empty tree: git's archive of it is not a tar stream tarfile reads
         proc = subprocess.Popen(
-            ["git", *[p for i in _SAFE_CONFIG for p in ("-c", i)], f"--git-dir={self.git_dir}",
-             "archive", "--format=tar", f"round-{round}"],
+            [
+                "git",
+                *[p for i in _SAFE_CONFIG for p in ("-c", i)],
+                f"--git-dir={self.git_dir}",
+                "archive",
+                "--format=tar",
+                f"round-{round}",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=_git_env(self.git_dir),
@@ -198,8 +207,13 @@ class CandidateRepo:
     def _audit(self, round: int, reason: str) -> None:
         if self.audit_log is None:
             return
-        line = {"time": time.time(), "boundary": "snapshot", "action": "copy", "target": f"round-{round}",
-                "reason": reason}
+        line = {
+            "time": time.time(),
+            "boundary": "snapshot",
+            "action": "copy",
+            "target": f"round-{round}",
+            "reason": reason,
+        }
         self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.audit_log, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")

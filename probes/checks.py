@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
+from harness.agent_tree import remove_tree
 from probes.audit import audit_candidate
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
@@ -60,7 +61,7 @@ AUDIT_PROPERTIES = {
 def _check_dir(ctx: ProbeContext, name: str) -> Path:
     root = ctx.workdir / "checks" / name
     if root.exists():
-        shutil.rmtree(root)
+        remove_tree(root)  # the candidate side wrote here: any depth
     root.mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
     return root
@@ -104,8 +105,12 @@ def imports_check() -> Probe:
         failed = {name: m for name, m in modules.items() if not m["ok"]}
         incomplete = run["report"].get("incomplete")
         if incomplete:  # modules kept out of the check have not passed it
-            failed["(unchecked)"] = {"ok": False, "file": "(unchecked)", "error": f"not every module was reached: {incomplete}",
-                                     "trace": ""}
+            failed["(unchecked)"] = {
+                "ok": False,
+                "file": "(unchecked)",
+                "error": f"not every module was reached: {incomplete}",
+                "trace": "",
+            }
         cand_root = (ctx.roots("candidate")["candidate"] or "").rstrip("/") + "/"
         runtime = [
             a

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from evidence_store.records import Outcome, ProbeResult, Property
+from harness.agent_tree import remove_tree
 from probes.base import Probe, base_context, not_established
 from probes.compare import compare_outputs
 from probes.context import ProbeContext
@@ -171,7 +172,7 @@ def _prepare(ctx: ProbeContext, file: Path, names: list[str]) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]", "_", file.stem)[:40]
     root = ctx.workdir / "probes" / f"{slug}-{digest}"
     if root.exists():
-        shutil.rmtree(root)
+        remove_tree(root)  # the sides wrote here: any depth
     for name in names:
         (root / _slot(name) / "inputs").mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
@@ -344,14 +345,18 @@ def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str],
         for name in names:
             for part in ("inputs", *REFERENCE_OUTS):
                 if (root / _slot(name) / part).is_dir():
-                    shutil.copytree(root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True)
+                    shutil.copytree(
+                        root / _slot(name) / part, cached / _slot(name) / part, symlinks=True, dirs_exist_ok=True
+                    )
         (cached / "done").write_text("ok")
         return reference
     reference = {}
     for name in names:
         for part in ("inputs", *REFERENCE_OUTS):
             if (cached / _slot(name) / part).is_dir():
-                shutil.copytree(cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True)
+                shutil.copytree(
+                    cached / _slot(name) / part, root / _slot(name) / part, symlinks=True, dirs_exist_ok=True
+                )
                 if part != "inputs":
                     reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)")
     return reference

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.agent_tree import MAX_FILE_BYTES, AgentFileError, read_regular, read_regular_text
+from harness.agent_tree import MAX_FILE_BYTES, AgentFileError, read_regular, read_regular_text, remove_tree
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
 
@@ -75,7 +74,7 @@ def run_side(
     }
     for run in runs:
         if (root / run["out"]).exists():
-            shutil.rmtree(root / run["out"])
+            remove_tree(root / run["out"])
     config_file = f"{config_name or runs[0]['out'].replace('/', '_')}.json"
     (root / config_file).write_text(json.dumps(config))
     result = ctx.sandbox(side).exec(

@@ -18,8 +18,8 @@ from typing import Any
 from harness.boundary import BoundaryViolation
 from harness.budget import BudgetExceeded
 from harness.errors import InfraFailure
-from harness.sandbox.base import SandboxError
 from harness.model import Model, ModelInfraError, ModelReply
+from harness.sandbox.base import SandboxError
 from roles.tools import Tool, ToolError, ToolResult
 
 Message = dict[str, Any]

@@ -45,7 +45,8 @@ def test_uncontained_task_paths_are_one_clear_error_with_exit_2(tmp_path, capsys
     task = make_task(tmp_path, twin)
     with pytest.raises(TaskError, match=message):
         load_task(task)
-    code = main(["migrate", "--task", str(task), "--model", "scripted:/nonexistent", "--runs-dir", str(tmp_path / "runs")])
+    runs = str(tmp_path / "runs")
+    code = main(["migrate", "--task", str(task), "--model", "scripted:/nonexistent", "--runs-dir", runs])
     err = capsys.readouterr().err.strip()
     assert code == 2 and message.split("'")[0] in " ".join(err.split()) and len(err.splitlines()) <= 3
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -64,7 +64,8 @@ def run_calls(bench, calls):
     tools["submit"] = submit_tool("Finish.", {"summary": {"type": "string"}}, accept)
     session = SimpleNamespace(trajectory=bench.trajectory)
     before = len(bench.trajectory.records())
-    script = [{"tool_calls": [c]} for c in calls] + [{"tool_calls": [{"name": "submit", "arguments": {"summary": "s"}}]}]
+    finish = {"tool_calls": [{"name": "submit", "arguments": {"summary": "s"}}]}
+    script = [{"tool_calls": [c]} for c in calls] + [finish]
     agent = Agent(
         ScriptedModel(script),
         tools,

@@ -182,4 +182,3 @@ def _fenced_block(prompt: str, label: str) -> str:
     assert set(fence) == {"`"} and len(fence) >= 3
     end = next(i for i in range(2, len(lines)) if lines[i].startswith(fence))
     return "\n".join(lines[2:end])
-
