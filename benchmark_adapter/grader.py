@@ -96,7 +96,7 @@ def run_grader(
     Raises:
         GraderError: the candidate directory is missing.
         GraderInfraError: test.sh never started in the sandbox, or the grader reported an
-            infrastructure error of its own (see docs/grading.md): retried, never scored.
+            infrastructure error of its own (see docs/agent-data.md): retried, never scored.
         harness.sandbox.base.SandboxError: the sandbox cannot be started.
     """
     from harness.sandbox.registry import make_sandbox
