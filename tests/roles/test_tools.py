@@ -22,7 +22,8 @@ from harness.scripted import ScriptedModel
 from harness.session import Session
 from harness.trajectory import ToolCallRecord, Trajectory
 from roles.agent import Agent, Submitted
-from roles.tools import MAX_READ_CHARS, read_tool, submit_tool, write_tools
+from harness.candidate_repo import CandidateRepo
+from roles.tools import MAX_READ_CHARS, diff_tool, read_tool, submit_tool, write_tools
 
 SECRET = "TOOLS-SECRET-51c2"
 
@@ -51,12 +52,17 @@ def bench(tmp_path_factory):
         workdir="/app",
         audit_log=root / "audit.log",
     )
-    return SimpleNamespace(root=root, app=app, boundary=boundary, trajectory=Trajectory(root / "trajectory.jsonl"))
+    repo = CandidateRepo(root / "history", root / "history.git")
+    repo.init()
+    (repo.work_tree / "m.py").write_text("a = 1\n")
+    repo.commit_round(1, "one")
+    trajectory = Trajectory(root / "trajectory.jsonl")
+    return SimpleNamespace(root=root, app=app, boundary=boundary, trajectory=trajectory, repo=repo)
 
 
 def run_calls(bench, calls):
     """Run one agent over `calls` then `submit`; return (outcome, its tool records)."""
-    tools = {t.name: t for t in [read_tool(bench.boundary), *write_tools(bench.boundary)]}
+    tools = {t.name: t for t in [read_tool(bench.boundary), *write_tools(bench.boundary), diff_tool(bench.repo)]}
 
     def accept(summary):
         raise Submitted(summary)
@@ -102,6 +108,7 @@ CALLS = st.one_of(
     ),
     st.builds(lambda p: {"name": "read_file", "arguments": {"path": p, "extra": 1}}, PATHS),
     st.builds(lambda p: {"name": "write_file", "arguments": p}, st.text(max_size=10)),
+    st.builds(lambda r: {"name": "diff", "arguments": {"round": r}}, st.one_of(st.integers(), ANY_TEXT, st.none())),
 )
 
 
@@ -117,7 +124,7 @@ def check_survives(bench, calls):
         message["content"].encode("utf-8")  # what goes back to the model is valid text
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(CALLS, min_size=1, max_size=4))
 def test_generated_tool_calls_never_end_the_loop(bench, calls):
     check_survives(bench, calls)
@@ -145,6 +152,8 @@ def test_thousands_of_generated_tool_calls_never_end_the_loop(bench, calls):
         ({"name": "read_file", "arguments": {"path": "/app/zero"}}, "outside every mounted root"),
         ({"name": "read_file", "arguments": {"path": "/app/secret"}}, "outside every mounted root"),
         ({"name": "read_file", "arguments": {"path": 7}}, "must be a string"),
+        ({"name": "diff", "arguments": {"round": 9}}, "has no snapshot"),
+        ({"name": "diff", "arguments": {"round": "x"}}, "must be a round number"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -169,6 +178,11 @@ def test_reading_a_sparse_giant_is_bounded_before_it_allocates(bench):
     text = outcome.messages[3]["content"]
     assert len(text) < MAX_READ_CHARS + 200 and "cut:" in text and str(400 << 20) in text
     assert grown_mib < 100, f"reading a 400 MiB sparse file grew the process by {grown_mib:.0f} MiB"
+
+
+def test_diff_shows_the_latest_round(bench):
+    outcome, _ = run_calls(bench, [{"name": "diff", "arguments": {}}])
+    assert "+a = 1" in outcome.messages[3]["content"]
 
 
 def test_writing_then_reading_works(bench):

@@ -81,6 +81,7 @@ def test_hostile_tool_calls_and_a_nested_repository_never_end_or_escape_the_run(
     assert all(r.result.startswith("error:") for r in refused)
     listing = next(r.result for r in records if "git -C /app status" in str(r.arguments))
     assert str(run.root) not in listing and "candidate.git" not in listing
+    assert "/app/.git: No such file" in listing and "not a git repository" in listing
 
 
 def _tool_records(run: RunDir):
