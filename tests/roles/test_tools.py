@@ -197,3 +197,18 @@ def test_writing_then_reading_works(bench):
     tool_texts = [m["content"] for m in outcome.messages if m["role"] == "tool"]
     assert tool_texts[:3] == ["wrote 8 characters to /app/new/mod.py", "edited /app/new/mod.py", "y = 'ö'\n"]
     assert Path(bench.app / "new" / "mod.py").read_text() == "y = 'ö'\n"
+
+
+@pytest.mark.parametrize("name", ["ok\n", "../../../etc/cron.d/x", "a/b", "", 7, "A"])
+def test_probe_names_cannot_name_a_path(tmp_path, name):
+    from roles.tools import ToolError
+    from roles.verifier import probe_tools
+
+    stored = []
+    desk = SimpleNamespace(write_probe=lambda n, s: stored.append(n) or "kept", run_probe=lambda n: "ran")
+    write, run = probe_tools(desk)[:2]
+    with pytest.raises(ToolError):
+        write(name=name, source="x")
+    with pytest.raises(ToolError):
+        run(name=name)
+    assert stored == []
