@@ -56,8 +56,7 @@ def bench(tmp_path_factory):
     repo.init()
     (repo.work_tree / "m.py").write_text("a = 1\n")
     repo.commit_round(1, "one")
-    trajectory = Trajectory(root / "trajectory.jsonl")
-    return SimpleNamespace(root=root, app=app, boundary=boundary, trajectory=trajectory, repo=repo)
+    return SimpleNamespace(root=root, app=app, boundary=boundary, repo=repo)
 
 
 def run_calls(bench, calls):
@@ -68,8 +67,9 @@ def run_calls(bench, calls):
         raise Submitted(summary)
 
     tools["submit"] = submit_tool("Finish.", {"summary": {"type": "string"}}, accept)
-    session = SimpleNamespace(trajectory=bench.trajectory)
-    before = len(bench.trajectory.records())
+    bench.runs = getattr(bench, "runs", 0) + 1
+    trajectory = Trajectory(bench.root / "trajectories" / f"{bench.runs}.jsonl")
+    session = SimpleNamespace(trajectory=trajectory)
     finish = {"tool_calls": [{"name": "submit", "arguments": {"summary": "s"}}]}
     script = [{"tool_calls": [c]} for c in calls] + [finish]
     agent = Agent(
@@ -80,7 +80,7 @@ def run_calls(bench, calls):
         on_tool=lambda *a: Session.record_tool(session, *a),
     )
     outcome = agent.run("system", "task")
-    records = [r for r in bench.trajectory.records()[before:] if isinstance(r, ToolCallRecord)]
+    records = [r for r in trajectory.records() if isinstance(r, ToolCallRecord)]
     return outcome, records
 
 

@@ -183,3 +183,37 @@ def _fenced_block(prompt: str, label: str) -> str:
     assert set(fence) == {"`"} and len(fence) >= 3
     end = next(i for i in range(2, len(lines)) if lines[i].startswith(fence))
     return "\n".join(lines[2:end])
+
+
+@pytest.mark.slow
+def test_thousands_of_generated_tool_calls_never_end_twin_migrate(tmp_path):
+    """A base-scaffold `twin migrate` whose scripted agent sends 3,000 generated tool calls."""
+    import random
+
+    from harness.trajectory import Trajectory
+
+    rng = random.Random(20)
+    pieces = ["", ".", "..", "/app", "/source", "/tests", "\0", "\ud800", "\udcff", "a" * 300, "x/", "é", "`"]
+
+    def text():
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))
+
+    def path():
+        return rng.choice(["/app/", "/source/", "", "/proc/self/root/", "/app/sub/"]) + text()
+
+    makers = [
+        lambda: call("read_file", path=path()),
+        lambda: call("write_file", path=path(), content=text()),
+        lambda: call("edit_file", path=path(), old=text(), new=text()),
+        lambda: call("diff", round=rng.choice([None, 0, 1, -1, "x", 10**30])),
+        lambda: call("read_file", path=rng.choice([1, None, [], {}])),
+        lambda: {"tool_calls": [{"name": "write_file", "arguments": "{not json"}]},
+    ]
+    # 3,000 calls, 30 to a reply: the model's history stays short enough to record every call
+    replies = [{"tool_calls": [c for _ in range(30) for c in rng.choice(makers)()["tool_calls"]]} for _ in range(100)]
+    run = start(tmp_path, [*replies, call("submit", summary="done")], scaffold="base", rounds=1, base_steps=200)
+    run_migration(run)
+    assert run.load_state().status == "finished"
+    records = [r for r in Trajectory(run.trajectory).records() if isinstance(r, ToolCallRecord)]
+    assert len(records) == 3001
+    assert json.loads(run.grades.read_text())["rounds"][0]["reward"] is not None
