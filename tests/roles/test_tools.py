@@ -124,7 +124,7 @@ def check_survives(bench, calls):
         message["content"].encode("utf-8")  # what goes back to the model is valid text
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(CALLS, min_size=1, max_size=4))
 def test_generated_tool_calls_never_end_the_loop(bench, calls):
     check_survives(bench, calls)
