@@ -105,6 +105,9 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
                     raise InfraFailure(
                         f"{exc} (infrastructure; resume with: twin migrate --resume {run.root})"
                     ) from None
+                except TwinError:
+                    session.save()  # a user-facing stop (replay diverged, script exhausted): as before
+                    raise
                 except Exception as exc:  # a bug of twin's on agent input: keep the run resumable and scored
                     _record_crash(run, session, exc)
                     progress.message(f"the run stopped on an internal error ({session.state.stop_reason}); "
