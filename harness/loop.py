@@ -15,13 +15,14 @@ from harness.budget import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
 from harness.progress import Progress
 from harness.session import Session
+from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.fence import fence_agent_text
 from roles.migrator import Migrator
 from roles.schemas import Diagnosis, Gap
 from roles.verifier import Verifier
 
-NON_CANDIDATE_KINDS = frozenset({"boundary"})
+NON_CANDIDATE_KINDS = frozenset({"boundary", "localization"})
 
 
 class StopRun(Exception):
@@ -119,7 +120,9 @@ class TwinLoop:
             round=t,
             instruction=self.s.task.instruction,
             evidence=fence_agent_text(
-                "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1)
+                "evidence",
+                render_localization(self.desk.latest_localization(t - 1))
+                + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
             ),
             regressions=self.regression_text(t - 1),
             candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
@@ -151,6 +154,7 @@ class TwinLoop:
                 "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
             ),
         )
+        self.desk.localize()
 
     # ---- bookkeeping -------------------------------------------------------------------------------
     def enter(self, t: int, role: str) -> None:

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from harness.agent_tree import remove_tree
-from probes.audit import audit_candidate
+from probes.audit import audit_candidate, scan
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.differential import probe_names
-from probes.sides import DRIVER, run_side
+from probes.layout import module_name
+from probes.sides import DRIVER, candidate_roots, run_side
 
 IMPORTS = Property(
     id="imports",
@@ -67,12 +68,11 @@ def _check_dir(ctx: ProbeContext, name: str) -> Path:
     return root
 
 
-def _module_of(rel: str) -> str:
-    """'pkg/mod.py' -> 'pkg.mod' (the component a finding in that file names)."""
+def _module_of(ctx: ProbeContext, rel: str) -> str:
+    """'pkg/mod.py' -> 'pkg.mod', as the task imports it (the component a finding in that file names)."""
     if Path(rel).name in ("", ".", ".."):
         return ""
-    parts = list(Path(rel).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
+    return module_name(rel, candidate_roots(ctx))
 
 
 def imports_check() -> Probe:
@@ -97,13 +97,13 @@ def imports_check() -> Probe:
             trace = run["trace"]
             return [
                 not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
-                _independence(static, [], context)
-                if static
+                _independence(ctx, static, [], context, "")
+                if static  # what the files show statically does not need the run
                 else not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context),
             ]
         modules = run["report"]["modules"]
         failed = {name: m for name, m in modules.items() if not m["ok"]}
-        incomplete = run["report"].get("incomplete")
+        incomplete = scan(ctx.candidate).incomplete
         if incomplete:  # modules kept out of the check have not passed it
             failed["(unchecked)"] = {
                 "ok": False,
@@ -118,7 +118,7 @@ def imports_check() -> Probe:
             if (a.get("importer") or {}).get("file", "").startswith(cand_root)
         ]
         results = []
-        first_failed = next((_module_of(m.get("where") or m["file"]) for m in failed.values()), None)
+        first_failed = next((_module_of(ctx, m.get("where") or m["file"]) for m in failed.values()), None)
         if not failed and not modules:
             results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
         else:
@@ -142,13 +142,13 @@ def imports_check() -> Probe:
             )
             if first_failed:
                 results[-1].context = {**context, "component": first_failed}
-        results.append(_independence(static, runtime, context, cand_root))
+        results.append(_independence(ctx, static, runtime, context, cand_root))
         return results
 
     return probe
 
 
-def _independence(static: list, runtime: list[dict], context: dict, cand_root: str = "") -> ProbeResult:
+def _independence(ctx: ProbeContext, static: list, runtime: list[dict], context: dict, cand_root: str) -> ProbeResult:
     """Independence from the static findings and the imports seen at run time."""
     findings = [f.as_dict() for f in static] + [
         {
@@ -163,7 +163,7 @@ def _independence(static: list, runtime: list[dict], context: dict, cand_root: s
         property=INDEPENDENCE,
         outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
         score=0.0 if findings else 1.0,
-        context={**context, **({"component": _module_of(findings[0]["file"])} if findings else {})},
+        context={**context, **({"component": _module_of(ctx, findings[0]["file"])} if findings else {})},
         observations={
             "findings": findings,
             **(
@@ -186,6 +186,7 @@ def audit_check(transliteration: bool = True) -> Probe:
             forbidden=ctx.forbidden("candidate"),
             source_mount=ctx.task.settings.source_mount,
             transliteration=transliteration,
+            import_roots=candidate_roots(ctx),
         )
         results = []
         for kind, prop in AUDIT_PROPERTIES.items():
@@ -251,7 +252,7 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
     runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
     timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
     outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
-    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes)]
+    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes, strict=True)]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:

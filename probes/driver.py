@@ -343,21 +343,10 @@ def _innermost_candidate_file(frames: list[dict], root: str) -> str | None:
 def run_imports(config: dict) -> dict:
     """Import every module of the candidate; record each failure with who is to blame."""
     root = Path(config["roots"]["candidate"])
-    skip_dirs = {"tests", "test", "__pycache__", ".git", "build", "dist", ".venv", "venv"}
     modules = {}
-    paths, incomplete = _python_files(root, skip_dirs)
-    for path in paths:
-        rel = path.relative_to(root)
-        if any(part in skip_dirs or part.startswith(".") for part in rel.parts[:-1]):
-            continue
-        if rel.name in ("setup.py", "conftest.py") or rel.name.startswith("test_"):
-            continue
-        parts = list(rel.with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if not parts:
-            continue
-        name = ".".join(parts)
+    # The host names every module the way the task imports it (probes.layout).
+    for name, rel_text in config["modules"].items():
+        rel = Path(rel_text)
         start = time.perf_counter()
         try:
             importlib.import_module(name)
@@ -372,33 +361,7 @@ def run_imports(config: dict) -> dict:
                 "error": f"{type(exc).__name__}: {exc}",
                 "trace": "".join(traceback.format_exception(exc))[-4000:],
             }
-    return {"modules": modules, **({"incomplete": incomplete} if incomplete else {})}
-
-
-def _python_files(root: Path, skip_dirs: set[str], max_depth: int = 64, max_entries: int = 50_000):
-    """Python files under root, iteratively and without following links: (paths, why incomplete or None)."""
-    found, queue, seen, incomplete = [], [(root, 0)], 0, None
-    while queue:
-        directory, depth = queue.pop(0)
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as exc:
-            incomplete = incomplete or f"{directory}: {exc.strerror}"
-            continue
-        for entry in entries:
-            seen += 1
-            if seen > max_entries:
-                return sorted(found), f"more than {max_entries} entries"
-            if entry.is_dir(follow_symlinks=False):
-                if entry.name in skip_dirs or entry.name.startswith("."):
-                    continue
-                if depth + 1 >= max_depth:
-                    incomplete = incomplete or f"deeper than {max_depth} levels"
-                    continue
-                queue.append((Path(entry.path), depth + 1))
-            elif entry.name.endswith(".py") and entry.is_file(follow_symlinks=False):
-                found.append(Path(entry.path))
-    return sorted(found), incomplete
+    return {"modules": modules}
 
 
 FORBIDDEN_SET: set[str] = set()
