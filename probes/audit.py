@@ -22,6 +22,7 @@ scanned line by line for the same references.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -65,6 +66,8 @@ LOADER_CALLS = {
 }
 IMPORT_CALLS = {"importlib.import_module", "__import__"}
 MAX_FILE_BYTES = 2_000_000
+# Every kind of finding a file or tree kept from the audit's sight counts as.
+HIDDEN_KINDS = ("forbidden_import", "loads_original", "vendored", "transliteration")
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def hidden_from_audit(root: Path, found: Walk, markers: list[str]) -> list[Findi
     unreadable, or a symlink that leaves the candidate towards the original: code the
     audit cannot read has not passed it.
     """
-    every = ("forbidden_import", "loads_original", "vendored", "transliteration")
+    every = HIDDEN_KINDS
     findings = [
         Finding("loads_original", e.rel, 0, f"a symbolic link to the original ({os.readlink(root / e.rel)[:80]})")
         for e in found.entries
@@ -183,14 +186,21 @@ class _PythonAuditor:
         import libcst as cst
         from libcst.metadata import MetadataWrapper, PositionProvider
 
+        # CPython's parser first: libcst's native parser crashes the process (not an exception)
+        # on nesting the candidate can make arbitrarily deep; what CPython cannot parse for
+        # depth is hidden from the audit, which is not passing it.
+        try:
+            ast.parse(text)
+        except (RecursionError, MemoryError):
+            return [
+                Finding(kind, self.rel, 0, "hidden from the audit: nested too deeply to parse") for kind in HIDDEN_KINDS
+            ]
+        except (SyntaxError, ValueError) as exc:
+            return [Finding("unparsable", self.rel, getattr(exc, "lineno", 0) or 0, str(exc).splitlines()[0][:200])]
         try:
             wrapper = MetadataWrapper(cst.parse_module(text))
         except cst.ParserSyntaxError as exc:
-            return [
-                Finding(
-                    "unparsable", self.rel, getattr(exc, "raw_line", 0), str(exc).splitlines()[0]
-                )
-            ]
+            return [Finding("unparsable", self.rel, getattr(exc, "raw_line", 0), str(exc).splitlines()[0])]
         positions = wrapper.resolve(PositionProvider)
         auditor = self
 
@@ -249,9 +259,7 @@ class _PythonAuditor:
         if top in self.forbidden:
             self.add("forbidden_import", line, f"imports {module}")
         elif top in self.source_modules:
-            self.add(
-                "loads_original", line, f"imports {module}, a module only the original provides"
-            )
+            self.add("loads_original", line, f"imports {module}, a module only the original provides")
 
     def mentions(self, text: str) -> bool:
         return text.strip() == self.mount or any(marker in text for marker in self.markers)
@@ -266,9 +274,7 @@ def _uses_framework(text: str, forbidden: set[str]) -> bool:
 
 def _normalized_hash(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
-    return hashlib.sha1(
-        "\n".join(line for line in lines if line and not line.startswith("#")).encode()
-    ).hexdigest()
+    return hashlib.sha1("\n".join(line for line in lines if line and not line.startswith("#")).encode()).hexdigest()
 
 
 def audit_candidate(

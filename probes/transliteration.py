@@ -139,7 +139,7 @@ def statements(text: str, forbidden: list[str]) -> list[tuple[str, int, bool]]:
     """
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     source_names = framework_aliases(tree, [], roots=set(forbidden))
     for node in ast.walk(tree):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from probe_fixtures import TINY
@@ -85,3 +86,30 @@ def test_a_deep_chain_makes_imports_and_independence_violated(tmp_path, candidat
     assert imports.outcome is Outcome.VIOLATED, imports
     assert "not every module was reached" in imports.observations["message"]
     assert independence.outcome is Outcome.VIOLATED, independence
+
+
+def test_a_deeply_nested_module_neither_crashes_the_audit_nor_passes_it(candidate_copy):
+    """libcst's native parser takes the whole process down on deep nesting: run it apart."""
+    import subprocess
+    import sys
+
+    cand = candidate_copy("good")
+    (cand / "brackets.py").write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    (cand / "chain.py").write_text("y = " + "1+" * 50000 + "1\nimport torch\n")
+    code = (
+        "import sys; from pathlib import Path; from probes.audit import audit_candidate; "
+        "f = audit_candidate(Path(sys.argv[1]), Path(sys.argv[2]), forbidden=['torch']); "
+        "print(sorted({(x.kind, x.file) for x in f}))"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(cand), str(SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=repo,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "('forbidden_import', 'chain.py')" in proc.stdout and "('unparsable', 'brackets.py')" in proc.stdout
