@@ -11,6 +11,10 @@ last digits between machines, and a replay must still run on another machine.
 The first difference raises `ReplayDivergence` naming the call index, the role
 and the message index; so does asking for more calls than were recorded.
 Replies come back with their recorded token counts and cost 0.
+
+A recording of a resumed run also holds the calls of the step that was cut off
+(the resumed run did that step again from its start); those calls are left out,
+so that replaying such a recording follows the run that finished.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ class ReplayModel:
         self.path = path
         self.name = f"replay:{path}"
         self.label = f"replayed from {path}"
-        self.calls: list[ModelCallRecord] = Trajectory(path).model_calls()
+        self.calls: list[ModelCallRecord] = kept_calls(Trajectory(path).model_calls())
         if not self.calls:
             raise TwinError(f"replay: {path} records no model calls")
         if not 0 <= start <= len(self.calls):
@@ -80,6 +84,25 @@ class ReplayModel:
                 raise ReplayDivergence(f"replay diverged at call {index} (role {role}), {problem}")
             self._next += 1
         return recorded.reply.model_copy(update={"cost_usd": 0.0, "cached": False})
+
+
+def kept_calls(calls: list[ModelCallRecord]) -> list[ModelCallRecord]:
+    """`calls` without those of a step that a resumed run started again.
+
+    Within one role's turn in a round the step labels only grow; a turn whose steps
+    start over (same round and role, step not larger) was a cut-off turn repeated by
+    a resume, and the cut-off part is dropped.
+    """
+    kept: list[ModelCallRecord] = []
+    turn: list[ModelCallRecord] = []
+    for call in calls:
+        if turn and (call.round, call.role) == (turn[-1].round, turn[-1].role) and call.step <= turn[-1].step:
+            turn = []  # the earlier attempt at this turn was cut off
+        elif turn and (call.round, call.role) != (turn[-1].round, turn[-1].role):
+            kept += turn
+            turn = []
+        turn.append(call)
+    return kept + turn
 
 
 def request_difference(
