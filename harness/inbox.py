@@ -249,7 +249,9 @@ class InboxModel:
                     raise ModelStopped(
                         f"inbox: reply-{n}.json was malformed twice ({exc}); fix the program, then resume"
                     ) from None
-                self.console.print(f"twin: reply-{n}.json refused ({exc}); see error-{n}.json", highlight=False)
+                self.console.print(
+                    f"twin: reply-{n}.json refused ({exc}); see error-{n}.json", highlight=False, soft_wrap=True
+                )
                 continue
             reply.latency_s = time.monotonic() - started
             self.call += 1
@@ -259,7 +261,9 @@ class InboxModel:
     def _wait(self, n: int, role: str, round: int) -> Path:
         path = self.folder / f"reply-{n}.json"
         self.console.print(
-            f"twin: waiting for {path} ({role}, round {round}; up to {self.wait_s:g} s)", highlight=False
+            f"twin: waiting for {path} ({role}, round {round}; up to {self.wait_s:g} s)",
+            highlight=False,
+            soft_wrap=True,
         )
         deadline = time.monotonic() + self.wait_s
         while not path.exists():
