@@ -215,3 +215,14 @@ def test_inbox_without_a_folder_is_refused(name):
 def test_non_positive_wait_is_refused(tmp_path):
     with pytest.raises(TwinError, match="wait time must be > 0"):
         InboxModel(tmp_path, wait_s=0)
+
+
+def test_the_driver_in_the_docs_is_the_tested_example_driver():
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    docs = (repo / "docs" / "models.md").read_text()
+    block = docs.split("```python\n", 1)[1].split("```", 1)[0]
+    source = (repo / "examples" / "inbox_driver.py").read_text()
+    assert source.split('"""\n\n', 1)[1] == block
+    assert len(block.splitlines()) <= 32
