@@ -87,18 +87,21 @@ class ReplayModel:
 
 
 def kept_calls(calls: list[ModelCallRecord]) -> list[ModelCallRecord]:
-    """`calls` without those of a step that a resumed run started again.
+    """`calls` without those of a role's turn that a resumed run started again.
 
-    Within one role's turn in a round the step labels only grow; a turn whose steps
-    start over (same round and role, step not larger) was a cut-off turn repeated by
-    a resume, and the cut-off part is dropped.
+    Within one turn (same round and role) every request extends the previous one. A
+    request of the same round and role that is no longer than the previous one and
+    opens with the turn's first two messages is the turn starting over after a
+    resume; the cut-off attempt before it is dropped.
     """
     kept: list[ModelCallRecord] = []
     turn: list[ModelCallRecord] = []
     for call in calls:
-        if turn and (call.round, call.role) == (turn[-1].round, turn[-1].role) and call.step <= turn[-1].step:
-            turn = []  # the earlier attempt at this turn was cut off
-        elif turn and (call.round, call.role) != (turn[-1].round, turn[-1].role):
+        if turn and (call.round, call.role) == (turn[-1].round, turn[-1].role):
+            messages, last = call.request.messages, turn[-1].request.messages
+            if len(messages) <= len(last) and messages[:2] == turn[0].request.messages[:2]:
+                turn = []  # the earlier attempt at this turn was cut off
+        else:
             kept += turn
             turn = []
         turn.append(call)
