@@ -22,12 +22,10 @@ while True:
             continue
         request = json.loads(path.read_text())
         entry = script[request["call"]]
-        reply = {"role": "assistant", "content": entry.get("content", "")}
-        reply["tool_calls"] = [
-            {"id": f"call_{n}_{i}", "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))}}
-            for i, c in enumerate(entry.get("tool_calls", []))
-        ]
+        reply = {"role": "assistant", "content": entry.get("content", ""), "tool_calls": []}
+        for i, call in enumerate(entry.get("tool_calls", [])):
+            function = {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}
+            reply["tool_calls"].append({"id": f"call_{n}_{i}", "type": "function", "function": function})
         tmp = inbox / f".reply-{n}.tmp"
         tmp.write_text(json.dumps(reply))
         os.replace(tmp, reply_path)  # atomic: twin never reads half a reply

@@ -105,7 +105,9 @@ def parse_answer(text: str, tools: list[ToolSchema]) -> Answer:
     head = HEAD.match(stripped)
     if head is None or head.group(1) not in schemas:
         if head is not None and head.group(2) == ":":
-            raise AnswerError(f"no tool named {head.group(1)!r} here (tools: {', '.join(schemas)}); start text with '>'")
+            raise AnswerError(
+                f"no tool named {head.group(1)!r} here (tools: {', '.join(schemas)}); start text with '>'"
+            )
         return Text(text.strip())
     name, colon = head.group(1), head.group(2)
     parameters = schemas[name].get("parameters") or {}

@@ -52,7 +52,6 @@ def _import_mini() -> Any:
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
     os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", str(Path(tempfile.gettempdir()) / "twin-mini-swe-agent"))
     try:
-        import minisweagent  # noqa: F401
         from minisweagent.agents.default import DefaultAgent
         from minisweagent.config import builtin_config_dir
         from minisweagent.environments.local import LocalEnvironment
@@ -67,7 +66,16 @@ def _import_mini() -> Any:
         raise TwinError(
             "--scaffold mini-swe-agent needs the mini-swe-agent package: pip install 'twin-harness[mini]'"
         ) from None
-    return SimpleNamespace(**locals())
+    return SimpleNamespace(
+        DefaultAgent=DefaultAgent,
+        builtin_config_dir=builtin_config_dir,
+        LocalEnvironment=LocalEnvironment,
+        FormatError=FormatError,
+        BASH_TOOL=BASH_TOOL,
+        format_toolcall_observation_messages=format_toolcall_observation_messages,
+        parse_toolcall_actions=parse_toolcall_actions,
+        expand_multimodal_content=expand_multimodal_content,
+    )
 
 
 def default_config() -> dict[str, Any]:
@@ -156,7 +164,9 @@ def sandbox_environment(sandbox: Any, *, env: dict[str, str], timeout_s: float, 
     class SandboxEnvironment(mini.LocalEnvironment):
         def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
             command = action.get("command", "")
-            result = sandbox.exec(command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=timeout or timeout_s)
+            result = sandbox.exec(
+                command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=timeout or timeout_s
+            )
             output = {
                 "output": result.stdout + result.stderr,
                 "returncode": result.returncode,
@@ -190,7 +200,9 @@ class MiniSweAgentScaffold(BaseScaffold):
 
     def work(self, t: int) -> str:
         """One run of the package's agent on the task's instruction; returns its exit status."""
-        model = TwinModelAdapter(self.s.model, self.config["model"], lambda step, reply: self.on_step(ROLE, step, reply))
+        model = TwinModelAdapter(
+            self.s.model, self.config["model"], lambda step, reply: self.on_step(ROLE, step, reply)
+        )
         env = sandbox_environment(
             self.sandbox,
             env=self.config.get("environment", {}).get("env", {}),

@@ -34,7 +34,6 @@ def bench_command(
     """Run trials over tasks x models x scaffolds x seeds and grade every round."""
     from harness.bench import BenchConfig, run_bench
     from harness.ledger import LedgerLimits
-
     from harness.scaffolds import SCAFFOLDS
 
     scaffolds = [s.strip() for s in scaffold.split(",") if s.strip()]

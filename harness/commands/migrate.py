@@ -14,7 +14,10 @@ from harness.run import RunConfig, RunDir, Scaffold
 def migrate_command(
     task: Path = typer.Option(None, "--task", help="Task directory (Harbor format)."),
     model: str = typer.Option(
-        None, "--model", envvar="TWIN_MODEL", help="litellm model string, replay:PATH, scripted:PATH, inbox:DIR or human."
+        None,
+        "--model",
+        envvar="TWIN_MODEL",
+        help="litellm model string, replay:PATH, scripted:PATH, inbox:DIR or human.",
     ),
     scaffold: str = typer.Option("twin", "--scaffold", help="twin (the loop), base (one agent) or mini-swe-agent."),
     rounds: int = typer.Option(None, "--rounds", help="Refinement rounds (default 2)."),

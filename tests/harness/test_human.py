@@ -49,7 +49,12 @@ def test_first_request_shows_role_round_prompt_and_tools_and_sends_a_tool_call(t
 def test_later_requests_show_only_the_new_tool_results_and_the_system_prompt_once(tmp_path):
     model, out, _ = human(["bash: ls /app", "> done looking", "submit: ok"], tmp_path)
     first = model.query([SYSTEM, TASK], TOOLS, role="migrator")
-    history = [SYSTEM, TASK, first.as_message(), {"role": "tool", "tool_call_id": "human_1", "name": "bash", "content": "RESULT-1"}]
+    history = [
+        SYSTEM,
+        TASK,
+        first.as_message(),
+        {"role": "tool", "tool_call_id": "human_1", "name": "bash", "content": "RESULT-1"},
+    ]
     before = len(out.getvalue())
     second = model.query(history, TOOLS, role="migrator")
     new = out.getvalue()[before:]

@@ -47,7 +47,10 @@ SUBMIT_DIAGNOSIS = tool("submit", {"diagnosis": DIAGNOSIS})
             'write_file: {"path": "/app/a.py", "content": "x = 1"}',
             Call("write_file", {"path": "/app/a.py", "content": "x = 1"}),
         ),
-        ("write_file /app/x.py <<EOF\nimport numpy\n\nx = 1\nEOF", Call("write_file", {"path": "/app/x.py", "content": "import numpy\n\nx = 1\n"})),
+        (
+            "write_file /app/x.py <<EOF\nimport numpy\n\nx = 1\nEOF",
+            Call("write_file", {"path": "/app/x.py", "content": "import numpy\n\nx = 1\n"}),
+        ),
         ("write_file /app/x.py <<'PY'\nEOF\nPY", Call("write_file", {"path": "/app/x.py", "content": "EOF\n"})),
         ("write_file /app/e.py <<EOF\nEOF", Call("write_file", {"path": "/app/e.py", "content": ""})),
         (

@@ -30,18 +30,22 @@ pytestmark = [
 
 
 class Terminal:
-    """One tmux server of our own (its own socket), one window running a shell command."""
+    """A tmux server of our own (its own socket), one window running a shell command."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.socket = f"twin-test-{uuid.uuid4().hex[:8]}"
+        self.socket = ""
         self.tmp = tmp_path
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True)
+        assert done.returncode == 0, f"tmux {args[0]} failed: {done.stderr.strip()}"
+        return done.stdout
 
     def start(self, command: str) -> None:
+        self.socket = f"twin-test-{uuid.uuid4().hex[:8]}"  # a server of our own, new for every start
         script = self.tmp / f"cmd-{uuid.uuid4().hex[:6]}.sh"
-        script.write_text(f"cd {shlex.quote(str(REPO))}\nexport PYTHONPATH={shlex.quote(str(REPO))} COLUMNS=200\n{command}\necho EXIT=$?\nsleep 600\n")
+        repo = shlex.quote(str(REPO))
+        script.write_text(f"cd {repo}\nexport PYTHONPATH={repo} COLUMNS=200\n{command}\necho EXIT=$?\nsleep 600\n")
         self.tmux("new-session", "-d", "-x", "220", "-y", "50", "bash", str(script))
         self.tmux("set-option", "-g", "history-limit", "50000")
 
@@ -64,7 +68,8 @@ class Terminal:
             self.tmux("send-keys", "Enter")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        if self.socket:
+            subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
 
 @pytest.fixture
@@ -128,11 +133,7 @@ def test_a_person_quits_then_resumes_and_drives_the_tiny_task_to_a_graded_candid
 
 def oracle_files(task: Path) -> dict[str, str]:
     root = task / "solution" / "app"
-    return {
-        str(p.relative_to(root)): p.read_text()
-        for p in sorted(root.rglob("*.py"))
-        if "__pycache__" not in p.parts
-    }
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
 
 
 @pytest.mark.slow
@@ -140,7 +141,9 @@ def oracle_files(task: Path) -> dict[str, str]:
 def test_a_person_drives_mlp_train_to_a_submitted_candidate_in_the_twin_loop(terminal, tmp_path):
     task = REPO / "tasks" / "t2j-mini" / "mlp-train"
     runs = tmp_path / "runs"
-    terminal.start(twin("--task", str(task), "--model", "human", "--rounds", "1", "--runs-dir", str(runs), "--run-id", "r"))
+    terminal.start(
+        twin("--task", str(task), "--model", "human", "--rounds", "1", "--runs-dir", str(runs), "--run-id", "r")
+    )
     diagnosis = {"summary": "nothing migrated", "gaps": [{"title": "port", "objective": "write /app/mlp_train"}]}
     n = answer(terminal, 1, f"submit: {json.dumps(diagnosis)}")
     for rel, text in oracle_files(task).items():

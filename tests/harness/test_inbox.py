@@ -87,12 +87,20 @@ def test_good_reply_parses_with_string_or_object_arguments_and_generated_ids():
         ({"tool_calls": [call("write_file", "{not json")]}, "arguments are not JSON"),
         ({"tool_calls": [call("write_file", "[1, 2]")]}, "arguments must be a JSON object"),
         ({"tool_calls": [call("write_file", {"path": "/app/a"})]}, "missing argument(s) ['content']"),
-        ({"tool_calls": [call("write_file", {"path": "/a", "content": "", "mode": 1})]}, "unknown argument(s) ['mode']"),
+        (
+            {"tool_calls": [call("write_file", {"path": "/a", "content": "", "mode": 1})]},
+            "unknown argument(s) ['mode']",
+        ),
         ({"tool_calls": [call("write_file", {"path": 3, "content": ""})]}, "path: 3 is not of type 'string'"),
         ({"tool_calls": [call("submit", {"diagnosis": {"gaps": [{"title": 5}]}})]}, "diagnosis.gaps.0.title"),
         ({"tool_calls": [call("submit", {"diagnosis": {}})]}, "'gaps' is a required property"),
         (
-            {"tool_calls": [call("write_file", {"path": "/a", "content": ""}), call("write_file", {"path": "/b", "content": ""})]},
+            {
+                "tool_calls": [
+                    call("write_file", {"path": "/a", "content": ""}),
+                    call("write_file", {"path": "/b", "content": ""}),
+                ]
+            },
             "ids must be unique",
         ),
         ({"content": "x", "usage": {"prompt_tokens": "many"}}, "usage must be"),
@@ -126,12 +134,20 @@ def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back
     trajectory.set_context(round=2, step=3)
     budget = BudgetTracker(Budget(max_calls=10, max_tokens=1000))
     model = InboxModel(tmp_path / "inbox", wait_s=5, start=7, trajectory=trajectory, budget=budget)
-    thread = answer(model.folder, 1, {"content": "", "tool_calls": [call("write_file", {"path": "/a", "content": "b"})]})
+    thread = answer(
+        model.folder, 1, {"content": "", "tool_calls": [call("write_file", {"path": "/a", "content": "b"})]}
+    )
     reply = model.query(MESSAGES, TOOLS, role="migrator")
     thread.join()
     request = json.loads((model.folder / "request-1.json").read_text())
     assert request["protocol"] == "twin-inbox/1" and request["reply_to"] == "reply-1.json"
-    assert (request["n"], request["call"], request["role"], request["round"], request["step"]) == (1, 7, "migrator", 2, 3)
+    assert (request["n"], request["call"], request["role"], request["round"], request["step"]) == (
+        1,
+        7,
+        "migrator",
+        2,
+        3,
+    )
     assert request["messages"] == MESSAGES and request["tools"] == TOOLS
     assert request["budget_left"] == {"tokens": 1000, "usd": None, "calls": 10, "wall_s": None}
     assert reply.tool_calls[0].arguments == {"path": "/a", "content": "b"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchConfig, BenchDir, run_bench
+from harness.bench import BenchDir
 from harness.cli import main
 from harness.commands.migrate import run_migration
 from harness.run import RunConfig, RunDir
@@ -108,7 +108,19 @@ def test_unknown_scaffold_is_one_line_and_exit_2(tmp_path, capsys):
     code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", "scripted:x.json", "--scaffold", "swe-agent"])
     assert code == 2
     assert "unknown scaffold 'swe-agent': choose twin, base, mini-swe-agent" in capsys.readouterr().err
-    code = main(["bench", "--tasks", str(plans.TINY_TASK), "--model", "m", "--scaffold", "twin,swe", "--benches-dir", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--tasks",
+            str(plans.TINY_TASK),
+            "--model",
+            "m",
+            "--scaffold",
+            "twin,swe",
+            "--benches-dir",
+            str(tmp_path),
+        ]
+    )
     assert code == 2
 
 
@@ -139,9 +151,21 @@ def test_bench_runs_three_scaffolds_and_the_report_shows_them_side_by_side(tmp_p
     benches = tmp_path / "benches"
     code = main(
         [
-            "bench", "--tasks", str(plans.TINY_TASK), "--model", f"scripted:{folder}/{{task}}-{{scaffold}}.json",
-            "--scaffold", "twin,base,mini-swe-agent", "--rounds", "2", "--name", "three",
-            "--benches-dir", str(benches), "--retry-backoff-s", "0",
+            "bench",
+            "--tasks",
+            str(plans.TINY_TASK),
+            "--model",
+            f"scripted:{folder}/{{task}}-{{scaffold}}.json",
+            "--scaffold",
+            "twin,base,mini-swe-agent",
+            "--rounds",
+            "2",
+            "--name",
+            "three",
+            "--benches-dir",
+            str(benches),
+            "--retry-backoff-s",
+            "0",
         ]
     )
     assert code == 0
