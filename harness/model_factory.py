@@ -17,6 +17,7 @@ budget, so the loop never has to.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -263,6 +264,20 @@ def make_model(
     argument = name if kind == "litellm" else name[len(kind) :]
     inner = MODEL_KINDS[kind](argument, options)
     return MeteredModel(inner, trajectory=trajectory, budget=budget)
+
+
+def check_model(name: str, *, wait_s: float = 3600.0) -> None:
+    """Refuse a model string that cannot work before a run directory is made for it.
+
+    Builds the model without recording anything (a missing recording or script, an
+    unusable inbox folder, a bad name fail here), and `human` needs a terminal.
+
+    Raises:
+        TwinError: with the reason.
+    """
+    make_model(name, wait_s=wait_s)
+    if model_kind(name) == "human" and not sys.stdin.isatty():
+        raise TwinError("--model human needs a terminal on standard input (use inbox:DIR for programs)")
 
 
 def _path_of(argument: str, prefix: str) -> str:

@@ -48,9 +48,11 @@ def migrate_command(
     else:
         if task is None or model is None:
             raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
+        from harness.model_factory import check_model
         from harness.scaffolds import check_scaffold
 
         check_scaffold(scaffold)
+        check_model(model, wait_s=model_wait_s or 3600.0)
         settings = dict(
             task=task.expanduser().resolve(),
             model=model,

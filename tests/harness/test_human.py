@@ -107,3 +107,14 @@ def test_human_model_is_recorded_as_a_person_and_needs_a_terminal(tmp_path, monk
         model.query([SYSTEM, TASK], TOOLS)
     with pytest.raises(TwinError, match="takes no argument"):
         make_model("human:alice")
+
+
+def test_migrate_refuses_human_without_a_terminal_before_making_a_run(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+    from tests.harness import loop_scripts as plans
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    runs = tmp_path / "runs"
+    code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", "human", "--runs-dir", str(runs)])
+    assert code == 2 and "needs a terminal" in capsys.readouterr().err
+    assert not runs.exists()

@@ -242,3 +242,16 @@ def test_the_driver_in_the_docs_is_the_tested_example_driver():
     source = (repo / "examples" / "inbox_driver.py").read_text()
     assert source.split('"""\n\n', 1)[1] == block
     assert len(block.splitlines()) <= 32
+
+
+def test_migrate_refuses_an_unusable_inbox_before_making_a_run(tmp_path, capsys):
+    from harness.cli import main
+    from tests.harness import loop_scripts as plans
+
+    (tmp_path / "file").write_text("")
+    runs = tmp_path / "runs"
+    code = main(
+        ["migrate", "--task", str(plans.TINY_TASK), "--model", f"inbox:{tmp_path / 'file'}", "--runs-dir", str(runs)]
+    )
+    assert code == 2 and "inbox: cannot use" in capsys.readouterr().err
+    assert not runs.exists()
