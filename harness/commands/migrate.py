@@ -52,7 +52,6 @@ def migrate_command(
         from harness.scaffolds import check_scaffold
 
         check_scaffold(scaffold)
-        check_model(model, wait_s=model_wait_s or 3600.0)
         settings = dict(
             task=task.expanduser().resolve(),
             model=model,
@@ -80,6 +79,7 @@ def migrate_command(
         from benchmark_adapter.task import load_task
 
         load_task(run_config.task)  # refuse a malformed task before anything is written
+        check_model(run_config.model, wait_s=run_config.model_wait_s)
         run = RunDir.create(runs_dir, run_config, run_id)
     outcome = run_migration(run, api_key=api_key, console=console)
     console.print(outcome)
