@@ -108,6 +108,32 @@ def kept_calls(calls: list[ModelCallRecord]) -> list[ModelCallRecord]:
     return kept + turn
 
 
+ROLE_STEP = {"diagnoser": "diagnose", "migrator": "migrate", "verifier": "verify", "agent": "migrate"}
+"""The run step (`RoundState.done`) in which each role's turn happens."""
+
+
+def resume_position(calls: list[ModelCallRecord], done: dict[int, list[str]]) -> int:
+    """Where a resumed run stands in its conversation history: its kept calls of finished steps.
+
+    Args:
+        calls: the run's recorded model calls, in order.
+        done: round -> the steps finished in it (from the run state).
+
+    A resumed run does its first unfinished step again from the start, so the calls of
+    a cut-off turn at the end of the recording do not count.
+    """
+    kept = kept_calls(calls)
+    if not kept:
+        return 0
+    last = kept[-1]
+    if ROLE_STEP.get(last.role, "migrate") in done.get(last.round, []):
+        return len(kept)
+    tail = 0
+    while tail < len(kept) and (kept[-1 - tail].round, kept[-1 - tail].role) == (last.round, last.role):
+        tail += 1
+    return len(kept) - tail
+
+
 def request_difference(
     recorded: ModelCallRecord, messages: list[Message], tools: list[ToolSchema] | None, role: str
 ) -> str | None:

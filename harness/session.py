@@ -106,7 +106,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     Args:
         run: the run directory (config and state already written).
         api_key: provider key; never written anywhere (falls back to $TWIN_API_KEY).
-        replay_from: for a resumed run, its model calls so far (where `replay:` continues and
+        replay_from: for a resumed run, its kept model calls of finished steps (where `replay:` continues and
             `inbox:` counts from).
     """
     from harness.workspace import prepare_workspace

@@ -99,7 +99,13 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
     state = run.load_state()
     config = run.load_config()
     kind = model_kind(config.model)
-    replay_from = state.model_calls if kind in ("replay", "inbox") else None
+    replay_from = None
+    if kind in ("replay", "inbox"):
+        from harness.replay import resume_position
+        from harness.trajectory import Trajectory
+
+        done = {r.round: list(r.done) for r in state.rounds}
+        replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(run, api_key=api_key, replay_from=replay_from)
     if kind in NOT_LIVE:
         console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False)
