@@ -221,7 +221,8 @@ def test_resume_position_counts_the_kept_calls_of_finished_steps():
         _call(2, "migrator", later),  # first attempt, cut off
         _call(3, "migrator", start),
         _call(4, "migrator", later),
-        _call(5, "migrator", [*later, {"role": "tool", "tool_call_id": "x", "content": "t"}]),  # second attempt, cut off
+        # the second attempt, cut off as well
+        _call(5, "migrator", [*later, {"role": "tool", "tool_call_id": "x", "content": "t"}]),
     ]
     assert resume_position([], {}) == 0
     assert resume_position(diagnosed, {1: ["diagnose"]}) == 1
