@@ -80,13 +80,14 @@ class MalformedReply(TwinError):
     """A reply that does not fit the request; the message says why."""
 
 
-def parse_reply(data: Any, tools: list[ToolSchema], n: int) -> ModelReply:
+def parse_reply(data: Any, tools: list[ToolSchema], n: int, messages: list[Message] | None = None) -> ModelReply:
     """Check an OpenAI-style assistant message against the offered tools.
 
     Args:
         data: the parsed reply file.
         tools: the request's tool schemas.
         n: the request number (ids of calls without one are derived from it).
+        messages: the request's conversation; a call id used in it before is refused.
 
     Raises:
         MalformedReply: not an assistant message, unknown tool, arguments that are not a
@@ -107,6 +108,9 @@ def parse_reply(data: Any, tools: list[ToolSchema], n: int) -> ModelReply:
     ids = [c.id for c in calls]
     if len(set(ids)) != len(ids):
         raise MalformedReply(f"tool call ids must be unique, got {ids}")
+    used = {c.get("id") for m in messages or [] for c in m.get("tool_calls") or []}
+    if used & set(ids):
+        raise MalformedReply(f"tool call id(s) {sorted(used & set(ids))} were used earlier in this conversation")
     if not calls and not (content or "").strip():
         raise MalformedReply("the reply has neither content nor tool_calls")
     try:
@@ -240,7 +244,7 @@ class InboxModel:
             write_text_atomic(self.folder / f"request-{n}.json", request.model_dump_json(indent=1))
             path = self._wait(n, role, request.round)
             try:
-                reply = parse_reply(_read_json(path), tools or [], n)
+                reply = parse_reply(_read_json(path), tools or [], n, messages)
             except MalformedReply as exc:
                 (self.folder / f"reply-{n}.json").replace(self.folder / f"reply-{n}.rejected.json")
                 self._write_error(n, attempt, str(exc), retry=attempt == 1)

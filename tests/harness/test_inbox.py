@@ -74,6 +74,14 @@ def test_good_reply_parses_with_string_or_object_arguments_and_generated_ids():
     assert parse_reply({"content": "only text"}, TOOLS, 1).tool_calls == []
 
 
+def test_a_call_id_used_earlier_in_the_conversation_is_refused():
+    earlier = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [call("write_file", "{}", id="c1")]}]
+    reply = {"tool_calls": [call("write_file", {"path": "/a", "content": ""}, id="c1")]}
+    with pytest.raises(MalformedReply, match=r"\['c1'\] were used earlier"):
+        parse_reply(reply, TOOLS, 2, earlier)
+    assert parse_reply(reply, TOOLS, 2, MESSAGES).tool_calls[0].id == "c1"
+
+
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
