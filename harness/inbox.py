@@ -188,7 +188,7 @@ class InboxModel:
     Args:
         folder: the inbox directory (created if missing).
         wait_s: how long to wait for one reply before the run stops (resumable).
-        start: the run's position in its conversation history (a resumed run's model calls).
+        start: the run's position in its conversation history (see `replay.resume_position`).
         trajectory: where the round and step labels come from.
         budget: the run's budget, reported to the program.
         console: where the waiting line is printed.
