@@ -22,21 +22,29 @@ MARKERS = ["/source/"]
 # Each kind of non-Python file that pulls the framework: (path, text, line of the finding).
 PULLS = [
     ("run.sh", "#!/bin/sh\necho start\npython -c 'import torch; print(torch.__version__)'\n", 3),
-    ("run.sh", "set -e\npython3 -c \"from torch.nn import Linear\"\n", 2),
+    ("run.sh", 'set -e\npython3 -c "from torch.nn import Linear"\n', 2),
     ("install.sh", "echo hi\nsudo pip install -U 'torch>=2.0' numpy\n", 2),
     ("install.sh", "python -m pip install --index-url https://x.test/simple torch\n", 1),
     ("install.sh", "uv pip install torch==2.1\n", 1),
     ("install.sh", "conda install -y pytorch\n", 1),
     ("bin/start", "#!/usr/bin/env bash\nenv X=1 python -c 'import torch'\n", 2),
     ("heredoc.sh", "python - <<EOF\nimport numpy\nimport torch\nEOF\n", 3),
+    ("nested.sh", "echo\nbash -c 'echo x; pip install torch'\n", 2),
+    ("nested.sh", "sh -c \"echo\n python -c 'import torch'\"\n", 2),
+    ("install.sh", "uv add torch\n", 1),
     ("csrc/ext.cpp", "// a kernel\n#include <vector>\n#include <torch/extension.h>\n", 3),
     ("csrc/ops.cc", '#include "ATen/ATen.h"\n', 1),
     ("csrc/kernel.cu", "#include <c10/cuda/CUDAStream.h>\n__global__ void k() {}\n", 1),
     ("csrc/ops.h", "#pragma once\n#include <torch/torch.h>\n", 2),
     ("csrc/ops.hpp", "#include <torch/script.h>\n", 1),
     ("csrc/plain.c", "#include <stdio.h>\n#include <ATen/ATen.h>\n", 2),
-    ("setup.py", "from setuptools import setup\nsetup(\n    name='x',\n    install_requires=['numpy', 'torch>=2'],\n)\n", 4),
+    (
+        "setup.py",
+        "from setuptools import setup\nsetup(\n    name='x',\n    install_requires=['numpy', 'torch>=2'],\n)\n",
+        4,
+    ),
     ("setup.py", "import setuptools\nsetuptools.setup(extras_require={'ckpt': ['torch']})\n", 2),
+    ("setup.py", "from setuptools import setup\nREQUIRES = [\n  'torch',\n]\nsetup(install_requires=REQUIRES)\n", 3),
     ("pyproject.toml", '[project]\nname = "x"\ndependencies = [\n  "jax",\n  "torch>=2.1",\n]\n', 5),
     ("pyproject.toml", '[build-system]\nrequires = ["setuptools", "torch"]\n', 2),
     ("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.11"\ntorch = "^2"\n', 3),
@@ -48,15 +56,29 @@ PULLS = [
 
 # The same kinds of file, without the framework or naming it only in comments and unexecuted strings.
 CLEAN = [
-    ("run.sh", "#!/bin/sh\n# we no longer use torch\n# pip install torch\necho 'torch is gone'\npython -c 'import jax'\n"),
+    (
+        "run.sh",
+        "#!/bin/sh\n# we no longer use torch\n# pip install torch\necho 'torch is gone'\npython -c 'import jax'\n",
+    ),
     ("install.sh", "pip install jax flax  # instead of torch\nprintf 'import torch\\n' > notes.txt\n"),
+    ("echo.sh", "echo pip install torch\necho python -c 'import torch'\nbash -c 'echo pip install torch'\n"),
     ("bin/start", "#!/bin/bash\n: 'python -c \"import torch\"'\npython -m app\n"),
     ("heredoc.sh", "cat <<EOF\nimport torch\nEOF\npython - <<EOF\n# import torch\nimport numpy\nEOF\n"),
-    ("csrc/ext.cpp", "// port of torch code\n/* #include <torch/extension.h> */\n#include <vector>\n"
-     'const char* s = "#include <torch/torch.h>";\n'),
-    ("csrc/plain.c", "/* was torch/csrc */\n#include <stdio.h>\n#include \"torchlike.h\"\n"),
-    ("setup.py", "from setuptools import setup\n# torch is gone\nsetup(name='x', description='no torch', install_requires=['jax'])\n"),
-    ("pyproject.toml", '[project]\nname = "x"\n# "torch" was here\ndescription = "torch-free"\ndependencies = ["jax"]\n'),
+    (
+        "csrc/ext.cpp",
+        "// port of torch code\n/* #include <torch/extension.h> */\n#include <vector>\n"
+        'const char* s = "#include <torch/torch.h>";\n',
+    ),
+    ("csrc/plain.c", '/* was torch/csrc */\n#include <stdio.h>\n#include "torchlike.h"\n'),
+    (
+        "setup.py",
+        "from setuptools import setup\n# torch is gone\n"
+        "setup(name='x', description='no torch', install_requires=['jax'])\n",
+    ),
+    (
+        "pyproject.toml",
+        '[project]\nname = "x"\n# "torch" was here\ndescription = "torch-free"\ndependencies = ["jax"]\n',
+    ),
     ("requirements.txt", "# torch\njax  # replaces torch\ntorchvision-free-shim-not-a-thing==1; python_version<'3'\n"),
     ("setup.cfg", "[metadata]\ndescription = ported from torch\n\n[options]\ninstall_requires =\n    jax\n"),
     ("CMakeLists.txt", "project(x)\n# find_package(Torch REQUIRED)\nfind_package(Python)\n"),
@@ -160,7 +182,9 @@ def test_the_audit_reports_them_and_no_longer_greps_comments(tmp_path):
 ORACLES = sorted(REPO.glob("tasks/t2j-mini/*/solution/app")) + [REPO / "tasks" / "flask-to-starlette" / "solution"]
 
 
-@pytest.mark.parametrize("oracle", ORACLES, ids=lambda p: p.relative_to(REPO / "tasks").parts[0 if "flask" in str(p) else 1])
+@pytest.mark.parametrize(
+    "oracle", ORACLES, ids=lambda p: p.relative_to(REPO / "tasks").parts[0 if "flask" in str(p) else 1]
+)
 @pytest.mark.parametrize("forbidden", [["torch"], ["flask"]])
 def test_bundled_oracles_get_no_new_finding(oracle, forbidden):
     assert oracle.is_dir()
@@ -192,15 +216,36 @@ def test_twin_probe_shows_the_violation(tmp_path, pull):
     _write(cand, "csrc/ext.cpp", "// port of torch code\n" + ("#include <torch/extension.h>\n" if pull else ""))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "probe", "--task", str(TINY), "--candidate", str(cand),
-         "--no-library", "--sandbox", "none", "--json", "--workdir", str(tmp_path / "work")],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "probe",
+            "--task",
+            str(TINY),
+            "--candidate",
+            str(cand),
+            "--no-library",
+            "--sandbox",
+            "none",
+            "--json",
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     results = {r["property"]["id"]: r for r in json.loads(proc.stdout)["results"]}
     independence = results["independence"]
     if pull:
         assert independence["outcome"] == "violated"
-        assert "csrc/ext.cpp:2 includes the source framework's torch/extension.h" in independence["observations"]["message"]
+        assert (
+            "csrc/ext.cpp:2 includes the source framework's torch/extension.h"
+            in independence["observations"]["message"]
+        )
     else:
         assert independence["outcome"] == "established"
