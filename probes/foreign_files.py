@@ -16,6 +16,8 @@ with tree-sitter by `probes.foreign_code`:
   is already the Python audit's);
 - `pyproject.toml` (tomllib), `setup.cfg` (configparser), `requirements*.txt`
   (`packaging.requirements`): the framework as a dependency;
+- `environment.yml` (a conda environment, pyyaml): the framework among its
+  dependencies or their `pip:` list;
 - `CMakeLists.txt` / `*.cmake`: `find_package(Torch)` or linking the framework.
 
 A framework named in a comment or in a string nothing executes is not a finding:
@@ -81,7 +83,7 @@ def walk(root: Path) -> Iterator[tuple[Path, str]]:
 
 
 def file_kind(path: Path) -> str | None:
-    """'shell', 'c', 'cpp', 'setup.py', 'pyproject', 'setup.cfg', 'requirements', 'cmake', or None."""
+    """'shell', 'c', 'cpp', 'setup.py', 'pyproject', 'setup.cfg', 'requirements', 'conda', 'cmake', or None."""
     name, suffix = path.name, path.suffix.lower()
     if suffix in (".sh", ".bash"):
         return "shell"
@@ -97,6 +99,8 @@ def file_kind(path: Path) -> str | None:
         path.parent.name == "requirements" and suffix in (".txt", ".in")
     ):
         return "requirements"
+    if name in ("environment.yml", "environment.yaml"):
+        return "conda"
     if name == "CMakeLists.txt" or suffix == ".cmake":
         return "cmake"
     if suffix == "":
@@ -129,7 +133,10 @@ class _Auditor(CodeAuditor):
                 continue
             if any(self.names_original(word) for word in line.split()):
                 self.add("loads_original", number, f"refers to the original: {line[:80]!r}")
-            if not line.startswith("-"):
+            egg = re.search(r"#egg=([\w.-]+)", raw)
+            if egg:  # -e git+https://...#egg=torch
+                self.requirement(egg.group(1), number, "requires")
+            elif not line.startswith("-"):
                 self.requirement(line, number, "requires")
 
     def declared(self, text: str, requirements: list[str], where: str) -> None:
@@ -142,11 +149,28 @@ class _Auditor(CodeAuditor):
         data = tomllib.loads(text)
         project = data.get("project", {})
         reqs = list(project.get("dependencies", [])) + list(data.get("build-system", {}).get("requires", []))
-        for extra in project.get("optional-dependencies", {}).values():
-            reqs += list(extra)
+        groups = list(project.get("optional-dependencies", {}).values())
+        groups += list(data.get("dependency-groups", {}).values())
+        for group in groups:
+            reqs += list(group)
         poetry = data.get("tool", {}).get("poetry", {})
         reqs += [name for name in poetry.get("dependencies", {}) if name != "python"]
         self.declared(text, [r for r in reqs if isinstance(r, str)], "pyproject.toml requires")
+
+    def conda_environment(self, text: str) -> None:
+        """`environment.yml`: conda specs ('pytorch=2.1') and its `pip:` list."""
+        import yaml
+
+        data = yaml.safe_load(text)
+        deps = (data.get("dependencies") or []) if isinstance(data, dict) else []
+        deps = deps if isinstance(deps, list) else []
+        reqs = []
+        for dep in deps:
+            if isinstance(dep, str):
+                reqs.append(re.split(r"[=<>!~ ]", dep.split("::")[-1], maxsplit=1)[0])
+            elif isinstance(dep, dict):
+                reqs += [r for r in dep.get("pip") or [] if isinstance(r, str)]
+        self.declared(text, reqs, "the conda environment requires")
 
     def setup_cfg(self, text: str) -> None:
         config = configparser.ConfigParser(interpolation=None)
@@ -172,6 +196,8 @@ def foreign_findings(
         source_mount: where the original appears inside a sandbox.
     """
     auditor = _Auditor(set(forbidden), list(markers), source_mount)
+    import yaml
+
     for path, rel in walk(Path(candidate)):
         kind = file_kind(path)
         if kind is None:
@@ -190,10 +216,12 @@ def foreign_findings(
                 auditor.pyproject(text)
             elif kind == "setup.cfg":
                 auditor.setup_cfg(text)
+            elif kind == "conda":
+                auditor.conda_environment(text)
             elif kind == "requirements":
                 auditor.requirements_file(text)
             else:
                 auditor.cmake(text)
-        except (tomllib.TOMLDecodeError, configparser.Error) as exc:
+        except (tomllib.TOMLDecodeError, configparser.Error, yaml.YAMLError) as exc:
             auditor.add("unparsable", 1, str(exc).splitlines()[0][:200])
     return sorted(set(auditor.findings), key=lambda f: (f.file, f.line, f.kind, f.detail))

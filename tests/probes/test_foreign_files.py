@@ -52,6 +52,10 @@ PULLS = [
     ("requirements-dev.txt", "-r requirements.txt\nTorch[opt]>=2\n", 2),
     ("setup.cfg", "[metadata]\nname = x\n\n[options]\ninstall_requires =\n    numpy\n    torch\n", 7),
     ("CMakeLists.txt", "project(x)\nfind_package(Torch REQUIRED)\n", 2),
+    ("requirements.txt", "jax\n-e git+https://example.test/pytorch.git#egg=torch\n", 2),
+    ("pyproject.toml", '[project]\nname = "x"\n[dependency-groups]\ndev = ["pytest", "torch"]\n', 4),
+    ("environment.yml", "name: x\ndependencies:\n  - python=3.11\n  - pytorch::pytorch=2.1\n", 4),
+    ("environment.yml", "dependencies:\n  - pip\n  - pip:\n    - jax\n    - torch>=2\n", 5),
 ]
 
 # The same kinds of file, without the framework or naming it only in comments and unexecuted strings.
@@ -82,6 +86,7 @@ CLEAN = [
     ("requirements.txt", "# torch\njax  # replaces torch\ntorchvision-free-shim-not-a-thing==1; python_version<'3'\n"),
     ("setup.cfg", "[metadata]\ndescription = ported from torch\n\n[options]\ninstall_requires =\n    jax\n"),
     ("CMakeLists.txt", "project(x)\n# find_package(Torch REQUIRED)\nfind_package(Python)\n"),
+    ("environment.yml", "name: torch-free\n# - pytorch\ndependencies:\n  - jax\n  - pip:\n    - flax\n"),
     ("README.sh.txt", "pip install torch\n"),
 ]
 
@@ -166,9 +171,24 @@ def test_walk_is_capped_in_depth(tmp_path, monkeypatch):
     assert [rel for _, rel in walk(tmp_path)] == ["a/b/requirements.txt"]
 
 
-def test_a_malformed_pyproject_is_unparsable_not_a_crash(tmp_path):
-    _write(tmp_path, "pyproject.toml", "[project\n")
+@pytest.mark.parametrize(
+    ("rel", "text"),
+    [("pyproject.toml", "[project\n"), ("setup.cfg", "[options\n"), ("environment.yml", "a: [\n")],
+)
+def test_a_malformed_declaration_is_unparsable_not_a_crash(tmp_path, rel, text):
+    _write(tmp_path, rel, text)
     assert [f.kind for f in foreign_findings(tmp_path, ["torch"])] == ["unparsable"]
+
+
+def test_a_torch_extension_built_by_setup_py_is_a_forbidden_import(tmp_path):
+    _write(
+        tmp_path,
+        "setup.py",
+        "from setuptools import setup\nfrom torch.utils.cpp_extension import BuildExtension, CppExtension\n"
+        "setup(ext_modules=[CppExtension('ops', ['ops.cpp'])], cmdclass={'build_ext': BuildExtension})\n",
+    )
+    findings = [(f.kind, f.file, f.line) for f in audit_candidate(tmp_path, SOURCE, forbidden=["torch"])]
+    assert findings == [("forbidden_import", "setup.py", 2)]
 
 
 def test_the_audit_reports_them_and_no_longer_greps_comments(tmp_path):
