@@ -56,8 +56,12 @@ C_SUFFIXES = {
 }
 
 
-def walk(root: Path) -> Iterator[tuple[Path, str]]:
-    """Regular files under `root` as (path, relative path): no symlinks, caches skipped, capped."""
+def walk(root: Path, links: list[tuple[str, str]] | None = None) -> Iterator[tuple[Path, str]]:
+    """Regular files under `root` as (path, relative path): no symlinks, caches skipped, capped.
+
+    Args:
+        links: if given, each symlink met is appended as (relative path, its target), unfollowed.
+    """
     stack: list[tuple[Path, int]] = [(root, 0)]
     seen = 0
     while stack:
@@ -71,7 +75,9 @@ def walk(root: Path) -> Iterator[tuple[Path, str]]:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(info.st_mode):
+            if stat.S_ISLNK(info.st_mode) and links is not None:
+                links.append((Path(entry.path).relative_to(root).as_posix(), os.readlink(entry.path)))
+            elif stat.S_ISDIR(info.st_mode):
                 if entry.name not in SKIP_DIRS and depth < MAX_DEPTH:
                     stack.append((Path(entry.path), depth + 1))
             elif stat.S_ISREG(info.st_mode) and info.st_size <= MAX_FILE_BYTES:
@@ -80,6 +86,13 @@ def walk(root: Path) -> Iterator[tuple[Path, str]]:
                     return
                 path = Path(entry.path)
                 yield path, path.relative_to(root).as_posix()
+
+
+def _read(path: Path) -> bytes:
+    """At most MAX_FILE_BYTES of a file, never through a symlink swapped in since the walk."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(MAX_FILE_BYTES)
 
 
 def file_kind(path: Path) -> str | None:
@@ -198,12 +211,16 @@ def foreign_findings(
     auditor = _Auditor(set(forbidden), list(markers), source_mount)
     import yaml
 
-    for path, rel in walk(Path(candidate)):
+    links: list[tuple[str, str]] = []
+    for path, rel in walk(Path(candidate), links):
         kind = file_kind(path)
         if kind is None:
             continue
         auditor.rel = rel
-        data = path.read_bytes()
+        try:
+            data = _read(path)
+        except OSError:
+            continue  # gone or swapped for a symlink since the walk
         text = data.decode(errors="replace")
         try:
             if kind == "shell":
@@ -224,4 +241,8 @@ def foreign_findings(
                 auditor.cmake(text)
         except (tomllib.TOMLDecodeError, configparser.Error, yaml.YAMLError) as exc:
             auditor.add("unparsable", 1, str(exc).splitlines()[0][:200])
+    for rel, target in links:
+        if auditor.names_original(target):
+            auditor.rel = rel
+            auditor.add("loads_original", 1, f"a symlink to the original: {target[:80]!r}")
     return sorted(set(auditor.findings), key=lambda f: (f.file, f.line, f.kind, f.detail))

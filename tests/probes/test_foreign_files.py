@@ -162,6 +162,14 @@ def test_walk_skips_symlinks_caches_and_oversized_files(tmp_path):
     assert foreign_findings(cand, ["torch"]) == []
 
 
+def test_a_symlink_into_the_original_loads_it(tmp_path):
+    (tmp_path / "train.sh").symlink_to("/source/train.sh")
+    (tmp_path / "data").symlink_to("/source")
+    (tmp_path / "own.sh").symlink_to("train.sh")
+    findings = [(f.kind, f.file) for f in foreign_findings(tmp_path, ["torch"], markers=MARKERS)]
+    assert findings == [("loads_original", "data"), ("loads_original", "train.sh")]
+
+
 def test_walk_is_capped_in_depth(tmp_path, monkeypatch):
     import probes.foreign_files as ff
 
