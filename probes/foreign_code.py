@@ -100,7 +100,8 @@ class CodeAuditor:
 
     # -- Python code (python -c, heredocs, setup.py) -------------------------------
 
-    def python_imports(self, code: str, line: int, how: str) -> None:
+    def python_imports(self, code: str, line: int, how: str, *, rows: bool = True) -> None:
+        """Imports of the framework in Python `code` found at `line` (plus its own row where `rows`)."""
         root = self.parse("python", code.encode())
         for node in _nodes(root):
             modules = []
@@ -118,7 +119,7 @@ class CodeAuditor:
                     modules = [_text(first).strip("'\"")]
             for module in modules:
                 if module.split(".")[0] in self.forbidden:
-                    self.add("forbidden_import", line + node.start_point[0], f"{how} imports {module}")
+                    self.add("forbidden_import", line + rows * node.start_point[0], f"{how} imports {module}")
 
     def setup_py(self, data: bytes) -> None:
         root = self.parse("python", data)
@@ -151,11 +152,26 @@ class CodeAuditor:
             if node.type == "command":
                 self.command(node)
             elif node.type == "redirected_statement":
-                body = node.child_by_field_name("body")
-                words = self.words(body) if body is not None and body.type == "command" else []
-                if self.python_argv(words) is not None:
-                    for doc in (c for c in _nodes(node) if c.type == "heredoc_body"):
-                        self.python_imports(_text(doc), _line(doc), "a heredoc run by python")
+                # `python - <<EOF` or `cat <<EOF | python`: the heredoc is Python.
+                readers = [node.child_by_field_name("body")] + [
+                    c for r in node.children if r.type == "heredoc_redirect" for c in _nodes(r)
+                ]
+                if any(self.reads_python(c) for c in readers if c is not None):
+                    for doc in (c for c in node.children if c.type == "heredoc_redirect"):
+                        for body in (c for c in doc.children if c.type == "heredoc_body"):
+                            self.python_imports(_text(body), _line(body), "a heredoc run by python")
+            elif node.type == "pipeline":
+                # `echo "import torch" | python`: what is echoed into python is Python.
+                stages = [c for c in node.named_children if c.type == "command"]
+                if any(self.reads_python(c) for c in stages[1:]):
+                    for stage in stages[:-1]:
+                        words = self.words(stage)
+                        i = self.program(words)
+                        if i < len(words) and os.path.basename(words[i][0]) in ("echo", "printf"):
+                            for text, arg in words[i + 1 :]:
+                                self.python_imports(
+                                    text.replace("\\n", "\n"), _line(arg), "a pipe into python", rows=False
+                                )
             elif node.type in ("word", "string_content", "raw_string", "heredoc_body") and self.names_original(
                 _text(node).strip("'")
             ):
@@ -193,6 +209,13 @@ class CodeAuditor:
         if i < len(words) and PYTHON.match(os.path.basename(words[i][0])):
             return words[i + 1 :]
         return None
+
+    def reads_python(self, node) -> bool:
+        """A command running python on its standard input (`python`, `python -`, `python -u`)."""
+        if node.type != "command":
+            return False
+        argv = self.python_argv(self.words(node))
+        return argv is not None and all(w == "-" or (w.startswith("-") and w not in ("-c", "-m")) for w, _ in argv)
 
     def command(self, node) -> None:
         words = self.words(node)

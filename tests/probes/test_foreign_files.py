@@ -29,6 +29,9 @@ PULLS = [
     ("install.sh", "conda install -y pytorch\n", 1),
     ("bin/start", "#!/usr/bin/env bash\nenv X=1 python -c 'import torch'\n", 2),
     ("heredoc.sh", "python - <<EOF\nimport numpy\nimport torch\nEOF\n", 3),
+    ("heredoc.sh", "cat <<'EOF' | python3 -u -\nimport torch\nEOF\n", 2),
+    ("pipe.sh", "echo ok\necho 'import torch' | python\n", 2),
+    ("pipe.sh", "printf 'import os\\nimport torch\\n' | python3 -\n", 1),
     ("nested.sh", "echo\nbash -c 'echo x; pip install torch'\n", 2),
     ("nested.sh", "sh -c \"echo\n python -c 'import torch'\"\n", 2),
     ("install.sh", "uv add torch\n", 1),
@@ -66,6 +69,8 @@ CLEAN = [
     ),
     ("install.sh", "pip install jax flax  # instead of torch\nprintf 'import torch\\n' > notes.txt\n"),
     ("echo.sh", "echo pip install torch\necho python -c 'import torch'\nbash -c 'echo pip install torch'\n"),
+    ("pipe.sh", "echo 'import torch' | grep torch\necho 'import torch' | python script.py\n"),
+    ("heredoc.sh", "cat <<EOF | python app.py\nimport torch\nEOF\n"),
     ("bin/start", "#!/bin/bash\n: 'python -c \"import torch\"'\npython -m app\n"),
     ("heredoc.sh", "cat <<EOF\nimport torch\nEOF\npython - <<EOF\n# import torch\nimport numpy\nEOF\n"),
     (
