@@ -282,3 +282,22 @@ def test_twin_probe_shows_the_violation(tmp_path, pull):
         )
     else:
         assert independence["outcome"] == "established"
+
+
+def test_the_verifiers_run_checks_reports_them(tmp_path):
+    from benchmark_adapter.task import load_task
+    from evidence_store.store import EvidenceStore
+    from harness.probe_desk import RunProbeDesk
+
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "model.py").write_text("import numpy\n")
+    _write(cand, "scripts/setup.sh", "# torch is gone\npip install jax 'torch==2.1'\n")
+    store = EvidenceStore(tmp_path / "e.sqlite")
+    desk = RunProbeDesk(
+        load_task(TINY), cand, tmp_path / "probes", store, run_id="r", sandbox_kind="none", audit_log=None
+    )
+    text = desk.run_checks()
+    assert "scripts/setup.sh:2 installs the source framework" in text
+    (independence,) = [r for r in store.records() if r.property.id == "independence"]
+    assert independence.outcome is Outcome.VIOLATED
