@@ -274,8 +274,9 @@ def audit_candidate(
             findings.append(Finding("vendored", rel, 1, f"a copy of the original's {copied}"))
     findings += foreign_findings(candidate, forbidden_set, markers=markers, source_mount=source_mount)
     for path in _text_files(candidate):
-        if file_kind(path) in ("shell", "requirements"):
-            continue  # parsed above, comments told apart
+        parsed = file_kind(path)  # parsed above, comments told apart
+        if parsed in ("shell", "requirements"):
+            continue
         rel = str(path.relative_to(candidate))
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
             if any(m in line for m in markers):
@@ -287,7 +288,7 @@ def audit_candidate(
                         f"refers to the original: {line.strip()[:80]!r}",
                     )
                 )
-            if re.search(r"\b(pip|uv|conda)\b.*\binstall\b", line) and any(
+            if parsed is None and re.search(r"\b(pip|uv|conda)\b.*\binstall\b", line) and any(
                 re.search(rf"\b{re.escape(f)}\b", line) for f in forbidden_set
             ):
                 findings.append(

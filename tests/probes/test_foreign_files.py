@@ -208,8 +208,14 @@ def test_the_audit_reports_them_and_no_longer_greps_comments(tmp_path):
     _write(tmp_path, "model.py", "import numpy\n")
     _write(tmp_path, "run.sh", "# pip install torch\npip install torch\n")
     _write(tmp_path, "csrc/ext.cpp", "#include <torch/extension.h>\n")
+    _write(tmp_path, "pyproject.toml", '[project]\nname = "x"  # was: pip install torch\ndependencies = ["jax"]\n')
+    _write(tmp_path, "Dockerfile", "RUN pip install torch\n")
     findings = [(f.kind, f.file, f.line) for f in audit_candidate(tmp_path, SOURCE, forbidden=["torch"])]
-    assert findings == [("forbidden_import", "csrc/ext.cpp", 1), ("forbidden_import", "run.sh", 2)]
+    assert findings == [
+        ("forbidden_import", "Dockerfile", 1),
+        ("forbidden_import", "csrc/ext.cpp", 1),
+        ("forbidden_import", "run.sh", 2),
+    ]
 
 
 ORACLES = sorted(REPO.glob("tasks/t2j-mini/*/solution/app")) + [REPO / "tasks" / "flask-to-starlette" / "solution"]
