@@ -28,6 +28,7 @@ regular files only, under the caps below.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 import re
 import stat
@@ -76,7 +77,8 @@ def walk(root: Path, links: list[tuple[str, str]] | None = None) -> Iterator[tup
             except OSError:
                 continue
             if stat.S_ISLNK(info.st_mode) and links is not None:
-                links.append((Path(entry.path).relative_to(root).as_posix(), os.readlink(entry.path)))
+                with contextlib.suppress(OSError):
+                    links.append((Path(entry.path).relative_to(root).as_posix(), os.readlink(entry.path)))
             elif stat.S_ISDIR(info.st_mode):
                 if entry.name not in SKIP_DIRS and depth < MAX_DEPTH:
                     stack.append((Path(entry.path), depth + 1))
@@ -146,7 +148,7 @@ class _Auditor(CodeAuditor):
                 continue
             if any(self.names_original(word) for word in line.split()):
                 self.add("loads_original", number, f"refers to the original: {line[:80]!r}")
-            egg = re.search(r"#egg=([\w.-]+)", raw)
+            egg = re.search(r"#egg=([\w.-]+)", line)
             if egg:  # -e git+https://...#egg=torch
                 self.requirement(egg.group(1), number, "requires")
             elif not line.startswith("-"):
@@ -239,7 +241,8 @@ def foreign_findings(
                 auditor.requirements_file(text)
             else:
                 auditor.cmake(text)
-        except (tomllib.TOMLDecodeError, configparser.Error, yaml.YAMLError) as exc:
+        except (tomllib.TOMLDecodeError, configparser.Error, yaml.YAMLError, AttributeError, TypeError) as exc:
+            # Neither pip nor conda installs from a file that does not parse or has the wrong shape.
             auditor.add("unparsable", 1, str(exc).splitlines()[0][:200])
     for rel, target in links:
         if auditor.names_original(target):

@@ -88,6 +88,7 @@ CLEAN = [
         "pyproject.toml",
         '[project]\nname = "x"\n# "torch" was here\ndescription = "torch-free"\ndependencies = ["jax"]\n',
     ),
+    ("requirements.txt", "jax  # see #egg=torch\n"),
     ("requirements.txt", "# torch\njax  # replaces torch\ntorchvision-free-shim-not-a-thing==1; python_version<'3'\n"),
     ("setup.cfg", "[metadata]\ndescription = ported from torch\n\n[options]\ninstall_requires =\n    jax\n"),
     ("CMakeLists.txt", "project(x)\n# find_package(Torch REQUIRED)\nfind_package(Python)\n"),
@@ -186,7 +187,13 @@ def test_walk_is_capped_in_depth(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("rel", "text"),
-    [("pyproject.toml", "[project\n"), ("setup.cfg", "[options\n"), ("environment.yml", "a: [\n")],
+    [
+        ("pyproject.toml", "[project\n"),
+        ("pyproject.toml", 'project = "x"\n'),
+        ("pyproject.toml", "[project]\ndependencies = 3\n"),
+        ("setup.cfg", "[options\n"),
+        ("environment.yml", "a: [\n"),
+    ],
 )
 def test_a_malformed_declaration_is_unparsable_not_a_crash(tmp_path, rel, text):
     _write(tmp_path, rel, text)
