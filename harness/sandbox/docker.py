@@ -38,16 +38,13 @@ def _client():
     try:
         import docker
     except ImportError:
-        raise SandboxError(
-            "sandbox 'docker' needs the docker package: pip install 'twin-harness[docker]'"
-        ) from None
+        raise SandboxError("sandbox 'docker' needs the docker package: pip install 'twin-harness[docker]'") from None
     try:
         client = docker.from_env()
         client.ping()
     except Exception as exc:  # the SDK raises several unrelated types for "no engine"
         raise SandboxError(
-            f"no Docker engine reachable ({exc.__class__.__name__}): start Docker "
-            "or use --sandbox bwrap"
+            f"no Docker engine reachable ({exc.__class__.__name__}): start Docker or use --sandbox bwrap"
         ) from None
     return client
 
@@ -84,9 +81,7 @@ def container_config(
     for hidden in boundary.hidden:
         inside = _inside_of(boundary, hidden)
         if inside is not None and hidden.exists():
-            empty = (
-                tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
-            )
+            empty = tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
             volumes[empty] = {"bind": inside, "mode": "ro"}
     if stdin_file is not None:
         volumes[str(stdin_file)] = {"bind": _STDIN_INSIDE, "mode": "ro"}

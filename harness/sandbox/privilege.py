@@ -1,0 +1,172 @@
+"""Never host root inside a sandbox: the uid switch, staged mount sources, writable-root ownership.
+
+When twin runs as root (as CI does), every sandbox is started through `setpriv`
+as the unprivileged host uid `SANDBOX_UID`, with no capabilities, an empty
+bounding set and `no_new_privs`; bubblewrap then builds the sandbox without
+privileges (its user namespace maps that uid, nothing else). Files the sandbox
+must write are handed to that uid before each command (`settle_writable`);
+everything else stays root's and is read-only to it.
+
+An unprivileged bubblewrap resolves mount sources with the sandbox uid's rights,
+so a source under a directory it cannot traverse (`/root`, a `mkdtemp` directory)
+is first bound, in a private mount namespace that only this command has, onto a
+neutral staging path (`stage_root()`); the host's own mount table never changes.
+When twin is not root, the sandbox runs as twin's own uid and none of this applies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from harness.isolation import SANDBOX_GID, SANDBOX_UID, stage_root
+from harness.sandbox.base import SandboxError
+
+_SETID = stat.S_ISUID | stat.S_ISGID
+_MAX_ENTRIES = 500_000
+# Binds each (source, target) pair given as arguments, then becomes the command.
+_STAGE_SCRIPT = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    'mount --bind -- "$1" "$2" || { echo "twin: cannot stage a sandbox mount" >&2; exit 125; }; '
+    'shift 2; n=$((n-1)); done; exec "$@"'
+)
+
+
+def dropping_root() -> bool:
+    """Whether sandboxes must switch away from host root (twin runs as root)."""
+    return os.geteuid() == 0
+
+
+def unprivileged_prefix() -> list[str]:
+    """`setpriv` arguments that make the next program the sandbox uid, without any capability.
+
+    Raises:
+        SandboxError: twin runs as root and setpriv is missing (never run a sandbox as root).
+    """
+    if not dropping_root():
+        return []
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if setpriv is None:
+        raise SandboxError(
+            "twin runs as root and setpriv (util-linux) is missing: sandboxes never run as "
+            "host root; install util-linux or run twin as an ordinary user"
+        )
+    return [
+        setpriv,
+        f"--reuid={SANDBOX_UID}",
+        f"--regid={SANDBOX_GID}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+def reachable(path: Path, uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> bool:
+    """Whether `uid` can reach `path` (search permission on every directory above it)."""
+    for parent in reversed(Path(path).parents):
+        try:
+            st = os.stat(parent)
+        except OSError:
+            return False
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+class Staging:
+    """Neutral staging paths for mount sources the sandbox uid cannot reach.
+
+    `path(host)` returns where bubblewrap should bind from; `prefix()` is the command
+    line that makes those paths real (binds in a private mount namespace) before the
+    rest of the command runs. `close()` removes the (empty) staging points.
+    """
+
+    def __init__(self) -> None:
+        self._pairs: list[tuple[str, str]] = []
+        self._dir: Path | None = None
+
+    def path(self, host: Path) -> Path:
+        if not dropping_root() or reachable(host):
+            return host
+        for source, target in self._pairs:
+            if source == str(host):
+                return Path(target)
+        if self._dir is None:
+            base = stage_root()
+            self._dir = Path(tempfile.mkdtemp(prefix="s", dir=base))
+            os.chmod(self._dir, 0o711)
+        target = self._dir / str(len(self._pairs))
+        if host.is_dir():
+            target.mkdir(mode=0o755)
+        else:
+            target.touch(mode=0o644)
+        self._pairs.append((str(host), str(target)))
+        return target
+
+    def prefix(self) -> list[str]:
+        if not self._pairs:
+            return []
+        unshare = shutil.which("unshare", path="/usr/bin:/bin")
+        if unshare is None:
+            raise SandboxError("unshare (util-linux) is missing: cannot stage sandbox mounts")
+        args = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
+        args += [_STAGE_SCRIPT, "twin-stage", str(len(self._pairs))]
+        for source, target in self._pairs:
+            args += [source, target]
+        return args
+
+    def close(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def settle_writable(root: Path) -> None:
+    """Hand a writable root to the sandbox uid and strip setuid/setgid bits from what is in it.
+
+    Called before a command (files the harness wrote become the sandbox's) and after
+    it (nothing leaves the sandbox with a setuid or setgid bit). Symbolic links are
+    never followed, other filesystems are not entered, and a regular file with several
+    links is left alone (it could be another file's name). The walk is iterative and
+    stops after `_MAX_ENTRIES` entries.
+    """
+    try:
+        root_dev = os.lstat(root).st_dev
+    except OSError:
+        return
+    owner = SANDBOX_UID if dropping_root() else None
+    stack = [os.fspath(root)]
+    seen = 0
+    while stack and seen < _MAX_ENTRIES:
+        path = stack.pop()
+        seen += 1
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        mode = st.st_mode
+        aliased = stat.S_ISREG(mode) and st.st_nlink > 1
+        try:
+            if owner is not None and st.st_uid != owner and not aliased:
+                os.lchown(path, owner, SANDBOX_GID)
+            if mode & _SETID and (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and not aliased:
+                os.chmod(path, stat.S_IMODE(mode) & ~_SETID)  # not a link: lstat said so
+        except OSError:
+            pass
+        if stat.S_ISDIR(mode) and st.st_dev == root_dev:
+            try:
+                with os.scandir(path) as entries:
+                    stack.extend(entry.path for entry in entries)
+            except OSError:
+                continue
