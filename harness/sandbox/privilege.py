@@ -136,37 +136,89 @@ def settle_writable(root: Path) -> None:
     """Hand a writable root to the sandbox uid and strip setuid/setgid bits from what is in it.
 
     Called before a command (files the harness wrote become the sandbox's) and after
-    it (nothing leaves the sandbox with a setuid or setgid bit). Symbolic links are
-    never followed, other filesystems are not entered, and a regular file with several
-    links is left alone (it could be another file's name). The walk is iterative and
-    stops after `_MAX_ENTRIES` entries.
+    it (nothing leaves the sandbox with a setuid or setgid bit). The walk goes through
+    directory file descriptors, so a path swapped for a symbolic link while it runs
+    (another command of the same sandbox may be running) is never followed; other
+    filesystems are not entered, and a regular file with several links is left alone
+    (it could be another file's name). It is iterative and stops after `_MAX_ENTRIES`.
     """
+    owner = SANDBOX_UID if dropping_root() else None
     try:
-        root_dev = os.lstat(root).st_dev
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return
-    owner = SANDBOX_UID if dropping_root() else None
-    stack = [os.fspath(root)]
+    root_dev = os.fstat(top).st_dev
+    _settle_entry(top, owner)
+    stack = [top]
     seen = 0
-    while stack and seen < _MAX_ENTRIES:
-        path = stack.pop()
-        seen += 1
+    while stack:
+        dir_fd = stack.pop()
         try:
-            st = os.lstat(path)
+            names = os.listdir(dir_fd)
         except OSError:
-            continue
-        mode = st.st_mode
-        aliased = stat.S_ISREG(mode) and st.st_nlink > 1
-        try:
-            if owner is not None and st.st_uid != owner and not aliased:
-                os.lchown(path, owner, SANDBOX_GID)
-            if mode & _SETID and (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and not aliased:
-                os.chmod(path, stat.S_IMODE(mode) & ~_SETID)  # not a link: lstat said so
-        except OSError:
-            pass
-        if stat.S_ISDIR(mode) and st.st_dev == root_dev:
-            try:
-                with os.scandir(path) as entries:
-                    stack.extend(entry.path for entry in entries)
-            except OSError:
+            names = []
+        for name in names:
+            seen += 1
+            if seen > _MAX_ENTRIES:
+                break
+            child = _open_child(dir_fd, name, root_dev)
+            if child is None:
+                _settle_name(dir_fd, name, owner)
                 continue
+            _settle_entry(child, owner)
+            stack.append(child)
+        os.close(dir_fd)
+        if seen > _MAX_ENTRIES:
+            for fd in stack:
+                os.close(fd)
+            return
+
+
+def _open_child(dir_fd: int, name: str, root_dev: int) -> int | None:
+    """A descriptor of the subdirectory `name` on the same device, or None (not a directory)."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_dev != root_dev:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+    return fd
+
+
+def _settle_entry(fd: int, owner: int | None) -> None:
+    """Owner and setid bits of an open directory."""
+    st = os.fstat(fd)
+    try:
+        if owner is not None and st.st_uid != owner:
+            os.fchown(fd, owner, SANDBOX_GID)
+        if st.st_mode & _SETID:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_SETID)
+    except OSError:
+        pass
+
+
+def _settle_name(dir_fd: int, name: str, owner: int | None) -> None:
+    """Owner and setid bits of a non-directory entry, without following a link."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        return
+    try:
+        if owner is not None and st.st_uid != owner:
+            os.chown(name, owner, SANDBOX_GID, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode) and st.st_mode & _SETID:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            try:
+                now = os.fstat(fd)
+                if stat.S_ISREG(now.st_mode) and now.st_ino == st.st_ino:
+                    os.fchmod(fd, stat.S_IMODE(now.st_mode) & ~_SETID)
+            finally:
+                os.close(fd)
+    except OSError:
+        pass
