@@ -17,33 +17,20 @@ _STYLE = {"established": "green", "violated": "bold red", "not_established": "ye
 def probe_command(
     task: Path = typer.Option(..., "--task", help="Task directory (Harbor format)."),
     candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
-    probe: list[Path] = typer.Option(
-        None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
-    ),
-    builtin: bool = typer.Option(
-        True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
-    ),
-    library: bool = typer.Option(
-        True, "--library/--no-library", help="Run the task's bundled probe library."
-    ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the results as JSON (one object) instead of a table."
-    ),
+    probe: list[Path] = typer.Option(None, "--probe", help="Probe file to run (repeatable); see probes/README.md."),
+    builtin: bool = typer.Option(True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."),
+    library: bool = typer.Option(True, "--library/--no-library", help="Run the task's bundled probe library."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON (one object) instead of a table."),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
     device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
-    precision: str = typer.Option(
-        "highest", "--precision", help="highest, default or bf16 (both sides)."
-    ),
+    precision: str = typer.Option("highest", "--precision", help="highest, default or bf16 (both sides)."),
     jobs: int = typer.Option(1, "--jobs", help="Probes run at once."),
-    workdir: Path = typer.Option(
-        None, "--workdir", help="Keep probe files, inputs and outputs here."
-    ),
+    workdir: Path = typer.Option(None, "--workdir", help="Keep probe files, inputs and outputs here."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the temporary probe work directory after the run."),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
-    from probes.localize import localize_divergence
-    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
 
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
@@ -59,7 +46,20 @@ def probe_command(
         precision=precision,
         workdir=workdir,
         audit_log=audit_log,
+        keep=keep,
     )
+    try:
+        _probe(ctx, as_json=as_json, builtin=builtin, library=library, files=probe_files, jobs=jobs)
+    finally:
+        ctx.close()
+
+
+def _probe(ctx, *, as_json: bool, builtin: bool, library: bool, files: list[Path], jobs: int) -> None:
+    """Run the probes of one context and print the results (the caller closes the context)."""
+    from probes.localize import localize_divergence
+    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
+
+    probe_files = files
     probes = builtin_checks(ctx.task) if builtin else []
     if library:
         probes += task_probes(ctx.task)
@@ -69,9 +69,7 @@ def probe_command(
         except ValueError as exc:
             raise TwinError(str(exc)) from None
     if not probes:
-        raise TwinError(
-            f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}"
-        )
+        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}")
     console = Console(stderr=as_json)
     with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
 
@@ -110,9 +108,7 @@ def _print_table(console: Console, ctx, results) -> None:
     table.add_column("detail", overflow="fold")
     for r in results:
         noise = r.observations.get("noise_floor")
-        detail = r.observations.get("message") or (
-            r.trace.strip().splitlines()[-1] if r.trace.strip() else ""
-        )
+        detail = r.observations.get("message") or (r.trace.strip().splitlines()[-1] if r.trace.strip() else "")
         table.add_row(
             r.property.id,
             str(r.property.level),
@@ -122,4 +118,5 @@ def _print_table(console: Console, ctx, results) -> None:
             str(detail)[:200],
         )
     console.print(table)
-    console.print(f"probe files and outputs: {ctx.workdir}")
+    if ctx.keep:
+        console.print(f"probe files and outputs: {ctx.workdir}")
