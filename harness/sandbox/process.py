@@ -30,7 +30,7 @@ from harness.sandbox.base import ExecResult, SandboxError
 
 TIMEOUT_RETURNCODE = 124
 DISK_RETURNCODE = 125
-_DISK_POLL_S = 0.2
+DISK_POLL_S = 0.2
 _DISK_MAX_ENTRIES = 200_000
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
@@ -290,7 +290,7 @@ def run_limited(
     if disk is not None:
 
         def watch_disk() -> None:
-            while not finished.wait(_DISK_POLL_S):
+            while not finished.wait(DISK_POLL_S):
                 reason = disk.over()
                 if reason is not None:
                     over.append(reason)

@@ -20,6 +20,7 @@ as a BPF file; bwrap reads it from a file descriptor per command.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -95,3 +96,23 @@ def _add(flt, action, name: str) -> None:
         flt.add_rule(action, name)
     except (ValueError, RuntimeError, OSError):
         pass  # a system call this architecture does not have
+
+
+def docker_profile(profile: str) -> str:
+    """The same filter as a Docker seccomp profile (JSON, for `--security-opt seccomp=`)."""
+    if profile not in PROFILES:
+        raise SandboxError(f"unknown seccomp profile {profile!r}")
+    names = list(_ALWAYS) + (list(_STRICT_ONLY) if profile == "strict" else [])
+    rules: list[dict] = [{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
+    if profile == "strict":
+        new_user = {"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER}
+        rules += [
+            {
+                "names": ["unshare", "clone"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": errno.EPERM,
+                "args": [{**new_user, "op": "SCMP_CMP_MASKED_EQ"}],
+            },
+            {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+        ]
+    return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules})

@@ -8,7 +8,6 @@ if the attack worked.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys

@@ -21,7 +21,7 @@ pytestmark = [requires_bwrap, pytest.mark.bwrap]
 
 TINY = Path(__file__).resolve().parents[2] / "probes" / "fixtures" / "tiny"
 
-PROBE_FILE = '''
+PROBE_FILE = """
 PROBES = {
     "steal": {"id": "rt.steal", "level": 1, "compare": {"y": "tensor"}},
     "tamper": {"id": "rt.tamper", "level": 1},
@@ -58,7 +58,7 @@ def candidate_tamper(env):
 def candidate_honest(env):
     from model import honest
     return {"y": honest(env.inputs["x"])}
-'''
+"""
 
 MODEL = '''
 import glob, os
@@ -94,9 +94,9 @@ def honest(x):
 HOSTILE = {
     "deep": 'open(p, "w").write("[" * 200000 + "]" * 200000)',
     "corrupt": 'open(p, "w").write("{not json")',
-    "huge": 'os.truncate(p, 40 * 1024 * 1024)',
+    "huge": "os.truncate(p, 40 * 1024 * 1024)",
     "link": 'os.remove(p); os.symlink("/probe-given/probe.py", p)',
-    "fifo": 'os.remove(p); os.mkfifo(p)',
+    "fifo": "os.remove(p); os.mkfifo(p)",
 }
 
 
