@@ -287,7 +287,9 @@ def scratch_dir(prefix: str) -> Path:
 
     Under `stage_root()` (traversable, not listable), so that no mount needs staging.
     """
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=stage_root()))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=stage_root()))
+    path.chmod(0o711)  # traversable by the sandbox uid, listable by no one else
+    return path
 
 
 def _contains(root: Path, path: Path) -> bool:
