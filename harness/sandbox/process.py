@@ -154,8 +154,9 @@ class DiskWatch:
             used, entries = _usage(root)
             if entries > _DISK_MAX_ENTRIES:
                 return f"disk: {label} holds more than {_DISK_MAX_ENTRIES} entries"
-            if used > self.cap:
-                return f"disk: {label} holds {used // (1024 * 1024)} MiB, over its cap of {self.cap_mb} MiB"
+            if used >= self.cap:  # at the cap, writes were refused: no file may reach it
+                mib = used // (1024 * 1024)
+                return f"disk: {label} holds {mib} MiB, reaching its cap of {self.cap_mb} MiB"
         return None
 
 
@@ -237,14 +238,13 @@ def run_limited(
     cgroup = PidsCgroup.create(limits.max_procs)
     preexec = None if rlimits_in_argv else _rlimits_setter(limits)
     if cgroup is not None:
-        # One small shell joins the group, then becomes prlimit, which sets the rlimits.
-        prlimit = host_prlimit()
-        if prlimit is not None:
-            join = 'echo $$ > "$0" && exec "$@"'
-            limited = [*limit_prefix(limits, prlimit=prlimit, nproc=False), *argv]
-        else:
-            join = f'echo $$ > "$0" && ulimit -v {limits.memory_mb * 1024} && ulimit -c 0 && exec "$@"'
-            limited = argv
+        # One small shell joins the group and sets the rlimits, then becomes the command
+        # (ulimit -v counts KiB, -f counts 512-byte blocks, as POSIX sh does).
+        kib, blocks = limits.memory_mb * 1024, limits.disk_mb * 2048
+        join = (
+            f'echo $$ > "$0" && ulimit -v {kib} && ulimit -c 0 && ulimit -f {blocks} && exec "$@"'
+        )
+        limited = argv
         argv = ["/bin/sh", "-c", join, cgroup.procs_file, *limited]
         preexec = None
     start = time.monotonic()
