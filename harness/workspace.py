@@ -157,7 +157,8 @@ def _run_files(ws: Workspace, audit_log: Path | None) -> list[Path]:
     """The run's own files (evidence, trajectories, logs, grades): never visible.
 
     Everything in the workspace root and in the audit log's directory (the run
-    directory) except the workspace's visible roots and the directories holding them.
+    directory) except the workspace's visible roots and the directories holding them,
+    and the candidate's `.git` pointer file.
     """
     visible = [p.resolve() for p in (ws.source, ws.candidate, ws.assets) if p is not None]
     places = [ws.root] + ([audit_log.parent] if audit_log is not None else [])
@@ -170,4 +171,9 @@ def _run_files(ws: Workspace, audit_log: Path | None) -> list[Path]:
             if any(resolved == v or resolved in v.parents for v in visible):
                 continue
             files.append(entry)
+    # The candidate's git pointer names the run's host directory (and its history): hidden,
+    # so that inside it is an empty, read-only file.
+    pointer = ws.candidate / ".git"
+    if pointer.is_file() and not pointer.is_symlink():
+        files.append(pointer)
     return files

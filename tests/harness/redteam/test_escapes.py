@@ -432,3 +432,29 @@ def test_background_process_dies_with_the_command(arena):
     assert time.monotonic() - start < 5
     time.sleep(2.0)
     assert not marker.exists(), "a background process outlived the command"
+
+
+def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
+    """The pointer file the candidate repository leaves in /app shows nothing of the host."""
+    from benchmark_adapter.task import load_task
+    from harness.boundary import Limits
+    from harness.sandbox.registry import make_sandbox
+    from harness.workspace import prepare_workspace, role_boundary
+    from tests.harness.redteam.conftest import make_task
+
+    task = load_task(make_task(tmp_path / "task"))
+    ws = prepare_workspace(task, tmp_path / "run" / "workspace")
+    (ws.candidate / ".git").write_text(f"gitdir: {tmp_path}/run/candidate.git\n")
+    boundary = role_boundary(
+        task,
+        ws,
+        name="migrator",
+        write_candidate=True,
+        side="candidate",
+        audit_log=None,
+        limits=Limits(wall_s=20),
+    )
+    with make_sandbox("bwrap", boundary) as sandbox:
+        result = sandbox.exec("cat /app/.git; echo gitdir: /x > /app/.git; echo rc=$?")
+    assert str(tmp_path) not in result.stdout and "rc=0" not in result.stdout, result
+    assert str(tmp_path) in (ws.candidate / ".git").read_text()
