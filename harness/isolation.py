@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -104,12 +105,83 @@ def python_mounts() -> list[Mount]:
     covered = [m.host for m in mounts]
     for root in sorted(set(roots)):
         if not any(root == c or c in root.parents for c in covered):
-            mounts.append(Mount(host=root, inside=str(root)))
+            mounts.append(Mount(host=_reachable_copy(root), inside=str(root)))
             covered.append(root)
     etc = etc_snapshot()
     if etc is not None:
         mounts.append(Mount(host=etc, inside="/etc"))
     return mounts
+
+
+def reachable(path: Path, uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> bool:
+    """Whether `uid` can reach `path` (search permission on every directory above it)."""
+    for parent in reversed(Path(path).parents):
+        try:
+            st = os.stat(parent)
+        except OSError:
+            return False
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def _reachable_copy(root: Path) -> Path:
+    """`root` itself, or (twin as root, `root` closed to the sandbox uid) a cached copy of it.
+
+    An interpreter installed under `/root` (pyenv) cannot be mounted by an unprivileged
+    bubblewrap; staging it for every command costs a private mount namespace per command,
+    so its read-only tree is copied once instead. A base interpreter's own site-packages
+    is left out when the running interpreter is a virtual environment that does not use it.
+    """
+    if os.geteuid() != 0 or reachable(root):
+        return root
+    st = root.stat()
+    key = hashlib.sha256(f"copy-v1\0{root}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    target = cache_root() / "roots" / key
+    if target.is_dir():
+        return target
+    skip = None
+    if sys.prefix != sys.base_prefix and not _uses_system_site_packages():
+        skip = (
+            Path(sys.base_prefix).resolve()
+            / "lib"
+            / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+            / "site-packages"
+        )
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        return {n for n in names if skip is not None and Path(directory) / n == skip}
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
+        if skip is not None and (staging / "t" / skip.relative_to(root)).parent.is_dir():
+            (staging / "t" / skip.relative_to(root)).mkdir(exist_ok=True)
+        (staging / "t").chmod(0o755)
+        try:
+            (staging / "t").rename(target)
+        except OSError:
+            pass  # built at the same time elsewhere
+        shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise IsolationError(f"cannot copy {root} where the sandbox can reach it: {exc}") from None
+    return target
+
+
+def _uses_system_site_packages() -> bool:
+    cfg = Path(sys.prefix) / "pyvenv.cfg"
+    try:
+        text = cfg.read_text()
+    except OSError:
+        return True
+    return "include-system-site-packages = true" in text.replace("\t", " ").lower()
 
 
 def etc_snapshot() -> Path | None:

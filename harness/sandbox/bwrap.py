@@ -9,9 +9,9 @@ from scratch.
 
 bubblewrap always runs unprivileged: as twin's own uid, or, when twin is root, as
 the sandbox uid through `setpriv` (`privilege.py`), so nothing inside is ever host
-root or holds a capability. Every command loads the seccomp filter (`seccomp.py`);
-further user namespaces are disabled, except in a grader boundary whose `test.sh`
-starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`; writable
+root or holds a capability. Every command loads the seccomp filter (`seccomp.py`),
+which also refuses further user namespaces, except in a grader boundary whose
+`test.sh` starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`; writable
 roots are watched against `Limits.disk_mb`.
 """
 
@@ -120,8 +120,8 @@ class BwrapSandbox:
             "--cap-drop",
             "ALL",
         ]
-        if not b.nested_sandbox:
-            args.append("--disable-userns")
+        # Further user namespaces are refused by the seccomp filter (unshare/clone with
+        # CLONE_NEWUSER, clone3); bwrap's --disable-userns would cost another namespace per command.
         if not b.network:
             args.append("--unshare-net")
         # /proc, /dev and the private /tmp first, so that a root granted under /tmp (a venv or a

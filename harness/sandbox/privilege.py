@@ -22,7 +22,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from harness.isolation import SANDBOX_GID, SANDBOX_UID, stage_root
+from harness.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
 from harness.sandbox.base import SandboxError
 
 _SETID = stat.S_ISUID | stat.S_ISGID
@@ -64,24 +64,6 @@ def unprivileged_prefix() -> list[str]:
         "--no-new-privs",
         "--",
     ]
-
-
-def reachable(path: Path, uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> bool:
-    """Whether `uid` can reach `path` (search permission on every directory above it)."""
-    for parent in reversed(Path(path).parents):
-        try:
-            st = os.stat(parent)
-        except OSError:
-            return False
-        if st.st_uid == uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid == gid:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
-            return False
-    return True
 
 
 class Staging:
