@@ -41,6 +41,13 @@ class HostileOutput(ValueError):
     """An output file that is not a regular file, too large, too deep or not parseable."""
 
 
+def candidate_roots(ctx: ProbeContext) -> list[str]:
+    """The candidate's import roots under its task (declared or inferred), '' last."""
+    from probes.layout import import_roots
+
+    return import_roots(ctx.candidate, ctx.task.settings.candidate_import_roots)
+
+
 def run_side(
     ctx: ProbeContext,
     root: Path,
@@ -87,6 +94,10 @@ def run_side(
     roots = ctx.roots(side)
     work_inside, given_inside = ctx.inside(side, work), ctx.inside(side, given)
     own_root = roots["source"] if side == "reference" else roots["candidate"]
+    sys_path = [own_root] if own_root else []
+    if side == "candidate" and own_root:
+        # The candidate's modules are imported the way its task says (probes.layout).
+        sys_path = [f"{own_root.rstrip('/')}/{r}" if r else own_root for r in candidate_roots(ctx)]
     # inputs this very call draws are read back from its own work directory by its later runs
     config = {
         "side": mode or side,
@@ -97,7 +108,7 @@ def run_side(
         "device": ctx.device,
         "precision": ctx.precision,
         "roots": {k: roots[k] for k in ("source", "candidate", "assets")},
-        "sys_path": [own_root] if own_root else [],
+        "sys_path": sys_path,
         "cwd": own_root,
         "forbid": ctx.forbidden(side),
         "runs": [
@@ -118,6 +129,10 @@ def run_side(
             for run in runs
         ],
     }
+    if mode == "imports":
+        from probes.layout import candidate_modules
+
+        config["modules"] = candidate_modules(ctx.candidate, candidate_roots(ctx))
     config_file = f"{config_name or runs[0]['out'].replace('/', '_')}.json"
     (given / config_file).write_text(json.dumps(config))
     (given / config_file).chmod(0o644)

@@ -17,23 +17,51 @@ _STYLE = {"established": "green", "violated": "bold red", "not_established": "ye
 def probe_command(
     task: Path = typer.Option(..., "--task", help="Task directory (Harbor format)."),
     candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
-    probe: list[Path] = typer.Option(None, "--probe", help="Probe file to run (repeatable); see probes/README.md."),
-    builtin: bool = typer.Option(True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."),
-    library: bool = typer.Option(True, "--library/--no-library", help="Run the task's bundled probe library."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON (one object) instead of a table."),
+    probe: list[Path] = typer.Option(
+        None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
+    ),
+    builtin: bool = typer.Option(
+        True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
+    ),
+    library: bool = typer.Option(
+        True, "--library/--no-library", help="Run the task's bundled probe library."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the results as JSON (one object) instead of a table."
+    ),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
     device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
-    precision: str = typer.Option("highest", "--precision", help="highest, default or bf16 (both sides)."),
+    precision: str = typer.Option(
+        "highest", "--precision", help="highest, default or bf16 (both sides)."
+    ),
     jobs: int = typer.Option(1, "--jobs", help="Probes run at once."),
-    workdir: Path = typer.Option(None, "--workdir", help="Keep probe files, inputs and outputs here."),
-    keep: bool = typer.Option(False, "--keep", help="Keep the temporary probe work directory after the run."),
+    search_examples: int = typer.Option(
+        100, "--search-examples", help="Counterexample search: inputs generated per request space."
+    ),
+    search_seconds: float = typer.Option(
+        60.0, "--search-seconds", help="Counterexample search: seconds per request space (shrinking included)."
+    ),
+    search_seed: int = typer.Option(0, "--search-seed", help="Counterexample search: seed of the drawn inputs."),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="Keep probe files, inputs and outputs here."
+    ),
+    keep: bool = typer.Option(
+        False, "--keep", help="Keep the temporary probe work directory after the run."
+    ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
+    from probes.localize import localize_divergence
+    from probes.services.families import probe_families
+    from probes.services.probe_file import SearchBudget
+    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
 
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
+    if search_examples < 1 or search_seconds <= 0:
+        raise TwinError("--search-examples must be at least 1 and --search-seconds positive")
+    budget = SearchBudget(max_examples=search_examples, seconds=search_seconds, seed=search_seed)
     probe_files = list(probe or [])
     for path in probe_files:
         if not path.expanduser().is_file():
@@ -49,51 +77,51 @@ def probe_command(
         keep=keep,
     )
     try:
-        _probe(ctx, as_json=as_json, builtin=builtin, library=library, files=probe_files, jobs=jobs)
-    finally:
-        ctx.close()
-
-
-def _probe(ctx, *, as_json: bool, builtin: bool, library: bool, files: list[Path], jobs: int) -> None:
-    """Run the probes of one context and print the results (the caller closes the context)."""
-    from probes.localize import localize_divergence
-    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
-
-    probe_files = files
-    probes = builtin_checks(ctx.task) if builtin else []
-    if library:
-        probes += task_probes(ctx.task)
-    for path in probe_files:
-        try:
-            probes += load_probe_file(path)
-        except ValueError as exc:
-            raise TwinError(str(exc)) from None
-    if not probes:
-        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}")
-    console = Console(stderr=as_json)
-    with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
-
-        def progress(done: int, total: int, _results) -> None:
-            status.update(f"probing {ctx.candidate}: {done}/{total}")
-
-        results = run_probes(ctx, probes, jobs=jobs, progress=progress)
-    found = localize_divergence(ctx, results)
-    if found is not None:
-        results.append(found)
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "task": ctx.task.name,
-                    "candidate": str(ctx.candidate),
-                    "workdir": str(ctx.workdir),
-                    "results": [r.model_dump(mode="json") for r in results],
-                },
-                indent=2,
+        probes = builtin_checks(ctx.task) if builtin else []
+        if library:
+            probes += task_probes(ctx.task, budget)
+        for path in probe_files:
+            try:
+                probes += load_probe_file(path, budget)
+            except ValueError as exc:
+                raise TwinError(str(exc)) from None
+        if not probes:
+            raise TwinError(
+                f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}"
             )
-        )
-    else:
-        _print_table(console, ctx, results)
+        console = Console(stderr=as_json)
+        with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
+
+            def progress(done: int, total: int, _results) -> None:
+                status.update(f"probing {ctx.candidate}: {done}/{total}")
+
+            results = run_probes(ctx, probes, jobs=jobs, progress=progress)
+        found = localize_divergence(ctx, results)
+        if found is not None:
+            results.append(found)
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "task": ctx.task.name,
+                        "candidate": str(ctx.candidate),
+                        "workdir": str(ctx.workdir),
+                        "probe_families": probe_families(ctx.task),
+                        "results": [r.model_dump(mode="json") for r in results],
+                    },
+                    indent=2,
+                )
+            )
+        else:
+            _print_table(console, ctx, results)
+            families = probe_families(ctx.task)
+            if families:
+                console.print(
+                    "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+                    markup=False,
+                )
+    finally:
+        ctx.close()  # the work directory goes too, unless kept
 
 
 def _print_table(console: Console, ctx, results) -> None:
@@ -108,7 +136,9 @@ def _print_table(console: Console, ctx, results) -> None:
     table.add_column("detail", overflow="fold")
     for r in results:
         noise = r.observations.get("noise_floor")
-        detail = r.observations.get("message") or (r.trace.strip().splitlines()[-1] if r.trace.strip() else "")
+        detail = r.observations.get("message") or (
+            r.trace.strip().splitlines()[-1] if r.trace.strip() else ""
+        )
         table.add_row(
             r.property.id,
             str(r.property.level),
