@@ -20,6 +20,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from harness.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
@@ -27,6 +28,7 @@ from harness.sandbox.base import SandboxError
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 _MAX_ENTRIES = 500_000
+_STALE_STAGING_S = 24 * 3600.0
 # Binds each (source, target) pair given as arguments, then becomes the command.
 _STAGE_SCRIPT = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
@@ -86,6 +88,7 @@ class Staging:
                 return Path(target)
         if self._dir is None:
             base = stage_root()
+            sweep_stale_staging(base)
             self._dir = Path(tempfile.mkdtemp(prefix="s", dir=base))
             os.chmod(self._dir, 0o711)
         target = self._dir / str(len(self._pairs))
@@ -99,6 +102,13 @@ class Staging:
     def prefix(self) -> list[str]:
         if not self._pairs:
             return []
+        for source, target in self._pairs:  # a sweep may have removed a long-lived point
+            if not os.path.lexists(target):
+                os.makedirs(os.path.dirname(target), mode=0o711, exist_ok=True)
+                if os.path.isdir(source):
+                    os.mkdir(target, 0o755)
+                else:
+                    Path(target).touch(mode=0o644)
         unshare = shutil.which("unshare", path="/usr/bin:/bin")
         if unshare is None:
             raise SandboxError("unshare (util-linux) is missing: cannot stage sandbox mounts")
@@ -112,6 +122,25 @@ class Staging:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def sweep_stale_staging(base: Path, max_age_s: float = _STALE_STAGING_S) -> None:
+    """Remove staging directories of sandboxes that were never closed (a killed harness)."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if (
+                entry.name.startswith("s")
+                and entry.is_dir(follow_symlinks=False)
+                and now - entry.stat(follow_symlinks=False).st_mtime > max_age_s
+            ):
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def settle_writable(root: Path) -> None:

@@ -104,3 +104,25 @@ def test_docker_profile_denies_the_same_calls():
     assert {"keyctl", "io_uring_setup", "bpf", "ptrace", "mount"} <= denied
     assert "mount" not in nested["syscalls"][0]["names"] and "keyctl" in nested["syscalls"][0]["names"]
     assert any(rule["names"] == ["unshare", "clone"] for rule in strict["syscalls"])
+
+
+def test_stale_staging_is_swept_and_a_live_sandbox_recreates_its_points(tmp_path):
+    from harness.sandbox.privilege import sweep_stale_staging
+
+    old, fresh = tmp_path / "sold", tmp_path / "sfresh"
+    (old / "0").mkdir(parents=True)
+    fresh.mkdir()
+    os.utime(old, (0, 0))
+    sweep_stale_staging(tmp_path, max_age_s=3600)
+    assert not old.exists() and fresh.exists()
+    if os.geteuid() == 0:
+        closed = tmp_path / "closed" / "dir"
+        closed.mkdir(parents=True)
+        (tmp_path / "closed").chmod(0o700)
+        staging = Staging()
+        try:
+            point = staging.path(closed)
+            point.rmdir()
+            assert str(point) in staging.prefix() and point.is_dir()
+        finally:
+            staging.close()
