@@ -64,7 +64,7 @@ class Session:
             benches.append((boundary, make_sandbox(self.config.sandbox, boundary)))
         self.sandboxes.extend(sandbox for _, sandbox in benches)
         (cand_boundary, cand_box), (_, ref_box) = benches
-        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s)
+        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s, repo=self.repo)
 
     def record_tool(self, role: str, name: str, arguments: dict, result: ToolResult) -> None:
         """Observer for the agent loop: every tool call goes into the trajectory."""
@@ -106,7 +106,8 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     Args:
         run: the run directory (config and state already written).
         api_key: provider key; never written anywhere (falls back to $TWIN_API_KEY).
-        replay_from: for a resumed replayed run, the model call to continue from.
+        replay_from: for a resumed run, its kept model calls of finished steps (where `replay:` continues and
+            `inbox:` counts from).
     """
     from harness.workspace import prepare_workspace
 
@@ -114,7 +115,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     state = run.load_state()
     task = load_task(config.task)
     workspace = prepare_workspace(task, run.root)
-    repo = CandidateRepo(run.candidate, run.candidate_git)
+    repo = CandidateRepo(run.candidate, run.candidate_git, audit_log=run.audit_log)
     repo.init()
     trajectory = Trajectory(run.trajectory)
     budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent))
@@ -128,6 +129,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
         temperature=config.temperature,
         max_retries=config.model_retries,
         backoff_s=config.model_backoff_s,
+        wait_s=config.model_wait_s,
         **({"replay_start": replay_from} if replay_from else {}),
     )
     return Session(run, config, state, task, trajectory, budget, model, repo, workspace)

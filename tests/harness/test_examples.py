@@ -35,6 +35,7 @@ CASES = [
     pytest.param("llama-lora-sft", "base", id="lora-base"),
     pytest.param("llama-paged-serve", "twin", id="serve-twin"),
     pytest.param("llama-paged-serve", "base", id="serve-base"),
+    pytest.param("mlp-train", "mini-swe-agent", id="mlp-train-mini-swe-agent"),
 ]
 
 
@@ -89,7 +90,7 @@ def _recorded_prompt(task: str, role: str, round: int) -> str:
 @pytest.mark.parametrize("task", ["mlp-train", "llama-lora-sft", "llama-paged-serve"])
 def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_deciding_numbers(task):
     section = _recorded_prompt(task, "diagnoser", 2).split("# Evidence so far\n")[1].split("\n# ")[0]
-    assert section.startswith("Localization after round 1: the divergence starts at ")
+    assert "```data\nLocalization after round 1: the divergence starts at " in section
     evidence = section[section.index("\nEvidence after round 1 on candidate commit ") + 1 :]
     blocks = re.split(r"\n(?=- |Established|\[)", evidence)[1:]
     violated = [b for b in blocks if b.startswith(("- VIOLATED", "- REGRESSED"))]
@@ -104,13 +105,13 @@ def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_dec
     # the next Diagnoser also gets what the Verifier could not examine and the Migrator's words
     prompt = _recorded_prompt(task, "diagnoser", 2)
     assert "- training end to end: this demonstration probes the model only" in prompt
-    assert "<migrator-summary>\nwrote the JAX package\n</migrator-summary>" in prompt
+    assert "[summary by the Migrator: " in prompt and "```data\nwrote the JAX package\n```" in prompt
 
 
 @pytest.mark.parametrize("task", ["mlp-train", "llama-lora-sft", "llama-paged-serve"])
 def test_the_verifier_is_told_what_changed_and_that_earlier_probes_were_re_run(task):
     prompt = _recorded_prompt(task, "verifier", 2)
-    assert "<migrator-summary>\nrepaired\n</migrator-summary>" in prompt
+    assert "[summary by the Migrator: " in prompt and "```data\nrepaired\n```" in prompt
     assert re.search(r"Files changed since the previous round \(lines added, removed\):\n- \S+ \(\+\d+ -\d+\)", prompt)
     assert "twin re-ran the built-in checks and every probe written in earlier rounds" in prompt
     assert re.search(r"Since round 1: .*fixed \(violated before, established now\)", prompt)

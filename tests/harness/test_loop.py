@@ -236,7 +236,7 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     run = start(tmp_path, replies)
     run_migration(run)
     verifier_1 = _first_prompt(run, "verifier", 1)
-    assert "<migrator-summary>\nwrote calc\n</migrator-summary>" in verifier_1
+    assert "[summary by the Migrator: " in verifier_1 and "```data\nwrote calc\n```" in verifier_1
     assert "- calc/ops.py (+" in verifier_1 and "- calc/__init__.py (+" in verifier_1
     diagnoser_2 = _first_prompt(run, "diagnoser", 2)
     assert "- [open] port calc.ops: write /app/calc (calc.ops not established)" in diagnoser_2

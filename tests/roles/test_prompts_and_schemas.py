@@ -64,12 +64,12 @@ def test_the_diagnoser_sees_objectives_marked_unchecked_properties_and_the_migra
     text = prompting.render("diagnoser_task", **VARIABLES)
     assert "- [done] OBJ\n- [open] OBJ2 (p not established)" in text
     assert "- UNCH: WHY" in text
-    assert "<migrator-summary>\nMIGSUM\n</migrator-summary>" in text
+    assert "Migrator reported (its own words, not verified)\nMIGSUM" in text
 
 
 def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
     text = prompting.render("verifier_task", **VARIABLES)
-    assert "- CHANGED.py (+1 -0)" in text and "<migrator-summary>\nMIGSUM\n</migrator-summary>" in text
+    assert "- CHANGED.py (+1 -0)" in text and "(its words, not verified):\nMIGSUM" in text
     assert "re-ran the built-in checks and every probe written in earlier rounds" in text
 
 

@@ -21,12 +21,14 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 FORBIDDEN = ("flask", "werkzeug")
+OUTPUT_LIMIT = 64 << 20  # bytes of one file the candidate's run produced
 IGNORED_HEADERS = {"date", "server", "content-length", "connection", "keep-alive", "transfer-encoding"}
 COOKIE_IGNORED_ATTRIBUTES = {"expires"}
 WSGI_BRIDGES = ("WSGIMiddleware", "a2wsgi", "asgiref.wsgi", "WsgiToAsgi")
@@ -138,14 +140,16 @@ def audit(app_dir: Path) -> list[str]:
 
 # ---- running the candidate ------------------------------------------------------------------------
 def _bwrap_flags() -> list[str] | None:
-    """Namespace flags that work here (a nested sandbox may not create a PID namespace)."""
+    """Namespace flags of the candidate's sandbox, or None where bwrap cannot build it.
+
+    Every variant has its own user, PID, network, IPC and UTS namespaces and its own
+    /proc; the first also disables further user namespaces. There is no weaker variant:
+    without a PID namespace the candidate would reach the grader's files through /proc.
+    """
     if _BWRAP_FLAGS:
         return _BWRAP_FLAGS[0]
-    variants = [
-        ["--unshare-all", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/proc", "/proc"],
-    ]
+    full = ["--unshare-all", "--unshare-user", "--proc", "/proc", "--cap-drop", "ALL"]
+    variants = [[*full, "--disable-userns"], full]
     found = None
     if shutil.which("bwrap"):
         for flags in variants:
@@ -204,6 +208,10 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
     try:
         (scratch / "driver.py").write_text(DRIVER)
         flags = _bwrap_flags()
+        if flags is None and os.environ.get("GRADER_ISOLATION") != "none":
+            # fail closed: never serve the candidate where it could read the grader's files
+            raise RuntimeError("the candidate's sandbox (bubblewrap with its own PID namespace "
+                               "and /proc) cannot be started here; refusing a weaker one")
         inside = "/scratch" if flags is not None else str(scratch)
         app_path = "/app" if flags is not None else str(app_dir)
         config = {"cases": cases, "app": app_path, "startup_s": 30.0,
@@ -214,7 +222,8 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
         if flags is not None:
             isolation = "bwrap"
-            argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev", "--tmpfs", "/tmp"]
+            argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev",
+                    "--size", str(512 * 1024 * 1024), "--tmpfs", "/tmp"]
             for system in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
                 if os.path.exists(system):
                     argv += ["--ro-bind", system, system]
@@ -237,12 +246,51 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
             subprocess.run(command, env=env, cwd=str(app_dir), timeout=timeout_s, capture_output=True)
         except subprocess.TimeoutExpired:
             pass
-        log = (scratch / "server.log").read_text(errors="replace")[-3000:] if (scratch / "server.log").exists() else ""
-        out = scratch / "answers.json"
-        answers = json.loads(out.read_text()) if out.exists() else {"up": False, "answers": {}}
+        try:
+            log = read_output(scratch / "server.log").decode("utf-8", "replace")[-3000:]
+        except (OSError, ValueError):
+            log = ""
+        try:  # written by the candidate's side: a link to the references must gain nothing
+            answers = json.loads(read_output(scratch / "answers.json"))
+        except (OSError, ValueError, RecursionError):
+            answers = None
+        if not isinstance(answers, dict) or not isinstance(answers.get("answers"), dict):
+            answers = {"up": False, "answers": {}}
         return answers, isolation, log
     finally:
+        remove_scratch(scratch)
+
+
+def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:
+    """Read a file the candidate's run produced: a regular file only, never through a
+    symlink (a link to the references must gain nothing), never blocking on a FIFO, and
+    at most `limit` bytes. Raises OSError or ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{path.name} is over {limit} bytes")
+        os.set_blocking(fd, True)
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Remove a scratch directory the candidate wrote into, at any depth."""
+    try:
         shutil.rmtree(scratch, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
 
 
 # ---- comparing ------------------------------------------------------------------------------------

@@ -47,9 +47,12 @@ Running the candidate:
     physically removed from site-packages), system libraries, the candidate at
     `app_mount` (read-only), the assets at `assets_mount` (read-only) and the scratch
     directory at /scratch. The tests directory, the references and /logs are absent;
-    there is no network. Without a usable bwrap the driver runs as an unprivileged uid
-    (nobody) with an import blocker for the forbidden packages (`isolation == "uid"`;
-    `"none"` when not even that is possible).
+    there is no network; the sandbox has its own PID namespace and /proc, no further
+    user namespaces, and a /tmp of limited size. Isolation fails closed: where that
+    sandbox cannot be built, `run_candidate` raises `IsolationUnavailable` and the grade
+    fails; it never runs the candidate in a weaker one. Only a caller that asks for it
+    by name gets `isolation="uid"` (an unprivileged uid with an import blocker) or
+    `"none"` (tests of this module).
 
     Inside the driver these names are predefined:
         INPUTS       dict of arrays loaded from inputs.npz
@@ -66,11 +69,13 @@ Running the candidate:
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -82,6 +87,7 @@ from typing import Any, Iterable
 import numpy as np
 
 EPS = 1e-12
+OUTPUT_LIMIT = 256 << 20  # bytes of one output file of the candidate's run
 ASPECTS = ("spec", "numeric", "behavioral")
 
 
@@ -425,6 +431,11 @@ sys.meta_path.insert(0, _Blocked())
 '''
 
 _BWRAP_VARIANT: list[list[str]] = []  # cached namespace flags that work on this machine
+NESTED_TMP_BYTES = 512 * 1024 * 1024
+
+
+class IsolationUnavailable(RuntimeError):
+    """The nested sandbox the candidate must run in cannot be built here (the grade fails)."""
 
 
 def run_candidate(
@@ -452,10 +463,14 @@ def run_candidate(
         timeout_s: wall-time limit; the whole process tree is killed after it.
         forbidden: top-level packages that must be absent for the candidate.
         env: extra environment variables for the driver.
-        isolation: "auto" (bwrap, else uid), "bwrap", "uid" or "none" (tests of this module).
+        isolation: "auto" or "bwrap" (the nested sandbox, else `IsolationUnavailable`),
+            "uid" or "none" (only when asked for by name: tests of this module).
 
     Returns:
         A `CandidateRun`; failures of the candidate are data, never raised.
+
+    Raises:
+        IsolationUnavailable: the nested sandbox cannot be built here.
     """
     forbidden = sorted(set(forbidden))
     scratch = Path(tempfile.mkdtemp(prefix="t2j-run-"))
@@ -532,23 +547,57 @@ def run_candidate(
         _read_outputs(scratch, run)
         return run
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
 
 
 def _read_outputs(scratch: Path, run: CandidateRun) -> None:
     try:
-        run.values = json.loads((scratch / "outputs.json").read_text())
-    except (OSError, ValueError):
+        run.values = json.loads(read_output(scratch / "outputs.json"))
+    except (OSError, ValueError, RecursionError):
+        run.values = {}
+    if not isinstance(run.values, dict):
         run.values = {}
     try:
-        with np.load(scratch / "outputs.npz", allow_pickle=False) as f:
+        with np.load(io.BytesIO(read_output(scratch / "outputs.npz")), allow_pickle=False) as f:
             run.arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError):
+    except (OSError, ValueError, EOFError):
         run.arrays = {}
     errors = run.values.get("__errors__", {})
     run.errors = errors if isinstance(errors, dict) else {}
     leaked = run.values.get("__leaked__", [])
     run.leaked = [str(m) for m in leaked] if isinstance(leaked, list) else []
+
+
+def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:
+    """Read a file the candidate's run produced: a regular file only, never through a
+    symlink (a link to the references must gain nothing), never blocking on a FIFO, and
+    at most `limit` bytes. Raises OSError or ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{path.name} is over {limit} bytes")
+        os.set_blocking(fd, True)
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Remove a scratch directory the candidate wrote into, at any depth."""
+    try:
+        shutil.rmtree(scratch, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -567,13 +616,14 @@ def _drop_privileges() -> None:
 def _choose_isolation(requested: str) -> str:
     if requested not in ("auto", "bwrap", "uid", "none"):
         raise ValueError(f"unknown isolation {requested!r}")
-    if requested in ("bwrap", "auto") and _bwrap_flags() is not None:
-        return "bwrap"
-    if requested == "bwrap":
-        raise RuntimeError("bubblewrap is not usable here")
-    if requested == "none":
-        return "none"
-    return "uid" if os.geteuid() == 0 and _unprivileged_python_works() else "none"
+    if requested in ("uid", "none"):
+        return requested
+    if _bwrap_flags() is None:
+        raise IsolationUnavailable(
+            "the candidate's sandbox (bubblewrap with its own user, PID and network namespaces "
+            "and /proc) cannot be started here; refusing to run the candidate in a weaker one"
+        )
+    return "bwrap"
 
 
 def _unprivileged_python_works() -> bool:
@@ -592,14 +642,17 @@ def _unprivileged_python_works() -> bool:
 
 
 def _bwrap_flags() -> list[str] | None:
-    """Namespace flags that work here (a nested sandbox may not create a PID namespace)."""
+    """Namespace flags of the candidate's sandbox, or None where bwrap cannot build it.
+
+    Every variant has its own user, PID, network, IPC and UTS namespaces and its own
+    /proc; the first also disables further user namespaces (bwrap >= 0.8). There is no
+    weaker variant: without a PID namespace the candidate would reach the grader's
+    files through /proc/<pid>/root.
+    """
     if _BWRAP_VARIANT:
         return _BWRAP_VARIANT[0] or None
-    variants = [
-        ["--unshare-all", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/proc", "/proc"],
-    ]
+    full = ["--unshare-all", "--unshare-user", "--proc", "/proc", "--cap-drop", "ALL"]
+    variants = [[*full, "--disable-userns"], full]
     if shutil.which("bwrap") is None:
         _BWRAP_VARIANT.append([])
         return None
@@ -642,7 +695,8 @@ def _bwrap_argv(
     assets_mount: str,
 ) -> list[str]:
     flags = _bwrap_flags() or []
-    argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev"]
+    argv += ["--size", str(NESTED_TMP_BYTES), "--tmpfs", "/tmp"]
     for system in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
         if os.path.exists(system):
             argv += ["--ro-bind", system, system]
