@@ -194,15 +194,22 @@ def _keep(grade: Grade, logs_dir: Path, out_dir: Path) -> None:
 
 
 def oracle_candidate(task: Task) -> Path:
-    """The task's oracle candidate (`solution/app/`, inside the hidden files: grade a copy).
+    """The task's oracle candidate (inside the hidden files: grade a copy).
+
+    `solution/app/`, or for a published task `solution/<output dir name>/` (e.g.
+    `solution/jax_repo/`, what its `solve.sh` copies to `/app/jax_repo`).
 
     Raises:
         GraderError: the task ships no oracle.
     """
     solution = task.solution_dir
-    if solution is None or not (solution / "app").is_dir():
-        raise GraderError(f"task {task.name} has no oracle solution (solution/app/)")
-    return solution / "app"
+    names = ["app"]
+    if task.environment is not None:
+        names.insert(0, Path(task.settings.candidate_mount).name)
+    for name in names:
+        if solution is not None and (solution / name).is_dir():
+            return solution / name
+    raise GraderError(f"task {task.name} has no oracle solution (solution/{names[0]}/)")
 
 
 @contextmanager

@@ -192,6 +192,7 @@ def role_boundary(
     mounts.append(
         Mount(host=ws.candidate, inside=settings.candidate_mount, writable=write_candidate)
     )
+    mounts += layout_mounts(task, aliases=True, workspace=ws)
     mounts += list(extra_mounts)
     return Boundary(
         name=name,
@@ -199,6 +200,7 @@ def role_boundary(
         hidden=[*task.hidden_roots, *_run_files(ws, audit_log)],
         hidden_packages=list(settings.forbidden_packages) if side == "candidate" else [],
         network=settings.allow_network,
+        env=task.environment.env if task.environment is not None else {},
         limits=limits or default_limits(),
         workdir=settings.candidate_mount,
         audit_log=audit_log,
@@ -226,6 +228,9 @@ def grader_boundary(
     ]
     if task.assets_dir is not None and task.assets_dir.is_dir():
         mounts.append(Mount(host=task.assets_dir, inside=settings.assets_mount))
+    if task.environment is not None:  # /app as the Dockerfile lays it out, the original included
+        mounts.append(Mount(host=task.source_dir, inside=settings.source_mount))
+        mounts += layout_mounts(task, aliases=False)
     hidden = [p for p in task.hidden_roots if p.resolve() != task.tests_dir.resolve()]
     if audit_log is not None:
         hidden.append(audit_log)
@@ -235,11 +240,30 @@ def grader_boundary(
         hidden=hidden,
         hidden_packages=list(settings.forbidden_packages),
         network=False,
+        env=task.environment.env if task.environment is not None else {},
         limits=default_limits().model_copy(update={"wall_s": task.verifier_timeout_s}),
         workdir="/tests",
         audit_log=audit_log,
         nested_sandbox=True,
     )
+
+
+def layout_mounts(task: Task, *, aliases: bool, workspace: Workspace | None = None) -> list[Mount]:
+    """A published task's other laid-out files, read-only where its Dockerfile puts them.
+
+    With `aliases`, the original and the assets also appear at `/source` and `/assets`,
+    where the roles' prompts say they are (a role sees both paths; probes and the
+    grader see only the Dockerfile's).
+    """
+    if task.environment is None:
+        return []
+    mounts = [Mount(host=laid.host, inside=laid.inside) for laid in task.extra_layout]
+    if aliases and workspace is not None:
+        if task.settings.source_mount != "/source":
+            mounts.append(Mount(host=workspace.source, inside="/source"))
+        if workspace.assets is not None and task.settings.assets_mount != "/assets":
+            mounts.append(Mount(host=workspace.assets, inside="/assets"))
+    return mounts
 
 
 def _run_files(ws: Workspace, audit_log: Path | None) -> list[Path]:

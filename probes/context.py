@@ -158,6 +158,9 @@ class ProbeContext:
             if inside is not None
         ]
         if kind != "none":
+            from harness.workspace import layout_mounts
+
+            mounts += layout_mounts(self.task, aliases=False)
             mounts += [Mount(host=Path(d), inside=d) for d in SYSTEM_DIRS if Path(d).exists()]
             for prefix in {sys.prefix, sys.base_prefix}:
                 if not any(prefix.startswith(d + "/") for d in SYSTEM_DIRS):
