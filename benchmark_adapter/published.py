@@ -223,6 +223,7 @@ def _find_output(root: Path, layout: EnvironmentLayout, instruction: str, settin
             continue  # a laid-out path or something inside one
         if path not in named:
             named.append(path)
+    named = [p for p in named if not any(PurePosixPath(o) in PurePosixPath(p).parents for o in named)]
     if len(named) > 1:
         target = [p for p in named if settings.target_framework.lower() in PurePosixPath(p).name.lower()]
         named = target if len(target) == 1 else named
