@@ -35,6 +35,8 @@ WORKDIR = "/app"
 ORACLE_MIN = 0.97
 # files copied into every generated grader, with the imports that must not name twin's packages
 GRADER_FILES = {
+    "test.sh": TEMPLATES / "grader" / "test.sh",
+    "grade.py": TEMPLATES / "grader" / "grade.py",
     "grading.py": REPO / "tasks" / "t2j-mini" / "common" / "grading.py",
     "compare.py": REPO / "probes" / "compare.py",
     "similarity.py": REPO / "probes" / "similarity.py",
@@ -79,7 +81,15 @@ def new_task(
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
         _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output)
-        task = load_task(staging)
+        try:
+            task = load_task(staging)
+        except TaskError as exc:
+            raise TaskError(f"the made task does not load: {str(exc).replace(staging.name, dest.name)}") from None
+        if task.settings.candidate_mount != output.rstrip("/"):
+            raise TaskError(
+                f"the instruction names {task.settings.candidate_mount} as the output, not {output}; "
+                "name the output directory in it (or pass --output)"
+            )
         spec = _record(task, sandbox=sandbox, timeout_s=timeout_s)
         oracle_reward = _grade_oracle(task, sandbox) if oracle is not None else None
         staging.rename(dest)
@@ -150,8 +160,6 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
     )
     tests = root / "tests"
     (tests / "probes").mkdir(parents=True)
-    for file in ("test.sh", "grade.py"):
-        shutil.copy2(TEMPLATES / "grader" / file, tests / file)
     copy_grader_library(tests)
     for probe in probes:
         shutil.copy2(probe, tests / "probes" / Path(probe).name)
@@ -164,20 +172,34 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         (solution / "solve.sh").chmod(0o755)
 
 
-def copy_grader_library(tests: Path) -> list[Path]:
-    """Copy twin's similarity measures, comparison, probe driver and sandbox runner into a task's tests/.
-
-    Returns the files written (those that differed).
-    """
-    written = []
+def grader_library(tests: Path) -> dict[Path, str]:
+    """The generated grader's fixed files as they should read now: the template, twin's
+    similarity measures, comparison and probe driver, and the t2j-mini sandbox runner."""
+    files = {}
     for name, origin in GRADER_FILES.items():
         text = origin.read_text()
         for old, new in REWRITES.items():
             text = text.replace(old, new)
-        target = tests / name
-        if not target.is_file() or target.read_text() != text:
-            target.write_text(text)
-            written.append(target)
+        files[tests / name] = text
+    return files
+
+
+def stale_grader_files(tests: Path) -> list[Path]:
+    """Fixed files of a generated grader that differ from twin's current ones."""
+    return [p for p, text in grader_library(tests).items() if not p.is_file() or p.read_text() != text]
+
+
+def copy_grader_library(tests: Path) -> list[Path]:
+    """Write the generated grader's fixed files into a task's tests/ (`--refresh` does it too).
+
+    Returns the files written (those that differed).
+    """
+    written = stale_grader_files(tests)
+    for path, text in grader_library(tests).items():
+        if path in written:
+            path.write_text(text)
+            if path.suffix == ".sh":
+                path.chmod(0o755)
     return written
 
 

@@ -23,6 +23,9 @@ def grade_command(
         None, "--keep-logs", help="Copy the grader's /logs/verifier here."
     ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
+    settings: Path = typer.Option(
+        None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
+    ),
 ) -> None:
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
     from benchmark_adapter.grader import oracle_copy, run_grader
@@ -30,7 +33,7 @@ def grade_command(
 
     if oracle == (candidate is not None):
         raise TwinError("pass exactly one of --candidate DIR or --oracle")
-    loaded = load_task(task)
+    loaded = load_task(task, settings)
     if out is not None and out.is_dir():
         raise TwinError(f"--out must be a file path, {out} is a directory")
     console = Console()

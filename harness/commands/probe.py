@@ -39,6 +39,9 @@ def probe_command(
         None, "--workdir", help="Keep probe files, inputs and outputs here."
     ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
+    settings: Path = typer.Option(
+        None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
+    ),
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
@@ -51,8 +54,10 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
+    from benchmark_adapter.task import load_task
+
     ctx = make_context(
-        task,
+        load_task(task, settings),
         candidate,
         sandbox_kind=sandbox,
         device=device,

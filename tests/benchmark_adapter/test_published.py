@@ -178,3 +178,25 @@ def test_bundled_published_task_loads_by_convention():
     from benchmark_adapter.grader import oracle_candidate
 
     assert oracle_candidate(task) == TINY / "solution" / "jax_repo"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the grader runs in bwrap")
+def test_grade_takes_settings_and_lays_out_app(tmp_path):
+    root = make_task(tmp_path / "t", instruction="Port it to /app/port_a or /app/other_out.\n")
+    (root / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        "test -f /app/torch_orig/net/model.py && test -f /app/checkpoint/model.safetensors "
+        "&& test -f /app/extra/notes.txt && test -f /app/other_out/port.py && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+    )
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "port.py").write_text("x = 1\n")
+    side = tmp_path / "twin.toml"
+    side.write_text('output = "/app/other_out"\n')
+    out = tmp_path / "g.json"
+    assert main(["grade", "--task", str(root), "--candidate", str(cand), "--out", str(out)]) == 2
+    assert main(["grade", "--task", str(root), "--settings", str(side), "--candidate", str(cand), "--out", str(out)]) == 0
+    import json
+
+    assert json.loads(out.read_text())["reward"] == 1.0
