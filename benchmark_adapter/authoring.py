@@ -321,6 +321,7 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
     copy_grader_library(task.tests_dir)
     old = json.loads((task.tests_dir / "spec.json").read_text())
     backup = Path(tempfile.mkdtemp(prefix=".refs-", dir=task.tests_dir))
+    (task.tests_dir / "refs").mkdir(exist_ok=True)
     shutil.move(task.tests_dir / "refs", backup / "refs")
     try:
         spec = _record(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))

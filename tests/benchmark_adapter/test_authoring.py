@@ -27,7 +27,7 @@ LIBRARY = REPO / "probes" / "library" / "mlp_train"
 DEFECTS = load_defects(REPO / "tests" / "benchmark_adapter" / "defects" / "mlp_train.py")
 TINY = REPO / "tasks" / "published" / "tiny-net"
 # defects the model probes (probes/library/mlp_train/model.py) can see: converter, blocks, loss
-MODEL_DEFECTS = ["converter-norm-swap", "gelu-tanh-approximation", "loss-sum-reduction"]
+MODEL_DEFECTS = ["converter-norm-swap", "gelu-tanh-approximation"]
 TWIN_PACKAGES = ("harness", "probes", "benchmark_adapter", "evidence_store", "roles", "prompts")
 
 
@@ -94,10 +94,9 @@ def test_torch_importing_candidates_score_zero(made, tmp_path):
 
 
 CHEAT = '''
-import glob, os
+import glob
 FOUND = []
-for pattern in ("/tests/refs/*/ref/manifest.json", "/tests/spec.json", "/proc/1/root/tests/refs/*/ref/*",
-                "/proc/self/root/tests/refs/*/ref/*", "/**/refs/*/ref/arrays.npz", "/logs/verifier"):
+for pattern in PATTERNS:
     try:
         FOUND += glob.glob(pattern, recursive=True)
     except OSError:
@@ -109,34 +108,28 @@ for path in ("/logs/verifier/reward.json", "/tests/spec.json"):
         FOUND.append("wrote " + path)
     except OSError:
         pass
-
-def _swap():
-    # after the driver wrote its outputs: point them at the grader's references (outside this sandbox)
-    for name in ("outputs.json", "outputs.npz"):
-        try:
-            os.remove("/scratch/" + name)
-            os.symlink("/tests/refs/tiny_net.forward/ref/" + ("manifest.json" if name.endswith("json") else "arrays.npz"),
-                       "/scratch/" + name)
-        except OSError:
-            pass
-
-import atexit
-atexit.register(_swap)
 '''
+ATTACKS = ["/tests/refs/*/ref/manifest.json", "/tests/spec.json", "/proc/1/root/tests/refs/*/ref/*",
+           "/proc/self/root/tests/refs/*/ref/*", "/*/refs/*/ref/*", "/*/*/refs/*/ref/*", "/app/**/arrays.npz",
+           "/scratch/**/manifest.json", "/tmp/**/manifest.json", "/logs/verifier"]
 
 
-def test_candidate_cannot_read_references_or_write_the_reward(tmp_path):
-    """Red team on a made task (tiny-net): the candidate is right only if it could reach the references."""
+@pytest.mark.parametrize("patterns, found", [(ATTACKS, False), (["/scratch/probe_driver.py"], True)])
+def test_candidate_cannot_read_references_or_write_the_reward(tmp_path, patterns, found):
+    """Red team on a made task (tiny-net): the candidate's predictions are right only if it found something.
+
+    The second case is the control: a file the sandbox does show (the probe driver) is found,
+    so the channel from what the candidate finds to its score works.
+    """
     task = load_task(TINY)
     with oracle_copy(task) as oracle:
         cheat = tmp_path / "cheat"
         shutil.copytree(oracle, cheat)
     model = cheat / "tiny_net" / "model.py"
     text = model.read_text().replace('    return _linear(params, "out"', '    return (1.0 if FOUND else 2.0) * _linear(params, "out"')
-    model.write_text(text + CHEAT)
+    model.write_text(text + f"PATTERNS = {patterns!r}\n" + CHEAT)
     grade = run_grader(task, cheat, out_dir=tmp_path / "kept")
-    assert grade.checks["forward.predictions"]["score"] == 0.0  # scaled by 2: nothing was found
-    assert grade.reward < 0.9
+    assert grade.checks["forward.predictions"]["score"] == (1.0 if found else 0.0)
     reward = json.loads((tmp_path / "kept" / "verifier" / "reward.json").read_text())
     assert reward["reward"] == grade.reward and "checks" in reward  # the grader's own, written last
 
@@ -154,42 +147,61 @@ def test_grader_fails_closed_without_its_nested_sandbox(tmp_path):
 
 
 def test_outputs_are_never_read_through_links_or_fifos(tmp_path):
-    sys.path.insert(0, str(TINY / "tests"))
-    try:
-        import grade as generated  # the bundled task's generated grader
-    finally:
-        sys.path.remove(str(TINY / "tests"))
     secret = tmp_path / "secret.json"
     secret.write_text('{"x": 1}')
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     os.symlink(secret, scratch / "outputs.json")
     os.mkfifo(scratch / "outputs.npz")
-
-    class Run:
-        pass
-
-    run = Run()
-    generated._read_outputs(scratch, run)
-    assert run.values == {} and run.arrays == {}
+    script = (
+        "import sys, types; sys.path.insert(0, sys.argv[1]); import grade; run = types.SimpleNamespace(); "
+        "grade._read_outputs(__import__('pathlib').Path(sys.argv[2]), run); print(run.values, run.arrays)"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(TINY / "tests"), str(scratch)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "{} {}"
 
 
 def test_bundled_task_has_the_current_grader_files():
     assert stale_grader_files(TINY / "tests") == []
 
 
-def test_refresh_re_records_the_same_references_and_keeps_them_on_failure(tmp_path):
+def json_files(folder: Path) -> dict[Path, bytes]:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*.json")}
+
+
+def test_refresh_keeps_the_references_when_recording_fails(tmp_path):
     task_dir = tmp_path / "tiny-net"
     shutil.copytree(TINY, task_dir)
     refs = task_dir / "tests" / "refs"
-    before = {p.relative_to(refs): p.read_bytes() for p in refs.rglob("*.json")}
-    assert main(["task", "new", str(task_dir), "--refresh"]) == 0
-    after = {p.relative_to(refs): p.read_bytes() for p in refs.rglob("*.json")}
-    assert after.keys() == before.keys()
+    before = json_files(refs)
     model = task_dir / "environment" / "torch_orig" / "tiny_net" / "model.py"
     model.write_text(model.read_text().replace("def load_model", "def renamed_load_model"))
     assert main(["task", "new", str(task_dir), "--refresh"]) == 2
-    assert {p.relative_to(refs): p.read_bytes() for p in refs.rglob("*.json")} == after
+    assert json_files(refs) == before
+    assert main(["task", "new", str(MLP), "--refresh"]) == 2  # not a task made by twin task new
+
+
+@pytest.mark.slow
+def test_refresh_re_records_references_of_the_same_structure(tmp_path):
+    import numpy as np
+
+    task_dir = tmp_path / "tiny-net"
+    shutil.copytree(TINY, task_dir)
+    refs = task_dir / "tests" / "refs"
+
+    def shapes() -> dict:
+        out = {}
+        for path in sorted(refs.rglob("*.npz")):
+            with np.load(path) as data:
+                out[path.relative_to(refs)] = {k: data[k].shape for k in data.files}
+        return out
+
+    before = shapes()
+    shutil.rmtree(refs)  # a task whose references were never recorded is recorded afresh
+    assert main(["task", "new", str(task_dir), "--refresh"]) == 0  # and its oracle graded again
+    assert shapes() == before
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):

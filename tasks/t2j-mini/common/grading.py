@@ -592,13 +592,18 @@ def _unprivileged_python_works() -> bool:
 
 
 def _bwrap_flags() -> list[str] | None:
-    """Namespace flags that work here (a nested sandbox may not create a PID namespace)."""
+    """Namespace flags that work here.
+
+    Inside a grader that is itself sandboxed, a new user namespace may not mount its own
+    /proc; then the PID namespace is unshared without one, with every capability dropped.
+    Never without a PID namespace of its own: the grader's processes would show in /proc,
+    and `/proc/1/root` would open the grader's root, references included.
+    """
     if _BWRAP_VARIANT:
         return _BWRAP_VARIANT[0] or None
     variants = [
         ["--unshare-all", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/proc", "/proc"],
+        ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--proc", "/proc"],
     ]
     if shutil.which("bwrap") is None:
         _BWRAP_VARIANT.append([])
