@@ -138,13 +138,13 @@ def audit(app_dir: Path) -> list[str]:
 
 # ---- running the candidate ------------------------------------------------------------------------
 def _bwrap_flags() -> list[str] | None:
-    """Namespace flags that work here (a nested sandbox may not create a PID namespace)."""
+    """Namespace flags that work here; always a PID namespace of its own (else `/proc/1/root`
+    would open the grader's root), without a new user namespace where that cannot mount /proc."""
     if _BWRAP_FLAGS:
         return _BWRAP_FLAGS[0]
     variants = [
         ["--unshare-all", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--proc", "/proc"],
-        ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/proc", "/proc"],
+        ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--proc", "/proc"],
     ]
     found = None
     if shutil.which("bwrap"):
