@@ -97,8 +97,7 @@ def new_task(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
-    return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward,
-                         notes=notes)
+    return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
 
 
 def _validate(dest, source, probes, assets, instruction, interface, oracle, output) -> None:
@@ -129,7 +128,10 @@ def _validate(dest, source, probes, assets, instruction, interface, oracle, outp
         raise TaskError(f"instruction file not found: {instruction}")
     if oracle is not None and not Path(oracle).is_dir():
         raise TaskError(f"oracle directory not found: {oracle}")
-    if not output.startswith(WORKDIR + "/") or output.rstrip("/") in (f"{WORKDIR}/{ORIGINAL_NAME}", f"{WORKDIR}/{ASSETS_NAME}"):
+    if not output.startswith(WORKDIR + "/") or output.rstrip("/") in (
+        f"{WORKDIR}/{ORIGINAL_NAME}",
+        f"{WORKDIR}/{ASSETS_NAME}",
+    ):
         raise TaskError(f"--output must be a new directory under {WORKDIR}/, not {output}")
 
 
@@ -147,9 +149,16 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
     copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
     if assets is not None:
         copy_without_history(Path(assets), env_dir / ASSETS_NAME)
-    values = dict(name=name, original_name=ORIGINAL_NAME, original_mount=f"{WORKDIR}/{ORIGINAL_NAME}",
-                  assets_name=ASSETS_NAME, assets_mount=f"{WORKDIR}/{ASSETS_NAME}" if assets else "",
-                  output=output, workdir=WORKDIR, interface=list(interface))
+    values = dict(
+        name=name,
+        original_name=ORIGINAL_NAME,
+        original_mount=f"{WORKDIR}/{ORIGINAL_NAME}",
+        assets_name=ASSETS_NAME,
+        assets_mount=f"{WORKDIR}/{ASSETS_NAME}" if assets else "",
+        output=output,
+        workdir=WORKDIR,
+        interface=list(interface),
+    )
     (env_dir / "Dockerfile").write_text(_render("Dockerfile.j2", **values))
     text = Path(instruction).read_text() if instruction is not None else _render("instruction.md.j2", **values)
     (root / "instruction.md").write_text(text)
@@ -247,8 +256,9 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
     runs = []
     for name in names:
         slot = slot_of(name)
-        runs.append({"out": f"{slot}/ref", "dtype": ctx.dtype, "make_inputs": True, "name": name,
-                     "inputs": f"{slot}/inputs"})
+        runs.append(
+            {"out": f"{slot}/ref", "dtype": ctx.dtype, "make_inputs": True, "name": name, "inputs": f"{slot}/inputs"}
+        )
         if pairs[name].get("noise", "float64") == "float64":
             runs.append({"out": f"{slot}/ref64", "dtype": "float64", "name": name, "inputs": f"{slot}/inputs"})
     timeout = ctx.timeout_s + sum(float(m.get("timeout_s") or 0) for m in pairs.values())
@@ -258,7 +268,9 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
         ref, noise_key = results[(name, "ref")], "ref64"
         if not ref["ok"]:
             last = (ref.get("trace") or "").strip().splitlines()[-1:] or ["no output"]
-            raise TaskError(f"probe {file.name}:{name or '<file>'}: the reference side failed on the original: {last[0]}")
+            raise TaskError(
+                f"probe {file.name}:{name or '<file>'}: the reference side failed on the original: {last[0]}"
+            )
         if not results.get((name, "ref64"), {}).get("ok"):
             noise_key = "ref2"
             if not results.get((name, "ref2"), {}).get("ok"):
@@ -333,5 +345,9 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
         shutil.rmtree(backup, ignore_errors=True)
         raise
     shutil.rmtree(backup, ignore_errors=True)
-    return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward,
-                         notes=task.environment.notes if task.environment else [])
+    return NewTaskReport(
+        task=dest,
+        probes=[p["id"] for p in spec["probes"]],
+        oracle_reward=oracle_reward,
+        notes=task.environment.notes if task.environment else [],
+    )

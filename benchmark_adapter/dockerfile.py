@@ -11,9 +11,9 @@ refusal, `DockerfileError`). What is accepted:
 | `FROM` (one stage) | noted: twin runs with its own interpreter, not the base image |
 | `COPY`/`ADD` of local paths | each source is laid out at its destination, read-only |
 | `WORKDIR`, `ENV`, `ARG` | kept; `$VAR`/`${VAR}` expanded |
-| `RUN pip install P…`, `RUN apt-get install P…` | accepted with a note when every P is installed in twin's environment (apt: on this machine) |
+| `RUN pip install P…`, `RUN apt-get install P…` | accepted with a note when every P is installed here |
 | `RUN mkdir …`, `true`, `echo …` | accepted (nothing to do) |
-| `LABEL`, `EXPOSE`, `CMD`, `ENTRYPOINT`, `USER`, `SHELL`, `HEALTHCHECK`, `STOPSIGNAL`, `MAINTAINER` | noted and skipped |
+| `LABEL`, `EXPOSE`, `CMD`, `ENTRYPOINT`, `USER`, `SHELL`, `HEALTHCHECK`, … | noted and skipped |
 
 Refused: a second `FROM` (multi-stage), `COPY --from`, `ADD` of a URL or an
 archive, a source outside the build context, `VOLUME`, `ONBUILD`, unknown
@@ -141,9 +141,7 @@ def _copy(instruction, value, args, layout, context: Path, where: str) -> list[L
     for source in sources:
         if instruction == "ADD" and (re.match(r"^[a-z]+://", source) or source.endswith(ARCHIVES)):
             raise DockerfileError(f"{where}: ADD {source} (a URL or an archive to unpack) needs docker")
-        matches = sorted(glob.glob(str(context / source))) if glob.has_magic(source) else [
-            str(context / source)
-        ]
+        matches = sorted(glob.glob(str(context / source))) if glob.has_magic(source) else [str(context / source)]
         if not matches:
             raise DockerfileError(f"{where}: {instruction} source {source} not found in the build context")
         for match in matches:
@@ -201,15 +199,12 @@ def _run(value: str, args, layout: EnvironmentLayout, context: Path, where: str,
             problems.append(f"`{' '.join(command)[:60]}` cannot run without docker")
     if problems and not ignore_run:
         raise DockerfileError(
-            f"{where}: RUN {problems[0]} (use a docker sandbox, install it, or set ignore_run = true "
-            "in --settings)"
+            f"{where}: RUN {problems[0]} (use a docker sandbox, install it, or set ignore_run = true in --settings)"
         )
     if problems:
         layout.notes.append(f"{where}: RUN not honoured (ignore_run): {problems[0]}")
     if present:
-        layout.notes.append(
-            f"{where}: RUN install accepted: {', '.join(present)} already in twin's environment"
-        )
+        layout.notes.append(f"{where}: RUN install accepted: {', '.join(present)} already in twin's environment")
 
 
 def _pip_packages(command: list[str], layout: EnvironmentLayout, context: Path) -> list[str] | None:

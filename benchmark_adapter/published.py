@@ -43,15 +43,11 @@ class PublishedSettings(BaseModel):
     original: str | None = Field(
         default=None, description="Where the original is inside the image (e.g. /app/torch_orig)."
     )
-    assets: str | None = Field(
-        default=None, description="Where the assets are inside the image ('' for none)."
-    )
+    assets: str | None = Field(default=None, description="Where the assets are inside the image ('' for none).")
     output: str | None = Field(
         default=None, description="Where the candidate goes inside the image (e.g. /app/jax_repo)."
     )
-    ignore_run: bool = Field(
-        default=False, description="Accept RUN instructions twin cannot honour, with a note."
-    )
+    ignore_run: bool = Field(default=False, description="Accept RUN instructions twin cannot honour, with a note.")
     source_framework: str = Field(default="torch", description="The stack migrated away from.")
     target_framework: str = Field(default="jax", description="The stack migrated to.")
     forbidden_packages: list[str] | None = Field(
@@ -85,7 +81,7 @@ def task_of_settings_file(path: Path) -> Path:
     """
     settings = read_settings(path)
     if not settings.task:
-        raise TaskError(f"{path} is not a task directory and names no task (task = \"DIR\")")
+        raise TaskError(f'{path} is not a task directory and names no task (task = "DIR")')
     return (path.parent / settings.task).resolve()
 
 
@@ -100,8 +96,7 @@ def load_published_task(root: Path, config: dict, instruction: str, settings_fil
     dockerfile = root / "environment" / "Dockerfile"
     if not dockerfile.is_file():
         raise TaskError(
-            f"task {root.name}: no [metadata.twin] and no environment/Dockerfile: cannot tell where the "
-            "original is"
+            f"task {root.name}: no [metadata.twin] and no environment/Dockerfile: cannot tell where the original is"
         )
     layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run)
     if not layout.copies:
@@ -111,7 +106,9 @@ def load_published_task(root: Path, config: dict, instruction: str, settings_fil
     output = _find_output(root, layout, instruction, settings)
     for laid in layout.copies:
         if _overlaps(laid.inside, output):
-            raise TaskError(f"task {root.name}: the output {output} overlaps {laid.inside}, which the Dockerfile lays out")
+            raise TaskError(
+                f"task {root.name}: the output {output} overlaps {laid.inside}, which the Dockerfile lays out"
+            )
     forbidden = settings.forbidden_packages or [settings.source_framework]
     twin = TwinTaskSettings(
         source_dir=str(_relative(root, original.host)),
@@ -188,7 +185,9 @@ def _find_original(root: Path, layout: EnvironmentLayout, settings: PublishedSet
     )
 
 
-def _find_assets(root: Path, layout: EnvironmentLayout, settings: PublishedSettings, original: LaidOut) -> LaidOut | None:
+def _find_assets(
+    root: Path, layout: EnvironmentLayout, settings: PublishedSettings, original: LaidOut
+) -> LaidOut | None:
     if settings.assets is not None:
         return _chosen(root, layout, settings.assets, "assets") if settings.assets else None
     found = [
@@ -219,7 +218,7 @@ def _find_output(root: Path, layout: EnvironmentLayout, instruction: str, settin
         path = match.group(1).rstrip(".")
         if path.startswith(SYSTEM_PREFIXES) or path == layout.workdir or "." in PurePosixPath(path).name:
             continue
-        if any(_overlaps(path, p) and not PurePosixPath(path) in PurePosixPath(p).parents for p in laid):
+        if any(_overlaps(path, p) and PurePosixPath(path) not in PurePosixPath(p).parents for p in laid):
             continue  # a laid-out path or something inside one
         if path not in named:
             named.append(path)

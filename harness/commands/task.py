@@ -24,9 +24,7 @@ def new_command(
     interface: list[str] = typer.Option(
         None, "--interface", help="Instead of --instruction: a name (or signature) the port must keep; repeatable."
     ),
-    oracle: Path = typer.Option(
-        None, "--oracle", help="A reference JAX solution; it must score at least 0.97."
-    ),
+    oracle: Path = typer.Option(None, "--oracle", help="A reference JAX solution; it must score at least 0.97."),
     name: str = typer.Option(None, "--name", help="Task name (default: the directory's name)."),
     output: str = typer.Option("/app/jax_repo", "--output", help="Where the instruction asks for the port."),
     refresh: bool = typer.Option(

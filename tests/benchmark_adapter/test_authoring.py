@@ -34,8 +34,12 @@ TWIN_PACKAGES = ("harness", "probes", "benchmark_adapter", "evidence_store", "ro
 def published_instruction(tmp: Path) -> Path:
     """mlp-train's instruction with the published layout's paths (the original and assets under /app)."""
     text = (MLP / "instruction.md").read_text()
-    for old, new in (("`/source`", "`/app/torch_orig`"), ("`/assets`", "`/app/checkpoint`"),
-                     ("`/app/mlp_train/`", "`/app/jax_repo/mlp_train/`"), ("in `/app`", "in `/app/jax_repo`")):
+    for old, new in (
+        ("`/source`", "`/app/torch_orig`"),
+        ("`/assets`", "`/app/checkpoint`"),
+        ("`/app/mlp_train/`", "`/app/jax_repo/mlp_train/`"),
+        ("in `/app`", "in `/app/jax_repo`"),
+    ):
         text = text.replace(old, new)
     path = tmp / "instruction.md"
     path.write_text(text)
@@ -43,9 +47,15 @@ def published_instruction(tmp: Path) -> Path:
 
 
 def make_mlp_task(dest: Path, probes: list[Path], **kw):
-    return new_task(dest, source=MLP / "environment" / "source", assets=MLP / "environment" / "assets",
-                    instruction=published_instruction(dest.parent), probes=probes, oracle=MLP / "solution" / "app",
-                    **kw)
+    return new_task(
+        dest,
+        source=MLP / "environment" / "source",
+        assets=MLP / "environment" / "assets",
+        instruction=published_instruction(dest.parent),
+        probes=probes,
+        oracle=MLP / "solution" / "app",
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +103,7 @@ def test_torch_importing_candidates_score_zero(made, tmp_path):
         assert grade.checks["L0.independence.runtime"]["score"] == 0.0
 
 
-CHEAT = '''
+CHEAT = """
 import glob
 FOUND = []
 for pattern in PATTERNS:
@@ -108,10 +118,19 @@ for path in ("/logs/verifier/reward.json", "/tests/spec.json"):
         FOUND.append("wrote " + path)
     except OSError:
         pass
-'''
-ATTACKS = ["/tests/refs/*/ref/manifest.json", "/tests/spec.json", "/proc/1/root/tests/refs/*/ref/*",
-           "/proc/self/root/tests/refs/*/ref/*", "/*/refs/*/ref/*", "/*/*/refs/*/ref/*", "/app/**/arrays.npz",
-           "/scratch/**/manifest.json", "/tmp/**/manifest.json", "/logs/verifier"]
+"""
+ATTACKS = [
+    "/tests/refs/*/ref/manifest.json",
+    "/tests/spec.json",
+    "/proc/1/root/tests/refs/*/ref/*",
+    "/proc/self/root/tests/refs/*/ref/*",
+    "/*/refs/*/ref/*",
+    "/*/*/refs/*/ref/*",
+    "/app/**/arrays.npz",
+    "/scratch/**/manifest.json",
+    "/tmp/**/manifest.json",
+    "/logs/verifier",
+]
 
 
 @pytest.mark.parametrize("patterns, found", [(ATTACKS, False), (["/scratch/probe_driver.py"], True)])
@@ -126,7 +145,9 @@ def test_candidate_cannot_read_references_or_write_the_reward(tmp_path, patterns
         cheat = tmp_path / "cheat"
         shutil.copytree(oracle, cheat)
     model = cheat / "tiny_net" / "model.py"
-    text = model.read_text().replace('    return _linear(params, "out"', '    return (1.0 if FOUND else 2.0) * _linear(params, "out"')
+    text = model.read_text().replace(
+        '    return _linear(params, "out"', '    return (1.0 if FOUND else 2.0) * _linear(params, "out"'
+    )
     model.write_text(text + f"PATTERNS = {patterns!r}\n" + CHEAT)
     grade = run_grader(task, cheat, out_dir=tmp_path / "kept")
     assert grade.checks["forward.predictions"]["score"] == (1.0 if found else 0.0)
@@ -137,10 +158,16 @@ def test_candidate_cannot_read_references_or_write_the_reward(tmp_path, patterns
 def test_grader_fails_closed_without_its_nested_sandbox(tmp_path):
     task = load_task(TINY)
     logs = tmp_path / "logs"
-    env = {"PATH": str(tmp_path), "TESTS_DIR": str(task.tests_dir), "LOGS_DIR": str(logs),
-           "APP_DIR": str(oracle_candidate(task)), "ASSETS_DIR": str(task.assets_dir)}
-    proc = subprocess.run([sys.executable, str(task.tests_dir / "grade.py")], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = {
+        "PATH": str(tmp_path),
+        "TESTS_DIR": str(task.tests_dir),
+        "LOGS_DIR": str(logs),
+        "APP_DIR": str(oracle_candidate(task)),
+        "ASSETS_DIR": str(task.assets_dir),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(task.tests_dir / "grade.py")], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1
     reward = json.loads((logs / "reward.json").read_text())
     assert reward["reward"] == 0.0 and "nested sandbox unavailable" in reward["error"]
@@ -157,8 +184,13 @@ def test_outputs_are_never_read_through_links_or_fifos(tmp_path):
         "import sys, types; sys.path.insert(0, sys.argv[1]); import grade; run = types.SimpleNamespace(); "
         "grade._read_outputs(__import__('pathlib').Path(sys.argv[2]), run); print(run.values, run.arrays)"
     )
-    proc = subprocess.run([sys.executable, "-c", script, str(TINY / "tests"), str(scratch)], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(TINY / "tests"), str(scratch)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "{} {}"
 

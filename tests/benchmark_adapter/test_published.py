@@ -27,7 +27,10 @@ ENV HF_TOKEN=dummy
 LABEL x=y
 CMD ["bash"]
 """
-INSTRUCTION = "Port the PyTorch code in `/app/torch_orig` to JAX. Write it in `/app/jax_repo/`; the weights are in /app/checkpoint/model.safetensors.\n"
+INSTRUCTION = (
+    "Port the PyTorch code in `/app/torch_orig` to JAX. Write it in `/app/jax_repo/`; "
+    "the weights are in /app/checkpoint/model.safetensors.\n"
+)
 
 
 def make_task(root: Path, dockerfile: str = DOCKERFILE, instruction: str | None = INSTRUCTION) -> Path:
@@ -52,7 +55,10 @@ def make_task(root: Path, dockerfile: str = DOCKERFILE, instruction: str | None 
 @pytest.mark.parametrize(
     "text, output",
     [
-        ("Write the port in `/app/jax_repo/`, e.g. /app/jax_repo/net/model.py and /app/jax_repo/net.\n", "/app/jax_repo"),
+        (
+            "Write the port in `/app/jax_repo/`, e.g. /app/jax_repo/net/model.py and /app/jax_repo/net.\n",
+            "/app/jax_repo",
+        ),
         ("Keep /app/torch_orig; write /app/port and /app/jax_port.\n", "/app/jax_port"),
     ],
 )
@@ -196,7 +202,20 @@ def test_grade_takes_settings_and_lays_out_app(tmp_path):
     side.write_text('output = "/app/other_out"\n')
     out = tmp_path / "g.json"
     assert main(["grade", "--task", str(root), "--candidate", str(cand), "--out", str(out)]) == 2
-    assert main(["grade", "--task", str(root), "--settings", str(side), "--candidate", str(cand), "--out", str(out)]) == 0
+    assert (
+        main(["grade", "--task", str(root), "--settings", str(side), "--candidate", str(cand), "--out", str(out)]) == 0
+    )
     import json
 
     assert json.loads(out.read_text())["reward"] == 1.0
+
+
+def test_a_settings_file_stands_for_its_task_in_benches(tmp_path):
+    from harness.bench import TrialSpec
+
+    make_task(tmp_path / "t")
+    side = tmp_path / "my-port.toml"
+    side.write_text('task = "t"\n')
+    assert load_task(side).root == (tmp_path / "t").resolve()
+    assert TrialSpec(task=side, model="m", scaffold="twin", seed=0).task_name == "my-port"
+    assert TrialSpec(task=tmp_path / "t", model="m", scaffold="twin", seed=0).task_name == "t"

@@ -33,7 +33,9 @@ def migrate_tiny_net(model: str) -> list[dict]:
     return [
         plans.call("read_file", path="/app/torch_orig/tiny_net/model.py"),
         plans.call("bash", command="ls /app/checkpoint /source/tiny_net && pwd"),
-        plans.call("write_file", path="/app/jax_repo/tiny_net/__init__.py", content=(ORACLE / "__init__.py").read_text()),
+        plans.call(
+            "write_file", path="/app/jax_repo/tiny_net/__init__.py", content=(ORACLE / "__init__.py").read_text()
+        ),
         plans.call("write_file", path="/app/jax_repo/tiny_net/model.py", content=model),
         plans.call("submit", summary="wrote tiny_net"),
     ]
@@ -106,8 +108,13 @@ def test_bench_runs_a_published_task(tmp_path):
     folder.mkdir()
     plans.write_script(folder / "tiny-net-base.json", [*migrate_tiny_net(MODEL_GOOD)])
     config = BenchConfig(
-        name="p", tasks=[TASK], models=[f"scripted:{folder}/{{task}}-{{scaffold}}.json"], scaffolds=["base"],
-        rounds=1, seeds=1, retry_backoff_s=0,
+        name="p",
+        tasks=[TASK],
+        models=[f"scripted:{folder}/{{task}}-{{scaffold}}.json"],
+        scaffolds=["base"],
+        rounds=1,
+        seeds=1,
+        retry_backoff_s=0,
     )
     results = run_bench(config, tmp_path / "benches")
     (trial,) = results.trials.values()
