@@ -4,9 +4,10 @@ The task is self-contained (nothing in it imports twin) and laid out as publishe
 migration tasks are: `environment/Dockerfile` copies the original (`torch_orig/`)
 and the assets (`checkpoint/`) into `/app`, the instruction asks for the port in
 `/app/jax_repo/`, and `tests/` is a grader generated from the probe files
-(`templates/grader/`). The references are recorded once, here, by running the
-reference side of every probe on the original (working dtype, then float64 or a
-rerun for the noise floor), exactly as `twin probe` would.
+(`templates/grader/`). The references are recorded once, at creation
+(`benchmark_adapter.references`), by running the reference side of every probe
+on the original (working dtype, then float64 or a rerun for the noise floor),
+exactly as `twin probe` would.
 
 Nothing is written unless everything succeeds: the task is built in a staging
 directory next to its destination, loaded back as a published task, its references
@@ -15,9 +16,7 @@ recorded, its oracle (if given) graded, and only then moved into place.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import platform
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
 from benchmark_adapter.published import imports_framework
+from benchmark_adapter.references import record_references
 from benchmark_adapter.task import Task, TaskError, load_task
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -90,7 +90,7 @@ def new_task(
                 f"the instruction names {task.settings.candidate_mount} as the output, not {output}; "
                 "name the output directory in it (or pass --output)"
             )
-        spec = _record(task, sandbox=sandbox, timeout_s=timeout_s)
+        spec = record_references(task, sandbox=sandbox, timeout_s=timeout_s)
         oracle_reward = _grade_oracle(task, sandbox) if oracle is not None else None
         staging.rename(dest)
     except BaseException:
@@ -212,108 +212,6 @@ def copy_grader_library(tests: Path) -> list[Path]:
     return written
 
 
-def _record(task: Task, *, sandbox: str, timeout_s: float) -> dict:
-    """Run the reference side of every probe on the original; write tests/refs and tests/spec.json."""
-    from probes.context import make_context
-    from probes.differential import _prepare, _reference_runs, _slot, probe_names
-
-    tests = task.tests_dir
-    refs = tests / "refs"
-    shutil.rmtree(refs, ignore_errors=True)
-    refs.mkdir()
-    entries = []
-    with tempfile.TemporaryDirectory(prefix="twin-task-new-") as tmp:
-        empty = Path(tmp) / "candidate"
-        empty.mkdir()
-        ctx = make_context(task, empty, sandbox_kind=sandbox, workdir=Path(tmp) / "work", timeout_s=timeout_s)
-        try:
-            for file in sorted((tests / "probes").glob("*.py")):
-                pairs = probe_names(file)
-                entries += _record_file(ctx, file, pairs, refs, _prepare, _reference_runs, _slot)
-                for name, meta in probe_names(file, checks=True).items():
-                    entries.append(_entry(file, name, meta, "check", kind_prefix="check"))
-        finally:
-            ctx.close()
-    spec = {
-        "probes": entries,
-        "forbidden": list(task.settings.forbidden_packages),
-        "app_mount": task.settings.candidate_mount,
-        "assets_mount": task.settings.assets_mount,
-        "seed": ctx.seed,
-        "timeout_s": timeout_s,
-        "env": ctx.side_env(),
-        "recorded_with": _versions(),
-    }
-    (tests / "spec.json").write_text(json.dumps(spec, indent=2))
-    return spec
-
-
-def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_runs, slot_of) -> list[dict]:
-    names = sorted(pairs)
-    if not names:
-        return []
-    root = prepare(ctx, file, names)
-    runs = []
-    for name in names:
-        slot = slot_of(name)
-        runs.append(
-            {"out": f"{slot}/ref", "dtype": ctx.dtype, "make_inputs": True, "name": name, "inputs": f"{slot}/inputs"}
-        )
-        if pairs[name].get("noise", "float64") == "float64":
-            runs.append({"out": f"{slot}/ref64", "dtype": "float64", "name": name, "inputs": f"{slot}/inputs"})
-    timeout = ctx.timeout_s + sum(float(m.get("timeout_s") or 0) for m in pairs.values())
-    results = reference_runs(ctx, root, file, names, runs, timeout)
-    entries = []
-    for name in names:
-        ref, noise_key = results[(name, "ref")], "ref64"
-        if not ref["ok"]:
-            last = (ref.get("trace") or "").strip().splitlines()[-1:] or ["no output"]
-            raise TaskError(
-                f"probe {file.name}:{name or '<file>'}: the reference side failed on the original: {last[0]}"
-            )
-        if not results.get((name, "ref64"), {}).get("ok"):
-            noise_key = "ref2"
-            if not results.get((name, "ref2"), {}).get("ok"):
-                raise TaskError(f"probe {file.name}:{name}: the reference's noise run failed")
-        entry = _entry(file, name, pairs[name], "candidate")
-        src = root / slot_of(name)
-        for part, target in (("inputs", "inputs"), ("ref", "ref"), (noise_key, "noise")):
-            keep = ("inputs.json", "inputs.npz") if part == "inputs" else ("manifest.json", "arrays.npz")
-            (refs / entry["slot"] / target).mkdir(parents=True)
-            for fname in keep:
-                if (src / part / fname).is_file():
-                    shutil.copy2(src / part / fname, refs / entry["slot"] / target / fname)
-        entry["noise"] = "float64" if noise_key == "ref64" else "rerun"
-        entries.append(entry)
-    return entries
-
-
-def _entry(file: Path, name: str, meta: dict, mode: str, kind_prefix: str = "") -> dict:
-    stem = file.stem
-    default_id = f"{stem}.{kind_prefix + '_' if kind_prefix else ''}{name}".rstrip("._") or stem
-    return {
-        "file": f"probes/{file.name}",
-        "name": name,
-        "slot": f"{stem}.{kind_prefix}{'_' if kind_prefix else ''}{name or '_'}",
-        "mode": mode,
-        "id": str(meta.get("id") or default_id),
-        "level": int(meta.get("level", 1)),
-        "compare": meta.get("compare") or {},
-        "component": meta.get("component"),
-        "description": meta.get("description", ""),
-    }
-
-
-def _versions() -> dict:
-    versions = {"python": platform.python_version(), "platform": platform.platform()}
-    for package in ("torch", "numpy"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return versions
-
-
 def _grade_oracle(task: Task, sandbox: str) -> float:
     from benchmark_adapter.grader import oracle_copy, run_grader
 
@@ -336,7 +234,7 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
     (task.tests_dir / "refs").mkdir(exist_ok=True)
     shutil.move(task.tests_dir / "refs", backup / "refs")
     try:
-        spec = _record(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))
+        spec = record_references(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))
         oracle_reward = _grade_oracle(task, sandbox) if task.solution_dir is not None else None
     except BaseException:
         shutil.rmtree(task.tests_dir / "refs", ignore_errors=True)
