@@ -40,6 +40,8 @@ from harness.boundary import SECRET_NAME
 
 SKIPPED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "USER", "SHELL", "HEALTHCHECK", "STOPSIGNAL",
            "MAINTAINER"}  # fmt: skip
+SANDBOX_OWNED_ENV = {"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV",
+                     "TMPDIR", "PYTHONUSERBASE"}  # fmt: skip
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".txz", ".tbz2")
 NOOP_COMMANDS = {"mkdir", "true", "echo", ":"}
 PIP_VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c",
@@ -88,6 +90,8 @@ def read_dockerfile(path: Path, *, ignore_run: bool = False) -> EnvironmentLayou
             for key, val in extract_key_values(True, args, layout.env, value):
                 if SECRET_NAME.search(key):
                     layout.notes.append(f"{where}: ENV {key} not passed on (looks like a secret)")
+                elif key in SANDBOX_OWNED_ENV:
+                    layout.notes.append(f"{where}: ENV {key} not passed on (twin's sandbox sets it)")
                 else:
                     layout.env[key] = val
         elif instruction == "WORKDIR":

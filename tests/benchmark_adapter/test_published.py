@@ -23,7 +23,7 @@ COPY checkpoint $ROOT/checkpoint
 COPY notes.txt run.sh /app/extra/
 WORKDIR $ROOT
 ENV JAX_PLATFORMS=cpu MODE="a b"
-ENV HF_TOKEN=dummy
+ENV HF_TOKEN=dummy PATH=/opt/venv/bin:$PATH
 LABEL x=y
 CMD ["bash"]
 """
@@ -80,6 +80,7 @@ def test_dockerfile_layout_conventions_and_notes(tmp_path):
     notes = "\n".join(layout.notes)
     assert "numpy, jax already in twin's environment" in notes and "torch already" in notes
     assert "HF_TOKEN not passed on" in notes and "LABEL skipped" in notes
+    assert "ENV PATH not passed on (twin's sandbox sets it)" in notes
 
 
 def test_settings_file_chooses_what_conventions_cannot(tmp_path):
