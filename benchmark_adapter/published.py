@@ -55,6 +55,11 @@ class PublishedSettings(BaseModel):
     )
 
 
+def setting_flags(original: str | None, assets: str | None, output: str | None) -> dict[str, str]:
+    """Settings given as command-line flags (`--original-dir` …); those not given are left out."""
+    return {k: v for k, v in {"original": original, "assets": assets, "output": output}.items() if v is not None}
+
+
 def read_settings(path: Path) -> PublishedSettings:
     """Read a settings file.
 
@@ -85,7 +90,13 @@ def task_of_settings_file(path: Path) -> Path:
     return (path.parent / settings.task).resolve()
 
 
-def load_published_task(root: Path, config: dict, instruction: str, settings_file: Path | str | None) -> Task:
+def load_published_task(
+    root: Path,
+    config: dict,
+    instruction: str,
+    settings_file: Path | str | None,
+    overrides: dict[str, str] | None = None,
+) -> Task:
     """A `Task` for a published task directory (see the module docstring).
 
     Raises:
@@ -93,6 +104,11 @@ def load_published_task(root: Path, config: dict, instruction: str, settings_fil
             assets or output that cannot be found (each one line).
     """
     settings = read_settings(Path(settings_file)) if settings_file is not None else PublishedSettings()
+    if overrides:
+        try:
+            settings = PublishedSettings(**{**settings.model_dump(exclude_unset=True), **overrides})
+        except ValidationError as exc:
+            raise TaskError(f"bad setting {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
     dockerfile = root / "environment" / "Dockerfile"
     if not dockerfile.is_file():
         raise TaskError(

@@ -118,7 +118,9 @@ class Task(BaseModel):
         return hidden
 
 
-def load_task(path: str | Path, settings: str | Path | None = None) -> Task:
+def load_task(
+    path: str | Path, settings: str | Path | None = None, overrides: dict[str, str] | None = None
+) -> Task:
     """Load and validate a task directory.
 
     A task without `[metadata.twin]` and without `environment/source/` is read as
@@ -128,6 +130,7 @@ def load_task(path: str | Path, settings: str | Path | None = None) -> Task:
         path: the task directory, or a settings file (`twin.toml`) whose `task` names it.
         settings: a settings file for a published task (original, assets, output), so
             that the task directory itself stays unchanged.
+        overrides: keys of that settings file given directly (flags), on top of it.
 
     Raises:
         TaskError: the directory, task.toml, instruction.md, tests/test.sh or the
@@ -157,14 +160,15 @@ def load_task(path: str | Path, settings: str | Path | None = None) -> Task:
         raise TaskError(f"task {root.name} has no tests/test.sh (the grader)")
     metadata = config.get("metadata", {})
     own_layout = "twin" in metadata or (root / "environment" / "source").is_dir()
-    if settings is not None or not own_layout:
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if settings is not None or overrides or not own_layout:
         if "twin" in metadata:
             raise TaskError(
                 f"task {root.name} has [metadata.twin]: --settings applies to published tasks only"
             )
         from benchmark_adapter.published import load_published_task
 
-        return load_published_task(root, config, instruction.read_text(), settings)
+        return load_published_task(root, config, instruction.read_text(), settings, overrides)
     try:
         settings_ = TwinTaskSettings(**metadata.get("twin", {}))
     except ValidationError as exc:

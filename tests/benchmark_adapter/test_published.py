@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -203,12 +204,14 @@ def test_grade_takes_settings_and_lays_out_app(tmp_path):
     side.write_text('output = "/app/other_out"\n')
     out = tmp_path / "g.json"
     assert main(["grade", "--task", str(root), "--candidate", str(cand), "--out", str(out)]) == 2
-    assert (
-        main(["grade", "--task", str(root), "--settings", str(side), "--candidate", str(cand), "--out", str(out)]) == 0
-    )
-    import json
-
+    grade = ["grade", "--task", str(root), "--candidate", str(cand), "--out", str(out)]
+    assert main([*grade, "--settings", str(side)]) == 0
     assert json.loads(out.read_text())["reward"] == 1.0
+    assert main([*grade, "--output-dir", "/app/other_out"]) == 0
+    assert json.loads(out.read_text())["reward"] == 1.0
+    assert main([*grade, "--output-dir", "/app/port_a"]) == 0
+    assert json.loads(out.read_text())["reward"] == 0.0  # the candidate is at /app/port_a; test.sh looks elsewhere
+    assert main([*grade, "--settings", str(side), "--assets-dir", "/app/nowhere"]) == 2
 
 
 def test_a_settings_file_stands_for_its_task_in_benches(tmp_path):
