@@ -216,11 +216,23 @@ def oracle_candidate(task: Task) -> Path:
 def oracle_copy(task: Task) -> Iterator[Path]:
     """A temporary copy of the oracle candidate, as `solve.sh` would leave it at /app.
 
+    A published task with only `solution/solve.sh` gets it run (`benchmark_adapter.solve`).
+
     Raises:
-        GraderError: the task ships no oracle.
+        GraderError: the task ships no oracle; benchmark_adapter.solve.SolveError: its solve.sh failed.
     """
-    source = oracle_candidate(task)
+    from benchmark_adapter.solve import solve_into, solve_script
+
+    try:
+        source = oracle_candidate(task)
+    except GraderError:
+        if task.environment is None or solve_script(task) is None:
+            raise
+        source = None  # a published task whose oracle is a script: run it
     with tempfile.TemporaryDirectory(prefix="twin-oracle-") as tmp:
         dest = Path(tmp) / "app"
-        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        if source is None:
+            solve_into(task, dest)
+        else:
+            shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
         yield dest

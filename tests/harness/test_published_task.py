@@ -119,3 +119,42 @@ def test_bench_runs_a_published_task(tmp_path):
     results = run_bench(config, tmp_path / "benches")
     (trial,) = results.trials.values()
     assert trial.status == "ok" and trial.rewards == {1: 1.0}
+
+
+@pytest.mark.parametrize(
+    "script, reward",
+    [
+        ("mkdir -p /app/jax_repo && cp -r /solution/files/. /app/jax_repo/ && test -d /app/torch_orig", 1.0),
+        ("cat /tests/test.sh > /app/jax_repo/leak.txt", None),  # the grader is not there to read
+        ("true", None),  # writes nothing
+    ],
+)
+def test_grade_oracle_runs_a_solve_script(tmp_path, capsys, script, reward):
+    task = tmp_path / "tiny-net"
+    shutil.copytree(TASK, task)
+    (task / "solution" / "jax_repo").rename(task / "solution" / "files")
+    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\nset -e\n{script}\n")
+    out = tmp_path / "grade.json"
+    code = main(["grade", "--task", str(task), "--oracle", "--out", str(out)])
+    if reward is None:
+        assert code == 2 and "solve.sh" in capsys.readouterr().err
+    else:
+        assert code == 0 and json.loads(out.read_text())["reward"] == reward
+
+
+def test_role_and_grader_boundaries_lay_out_app_as_the_dockerfile(tmp_path):
+    from benchmark_adapter.task import load_task
+    from harness.workspace import grader_boundary, prepare_workspace, role_boundary
+
+    task = load_task(TASK)
+    ws = prepare_workspace(task, tmp_path / "ws")
+    migrator = role_boundary(task, ws, name="m", write_candidate=True, side="candidate", audit_log=None)
+    inside = {m.inside: m for m in migrator.mounts}
+    assert inside["/app/jax_repo"].writable and inside["/app/jax_repo"].host == ws.candidate.resolve()
+    for path in ("/app/torch_orig", "/source", "/app/checkpoint", "/assets"):
+        assert not inside[path].writable, path
+    assert migrator.is_hidden(TASK / "tests" / "refs") and migrator.is_hidden(TASK / "solution")
+    assert migrator.env.get("JAX_PLATFORMS") == "cpu" and "torch" in migrator.hidden_packages
+    grader = grader_boundary(task, ws.candidate, tmp_path / "logs", audit_log=None)
+    inside = {m.inside for m in grader.mounts}
+    assert {"/app/torch_orig", "/app/checkpoint", "/app/jax_repo", "/tests"} <= inside and "/source" not in inside
