@@ -196,7 +196,8 @@ def test_outputs_are_never_read_through_links_or_fifos(tmp_path):
 
 
 def test_bundled_task_has_the_current_grader_files():
-    assert stale_grader_files(TINY / "tests") == []
+    stale = stale_grader_files(TINY / "tests")
+    assert stale == [], f"refresh with: twin task new {TINY.relative_to(REPO)} --refresh ({stale})"
 
 
 def json_files(folder: Path) -> dict[Path, bytes]:
