@@ -29,8 +29,9 @@ from benchmark_adapter.dockerfile import read_dockerfile
 from benchmark_adapter.task import EnvironmentLayout, LaidOut, Task, TaskError, TwinTaskSettings, task_name
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".npz", ".npy", ".h5", ".msgpack", ".gguf")
-SYSTEM_PREFIXES = ("/usr", "/bin", "/lib", "/etc", "/proc", "/dev", "/sys", "/tmp", "/var", "/tests", "/logs",
-                   "/solution", "/opt", "/root", "/home")  # fmt: skip
+# top-level directories an instruction names that are never the output (system, grader, oracle)
+NOT_OUTPUT_TOPS = {"usr", "bin", "sbin", "lib", "lib64", "etc", "proc", "dev", "sys", "tmp", "var", "tests", "logs",
+                   "solution", "opt", "root", "home", "run", "mnt"}  # fmt: skip
 _PATH = re.compile(r"(?<![\w./-])(/[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)/?")
 
 
@@ -232,7 +233,8 @@ def _find_output(root: Path, layout: EnvironmentLayout, instruction: str, settin
     named = []
     for match in _PATH.finditer(instruction):
         path = match.group(1).rstrip(".")
-        if path.startswith(SYSTEM_PREFIXES) or path == layout.workdir or "." in PurePosixPath(path).name:
+        parts = PurePosixPath(path).parts
+        if parts[1] in NOT_OUTPUT_TOPS or path == layout.workdir or "." in parts[-1]:
             continue
         if any(_overlaps(path, p) and PurePosixPath(path) not in PurePosixPath(p).parents for p in laid):
             continue  # a laid-out path or something inside one

@@ -61,6 +61,7 @@ def make_task(root: Path, dockerfile: str = DOCKERFILE, instruction: str | None 
             "/app/jax_repo",
         ),
         ("Keep /app/torch_orig; write /app/port and /app/jax_port.\n", "/app/jax_port"),
+        ("Read /usr/lib/x and /tmp/scratch, write /optimizer_port (log to /logs/verifier).\n", "/optimizer_port"),
     ],
 )
 def test_output_is_the_directory_the_instruction_names(tmp_path, text, output):
