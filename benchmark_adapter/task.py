@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from benchmark_adapter.interface import TaskInterface
 from harness.errors import TwinError
 
 
@@ -47,6 +49,29 @@ class TwinTaskSettings(BaseModel):
         description="Packages the reference side needs (present there only).",
     )
     allow_network: bool = Field(default=False, description="Whether commands may reach a network.")
+    interface: TaskInterface = Field(
+        default_factory=TaskInterface,
+        description="[metadata.twin.interface]: functions and entry points generic checks are derived from.",
+    )
+    probes: list[Literal["python", "http", "process"]] | None = Field(
+        default=None,
+        description="Probe families that apply ('python', 'http', 'process'); None: inferred from the source.",
+    )
+    services: dict[str, dict] = Field(
+        default_factory=dict,
+        description=(
+            "Per service probe kind ('http', 'process', 'python_api'), how each side is started: "
+            "{'reference': {...}, 'candidate': {...}} driver settings (probes.services.session)."
+        ),
+    )
+    candidate_import_roots: list[str] | None = Field(
+        default=None,
+        description=(
+            "Directories of the candidate (relative to it) put on sys.path, as the instruction says its "
+            "modules are imported (['jax_repo']: jax_repo/model.py is `model`). None: inferred from the "
+            "candidate's layout (probes.layout)."
+        ),
+    )
 
 
 class LaidOut(BaseModel):

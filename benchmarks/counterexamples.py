@@ -1,18 +1,23 @@
-"""Counterexample search against the seeded defects of the flask-to-starlette task.
+"""How many flask-to-starlette seeded defects `twin probe` alone catches with a reproduced counterexample.
 
-For the oracle and each seeded defect, runs the HTTP counterexample-search probe
-over every Bookshop request space with a fixed budget per space, and prints per
-defect whether a confirmed (shrunk, reproduced three times) counterexample was
-found, in which space, its size and the time taken. Usage:
+For the oracle and each seeded defect (`tests/benchmark_adapter/defects/flask_to_starlette.py`),
+runs `twin probe --json` on the candidate, exactly as a user would: the built-in checks and
+the task's bundled library (`probes/library/flask_to_starlette/http.py`: matched requests
+and a counterexample search over each request space, both services in their own sandboxes).
+A defect counts as caught when a search found a counterexample that was shrunk and then
+reproduced three times on a stable original (`search:http:*` violated). Prints one line per
+candidate and the share caught. Usage:
 
-    python benchmarks/counterexamples.py [--sandbox none|bwrap] [--max-examples 200]
-        [--seconds 60] [--seed 0] [--only NAME,...] [--json out.json]
+    python benchmarks/counterexamples.py [--sandbox none|bwrap] [--max-examples 100]
+        [--seconds 60] [--seed 0] [--only NAME,...] [--start N] [--limit N] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,96 +28,107 @@ sys.path.insert(0, str(ROOT))
 
 from benchmark_adapter.defects import apply_defect  # noqa: E402
 from benchmark_adapter.sweep import load_defects  # noqa: E402
-from benchmarks.bookshop_spaces import SIDES, SPACES  # noqa: E402
-from probes.context import make_context  # noqa: E402
-from probes.services.search import counterexample_probe  # noqa: E402
 
 TASK = ROOT / "tasks" / "flask-to-starlette"
 ORACLE = TASK / "solution" / "app"
 
 
 def bookshop_defects():
-    path = ROOT / "tests" / "benchmark_adapter" / "defects" / "flask_to_starlette.py"
-    return load_defects(path)
+    return load_defects(ROOT / "tests" / "benchmark_adapter" / "defects" / "flask_to_starlette.py")
 
 
-def search(candidate: Path, args) -> dict:
-    ctx = make_context(TASK, candidate, sandbox_kind=args.sandbox)
-    probe = counterexample_probe(
-        "http", SIDES, SPACES, max_examples=args.max_examples, seconds=args.seconds, seed=args.seed
-    )
+def probe(candidate: Path, args) -> dict:
+    """`twin probe --json` on one candidate; what it says, condensed."""
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "probe",
+        "--task",
+        str(TASK),
+        "--candidate",
+        str(candidate),
+        "--sandbox",
+        args.sandbox,
+        "--json",
+        "--search-examples",
+        str(args.max_examples),
+        "--search-seconds",
+        str(args.seconds),
+        "--search-seed",
+        str(args.seed),
+    ]
     start = time.monotonic()
-    try:
-        results = probe(ctx)
-    finally:
-        ctx.close()
-    row = {"seconds": round(time.monotonic() - start, 1), "spaces": {}}
-    for result in results:
-        if result.property.id.startswith("search:"):
-            obs = result.observations
-            row["spaces"][result.property.id.split(":", 2)[2]] = {
-                "outcome": str(result.outcome),
-                "size": obs.get("size"),
-                "evaluations": obs.get("evaluations"),
-                "seconds": round(obs.get("seconds", 0.0), 1),
-                "input": obs.get("input"),
-                "differences": obs.get("differences", [])[:2],
-            }
-    found = [(name, s) for name, s in row["spaces"].items() if s["outcome"] == "violated"]
-    row["found"] = bool(found)
+    done = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False
+    )
+    if done.returncode != 0:
+        return {"error": (done.stderr or done.stdout)[-500:], "seconds": round(time.monotonic() - start, 1)}
+    results = json.loads(done.stdout)["results"]
+    violated = [r["property"]["id"] for r in results if r["outcome"] == "violated"]
+    found = [
+        r
+        for r in results
+        if r["property"]["id"].startswith("search:")
+        and r["outcome"] == "violated"
+        and r["observations"]["reproduced"] == 3
+    ]
+    row = {"seconds": round(time.monotonic() - start, 1), "violated": violated, "caught": bool(found)}
     if found:
-        name, best = min(found, key=lambda item: item[1]["size"])
+        best = min(found, key=lambda r: r["observations"]["size"])
+        obs = best["observations"]
         row.update(
-            space=name, size=best["size"], input=best["input"], time_to_first=best["seconds"]
+            space=best["property"]["id"].rsplit(":", 1)[1],
+            size=obs["size"],
+            input=obs["input"],
+            reproductions=obs.get("reproductions"),
+            regression=obs.get("regression"),
         )
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sandbox", default="none", choices=["none", "bwrap"])
-    parser.add_argument("--max-examples", type=int, default=200)
+    parser.add_argument("--sandbox", default="bwrap", choices=["none", "bwrap"])
+    parser.add_argument("--max-examples", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", default="")
+    parser.add_argument("--only", default="", help="comma-separated defect names")
+    parser.add_argument("--start", type=int, default=0, help="skip the first N defects")
+    parser.add_argument("--limit", type=int, default=0, help="at most N defects (a subset)")
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
     defects = bookshop_defects()
     if args.only:
         wanted = set(args.only.split(","))
         defects = [d for d in defects if d.name in wanted]
+    defects = defects[args.start : args.start + args.limit if args.limit else None]
     print(
-        f"budget per space: {args.max_examples} generated inputs, {args.seconds:.0f}s (shrinking included); "
-        f"{len(SPACES)} spaces; sandbox {args.sandbox}; seed {args.seed}"
+        f"twin probe per candidate; search budget per request space: {args.max_examples} inputs, "
+        f"{args.seconds:g}s; sandbox {args.sandbox}; seed {args.seed}"
     )
-    rows = {}
-    oracle = search(ORACLE, args)
-    rows["(oracle)"] = oracle
+    rows = {"(oracle)": probe(ORACLE, args)}
+    oracle = rows["(oracle)"]
     print(
-        f"{'(oracle)':28s} counterexample={'yes' if oracle['found'] else 'no':3s} time={oracle['seconds']}s"
+        f"{'(oracle)':28s} violated={oracle.get('violated', oracle.get('error'))} time={oracle['seconds']}s", flush=True
     )
     with tempfile.TemporaryDirectory(prefix="twin-cx-") as tmp:
         for defect in defects:
-            candidate = apply_defect(ORACLE, defect, Path(tmp) / defect.name)
-            row = search(candidate, args)
+            row = probe(apply_defect(ORACLE, defect, Path(tmp) / defect.name), args)
             rows[defect.name] = row
-            detail = (
-                f"space={row['space']:8s} size={row['size']:4d} chars first-found={row['time_to_first']}s"
-                if row["found"]
-                else ""
-            )
+            detail = f"space={row['space']} size={row['size']}" if row.get("caught") else row.get("error", "")
             print(
-                f"{defect.name:28s} counterexample={'yes' if row['found'] else 'no':3s} "
-                f"time={row['seconds']}s {detail}",
+                f"{defect.name:28s} caught={'yes' if row.get('caught') else 'no':3s} time={row['seconds']}s {detail}",
                 flush=True,
             )
-            if row["found"]:
+            if row.get("caught"):
                 print(f"{'':28s}   {json.dumps(row['input'])}")
-    caught = sum(rows[d.name]["found"] for d in defects)
+    caught = sum(bool(rows[d.name].get("caught")) for d in defects)
+    share = 100.0 * caught / max(1, len(defects))
+    verdict = "nothing violated" if oracle.get("violated") == [] else oracle.get("violated") or oracle.get("error")
     print(
-        f"found a confirmed shrunk counterexample for {caught}/{len(defects)} seeded defects "
-        f"({100.0 * caught / max(1, len(defects)):.0f}%); oracle: "
-        f"{'counterexample found (oracle diverges!)' if oracle['found'] else 'none found'}"
+        f"caught with a reproduced counterexample: {caught}/{len(defects)} seeded defects ({share:.0f}%); "
+        f"oracle: {verdict}"
     )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

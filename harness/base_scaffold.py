@@ -18,9 +18,13 @@ from roles.tools import workbench_tools
 
 
 class BaseScaffold:
-    """Runs R continuation rounds of a single agent."""
+    """Runs R continuation rounds of a single agent.
+
+    Another single-agent scaffold reuses the rounds by overriding `work()`.
+    """
 
     role = "agent"
+    name = "base scaffold"
 
     def __init__(self, session: Session, progress: Progress) -> None:
         self.s = session
@@ -46,10 +50,7 @@ class BaseScaffold:
                 self.s.repo.reset_to(t - 1)
                 self.s.trajectory.set_context(round=t, step=0)
                 self.progress.role(t, self.role)
-                self.agent.run(
-                    prompting.render("base_system"),
-                    prompting.render("base_task", round=t, instruction=self.s.task.instruction),
-                )
+                rs.note = self.work(t)
                 rs.commit = self.s.repo.commit_round(t, "agent")
                 rs.done.append("migrate")
                 rs.model_calls = self.s.budget.spent.calls
@@ -62,6 +63,14 @@ class BaseScaffold:
                     rs.commit = self.s.repo.commit_round(rs.round, "agent (stopped by budget)")
                     rs.note = "stopped by budget"
         state.final_round = state.choice_with_rounds(self.s.config.rounds)
-        state.final_choice = "base scaffold: the last round"
+        state.final_choice = f"{self.name}: the last round"
         state.status = "finished"
         self.s.save()
+
+    def work(self, t: int) -> str:
+        """Round t's agent run, from a fresh conversation; returns a note for the round ('' if none)."""
+        self.agent.run(
+            prompting.render("base_system"),
+            prompting.render("base_task", round=t, instruction=self.s.task.instruction),
+        )
+        return ""

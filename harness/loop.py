@@ -15,12 +15,13 @@ from harness.budget import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
 from harness.progress import Progress
 from harness.session import Session
+from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.migrator import Migrator
 from roles.schemas import Diagnosis, Gap
 from roles.verifier import Verifier
 
-NON_CANDIDATE_KINDS = frozenset({"boundary"})
+NON_CANDIDATE_KINDS = frozenset({"boundary", "localization"})
 
 
 class StopRun(Exception):
@@ -117,7 +118,8 @@ class TwinLoop:
         diagnosis = self.diagnoser.run(
             round=t,
             instruction=self.s.task.instruction,
-            evidence=self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+            evidence=render_localization(self.desk.latest_localization(t - 1))
+            + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
             regressions=self.regression_text(t - 1),
             candidate_files="\n".join(self.s.repo.files()[:300]),
         )
@@ -146,6 +148,7 @@ class TwinLoop:
             diagnosis=self.diagnosis(t).render(),
             evidence=self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t),
         )
+        self.desk.localize()
 
     # ---- bookkeeping -------------------------------------------------------------------------------
     def enter(self, t: int, role: str) -> None:

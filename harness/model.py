@@ -11,6 +11,8 @@ Failures are split by who is to blame:
 - `ModelRequestError`: the request itself was refused (auth, unknown model,
   context window, bad request). Retrying would not help.
 - `ReplayDivergence`: a replayed run asked for something the recording did not.
+- `ModelStopped`: the one answering (a person, an outside program) stopped or gave
+  an unusable answer; the run stops cleanly and can be resumed.
 """
 
 from __future__ import annotations
@@ -144,3 +146,13 @@ class ModelRequestError(TwinError):
 
 class ReplayDivergence(TwinError):
     """A replayed run's request differs from the recording; the message says where."""
+
+
+class ModelStopped(TwinError):
+    """The person or program answering stopped (quit, no reply in time, unusable replies).
+
+    Not a failure of the candidate or of the infrastructure: the run stops cleanly
+    and `twin migrate --resume` continues it.
+    """
+
+    exit_code = 75  # EX_TEMPFAIL: try again later

@@ -4,8 +4,9 @@ Probe files live in `runs/<id>/probes/` (outside the candidate, never mounted
 writable for any role). Running one goes through the probe runner with the
 task's sandboxes (the candidate side with torch absent) and appends every result
 to the evidence store for the current round. `rerun_all()` re-runs the built-in
-checks and every probe written so far, so each round's candidate is judged on the
-same properties as the round before: that is how regressions are seen.
+checks, every counterexample confirmed so far (its regression probe) and every
+probe written so far, so each round's candidate is judged on the same properties
+as the round before: that is how regressions are seen.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class RunProbeDesk:
         audit_log: the run's audit log.
         commit: returns the candidate commit the results are taken on.
         on_recorded: called with the records of every batch.
+        search_budget: the budget of the counterexample searches probe files state
+            (`probes.services.probe_file.SearchBudget`; None: its defaults).
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class RunProbeDesk:
         audit_log: Path | None,
         commit: Callable[[], str | None] = lambda: None,
         on_recorded: RecordedHook | None = None,
+        search_budget=None,
     ) -> None:
         self.task = task
         self.candidate = candidate
@@ -59,6 +63,7 @@ class RunProbeDesk:
         self.audit_log = audit_log
         self.commit = commit
         self.on_recorded = on_recorded
+        self.search_budget = search_budget
         self.round = 0
         probes_dir.mkdir(parents=True, exist_ok=True)
 
@@ -75,9 +80,16 @@ class RunProbeDesk:
         return render_results(self._run_file(path))
 
     def run_checks(self) -> str:
+        from probes.interface_checks import check_plan
         from probes.suite import builtin_checks
 
-        return render_results(self._run(builtin_checks(self.task), origin="builtin"))
+        results = render_results(self._run(builtin_checks(self.task), origin="builtin"))
+        ran, skipped = check_plan(self.task)
+        lines = [results, "", f"ran: {', '.join(ran)}"]
+        if skipped:
+            lines.append("not run on this task (write a probe file with check_ functions for these):")
+            lines += [f"- {line}" for line in skipped]
+        return "\n".join(lines)
 
     def probe_format(self) -> str:
         from probes.suite import PROBE_FILE_FORMAT
@@ -90,15 +102,55 @@ class RunProbeDesk:
         from probes.suite import builtin_checks
 
         records = self._run(builtin_checks(self.task), origin="builtin")
+        records.extend(self._run(self.regression_probes(), origin="regression"))
         for path in sorted(self.probes_dir.glob("*.py")):
             records.extend(self._run_file(path))
         return records
+
+    def regression_probes(self) -> list:
+        """A probe per counterexample confirmed in an earlier round, replaying its shrunk input."""
+        import importlib
+
+        found = {
+            r.property.id: r.context["rerun"]
+            for r in self.store.records()
+            if r.property.id.startswith("regression:") and r.round < self.round and "rerun" in r.context
+        }
+        probes = []
+        for spec in found.values():
+            module, _, name = spec["factory"].partition(":")
+            if module.startswith("probes.services."):  # only twin's own factories are re-run
+                probes.append(getattr(importlib.import_module(module), name)(**spec["options"]))
+        return probes
+
+    def localize(self) -> EvidenceRecord:
+        """Localize over this round's evidence and record it (`probes.round_localization`)."""
+        from probes.round_localization import localize_round
+
+        latest = {r.property.id: r for r in self.store.records(round=self.round)}
+        earlier = [r for r in self.store.records(property_id="localization") if r.round < self.round]
+        result = localize_round(
+            self.task.source_dir.resolve(),
+            list(latest.values()),
+            round=self.round,
+            previous=earlier[-1] if earlier else None,
+        )
+        result.context["candidate_commit"] = self.commit()
+        # Not handed to `on_recorded`: the live tally counts the candidate's own properties.
+        record = EvidenceRecord.from_result(result, run_id=self.run_id, round=self.round)
+        record.record_id = self.store.append(record)
+        return record
+
+    def latest_localization(self, up_to_round: int) -> EvidenceRecord | None:
+        """The latest localization record up to a round (None before the first)."""
+        found = [r for r in self.store.records(property_id="localization") if r.round <= up_to_round]
+        return found[-1] if found else None
 
     def _run_file(self, path: Path) -> list[EvidenceRecord]:
         from probes.suite import load_probe_file
 
         try:
-            probes = load_probe_file(path)
+            probes = load_probe_file(path, self.search_budget)
         except Exception as exc:  # a broken probe file is the probe's fault, not the candidate's
             result = ProbeResult(
                 property=Property(id=f"probe:{path.stem}", kind="differential", level=1),

@@ -11,6 +11,10 @@ last digits between machines, and a replay must still run on another machine.
 The first difference raises `ReplayDivergence` naming the call index, the role
 and the message index; so does asking for more calls than were recorded.
 Replies come back with their recorded token counts and cost 0.
+
+A recording of a resumed run also holds the calls of the step that was cut off
+(the resumed run did that step again from its start); those calls are left out,
+so that replaying such a recording follows the run that finished.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ class ReplayModel:
         self.path = path
         self.name = f"replay:{path}"
         self.label = f"replayed from {path}"
-        self.calls: list[ModelCallRecord] = Trajectory(path).model_calls()
+        self.calls: list[ModelCallRecord] = kept_calls(Trajectory(path).model_calls())
         if not self.calls:
             raise TwinError(f"replay: {path} records no model calls")
         if not 0 <= start <= len(self.calls):
@@ -80,6 +84,54 @@ class ReplayModel:
                 raise ReplayDivergence(f"replay diverged at call {index} (role {role}), {problem}")
             self._next += 1
         return recorded.reply.model_copy(update={"cost_usd": 0.0, "cached": False})
+
+
+def kept_calls(calls: list[ModelCallRecord]) -> list[ModelCallRecord]:
+    """`calls` without those of a role's turn that a resumed run started again.
+
+    Within one turn (same round and role) every request extends the previous one. A
+    request of the same round and role that is no longer than the previous one and
+    opens with the turn's first two messages is the turn starting over after a
+    resume; the cut-off attempt before it is dropped.
+    """
+    kept: list[ModelCallRecord] = []
+    turn: list[ModelCallRecord] = []
+    for call in calls:
+        if turn and (call.round, call.role) == (turn[-1].round, turn[-1].role):
+            messages, last = call.request.messages, turn[-1].request.messages
+            if len(messages) <= len(last) and messages[:2] == turn[0].request.messages[:2]:
+                turn = []  # the earlier attempt at this turn was cut off
+        else:
+            kept += turn
+            turn = []
+        turn.append(call)
+    return kept + turn
+
+
+ROLE_STEP = {"diagnoser": "diagnose", "migrator": "migrate", "verifier": "verify", "agent": "migrate"}
+"""The run step (`RoundState.done`) in which each role's turn happens."""
+
+
+def resume_position(calls: list[ModelCallRecord], done: dict[int, list[str]]) -> int:
+    """Where a resumed run stands in its conversation history: its kept calls of finished steps.
+
+    Args:
+        calls: the run's recorded model calls, in order.
+        done: round -> the steps finished in it (from the run state).
+
+    A resumed run does its first unfinished step again from the start, so the calls of
+    a cut-off turn at the end of the recording do not count.
+    """
+    kept = kept_calls(calls)
+    if not kept:
+        return 0
+    last = kept[-1]
+    if ROLE_STEP.get(last.role, "migrate") in done.get(last.round, []):
+        return len(kept)
+    tail = 0
+    while tail < len(kept) and (kept[-1 - tail].round, kept[-1 - tail].role) == (last.round, last.role):
+        tail += 1
+    return len(kept) - tail
 
 
 def request_difference(

@@ -51,8 +51,8 @@ def reward_by_round(results: BenchResults) -> dict[tuple[str, str], dict[int, tu
     return table
 
 
-def paired_deltas(results: BenchResults, rounds: int) -> dict[str, dict]:
-    """Per model: per-task mean(twin) − mean(base) at `rounds`, with a 95% bootstrap CI of the mean."""
+def paired_deltas(results: BenchResults, rounds: int, baseline: str = "base") -> dict[str, dict]:
+    """Per model: per-task mean(twin) − mean(baseline) at `rounds`, with a 95% bootstrap CI of the mean."""
     by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for trial in scored(results):
         reward = trial.rewards.get(rounds)
@@ -63,9 +63,9 @@ def paired_deltas(results: BenchResults, rounds: int) -> dict[str, dict]:
     for model in sorted({m for m, _, _ in by}):
         tasks = sorted({t for m, t, _ in by if m == model})
         deltas = {
-            task: float(np.mean(by[(model, task, "twin")]) - np.mean(by[(model, task, "base")]))
+            task: float(np.mean(by[(model, task, "twin")]) - np.mean(by[(model, task, baseline)]))
             for task in tasks
-            if by.get((model, task, "twin")) and by.get((model, task, "base"))
+            if by.get((model, task, "twin")) and by.get((model, task, baseline))
         }
         if not deltas:
             continue
@@ -130,15 +130,14 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
         lines.append(f"| {model} | {scaffold} | " + " | ".join(cells) + f" | ${cost[(model, scaffold)]:.4f} |")
     lines += ["", f"![reward by round]({plots['rounds']})", "", f"## Harness − base, paired per task (R={rounds})", ""]
     if deltas:
-        for model, d in deltas.items():
-            lines.append(
-                f"- {model}: mean Δ = {d['mean']:+.4f}, 95% bootstrap CI [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] "
-                f"over {len(d['deltas'])} tasks"
-            )
-            lines += [f"  - {task}: {delta:+.4f}" for task, delta in sorted(d["deltas"].items())]
+        lines += _delta_lines(deltas)
         lines += ["", f"![paired deltas]({plots['deltas']})"]
     else:
         lines.append("No task has both scaffolds scored.")
+    for other in [s for s in results.config.scaffolds if s not in ("twin", "base")]:
+        other_deltas = paired_deltas(results, rounds, baseline=other)
+        lines += ["", f"## Harness − {other}, paired per task (R={rounds})", ""]
+        lines += _delta_lines(other_deltas) if other_deltas else [f"No task has both twin and {other} scored."]
     lines += ["", f"## Round-to-round changes (stable = |Δ| ≤ {band})", ""]
     lines += ["| model | scaffold | rounds | improved | stable | regressed |", "|---|---|---|---|---|---|"]
     for (model, scaffold, r), c in sorted(transitions.items()):
@@ -157,6 +156,17 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
     path = bench.root / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path
+
+
+def _delta_lines(deltas: dict[str, dict]) -> list[str]:
+    lines = []
+    for model, d in deltas.items():
+        lines.append(
+            f"- {model}: mean Δ = {d['mean']:+.4f}, 95% bootstrap CI [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] "
+            f"over {len(d['deltas'])} tasks"
+        )
+        lines += [f"  - {task}: {delta:+.4f}" for task, delta in sorted(d["deltas"].items())]
+    return lines
 
 
 def _mean_cost(results: BenchResults) -> dict[tuple[str, str], float]:
@@ -212,11 +222,10 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
     names["transitions"] = _save(fig, root / "round_transitions.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    colours = {scaffold: f"C{i}" for i, scaffold in enumerate(results.config.scaffolds)}
     for trial in scored(results):
         if trial.reward is not None:
-            ax.scatter(
-                trial.cost_usd, trial.reward, color="C0" if trial.scaffold == "twin" else "C1", label=trial.scaffold
-            )
+            ax.scatter(trial.cost_usd, trial.reward, color=colours.get(trial.scaffold, "C9"), label=trial.scaffold)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=False))
     ax.legend(unique.values(), unique.keys(), fontsize=7)

@@ -23,7 +23,8 @@ from harness.errors import TwinError
 
 STATE_VERSION = 1
 CONFIG_VERSION = 1
-Scaffold = Literal["twin", "base"]
+Scaffold = Literal["twin", "base", "mini-swe-agent"]
+"""Scaffold names; `harness.scaffolds.SCAFFOLDS` maps each to its implementation."""
 Step = Literal["diagnose", "migrate", "verify"]
 STEPS: tuple[Step, ...] = ("diagnose", "migrate", "verify")
 
@@ -37,8 +38,10 @@ class RunConfig(BaseModel):
 
     schema_version: int = Field(default=CONFIG_VERSION, description="config.json format version.")
     task: Path = Field(description="The task directory (Harbor format).")
-    model: str = Field(description="litellm model string, or replay:PATH / scripted:PATH.")
-    scaffold: Scaffold = Field(default="twin", description="'twin' (the loop) or 'base' (one agent).")
+    model: str = Field(description="litellm model string, or replay:PATH, scripted:PATH, inbox:DIR, human.")
+    scaffold: Scaffold = Field(
+        default="twin", description="'twin' (the loop), 'base' (one agent) or 'mini-swe-agent' (its default agent)."
+    )
     rounds: int = Field(default=2, ge=1, le=20, description="Refinement rounds R.")
     seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
     api_base: str | None = Field(default=None, description="Base URL of an OpenAI-compatible server.")
@@ -55,6 +58,9 @@ class RunConfig(BaseModel):
     cache_dir: Path | None = Field(default=None, description="On-disk model response cache.")
     model_retries: int = Field(default=5, ge=0, description="Retries on rate limits, 5xx, time-outs.")
     model_backoff_s: float = Field(default=2.0, ge=0, description="First retry delay (doubles).")
+    model_wait_s: float = Field(
+        default=3600.0, gt=0, description="inbox: seconds to wait for each reply before the run stops (resumable)."
+    )
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: object) -> RunConfig:

@@ -106,7 +106,8 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     Args:
         run: the run directory (config and state already written).
         api_key: provider key; never written anywhere (falls back to $TWIN_API_KEY).
-        replay_from: for a resumed replayed run, the model call to continue from.
+        replay_from: for a resumed run, its kept model calls of finished steps (where `replay:` continues and
+            `inbox:` counts from).
     """
     from harness.workspace import prepare_workspace
 
@@ -128,6 +129,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
         temperature=config.temperature,
         max_retries=config.model_retries,
         backoff_s=config.model_backoff_s,
+        wait_s=config.model_wait_s,
         **({"replay_start": replay_from} if replay_from else {}),
     )
     return Session(run, config, state, task, trajectory, budget, model, repo, workspace)

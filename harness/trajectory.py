@@ -63,9 +63,9 @@ class ModelErrorRecord(_Record):
 
     type: Literal["model_error"] = "model_error"
     model: str = Field(description="Model string as given.")
-    kind: Literal["infra", "request", "replay"] = Field(
+    kind: Literal["infra", "request", "replay", "stopped"] = Field(
         description="'infra': provider/network after retries; 'request': refused; "
-        "'replay': the replayed run diverged."
+        "'replay': the replayed run diverged; 'stopped': the person or program answering stopped."
     )
     error: str = Field(description="The error message.")
     latency_s: float = Field(default=0.0, description="Time spent, retries included.")

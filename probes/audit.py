@@ -226,6 +226,7 @@ def audit_candidate(
     forbidden: list[str],
     source_mount: str = "/source",
     transliteration: bool = True,
+    import_roots: list[str] | None = None,
 ) -> list[Finding]:
     """Every finding of the static audit, sorted by file and line.
 
@@ -235,16 +236,20 @@ def audit_candidate(
         forbidden: the source-framework packages (e.g. ['torch']).
         source_mount: where the original appears inside a sandbox.
         transliteration: also compare syntax trees file against file (slower).
+        import_roots: the candidate's import roots (`probes.layout.import_roots`);
+            None infers them from its layout.
     """
+    from probes.layout import import_roots as roots_of
+    from probes.layout import own_top_names
     from probes.transliteration import find_transliterations
 
     candidate, source = candidate.resolve(), source.resolve()
     forbidden_set = set(forbidden)
-    cand_top = {
-        p.relative_to(candidate).parts[0].removesuffix(".py") for p in python_files(candidate)
-    }
+    roots = roots_of(candidate, import_roots)
+    # Whatever the original calls its modules, a name that resolves to a module of the
+    # candidate's own (under any of its import roots) is the candidate's.
+    cand_top = own_top_names(candidate, roots)
     source_top = {p.relative_to(source).parts[0].removesuffix(".py") for p in python_files(source)}
-    # A module the original provides and the candidate does not is the original's.
     source_modules = source_top - cand_top
     markers = [m for m in {source_mount.rstrip("/") + "/", str(source)} if m not in ("/", "")]
     # Only files that use the source framework need migrating; a verbatim copy of a
@@ -258,9 +263,9 @@ def audit_candidate(
     for path in python_files(candidate):
         rel = str(path.relative_to(candidate))
         text = path.read_text(errors="replace")
-        findings += _PythonAuditor(rel, forbidden_set, source_modules, markers, source_mount).run(
-            text
-        )
+        # A script's own directory is on its sys.path: a sibling is the candidate's too.
+        local = source_modules - {p.stem for p in path.parent.glob("*.py")}
+        findings += _PythonAuditor(rel, forbidden_set, local, markers, source_mount).run(text)
         copied = source_hashes.get(_normalized_hash(text))
         if copied is not None and text.strip():
             findings.append(Finding("vendored", rel, 1, f"a copy of the original's {copied}"))

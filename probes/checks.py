@@ -21,7 +21,8 @@ from probes.audit import audit_candidate
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.differential import probe_names
-from probes.sides import DRIVER, run_side
+from probes.layout import module_name
+from probes.sides import DRIVER, candidate_roots, run_side
 
 IMPORTS = Property(
     id="imports",
@@ -66,10 +67,9 @@ def _check_dir(ctx: ProbeContext, name: str) -> Path:
     return root
 
 
-def _module_of(rel: str) -> str:
-    """'pkg/mod.py' -> 'pkg.mod' (the component a finding in that file names)."""
-    parts = list(Path(rel).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
+def _module_of(ctx: ProbeContext, rel: str) -> str:
+    """'pkg/mod.py' -> 'pkg.mod', as the task imports it (the component a finding in that file names)."""
+    return module_name(rel, candidate_roots(ctx))
 
 
 def imports_check() -> Probe:
@@ -105,7 +105,7 @@ def imports_check() -> Probe:
             if f.kind == "forbidden_import"
         ]
         results = []
-        first_failed = next((_module_of(m.get("where") or m["file"]) for m in failed.values()), None)
+        first_failed = next((_module_of(ctx, m.get("where") or m["file"]) for m in failed.values()), None)
         if not modules:
             results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
         else:
@@ -145,7 +145,7 @@ def imports_check() -> Probe:
                 score=0.0 if findings else 1.0,
                 context={
                     **context,
-                    **({"component": _module_of(findings[0]["file"])} if findings else {}),
+                    **({"component": _module_of(ctx, findings[0]["file"])} if findings else {}),
                 },
                 observations={
                     "findings": findings,
@@ -173,6 +173,7 @@ def audit_check(transliteration: bool = True) -> Probe:
             forbidden=ctx.forbidden("candidate"),
             source_mount=ctx.task.settings.source_mount,
             transliteration=transliteration,
+            import_roots=candidate_roots(ctx),
         )
         results = []
         for kind, prop in AUDIT_PROPERTIES.items():
@@ -238,7 +239,7 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
     runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
     timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
     outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
-    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes)]
+    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes, strict=True)]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:

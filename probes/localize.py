@@ -169,9 +169,25 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
         ctx: the probe context (its `source` is read into the module graph).
         results: results of probes that name their `component` (in `context`).
     """
+    found = localize(ctx.source, results)
+    if found is None:
+        return None
+    context = base_context(ctx, "probes.localize:localization_probe")
+    context["component"] = found["component"]
+    return ProbeResult(property=LOCALIZATION, outcome=Outcome.VIOLATED, context=context, observations=found)
+
+
+def localize(source: Path, results: list[ProbeResult]) -> dict | None:
+    """Where the divergence starts, from results over the original at `source`; None when none diverges.
+
+    Returns:
+        {"component": the first divergent one, "candidates": every violated component with
+        nothing violated below it (best first), "violated_components", "established_below"
+        (components cleared below it), "probes" (violated probes naming it), "message"}.
+    """
     import networkx as nx
 
-    graph = module_graph(ctx.source)
+    graph = module_graph(source)
     # Each probe's component and what it `uses`, as graph nodes where the graph has them.
     resolved = [
         (
@@ -228,21 +244,14 @@ def localize_divergence(ctx, results: list[ProbeResult]) -> ProbeResult | None:
     message = f"first divergent component: {chosen} (violated: {', '.join(probes)})"
     if below:
         message += f"; agrees below it: {', '.join(below)}"
-    context = base_context(ctx, "probes.localize:localization_probe")
-    context["component"] = chosen
-    return ProbeResult(
-        property=LOCALIZATION,
-        outcome=Outcome.VIOLATED,
-        context=context,
-        observations={
-            "component": chosen,
-            "candidates": first,
-            "violated_components": chain,
-            "established_below": below,
-            "probes": probes,
-            "message": message,
-        },
-    )
+    return {
+        "component": chosen,
+        "candidates": first,
+        "violated_components": chain,
+        "established_below": below,
+        "probes": probes,
+        "message": message,
+    }
 
 
 def localization_probe(task_library: bool = True, probe_files: list[str] | None = None):

@@ -21,6 +21,13 @@ from probes.context import ProbeContext, Side
 DRIVER = Path(__file__).with_name("driver.py")
 
 
+def candidate_roots(ctx: ProbeContext) -> list[str]:
+    """The candidate's import roots under its task (declared or inferred), '' last."""
+    from probes.layout import import_roots
+
+    return import_roots(ctx.candidate, ctx.task.settings.candidate_import_roots)
+
+
 def run_side(
     ctx: ProbeContext,
     root: Path,
@@ -47,6 +54,10 @@ def run_side(
     roots = ctx.roots(side)
     root_inside = ctx.inside(side, root)
     own_root = roots["source"] if side == "reference" else roots["candidate"]
+    sys_path = [own_root] if own_root else []
+    if side == "candidate" and own_root:
+        # The candidate's modules are imported the way its task says (probes.layout).
+        sys_path = [f"{own_root.rstrip('/')}/{r}" if r else own_root for r in candidate_roots(ctx)]
     config = {
         "side": mode or side,
         "name": name,
@@ -56,7 +67,7 @@ def run_side(
         "device": ctx.device,
         "precision": ctx.precision,
         "roots": {k: roots[k] for k in ("source", "candidate", "assets")},
-        "sys_path": [own_root] if own_root else [],
+        "sys_path": sys_path,
         "cwd": own_root,
         "forbid": ctx.forbidden(side),
         "runs": [
@@ -70,6 +81,10 @@ def run_side(
             for run in runs
         ],
     }
+    if mode == "imports":
+        from probes.layout import candidate_modules
+
+        config["modules"] = candidate_modules(ctx.candidate, candidate_roots(ctx))
     for run in runs:
         if (root / run["out"]).exists():
             shutil.rmtree(root / run["out"])

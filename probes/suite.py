@@ -1,7 +1,7 @@
 """Assembling and running probes: built-in checks, the bundled library, probe files.
 
 - `builtin_checks(task)`: candidate-side checks every task gets (imports,
-  independence, the static audit).
+  independence, the static audit) and those its declared interface allows.
 - `task_probes(task)`: the bundled probe library for a known task
   (`probes/library/<task name>/*.py`), written from the task's visible parts only.
 - `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`).
@@ -26,9 +26,7 @@ from probes.differential import ProbeFileError, probe_file_probe, probe_names
 
 LIBRARY = Path(__file__).with_name("library")
 PROBE_FILE_FORMAT = (
-    (Path(__file__).with_name("README.md")).read_text()
-    if (Path(__file__).with_name("README.md")).is_file()
-    else ""
+    (Path(__file__).with_name("README.md")).read_text() if (Path(__file__).with_name("README.md")).is_file() else ""
 )
 """The probe-file format, as taught to whoever writes probes (the Verifier role)."""
 
@@ -42,8 +40,16 @@ def _named(probe: Probe, name: str) -> Probe:
 
 
 def builtin_checks(task: Task) -> list[Probe]:
-    """Candidate-side checks and the static audit, for any task."""
-    return [_named(imports_check(), "imports"), _named(audit_check(), "audit")]
+    """Candidate-side checks and the static audit, for any task; and those its declared interface allows.
+
+    `probes.interface_checks.check_plan(task)` says which of the interface's checks run.
+    """
+    from probes.interface_checks import declared_checks, interface_check
+
+    checks = [_named(imports_check(), "imports"), _named(audit_check(), "audit")]
+    if declared_checks(task):
+        checks.append(_named(interface_check(), "interface"))
+    return checks
 
 
 def library_dir(task: Task | str) -> Path:
@@ -60,25 +66,55 @@ def library_files(task: Task | str) -> list[Path]:
     return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
 
 
-def task_probes(task: Task | str) -> list[Probe]:
-    """The bundled probe library of a known task (empty for an unknown one)."""
-    return [probe for path in library_files(task) for probe in load_probe_file(path)]
+def task_probes(task: Task | str, budget=None) -> list[Probe]:
+    """The bundled probe library of a task; for a web app whose library states no requests, a search of its routes.
+
+    Args:
+        budget: a `probes.services.probe_file.SearchBudget` for its counterexample searches.
+    """
+    from probes.services.families import inferred_services
+    from probes.services.probe_file import SearchBudget, read_services, service_probes
+
+    files = library_files(task)
+    probes = [probe for path in files for probe in load_probe_file(path, budget)]
+    if isinstance(task, Task) and not any(read_services(path) for path in files):
+        # Without stated requests, a web app's own routes are searched (probes.services.families).
+        spec = inferred_services(task)
+        if spec is not None:
+            found = service_probes(Path("inferred-routes"), spec, budget or SearchBudget())
+            probes += [_named(probe, "inferred:services") for probe in found]
+    return probes
 
 
-def load_probe_file(path: Path | str) -> list[Probe]:
-    """The differential probes and candidate checks one probe file defines.
+def load_probe_file(path: Path | str, budget=None) -> list[Probe]:
+    """The differential probes, candidate checks and service probes one probe file defines.
+
+    Args:
+        budget: a `probes.services.probe_file.SearchBudget` for the counterexample searches its
+            `SERVICES` states (default: `SearchBudget()`).
 
     Raises:
         ProbeFileError: the file is missing or not a probe file (see `probes/README.md`).
     """
+    from probes.services.probe_file import SearchBudget, read_services, service_probes
+
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ProbeFileError(f"probe file not found: {path}")
-    pairs = probe_names(path)
-    checks = probe_names(path, checks=True)
+    services = read_services(path)
+    try:
+        pairs = probe_names(path)
+        checks = probe_names(path, checks=True)
+    except ProbeFileError as exc:
+        if services is None or "defines no probe" not in str(exc):
+            raise
+        pairs, checks = {}, {}  # a file may state services only
     probes = [_named(probe_file_probe(str(path)), path.stem)] if pairs else []
     if checks:
         probes.append(_named(file_checks(str(path)), f"{path.stem}:checks"))
+    if services is not None:
+        found = service_probes(path, services, budget or SearchBudget())
+        probes += [_named(p, f"{path.stem}:services") for p in found]
     return probes
 
 

@@ -56,22 +56,26 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
     return [
         Tool(
             "write_probe",
-            "Store a matched probe file (reference side and candidate side); see the format in "
-            "your instructions. It is kept outside the candidate.",
+            "Store a probe file: matched probe functions (reference side and candidate side), "
+            "candidate-only checks, or a SERVICES literal of matched requests and request spaces to "
+            "search for counterexamples; see the format in your instructions. It is kept outside the "
+            "candidate.",
             {"name": {"type": "string"}, "source": {"type": "string"}},
             write,
         ),
         Tool(
             "run_probe",
-            "Run a stored probe on the original and on the candidate with the same inputs; the "
-            "outcomes are recorded as evidence and returned.",
+            "Run a stored probe on the original and on the candidate with the same inputs (and its "
+            "counterexample searches, with a fixed budget); the outcomes are recorded as evidence and "
+            "returned. A confirmed counterexample is kept and re-run in every later round.",
             {"name": {"type": "string"}},
             run,
         ),
         Tool(
             "run_checks",
-            "Run the built-in candidate-side checks (imports, independence, parameter tree, "
-            "gradients, jit, entry points, migration audit).",
+            "Run the built-in candidate-side checks: imports, independence and the migration audit "
+            "always; jit-traceability, gradients, parameter tree and entry points only where the task "
+            "declares the functions to check. The result lists what ran and what did not, and why.",
             {},
             checks,
         ),

@@ -132,11 +132,38 @@ def base_plan(task: str) -> list[dict]:
     return replies
 
 
+def shell_write(rel: str, text: str) -> dict:
+    """A bash call that writes /app/<rel> with a quoted here-document."""
+    assert "\nTWIN_EOF\n" not in text
+    folder = str(Path("/app", rel).parent)
+    return call("bash", command=f"mkdir -p {folder} && cat > /app/{rel} <<'TWIN_EOF'\n{text}TWIN_EOF")
+
+
+def mini_swe_agent_plan(task: str) -> list[dict]:
+    """mini-swe-agent has one tool, bash, and submits by echoing its completion marker."""
+    defect = defect_of(task)
+    submit = call("bash", command="echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+    replies = [call("bash", command="ls -R /source /assets | head -50")]
+    replies += [shell_write(rel, text) for rel, text in oracle_files(task, defect).items()]
+    replies += [submit]
+    repair = (
+        "python3 - <<'TWIN_EOF'\nfrom pathlib import Path\n"
+        f"path = Path('/app/{defect.file}')\n"
+        f"path.write_text(path.read_text().replace({defect.new!r}, {defect.old!r}, 1))\nTWIN_EOF"
+    )
+    replies += [call("bash", command=repair), submit]
+    return replies
+
+
+PLANS = {"twin": twin_plan, "base": base_plan, "mini-swe-agent": mini_swe_agent_plan}
+RECORDED = {"twin": list(DEMO_DEFECT), "base": list(DEMO_DEFECT), "mini-swe-agent": ["mlp-train"]}
+
+
 def record(task: str, scaffold: str) -> Path:
     import json
 
     load_task(TASKS / task)
-    plan = twin_plan(task) if scaffold == "twin" else base_plan(task)
+    plan = PLANS[scaffold](task)
     with tempfile.TemporaryDirectory(prefix="twin-record-") as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(plan))
@@ -153,8 +180,9 @@ def record(task: str, scaffold: str) -> Path:
 
 def main(argv: list[str]) -> int:
     for task in argv or list(DEMO_DEFECT):
-        for scaffold in ("twin", "base"):
-            print(f"recorded {record(task, scaffold)}")
+        for scaffold, tasks in RECORDED.items():
+            if task in tasks:
+                print(f"recorded {record(task, scaffold)}")
     return 0
 
 

@@ -15,7 +15,7 @@ def bench_command(
     model: list[str] = typer.Option(
         ..., "--model", help="Model strings (repeat); {task}, {scaffold}, {seed} are filled in."
     ),
-    scaffold: str = typer.Option("twin,base", "--scaffold", help="Comma-separated: twin,base."),
+    scaffold: str = typer.Option("twin,base", "--scaffold", help="Comma-separated: twin,base,mini-swe-agent."),
     rounds: int = typer.Option(2, "--rounds", min=1),
     seeds: int = typer.Option(1, "--seeds", min=1),
     jobs: int = typer.Option(1, "--jobs", min=1, help="Trials at once (local executor)."),
@@ -34,11 +34,12 @@ def bench_command(
     """Run trials over tasks x models x scaffolds x seeds and grade every round."""
     from harness.bench import BenchConfig, run_bench
     from harness.ledger import LedgerLimits
+    from harness.scaffolds import SCAFFOLDS
 
     scaffolds = [s.strip() for s in scaffold.split(",") if s.strip()]
-    unknown = set(scaffolds) - {"twin", "base"}
-    if unknown:
-        raise TwinError(f"unknown scaffold(s) {sorted(unknown)}: choose from twin, base")
+    unknown = set(scaffolds) - set(SCAFFOLDS)
+    if unknown or not scaffolds:
+        raise TwinError(f"unknown scaffold(s) {sorted(unknown)}: choose from {', '.join(SCAFFOLDS)}")
     if executor not in ("local", "ray"):
         raise TwinError(f"unknown executor {executor!r}: choose local or ray")
     config = BenchConfig(

@@ -20,6 +20,7 @@ from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
 from evidence_store.views import CATEGORY_ORDER, Change
+from probes.round_localization import render_localization
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -120,6 +121,9 @@ def show_command(
             title = "latest outcome per property" + (
                 f" after round {round}" if round is not None else ""
             )
+        located = [r for r in store.records(property_id="localization") if round is None or r.round <= round]
+        if located:
+            console.print(render_localization(located[-1]).rstrip(), markup=False)
         console.print(_records_table(title, records))
         summary = store.summary(up_to_round=round)
         counts = ", ".join(f"{n} {name}" for name, n in summary.by_outcome.items())

@@ -13,8 +13,13 @@ from harness.run import RunConfig, RunDir, Scaffold
 
 def migrate_command(
     task: Path = typer.Option(None, "--task", help="Task directory (Harbor format)."),
-    model: str = typer.Option(None, "--model", envvar="TWIN_MODEL", help="litellm model string, or replay:PATH."),
-    scaffold: str = typer.Option("twin", "--scaffold", help="twin (the loop) or base (one agent)."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        envvar="TWIN_MODEL",
+        help="litellm model string, replay:PATH, scripted:PATH, inbox:DIR or human.",
+    ),
+    scaffold: str = typer.Option("twin", "--scaffold", help="twin (the loop), base (one agent) or mini-swe-agent."),
     rounds: int = typer.Option(None, "--rounds", help="Refinement rounds (default 2)."),
     seed: int = typer.Option(None, "--seed", help="Trial seed, recorded with the run."),
     api_base: str = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server."),
@@ -25,6 +30,9 @@ def migrate_command(
     max_wall_s: float = typer.Option(None, "--max-wall-s", help="Wall-time budget in seconds."),
     sandbox: str = typer.Option(None, "--sandbox", help="auto, bwrap, docker or none."),
     model_retries: int = typer.Option(None, "--model-retries", help="Retries of a failed model call."),
+    model_wait_s: float = typer.Option(
+        None, "--model-wait-s", help="inbox: seconds to wait for each reply (also when resuming)."
+    ),
     config: Path = typer.Option(None, "--config", help="TOML file with a [run] table."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", envvar="TWIN_RUNS_DIR"),
     run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
@@ -35,11 +43,15 @@ def migrate_command(
     console = Console()
     if resume:
         run = RunDir.open(resume, runs_dir)
+        if model_wait_s is not None:
+            _override_wait(run, model_wait_s)
     else:
         if task is None or model is None:
             raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
-        if scaffold not in ("twin", "base"):
-            raise TwinError(f"unknown scaffold {scaffold!r}: choose twin or base")
+        from harness.model_factory import check_model
+        from harness.scaffolds import check_scaffold
+
+        check_scaffold(scaffold)
         settings = dict(
             task=task.expanduser().resolve(),
             model=model,
@@ -50,6 +62,7 @@ def migrate_command(
             sandbox=sandbox,
             grade=grade,
             model_retries=model_retries,
+            model_wait_s=model_wait_s,
         )
         budget = {
             k: v
@@ -66,6 +79,7 @@ def migrate_command(
         from benchmark_adapter.task import load_task
 
         load_task(run_config.task)  # refuse a malformed task before anything is written
+        check_model(run_config.model, wait_s=run_config.model_wait_s)
         run = RunDir.create(runs_dir, run_config, run_id)
     outcome = run_migration(run, api_key=api_key, console=console)
     console.print(outcome)
@@ -73,30 +87,42 @@ def migrate_command(
 
 def run_migration(run: RunDir, *, api_key: str | None = None, console: Console | None = None) -> str:
     """Run (or resume) the migration in `run`, grade it, write the summary; return a one-line outcome."""
-    from harness.base_scaffold import BaseScaffold
     from harness.finish import grade_rounds, write_summary
-    from harness.loop import TwinLoop
-    from harness.model import ModelInfraError
+    from harness.model import ModelInfraError, ModelStopped
+    from harness.model_factory import NOT_LIVE, model_kind
     from harness.progress import Progress, RunView
     from harness.sandbox.base import SandboxError
+    from harness.scaffolds import make_scaffold
     from harness.session import open_session
 
     console = console or Console()
     state = run.load_state()
     config = run.load_config()
-    replay_from = state.model_calls if config.model.startswith("replay:") else None
+    kind = model_kind(config.model)
+    replay_from = None
+    if kind in ("replay", "inbox"):
+        from harness.replay import resume_position
+        from harness.trajectory import Trajectory
+
+        done = {r.round: list(r.done) for r in state.rounds}
+        replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(run, api_key=api_key, replay_from=replay_from)
-    if config.model.startswith(("replay:", "scripted:")):
+    if kind in NOT_LIVE:
         console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
-        with Progress(view) as progress:
+        # A person types at the terminal: a live panel redrawing over the prompt would hide it.
+        with Progress(view, live=False if kind == "human" else None) as progress:
             if session.state.status != "finished":
                 session.state.status = "running"
                 session.save()
-                driver = TwinLoop if config.scaffold == "twin" else BaseScaffold
                 try:
-                    driver(session, progress).run()
+                    make_scaffold(config.scaffold, session, progress).run()
+                except ModelStopped as exc:
+                    session.state.status = "stopped"
+                    session.state.stop_reason = f"stopped: {exc}"
+                    session.save()
+                    raise ModelStopped(f"{exc} (resume with: twin migrate --resume {run.root})") from None
                 except (ModelInfraError, SandboxError) as exc:
                     session.state.status = "failed"
                     session.state.stop_reason = f"infrastructure: {exc}"
@@ -123,6 +149,15 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "
         f"{session.state.final_round}, {reward} — {run.summary}"
     )
+
+
+def _override_wait(run: RunDir, wait_s: float) -> None:
+    """Resuming with another --model-wait-s: the run's config says so from now on."""
+    from harness.run import write_text_atomic
+
+    config = run.load_config()
+    config.model_wait_s = RunConfig.build(**{**config.model_dump(), "model_wait_s": wait_s}).model_wait_s
+    write_text_atomic(run.config_path, config.model_dump_json(indent=2))
 
 
 def _load_grades(run: RunDir):

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.model_factory import API_BASE_ENV, API_KEY_ENV, MODEL_ENV
+from harness.model_factory import API_BASE_ENV, API_KEY_ENV, MODEL_ENV, model_kind
 
 PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "openai": ("OPENAI_API_KEY",),
@@ -39,14 +39,14 @@ PROVIDER_BASES: dict[str, str] = {
 }
 """Provider → the environment variable litellm reads a base URL from."""
 
-KEYLESS = {"ollama", "ollama_chat", "replay", "scripted"}
+KEYLESS = {"ollama", "ollama_chat", "replay", "scripted", "inbox", "human"}
 
 
 def provider_of(model: str) -> str:
     """The provider a model string goes to: litellm's prefix, or a guess for bare names."""
-    for prefix in ("replay", "scripted"):
-        if model.startswith(prefix + ":"):
-            return prefix
+    kind = model_kind(model)
+    if kind != "litellm":
+        return kind
     if "/" in model:
         return model.split("/", 1)[0]
     lowered = model.lower()

@@ -35,6 +35,13 @@ def probe_command(
         "highest", "--precision", help="highest, default or bf16 (both sides)."
     ),
     jobs: int = typer.Option(1, "--jobs", help="Probes run at once."),
+    search_examples: int = typer.Option(
+        100, "--search-examples", help="Counterexample search: inputs generated per request space."
+    ),
+    search_seconds: float = typer.Option(
+        60.0, "--search-seconds", help="Counterexample search: seconds per request space (shrinking included)."
+    ),
+    search_seed: int = typer.Option(0, "--search-seed", help="Counterexample search: seed of the drawn inputs."),
     workdir: Path = typer.Option(
         None, "--workdir", help="Keep probe files, inputs and outputs here."
     ),
@@ -55,10 +62,15 @@ def probe_command(
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
     from probes.localize import localize_divergence
+    from probes.services.families import probe_families
+    from probes.services.probe_file import SearchBudget
     from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
 
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
+    if search_examples < 1 or search_seconds <= 0:
+        raise TwinError("--search-examples must be at least 1 and --search-seconds positive")
+    budget = SearchBudget(max_examples=search_examples, seconds=search_seconds, seed=search_seed)
     probe_files = list(probe or [])
     for path in probe_files:
         if not path.expanduser().is_file():
@@ -77,10 +89,10 @@ def probe_command(
     )
     probes = builtin_checks(ctx.task) if builtin else []
     if library:
-        probes += task_probes(ctx.task)
+        probes += task_probes(ctx.task, budget)
     for path in probe_files:
         try:
-            probes += load_probe_file(path)
+            probes += load_probe_file(path, budget)
         except ValueError as exc:
             raise TwinError(str(exc)) from None
     if not probes:
@@ -104,6 +116,7 @@ def probe_command(
                     "task": ctx.task.name,
                     "candidate": str(ctx.candidate),
                     "workdir": str(ctx.workdir),
+                    "probe_families": probe_families(ctx.task),
                     "results": [r.model_dump(mode="json") for r in results],
                 },
                 indent=2,
@@ -111,6 +124,12 @@ def probe_command(
         )
     else:
         _print_table(console, ctx, results)
+        families = probe_families(ctx.task)
+        if families:
+            console.print(
+                "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+                markup=False,
+            )
 
 
 def _print_table(console: Console, ctx, results) -> None:

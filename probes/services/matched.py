@@ -59,6 +59,8 @@ def verdict(
         "reference": _clip(reference),
         "candidate": _clip(candidate),
     }
+    if diffs:
+        observations["message"] = "differs in: " + "; ".join(diffs[:3])[:1200]
     outcome = Outcome.VIOLATED if diffs else Outcome.ESTABLISHED
     return ProbeResult(
         property=prop,

@@ -46,6 +46,8 @@ class SearchOutcome:
     evaluations: int = 0
     seconds: float = 0.0
     reproduced: int = 0
+    reproductions: list[list[str]] = field(default_factory=list)
+    """The differences seen on each of the three re-runs of the shrunk input (empty: it agreed)."""
     reference_stable: bool = True
     cannot_tell: int = 0
     out_of_time: bool = False
@@ -134,6 +136,7 @@ def search_counterexample(
             outcome.reference_stable = False
             continue
         first_reference = first_reference or reference
+        outcome.reproductions.append(diffs[:5])
         if diffs:
             outcome.reproduced += 1
             outcome.differences = diffs
@@ -261,6 +264,10 @@ def _results(ctx, kind, name, sides, cmp, found: SearchOutcome, context, session
         reproduced=found.reproduced,
     )
     observations["regression"] = regression.property.id
+    observations["message"] = (
+        f"counterexample, shrunk to {found.size} characters and reproduced {found.reproduced}/{REPRODUCTIONS}: "
+        f"{json.dumps(found.input, sort_keys=True)[:600]}; differs in: {'; '.join(found.differences[:3])[:900]}"
+    )
     return [
         ProbeResult(
             property=prop,

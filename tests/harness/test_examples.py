@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="replays r
 CASES = [
     pytest.param("mlp-train", "twin", id="mlp-train-twin"),
     pytest.param("mlp-train", "base", id="mlp-train-base", marks=pytest.mark.slow),
+    pytest.param("mlp-train", "mini-swe-agent", id="mlp-train-mini-swe-agent"),
     pytest.param("llama-lora-sft", "twin", id="lora-twin", marks=pytest.mark.slow),
     pytest.param("llama-lora-sft", "base", id="lora-base", marks=pytest.mark.slow),
     pytest.param("llama-paged-serve", "twin", id="serve-twin", marks=pytest.mark.slow),

@@ -97,3 +97,22 @@ def test_metered_model_works_without_trajectory_or_budget():
     model = MeteredModel(Free())
     assert model.label == "free"
     assert model.query([]).content == "ok"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("replay:runs/x", "replay"),
+        ("scripted:s.json", "scripted"),
+        ("inbox:box/", "inbox"),
+        ("human", "human"),
+        ("openai/gpt-4o", "litellm"),
+        ("ollama_chat/qwen2.5-coder:7b", "litellm"),  # a colon in a provider's model name
+        ("humanoid/x", "litellm"),
+        ("litellm:x", "litellm"),
+    ],
+)
+def test_model_kind_selects_the_registry_entry(name, kind):
+    from harness.model_factory import MODEL_KINDS, model_kind
+
+    assert model_kind(name) == kind and kind in MODEL_KINDS

@@ -69,6 +69,7 @@ def test_api_base_and_twin_key(clean_env, capsys):
 def test_keyless_providers(clean_env, capsys):
     assert "not needed" in run(capsys, "--model", "ollama/qwen2.5-coder")[1]
     assert "not needed" in run(capsys, "--model", "replay:runs/x/trajectory.jsonl")[1]
+    assert "not needed" in run(capsys, "--model", "human")[1]
 
 
 @pytest.mark.parametrize(
@@ -79,6 +80,9 @@ def test_keyless_providers(clean_env, capsys):
         ("ollama/qwen2.5-coder", "ollama"),
         ("replay:/a/b.jsonl", "replay"),
         ("scripted:s.yaml", "scripted"),
+        ("inbox:/tmp/box", "inbox"),
+        ("human", "human"),
+        ("ollama_chat/qwen2.5-coder:7b", "ollama_chat"),
         ("claude-3-haiku", "anthropic"),
         ("gpt-4o", "openai"),
         ("mystery", "unknown (litellm decides)"),

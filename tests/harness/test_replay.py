@@ -180,3 +180,52 @@ def _script(tmp_path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps(["ok"]))
     return script
+
+
+def _call(index, role, messages, round=1):
+    from harness.model import ModelReply
+    from harness.trajectory import ModelRequest
+
+    return ModelCallRecord(
+        index=index, role=role, round=round, model="m", request=ModelRequest(messages=messages), reply=ModelReply()
+    )
+
+
+def test_a_resumed_runs_cut_off_turn_is_left_out_of_the_replay():
+    from harness.replay import kept_calls
+
+    start = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    later = [*start, {"role": "assistant", "content": "a"}, {"role": "tool", "tool_call_id": "1", "content": "t"}]
+    calls = [
+        _call(0, "diagnoser", start),
+        _call(1, "migrator", start),
+        _call(2, "migrator", later),  # cut off after this call
+        _call(3, "migrator", start),  # the resumed run starts the turn over
+        _call(4, "migrator", later),
+        _call(5, "verifier", start),
+        _call(6, "migrator", start, round=2),  # a new round's turn is not a restart
+        _call(7, "migrator", [*start[:1], {"role": "user", "content": "other"}], round=2),  # another conversation
+    ]
+    assert [c.index for c in kept_calls(calls)] == [0, 3, 4, 5, 6, 7]
+
+
+def test_resume_position_counts_the_kept_calls_of_finished_steps():
+    from harness.replay import resume_position
+
+    start = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    later = [*start, {"role": "assistant", "content": "a"}]
+    diagnosed = [_call(0, "diagnoser", start)]
+    cut_twice = [
+        *diagnosed,
+        _call(1, "migrator", start),
+        _call(2, "migrator", later),  # first attempt, cut off
+        _call(3, "migrator", start),
+        _call(4, "migrator", later),
+        # the second attempt, cut off as well
+        _call(5, "migrator", [*later, {"role": "tool", "tool_call_id": "x", "content": "t"}]),
+    ]
+    assert resume_position([], {}) == 0
+    assert resume_position(diagnosed, {1: ["diagnose"]}) == 1
+    assert resume_position(cut_twice, {1: ["diagnose"]}) == 1
+    assert resume_position(cut_twice[:5], {1: ["diagnose", "migrate"]}) == 3
+    assert resume_position([_call(0, "agent", start), _call(1, "agent", later)], {}) == 0

@@ -7,3 +7,5 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny"
 CANDIDATES = FIXTURES / "candidates"
+BARE_NAMES = FIXTURES / "bare-names"
+"""A task whose candidate (`solution/app/jax_repo`) imports its siblings by bare name."""

@@ -1,0 +1,193 @@
+"""`--scaffold mini-swe-agent`: the package's agent on twin's model client, sandbox, grading and reports.
+
+Scripted replies drive the runs (labelled as such); what is tested is the wiring.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.bench import BenchDir
+from harness.cli import main
+from harness.commands.migrate import run_migration
+from harness.run import RunConfig, RunDir
+from tests.harness import loop_scripts as plans
+
+pytest.importorskip("minisweagent", reason="mini-swe-agent not installed (pip install 'twin-harness[mini]')")
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="runs use the bwrap sandbox")
+
+REPO = Path(__file__).resolve().parents[2]
+WRITE_CALC = (
+    "mkdir -p /app/calc && printf '' > /app/calc/__init__.py && cat > /app/calc/ops.py <<'EOF'\n"
+    + plans.OPS_BUGGY
+    + "EOF"
+)
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def bash(command: str, content: str = "") -> dict:
+    return {"content": content, "tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+
+
+def mini_two_rounds() -> list:
+    return [
+        bash("ls /source /app; pwd"),
+        bash(WRITE_CALC),
+        "no tool call in this reply",
+        bash("ls /tests /solution; python3 -c 'import torch'"),
+        bash(SUBMIT),
+        bash("sed -i 's/k + 1/k/' /app/calc/ops.py"),
+        bash(SUBMIT),
+    ]
+
+
+def run_tiny(tmp_path, replies, **settings) -> RunDir:
+    model = plans.write_script(tmp_path / "script.json", replies)
+    config = RunConfig.build(task=plans.TINY_TASK, model=model, scaffold="mini-swe-agent", **{"rounds": 2, **settings})
+    run = RunDir.create(tmp_path / "runs", config, "run")
+    run_migration(run)
+    return run
+
+
+def records(run: RunDir, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, run.trajectory.read_text().splitlines()) if r["type"] == kind]
+
+
+def test_two_rounds_in_twins_sandbox_with_the_packages_templates_graded_like_base(tmp_path):
+    from harness.mini_swe import default_config
+
+    run = run_tiny(tmp_path, mini_two_rounds())
+    state = run.load_state()
+    assert state.status == "finished" and state.final_round == 2
+    assert [r.note for r in state.rounds] == ["mini-swe-agent exit: Submitted"] * 2
+    assert [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]] == [0.5, 1.0]
+
+    calls = records(run, "model_call")
+    first = calls[0]["request"]
+    assert [t["function"]["name"] for t in first["tools"]] == ["bash"]
+    config = default_config()["agent"]
+    assert first["messages"][0]["content"] == config["system_template"].rstrip("\n")  # jinja drops the last newline
+    task = (plans.TINY_TASK / "instruction.md").read_text()
+    assert first["messages"][1]["content"].startswith(f"Please solve this issue: {task}")
+    assert "Linux" in first["messages"][1]["content"]
+    # a reply without a tool call gets the package's own format-error message
+    assert "No tool calls found in the response" in calls[3]["request"]["messages"][-1]["content"]
+
+    tools = records(run, "tool_call")
+    ls, _, boundary, *_ = tools
+    assert "/app" in ls["result"] and ls["ok"]
+    assert "cannot access '/tests'" in boundary["result"] and "No module named 'torch'" in boundary["result"]
+    assert not boundary["ok"]
+    assert (run.root / "mini-swe-agent.round-1.traj.json").exists()  # the package's own trajectory too
+
+
+def test_budget_stops_the_run_cleanly_and_keeps_the_round(tmp_path):
+    run = run_tiny(tmp_path, mini_two_rounds(), budget={"max_calls": 3}, grade=False)
+    state = run.load_state()
+    assert state.status == "finished" and state.stop_reason.startswith("budget: calls budget exhausted")
+    assert len(records(run, "model_call")) == 3
+    assert state.rounds[0].commit and state.rounds[0].note == "stopped by budget"
+
+
+def test_a_run_replays_from_its_trajectory(tmp_path):
+    run = run_tiny(tmp_path, mini_two_rounds(), grade=False)
+    config = RunConfig.build(
+        task=plans.TINY_TASK, model=f"replay:{run.trajectory}", scaffold="mini-swe-agent", rounds=2
+    )
+    again = RunDir.create(tmp_path / "replays", config, "replay")
+    run_migration(again)
+    assert [g["reward"] for g in json.loads(again.grades.read_text())["rounds"]] == [0.5, 1.0]
+    assert all(c["label"].startswith("replayed from") for c in records(again, "model_call"))
+
+
+def test_unknown_scaffold_is_one_line_and_exit_2(tmp_path, capsys):
+    code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", "scripted:x.json", "--scaffold", "swe-agent"])
+    assert code == 2
+    assert "unknown scaffold 'swe-agent': choose twin, base, mini-swe-agent" in capsys.readouterr().err
+    code = main(
+        [
+            "bench",
+            "--tasks",
+            str(plans.TINY_TASK),
+            "--model",
+            "m",
+            "--scaffold",
+            "twin,swe",
+            "--benches-dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 2
+
+
+def test_missing_package_is_a_clear_error(monkeypatch):
+    import builtins
+
+    from harness import mini_swe
+    from harness.errors import TwinError
+
+    real_import = builtins.__import__
+
+    def no_mini(name, *args, **kwargs):
+        if name.startswith("minisweagent"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mini)
+    with pytest.raises(TwinError, match=r"pip install 'twin-harness\[mini\]'"):
+        mini_swe.default_config()
+
+
+def test_bench_runs_three_scaffolds_and_the_report_shows_them_side_by_side(tmp_path):
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    plans.write_script(folder / "tiny-calc-twin.json", plans.twin_fix_in_round_two())
+    plans.write_script(folder / "tiny-calc-base.json", plans.base_two_rounds())
+    plans.write_script(folder / "tiny-calc-mini-swe-agent.json", mini_two_rounds())
+    benches = tmp_path / "benches"
+    code = main(
+        [
+            "bench",
+            "--tasks",
+            str(plans.TINY_TASK),
+            "--model",
+            f"scripted:{folder}/{{task}}-{{scaffold}}.json",
+            "--scaffold",
+            "twin,base,mini-swe-agent",
+            "--rounds",
+            "2",
+            "--name",
+            "three",
+            "--benches-dir",
+            str(benches),
+            "--retry-backoff-s",
+            "0",
+        ]
+    )
+    assert code == 0
+    results = BenchDir(benches / "three").load()
+    by_scaffold = {t.scaffold: t for t in results.trials.values()}
+    assert set(by_scaffold) == {"twin", "base", "mini-swe-agent"}
+    assert all(t.status == "ok" for t in by_scaffold.values())
+    assert by_scaffold["mini-swe-agent"].snapshot_rewards == {1: 0.5, 2: 1.0}
+    report = (benches / "three" / "report.md").read_text()
+    for scaffold in ("twin", "base", "mini-swe-agent"):
+        assert f"| {scaffold} | 0.5000 ± 0.0000 | 1.0000 ± 0.0000 |" in report
+    assert "## Harness − mini-swe-agent, paired per task (R=2)" in report
+    assert "scaffolds: twin, base, mini-swe-agent" in report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_bundled_mini_swe_agent_example_replays_and_grades(tmp_path):
+    recording = REPO / "examples" / "mlp-train" / "mini-swe-agent.jsonl"
+    task = REPO / "tasks" / "t2j-mini" / "mlp-train"
+    config = RunConfig.build(task=task, model=f"replay:{recording}", scaffold="mini-swe-agent", rounds=2)
+    run = RunDir.create(tmp_path, config, "replay")
+    run_migration(run)
+    rewards = [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]]
+    assert rewards[0] < rewards[1] and rewards[1] >= 0.97  # round 1's seeded defect, repaired in round 2
