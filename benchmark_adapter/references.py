@@ -89,8 +89,14 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
             keep = ("inputs.json", "inputs.npz") if part == "inputs" else ("manifest.json", "arrays.npz")
             (refs / entry["slot"] / target).mkdir(parents=True)
             for fname in keep:
-                if (src / part / fname).is_file():
-                    shutil.copy2(src / part / fname, refs / entry["slot"] / target / fname)
+                origin, copy = src / part / fname, refs / entry["slot"] / target / fname
+                if fname == "manifest.json" and origin.is_file():
+                    # the structure of the outputs only: no timings, so re-recording the same
+                    # original gives the same files
+                    outputs = json.loads(origin.read_text()).get("outputs", {})
+                    copy.write_text(json.dumps({"outputs": outputs}, indent=1, sort_keys=True))
+                elif origin.is_file():
+                    shutil.copy2(origin, copy)
         entry["noise"] = "float64" if noise_key == "ref64" else "rerun"
         entries.append(entry)
     return entries
