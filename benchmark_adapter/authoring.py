@@ -149,6 +149,7 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
     copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
     if assets is not None:
         copy_without_history(Path(assets), env_dir / ASSETS_NAME)
+    _readable(env_dir)  # sandboxes run as an unprivileged uid: a 0600 checkpoint would be unreadable
     values = dict(
         name=name,
         original_name=ORIGINAL_NAME,
@@ -179,6 +180,13 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         solve = (TEMPLATES / "solve.sh").read_text().replace("__OUTPUT__", output)
         (solution / "solve.sh").write_text(solve.replace("__NAME__", Path(output).name))
         (solution / "solve.sh").chmod(0o755)
+
+
+def _readable(root: Path) -> None:
+    """Make a copied tree readable by everyone (directories traversable), as a checkout would be."""
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
 
 
 def grader_library(tests: Path) -> dict[Path, str]:

@@ -96,7 +96,9 @@ def run_grader(
                 f"candidate {candidate} lies in the task's hidden files; copy it out first "
                 "(the oracle is graded from a copy, see oracle_copy)"
             )
-    logs_dir = Path(tempfile.mkdtemp(prefix="twin-verifier-"))
+    from harness.isolation import scratch_dir
+
+    logs_dir = scratch_dir("twin-verifier-")
     try:
         boundary = grader_boundary(task, candidate, logs_dir, audit_log=audit_log)
         box = make_sandbox(sandbox, boundary)

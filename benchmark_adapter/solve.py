@@ -36,7 +36,7 @@ def solve_into(task: Task, dest: Path, *, sandbox: str = "auto") -> Path:
     """
     from harness.boundary import Boundary, Mount
     from harness.sandbox.registry import make_sandbox
-    from harness.workspace import default_limits, layout_mounts, python_mounts
+    from harness.workspace import default_limits, laid_out_mounts, python_mounts
 
     script = solve_script(task)
     if script is None:
@@ -46,7 +46,7 @@ def solve_into(task: Task, dest: Path, *, sandbox: str = "auto") -> Path:
     mounts = [
         *python_mounts(),
         Mount(host=task.source_dir, inside=settings.source_mount),
-        *layout_mounts(task, aliases=False),
+        *laid_out_mounts(task),
         Mount(host=task.solution_dir, inside="/solution"),
         Mount(host=dest, inside=settings.candidate_mount, writable=True),
     ]

@@ -3,7 +3,10 @@
     python benchmarks/sandbox_overhead.py [--runs 50] [--kind bwrap] [--command true]
 
 The sandbox is a candidate-side role's: the interpreter's mounts, a writable
-candidate, torch hidden, no network, the default limits. The bare run is
+candidate, torch hidden, no network, the default limits, the seccomp filter and,
+as root, the switch to the sandbox uid. The candidate lies where the sandbox uid can
+reach it, as a run directory does (`--staged` puts it where it cannot, so that each
+command first binds it onto a staging path). The bare run is
 `subprocess.run` of the same argv. Both are warmed up first (the pruned
 site-packages is built once and cached).
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.boundary import Boundary, Mount  # noqa: E402
+from harness.isolation import scratch_dir  # noqa: E402
 from harness.sandbox.registry import make_sandbox  # noqa: E402
 from harness.workspace import python_mounts  # noqa: E402
 
@@ -41,8 +45,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--kind", default="bwrap", help="sandbox kind (bwrap, docker, none)")
     parser.add_argument("--command", default="true", help="the trivial command (one word)")
+    parser.add_argument("--staged", action="store_true", help="candidate the sandbox uid cannot reach")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as candidate:
+    base = None if args.staged else scratch_dir("bench-")
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        if base is not None:
+            os.chmod(tmp, 0o711)  # like a run directory: the sandbox uid can pass through
+        candidate = Path(tmp) / "candidate"  # with --staged, under a 0700 directory
+        candidate.mkdir()
         boundary = Boundary(
             name="benchmark",
             mounts=[*python_mounts(), Mount(host=Path(candidate), inside="/app", writable=True)],
@@ -72,6 +82,8 @@ def main() -> int:
         print(f"minimal bwrap (for scale) median {floor:7.2f} ms")
     print(f"sandbox exec             median {boxed:7.2f} ms")
     print(f"overhead                 median {boxed - bare:7.2f} ms (target: under 20 ms)")
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

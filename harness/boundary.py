@@ -39,48 +39,38 @@ class Mount(BaseModel):
 
     host: Path = Field(description="Path on the host (resolved when the boundary is built).")
     inside: str = Field(description="Absolute path where it appears inside the sandbox.")
-    writable: bool = Field(
-        default=False, description="Read-write (only the candidate, for the Migrator)."
-    )
+    writable: bool = Field(default=False, description="Read-write (only the candidate, for the Migrator).")
 
 
 class Limits(BaseModel):
     """Resource limits of one command."""
 
-    wall_s: float = Field(
-        default=600.0, description="Wall time; the process group is killed after it."
-    )
+    wall_s: float = Field(default=600.0, description="Wall time; the process group is killed after it.")
     memory_mb: int = Field(default=8192, description="Address-space limit per process.")
     max_procs: int = Field(default=256, description="Processes/threads the command may create.")
-    output_bytes: int = Field(
-        default=200_000, description="Output kept (head and tail) per stream."
+    output_bytes: int = Field(default=200_000, description="Output kept (head and tail) per stream.")
+    tmp_mb: int = Field(default=1024, description="Size of the private /tmp (a tmpfs).")
+    disk_mb: int = Field(
+        default=2048,
+        description="Disk a writable root may hold, and the largest file a command may write.",
     )
 
 
 class Boundary(BaseModel):
     """What one role, tool or command may see, write and reach."""
 
-    name: str = Field(
-        description="Who this boundary is for, e.g. 'migrator', 'verifier:candidate', 'grader'."
-    )
-    mounts: list[Mount] = Field(
-        default_factory=list, description="Readable roots; at most one writable."
-    )
+    name: str = Field(description="Who this boundary is for, e.g. 'migrator', 'verifier:candidate', 'grader'.")
+    mounts: list[Mount] = Field(default_factory=list, description="Readable roots; at most one writable.")
     hidden: list[Path] = Field(
         default_factory=list,
         description="Host paths that must never be visible (tests, solution, run files).",
     )
     hidden_packages: list[str] = Field(
         default_factory=list,
-        description=(
-            "Top-level Python packages physically absent inside "
-            "(import raises ModuleNotFoundError)."
-        ),
+        description=("Top-level Python packages physically absent inside (import raises ModuleNotFoundError)."),
     )
     network: bool = Field(default=False, description="Whether any network is reachable.")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Environment set inside, explicitly."
-    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment set inside, explicitly.")
     env_allow: list[str] = Field(
         default_factory=list,
         description="Names copied from the harness environment (never API keys).",
@@ -105,21 +95,15 @@ class Boundary(BaseModel):
         for mount in self.mounts:
             mount.host = Path(os.path.realpath(mount.host))
             if not PurePosixPath(mount.inside).is_absolute():
-                raise ValueError(
-                    f"boundary {self.name}: mount point {mount.inside} is not absolute"
-                )
+                raise ValueError(f"boundary {self.name}: mount point {mount.inside} is not absolute")
             mount.inside = os.path.normpath(mount.inside)
         self.hidden = [Path(os.path.realpath(p)) for p in self.hidden]
         for mount in self.mounts:
             if self.is_hidden(mount.host):
-                raise ValueError(
-                    f"boundary {self.name}: mount {mount.inside} lies in a hidden root"
-                )
+                raise ValueError(f"boundary {self.name}: mount {mount.inside} lies in a hidden root")
         for name in [*self.env_allow, *self.env]:
             if SECRET_NAME.search(name):
-                raise ValueError(
-                    f"boundary {self.name}: environment variable {name} looks like a secret"
-                )
+                raise ValueError(f"boundary {self.name}: environment variable {name} looks like a secret")
         if not PurePosixPath(self.workdir).is_absolute():
             raise ValueError(f"boundary {self.name}: workdir {self.workdir} is not absolute")
 
@@ -225,9 +209,7 @@ class Boundary(BaseModel):
         if not mount.writable:
             self.refuse("write", inside_path, f"{mount.inside} is read-only for {self.name}")
         if host.is_file() and os.stat(host).st_nlink > 1:
-            self.refuse(
-                "write", inside_path, "file has several hard links (could alias a hidden file)"
-            )
+            self.refuse("write", inside_path, "file has several hard links (could alias a hidden file)")
         return host
 
     # ---- audit --------------------------------------------------------------------------------

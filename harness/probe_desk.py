@@ -172,7 +172,10 @@ class RunProbeDesk:
             audit_log=self.audit_log,
             candidate_commit=self.commit(),
         )
-        results = run_probes(ctx, probes)
+        try:
+            results = run_probes(ctx, probes)
+        finally:
+            ctx.close()  # the probe work directory goes with it
         for result in results:
             result.context.setdefault("origin", origin)
         return self._record(results)

@@ -16,8 +16,10 @@ and line:
 - `transliteration`: a file that restates one of the original's files statement
   for statement once framework names are normalized (see `probes.transliteration`).
 
-Python is parsed with libcst; other text files (shell scripts, configs) are
-scanned line by line for the same references.
+Python is parsed with libcst. Shell scripts, C/C++ sources and packaging files
+are parsed by `probes.foreign_files` (tree-sitter, tomllib, packaging), so a
+framework named only in a comment is no finding; other text files (configs,
+Dockerfiles) are scanned line by line for the same references.
 """
 
 from __future__ import annotations
@@ -239,6 +241,7 @@ def audit_candidate(
         import_roots: the candidate's import roots (`probes.layout.import_roots`);
             None infers them from its layout.
     """
+    from probes.foreign_files import file_kind, foreign_findings
     from probes.layout import import_roots as roots_of
     from probes.layout import own_top_names
     from probes.transliteration import find_transliterations
@@ -269,7 +272,11 @@ def audit_candidate(
         copied = source_hashes.get(_normalized_hash(text))
         if copied is not None and text.strip():
             findings.append(Finding("vendored", rel, 1, f"a copy of the original's {copied}"))
+    findings += foreign_findings(candidate, forbidden_set, markers=markers, source_mount=source_mount)
     for path in _text_files(candidate):
+        parsed = file_kind(path)  # parsed above, comments told apart
+        if parsed in ("shell", "requirements"):
+            continue
         rel = str(path.relative_to(candidate))
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
             if any(m in line for m in markers):
@@ -281,7 +288,7 @@ def audit_candidate(
                         f"refers to the original: {line.strip()[:80]!r}",
                     )
                 )
-            if re.search(r"\b(pip|uv|conda)\b.*\binstall\b", line) and any(
+            if parsed is None and re.search(r"\b(pip|uv|conda)\b.*\binstall\b", line) and any(
                 re.search(rf"\b{re.escape(f)}\b", line) for f in forbidden_set
             ):
                 findings.append(

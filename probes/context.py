@@ -3,30 +3,32 @@
 A `ProbeContext` says which candidate is examined (host path, commit), where the
 original and the assets are, the working directory for probe files and outputs,
 and the policy applied to both sides alike: sandbox kind, device, precision.
-`sandbox(side)` builds the sandbox of one side: the reference side sees the
-original, the assets and torch; the candidate side sees the candidate and the
-assets, with the forbidden packages physically absent and no network.
-`roots(side)` says where those directories appear inside that side's sandbox.
+`sandbox(side)` builds the sandbox of one side through the isolation policy
+(`harness.isolation.probe_boundary`): the reference side sees the original, the
+assets and torch; the candidate side sees the candidate and the assets, with the
+forbidden packages physically absent and no network. Each side has its own
+directories: `side_work(side)` (writable, its outputs) and `side_given(side)`
+(read-only, the probe file, the driver and the inputs handed to it); neither side
+sees the other's. `roots(side)` says where these appear inside that side's sandbox.
+A work directory twin made itself is removed by `close()` unless `keep` is set.
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from benchmark_adapter.task import Task, load_task
 from harness.errors import TwinError
+from harness.isolation import PROBE_GIVEN, PROBE_WORK, scratch_dir
 
 Side = Literal["reference", "candidate"]
 SANDBOX_KINDS = ("auto", "none", "bwrap")
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("highest", "default", "bf16")
-PROBE_MOUNT = "/probe"
-SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/etc", "/sbin")
+PROBE_MOUNT = PROBE_WORK
 
 
 class ProbeOptionError(TwinError):
@@ -53,6 +55,7 @@ class ProbeContext:
         timeout_s: wall-time limit of one side of one probe file (plus what its probes ask for).
         reference_cache: where reference-side outputs are kept and re-used (they do
             not depend on the candidate); None to always run the reference.
+        keep: keep the work directory after `close()` (always kept when the user named it).
     """
 
     task: Task
@@ -68,6 +71,7 @@ class ProbeContext:
     seed: int = 0
     timeout_s: float = 600.0
     reference_cache: Path | None = None
+    keep: bool = True
     _sandboxes: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -83,35 +87,46 @@ class ProbeContext:
         return "bfloat16" if self.precision == "bf16" else "float32"
 
     def roots(self, side: Side) -> dict[str, str | None]:
-        """Where source, candidate, assets and the probe workdir appear inside `side`."""
+        """Where source, candidate, assets and the side's own work directory appear inside `side`."""
         isolated = self.resolved_sandbox_kind != "none"
         settings = self.task.settings
         assets = None
         if self.assets is not None and self.assets.is_dir():
             assets = settings.assets_mount if isolated else str(self.assets)
+        work = PROBE_WORK if isolated else str(self.side_work(side))
         if side == "reference":
             source = settings.source_mount if isolated else str(self.source)
-            return {
-                "source": source,
-                "candidate": None,
-                "assets": assets,
-                "work": self._work(isolated),
-            }
+            return {"source": source, "candidate": None, "assets": assets, "work": work}
         candidate = settings.candidate_mount if isolated else str(self.candidate)
-        return {
-            "source": None,
-            "candidate": candidate,
-            "assets": assets,
-            "work": self._work(isolated),
-        }
+        return {"source": None, "candidate": candidate, "assets": assets, "work": work}
 
-    def _work(self, isolated: bool) -> str:
-        return PROBE_MOUNT if isolated else str(self.workdir)
+    def side_work(self, side: Side) -> Path:
+        """The host directory only `side` writes (its outputs, its scratch)."""
+        return self.workdir / "sides" / side / "work"
+
+    def side_given(self, side: Side) -> Path:
+        """The host directory of what `side` is handed, read-only (probe file, driver, inputs)."""
+        return self.workdir / "sides" / side / "given"
+
+    def given_root(self, side: Side) -> str:
+        """Where `side_given(side)` appears inside `side`."""
+        return PROBE_GIVEN if self.resolved_sandbox_kind != "none" else str(self.side_given(side))
 
     def inside(self, side: Side, host_path: Path) -> str:
-        """A path under `workdir` as seen inside `side`'s sandbox."""
-        rel = host_path.resolve().relative_to(self.workdir.resolve())
-        return str(Path(self.roots(side)["work"]) / rel)
+        """A path under the side's work or given directory as seen inside `side`'s sandbox.
+
+        Raises:
+            ValueError: the path is in neither (not visible to that side).
+        """
+        host = host_path.resolve()
+        for base, root in (
+            (self.side_work(side), self.roots(side)["work"]),
+            (self.side_given(side), self.given_root(side)),
+        ):
+            base = base.resolve()
+            if host == base or base in host.parents:
+                return str(Path(root) / host.relative_to(base))
+        raise ValueError(f"{host_path} is not visible on the {side} side")
 
     def forbidden(self, side: Side) -> list[str]:
         """Packages refused on `side` (the source framework on the candidate side)."""
@@ -141,51 +156,53 @@ class ProbeContext:
         return self._sandboxes[side]
 
     def _build_sandbox(self, side: Side):
-        from harness.boundary import Boundary, Limits, Mount
+        from harness.isolation import Layout, probe_boundary
+        from harness.workspace import laid_out_mounts
         from harness.sandbox.registry import make_sandbox
 
         kind = self.resolved_sandbox_kind
-        roots = self.roots(side)
-        hosts = {
-            "work": self.workdir,
-            "assets": self.assets,
-            "source": self.source,
-            "candidate": self.candidate,
-        }
-        mounts = [
-            Mount(host=Path(hosts[name]), inside=inside, writable=name == "work")
-            for name, inside in roots.items()
-            if inside is not None
-        ]
-        if kind != "none":
-            from harness.workspace import layout_mounts
-
-            mounts += layout_mounts(self.task, aliases=False)
-            mounts += [Mount(host=Path(d), inside=d) for d in SYSTEM_DIRS if Path(d).exists()]
-            for prefix in {sys.prefix, sys.base_prefix}:
-                if not any(prefix.startswith(d + "/") for d in SYSTEM_DIRS):
-                    mounts.append(Mount(host=Path(prefix), inside=prefix))
-        boundary = Boundary(
-            name=f"probe:{side}",
-            mounts=mounts,
-            # A candidate the user points at inside a hidden root (the oracle under
-            # solution/) stays visible; everything else hidden stays hidden.
-            hidden=[h for h in self.task.hidden_roots if not _contains(h, self.candidate)],
-            hidden_packages=self.forbidden(side),
-            network=False,
-            env=self.side_env(),
-            limits=Limits(wall_s=self.timeout_s),
-            workdir=roots["work"],
+        for path in (self.side_work(side), self.side_given(side)):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o755)
+        settings = self.task.settings
+        layout = Layout(
+            candidate=self.candidate,
+            candidate_mount=settings.candidate_mount,
+            source=self.source,
+            source_mount=settings.source_mount,
+            assets=self.assets if self.assets is not None and self.assets.is_dir() else None,
+            assets_mount=settings.assets_mount,
+            hidden=list(self.task.hidden_roots),
+            forbidden_packages=list(settings.forbidden_packages),
+            laid_out=laid_out_mounts(self.task),
+        )
+        boundary = probe_boundary(
+            layout,
+            side=side,
+            work=self.side_work(side),
+            given=self.side_given(side),
             audit_log=self.audit_log,
+            env=self.side_env(),
+            wall_s=self.timeout_s,
+            isolated=kind != "none",
         )
         # 'none' is a plain subprocess: the forbidden packages stay importable, so the
         # probe driver refuses them with an import hook (real runs use bwrap).
         return make_sandbox(kind, boundary)
 
     def close(self) -> None:
+        """Close both sides' sandboxes; remove the work directory twin made, unless `keep`."""
         for sandbox in self._sandboxes.values():
             sandbox.close()
         self._sandboxes.clear()
+        if not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ProbeContext:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 def _contains(root: Path, path: Path) -> bool:
@@ -200,7 +217,8 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
         task: a loaded task or its directory.
         candidate: the candidate work tree (host path).
         **options: any `ProbeContext` field (sandbox_kind, device, precision,
-            workdir, audit_log, candidate_commit, seed, timeout_s).
+            workdir, audit_log, candidate_commit, seed, timeout_s, keep). Without
+            `workdir`, a fresh one is made and removed by `close()` unless `keep`.
 
     Raises:
         ProbeOptionError: unknown option or value, or the candidate is not a directory.
@@ -219,6 +237,7 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
         "seed",
         "timeout_s",
         "reference_cache",
+        "keep",
     }
     unknown = set(options) - known
     if unknown:
@@ -237,7 +256,12 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
         options["reference_cache"] = Path(options["reference_cache"]).resolve()
         options["reference_cache"].mkdir(parents=True, exist_ok=True)
     workdir = options.pop("workdir", None)
-    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="twin-probe-"))
+    if workdir:
+        options["keep"] = True  # a directory the user named is never removed
+        workdir = Path(workdir)
+    else:
+        options.setdefault("keep", False)
+        workdir = scratch_dir("twin-probe-")
     workdir.mkdir(parents=True, exist_ok=True)
     assets = task.assets_dir if task.assets_dir is not None and task.assets_dir.is_dir() else None
     return ProbeContext(

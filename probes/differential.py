@@ -349,7 +349,7 @@ def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str],
             if (cached / _slot(name) / part).is_dir():
                 shutil.copytree(cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True)
                 if part != "inputs":
-                    reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)")
+                    reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)", side="reference")
     return reference
 
 
@@ -397,6 +397,16 @@ def _decide(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult
         comparison = compare_outputs(ref["output"], cand["output"], noise["output"], meta.get("compare"))
     except ValueError as exc:
         return not_established(prop, f"bad probe metadata: {exc}", context=context)
+    except (KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+        # both manifests passed check_manifest; what still does not fit is the candidate's output
+        return ProbeResult(
+            property=prop,
+            outcome=Outcome.VIOLATED,
+            score=0.0,
+            context=context,
+            trace=f"{type(exc).__name__}: {exc}",
+            observations={"message": "the candidate's output cannot be compared with the reference's"},
+        )
     forbidden = _candidate_forbidden(cand["report"], ctx)
     problems = comparison.failing() + [
         f"candidate imports forbidden {a['module']} at {a['importer']['file']}:{a['importer']['line']}"

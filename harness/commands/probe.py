@@ -45,6 +45,9 @@ def probe_command(
     workdir: Path = typer.Option(
         None, "--workdir", help="Keep probe files, inputs and outputs here."
     ),
+    keep: bool = typer.Option(
+        False, "--keep", help="Keep the temporary probe work directory after the run."
+    ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
     settings: Path = typer.Option(
         None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
@@ -86,50 +89,54 @@ def probe_command(
         precision=precision,
         workdir=workdir,
         audit_log=audit_log,
+        keep=keep,
     )
-    probes = builtin_checks(ctx.task) if builtin else []
-    if library:
-        probes += task_probes(ctx.task, budget)
-    for path in probe_files:
-        try:
-            probes += load_probe_file(path, budget)
-        except ValueError as exc:
-            raise TwinError(str(exc)) from None
-    if not probes:
-        raise TwinError(
-            f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}"
-        )
-    console = Console(stderr=as_json)
-    with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
-
-        def progress(done: int, total: int, _results) -> None:
-            status.update(f"probing {ctx.candidate}: {done}/{total}")
-
-        results = run_probes(ctx, probes, jobs=jobs, progress=progress)
-    found = localize_divergence(ctx, results)
-    if found is not None:
-        results.append(found)
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "task": ctx.task.name,
-                    "candidate": str(ctx.candidate),
-                    "workdir": str(ctx.workdir),
-                    "probe_families": probe_families(ctx.task),
-                    "results": [r.model_dump(mode="json") for r in results],
-                },
-                indent=2,
+    try:
+        probes = builtin_checks(ctx.task) if builtin else []
+        if library:
+            probes += task_probes(ctx.task, budget)
+        for path in probe_files:
+            try:
+                probes += load_probe_file(path, budget)
+            except ValueError as exc:
+                raise TwinError(str(exc)) from None
+        if not probes:
+            raise TwinError(
+                f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}"
             )
-        )
-    else:
-        _print_table(console, ctx, results)
-        families = probe_families(ctx.task)
-        if families:
-            console.print(
-                "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
-                markup=False,
+        console = Console(stderr=as_json)
+        with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
+
+            def progress(done: int, total: int, _results) -> None:
+                status.update(f"probing {ctx.candidate}: {done}/{total}")
+
+            results = run_probes(ctx, probes, jobs=jobs, progress=progress)
+        found = localize_divergence(ctx, results)
+        if found is not None:
+            results.append(found)
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "task": ctx.task.name,
+                        "candidate": str(ctx.candidate),
+                        "workdir": str(ctx.workdir),
+                        "probe_families": probe_families(ctx.task),
+                        "results": [r.model_dump(mode="json") for r in results],
+                    },
+                    indent=2,
+                )
             )
+        else:
+            _print_table(console, ctx, results)
+            families = probe_families(ctx.task)
+            if families:
+                console.print(
+                    "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+                    markup=False,
+                )
+    finally:
+        ctx.close()  # the work directory goes too, unless kept
 
 
 def _print_table(console: Console, ctx, results) -> None:
@@ -156,4 +163,5 @@ def _print_table(console: Console, ctx, results) -> None:
             str(detail)[:200],
         )
     console.print(table)
-    console.print(f"probe files and outputs: {ctx.workdir}")
+    if ctx.keep:
+        console.print(f"probe files and outputs: {ctx.workdir}")

@@ -27,11 +27,15 @@ class ExecResult(BaseModel):
     stderr: str = Field(default="", description="Standard error (head and tail if truncated).")
     timed_out: bool = Field(default=False, description="The wall-time limit killed the command.")
     truncated: bool = Field(default=False, description="Output was cut to the output limit.")
+    exceeded: str | None = Field(
+        default=None,
+        description="A disk limit the command went over ('disk: /app …'); it failed because of it.",
+    )
     duration_s: float = Field(default=0.0, description="Wall time of the command.")
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.exceeded is None
 
 
 class Sandbox(Protocol):

@@ -5,8 +5,14 @@ unless writable), a private `/tmp`, a fresh `/proc` of a new PID namespace and a
 minimal `/dev`. Hidden roots are never mounted (and are covered where they lie
 under a mount); hidden packages are removed from site-packages. The network is
 a new, empty namespace unless the boundary allows it. The environment is built
-from scratch. Capabilities are dropped, except for a grader boundary that must
-start its own nested sandbox (then they are kept inside a user namespace only).
+from scratch.
+
+bubblewrap always runs unprivileged: as twin's own uid, or, when twin is root, as
+the sandbox uid through `setpriv` (`privilege.py`), so nothing inside is ever host
+root or holds a capability. Every command loads the seccomp filter (`seccomp.py`),
+which also refuses further user namespaces, except in a grader boundary whose
+`test.sh` starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`; writable
+roots are watched against `Limits.disk_mb`.
 """
 
 from __future__ import annotations
@@ -14,20 +20,23 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-import stat
 import sys
 from pathlib import Path
 
 from harness.boundary import SECRET_NAME, Boundary, Limits
+from harness.isolation import cache_root
 from harness.sandbox.base import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.process import (
     SYSTEM_PATH,
+    DiskWatch,
     host_prlimit,
     limit_prefix,
     pids_cgroup_available,
     run_limited,
 )
+from harness.sandbox.seccomp import filter_file
 
 
 def bwrap_path() -> str | None:
@@ -71,12 +80,16 @@ class BwrapSandbox:
     def __init__(self, boundary: Boundary) -> None:
         executable = bwrap_path()
         if executable is None:
-            raise SandboxError(
-                "bubblewrap (bwrap) is not installed: install it or pass --sandbox none"
-            )
+            raise SandboxError("bubblewrap (bwrap) is not installed: install it or pass --sandbox none")
         self.boundary = boundary
         self._bwrap = executable
-        self._prefix = self._build_prefix()
+        self._staging = Staging()
+        self._seccomp = filter_file("nested" if boundary.nested_sandbox else "strict", cache_root() / "seccomp")
+        try:
+            self._prefix = self._build_prefix()
+        except BaseException:
+            self._staging.close()
+            raise
         self._prlimit = self._inside_prlimit()
         self._closed = False
 
@@ -104,14 +117,17 @@ class BwrapSandbox:
             "--new-session",
             "--hostname",
             "sandbox",
+            "--cap-drop",
+            "ALL",
         ]
+        # Further user namespaces are refused by the seccomp filter (unshare/clone with
+        # CLONE_NEWUSER, clone3); bwrap's --disable-userns would cost another namespace per command.
         if not b.network:
             args.append("--unshare-net")
-        if not b.nested_sandbox:
-            args += ["--cap-drop", "ALL"]
         # /proc, /dev and the private /tmp first, so that a root granted under /tmp (a venv or a
         # checkout that lives there) is bound on top of the tmpfs instead of hidden by it.
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        tmp_bytes = str(b.limits.tmp_mb * 1024 * 1024)
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", tmp_bytes, "--tmpfs", "/tmp"]
         for mount in sorted(b.mounts, key=lambda m: len(m.inside)):
             if not mount.host.exists():
                 raise SandboxError(f"boundary {b.name}: mount source {mount.host} does not exist")
@@ -119,11 +135,13 @@ class BwrapSandbox:
             if link is not None:
                 args += ["--symlink", link, mount.inside]
                 continue
-            args += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.inside]
+            source = str(self._staging.path(mount.host))
+            args += ["--bind" if mount.writable else "--ro-bind", source, mount.inside]
         args += self._cover_hidden()
         args += self._hide_packages()
         args += ["--remount-ro", "/"]  # only the writable mount and /tmp take writes
-        return args
+        # The launcher: staged sources (as root), then the uid switch, then bubblewrap.
+        return [*self._staging.prefix(), *unprivileged_prefix(), *args]
 
     def _same_symlink(self, mount) -> str | None:
         """The host's link text where a mount repeats a host symlink (`/bin` -> `usr/bin`).
@@ -161,7 +179,11 @@ class BwrapSandbox:
         return args
 
     def _hide_packages(self) -> list[str]:
-        """Replace every site-packages holding a hidden package by its other entries."""
+        """Replace every site-packages holding a hidden package by a separate, pruned copy.
+
+        Raises:
+            SandboxError: the copy cannot be made (never fall back to a weaker hiding).
+        """
         packages = tuple(sorted(self.boundary.hidden_packages))
         if not packages:
             return []
@@ -174,20 +196,12 @@ class BwrapSandbox:
             if not drop:
                 continue
             pruned = pruned_site_dir(site_dir, drop)
-            if pruned is not None:
-                args += ["--ro-bind", str(pruned), inside]
-                continue
-            args += ["--tmpfs", inside]
-            for entry in sorted(os.listdir(site_dir)):
-                if entry in drop:
-                    continue
-                source = site_dir / entry
-                target = f"{inside}/{entry}"
-                if stat.S_ISLNK(os.lstat(source).st_mode):
-                    args += ["--symlink", os.readlink(source), target]
-                else:
-                    args += ["--ro-bind", str(source), target]
-            args += ["--remount-ro", inside]
+            if pruned is None:
+                raise SandboxError(
+                    f"cannot build the copy of {site_dir} without {', '.join(packages)} "
+                    f"under {cache_root()}: set TWIN_CACHE_DIR to a writable directory"
+                )
+            args += ["--ro-bind", str(self._staging.path(pruned)), inside]
         return args
 
     def _inside_prlimit(self) -> str | None:
@@ -217,20 +231,37 @@ class BwrapSandbox:
         limits = self._limits(timeout_s)
         # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
         # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
-        wrapper = (
-            []
-            if pids_cgroup_available()
-            else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
-        )
-        full = [*self._prefix, "--chdir", workdir, "--", *wrapper, *argv]
-        return run_limited(
-            full,
-            env=sandbox_env(self.boundary, env),
-            cwd="/",
-            limits=limits,
-            stdin=stdin,
-            rlimits_in_argv=bool(wrapper),
-        )
+        wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
+        writable_mounts = [m for m in self.boundary.mounts if m.writable]
+        writable = [m.host for m in writable_mounts]
+        for root in writable:
+            settle_writable(root)
+        seccomp = os.open(self._seccomp, os.O_RDONLY)
+        try:
+            full = [
+                *self._prefix,
+                "--seccomp",
+                str(seccomp),
+                "--chdir",
+                workdir,
+                "--",
+                *wrapper,
+                *argv,
+            ]
+            return run_limited(
+                full,
+                env=sandbox_env(self.boundary, env),
+                cwd="/",
+                limits=limits,
+                stdin=stdin,
+                rlimits_in_argv=bool(wrapper),
+                pass_fds=(seccomp,),
+                disk=DiskWatch(writable, limits.disk_mb, [m.inside for m in writable_mounts]) if writable else None,
+            )
+        finally:
+            os.close(seccomp)
+            for root in writable:
+                settle_writable(root)
 
     def _limits(self, timeout_s: float | None) -> Limits:
         if timeout_s is None:
@@ -246,8 +277,9 @@ class BwrapSandbox:
         write_checked(self.boundary, path, data)
 
     def close(self) -> None:
-        """Nothing outlives a command (the PID namespace dies with it); mark the sandbox closed."""
+        """Nothing outlives a command (the PID namespace dies with it); remove staging points."""
         self._closed = True
+        self._staging.close()
 
     def __enter__(self) -> BwrapSandbox:
         return self

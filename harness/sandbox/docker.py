@@ -10,8 +10,11 @@ memory are capped. Containers carry the label `twin.sandbox`; `reap_containers`
 removes any a killed harness left behind.
 
 The interpreter and system roots come from the host (the boundary mounts them at
-the same paths), so the image only has to provide an empty root; it is
-`$TWIN_DOCKER_IMAGE`, else `debian:bookworm-slim`.
+the same paths, site-packages as the pruned copy), so the image only has to provide
+an empty root; it is `$TWIN_DOCKER_IMAGE`, else `twin-base:local`, which twin builds
+once with `docker import` from an empty root filesystem (no registry is needed). The seccomp filter is the bwrap
+sandbox's (`seccomp.docker_profile`); writable roots are handed to the container's
+uid before each command and lose setuid/setgid bits after it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,10 +30,19 @@ from harness.boundary import Boundary
 from harness.sandbox.base import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail
+from harness.sandbox.privilege import settle_writable
+from harness.sandbox.process import (
+    DISK_POLL_S,
+    DISK_RETURNCODE,
+    TIMEOUT_RETURNCODE,
+    DiskWatch,
+    HeadTail,
+)
+from harness.sandbox.seccomp import docker_profile
 
 LABEL = "twin.sandbox"
-DEFAULT_IMAGE = "debian:bookworm-slim"
+DEFAULT_IMAGE = "twin-base:local"
+_BASE_DIRS = ("app", "assets", "dev", "etc", "logs", "proc", "run", "source", "sys", "tests", "tmp")
 _STDIN_INSIDE = "/run/twin-stdin"
 
 
@@ -38,16 +51,13 @@ def _client():
     try:
         import docker
     except ImportError:
-        raise SandboxError(
-            "sandbox 'docker' needs the docker package: pip install 'twin-harness[docker]'"
-        ) from None
+        raise SandboxError("sandbox 'docker' needs the docker package: pip install 'twin-harness[docker]'") from None
     try:
         client = docker.from_env()
         client.ping()
     except Exception as exc:  # the SDK raises several unrelated types for "no engine"
         raise SandboxError(
-            f"no Docker engine reachable ({exc.__class__.__name__}): start Docker "
-            "or use --sandbox bwrap"
+            f"no Docker engine reachable ({exc.__class__.__name__}): start Docker or use --sandbox bwrap"
         ) from None
     return client
 
@@ -71,6 +81,14 @@ def container_config(
     """Keyword arguments of `containers.run` for one command (pure: no engine needed)."""
     volumes: dict[str, dict[str, str]] = {}
     for mount in boundary.mounts:
+        if mount.inside == "/etc" and mount.host.is_dir():
+            # the engine writes /etc/resolv.conf, hosts and hostname itself: bind the entries
+            for entry in sorted(os.listdir(mount.host)):
+                if entry not in ("hosts", "hostname", "resolv.conf"):
+                    volumes[str(mount.host / entry)] = {"bind": f"/etc/{entry}", "mode": "ro"}
+            continue
+        if mount.inside == "/sbin":
+            continue  # the engine's init is mounted at /sbin/docker-init; /usr/sbin has the rest
         volumes[str(mount.host)] = {"bind": mount.inside, "mode": "rw" if mount.writable else "ro"}
     packages = tuple(sorted(boundary.hidden_packages))
     for site_dir in site_dirs() if packages else []:
@@ -84,9 +102,7 @@ def container_config(
     for hidden in boundary.hidden:
         inside = _inside_of(boundary, hidden)
         if inside is not None and hidden.exists():
-            empty = (
-                tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
-            )
+            empty = tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
             volumes[empty] = {"bind": inside, "mode": "ro"}
     if stdin_file is not None:
         volumes[str(stdin_file)] = {"bind": _STDIN_INSIDE, "mode": "ro"}
@@ -102,10 +118,18 @@ def container_config(
         network_mode="bridge" if boundary.network else "none",
         user=container_user(),
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
+        security_opt=[
+            "no-new-privileges",
+            "seccomp=" + docker_profile("nested" if boundary.nested_sandbox else "strict"),
+        ],
         read_only=True,
-        tmpfs={"/tmp": "rw,nosuid,nodev,size=1g"},
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m"},
         pids_limit=limits.max_procs,
+        ulimits=[
+            {"Name": "as", "Soft": limits.memory_mb << 20, "Hard": limits.memory_mb << 20},
+            {"Name": "core", "Soft": 0, "Hard": 0},
+            {"Name": "fsize", "Soft": limits.disk_mb << 20, "Hard": limits.disk_mb << 20},
+        ],
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
         labels={LABEL: "1", f"{LABEL}.boundary": boundary.name},
@@ -132,6 +156,8 @@ class DockerSandbox:
         self.boundary = boundary
         self.image = image or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
         self._client = _client()
+        if self.image == DEFAULT_IMAGE:
+            ensure_base_image(self._client)
         self._closed = False
 
     def exec(
@@ -165,7 +191,14 @@ class DockerSandbox:
                 stdin_file=stdin_file,
                 scratch=Path(scratch),
             )
-            return self._run(config, wall)
+            writable = [m.host for m in self.boundary.mounts if m.writable]
+            for root in writable:
+                settle_writable(root)
+            try:
+                return self._run(config, wall)
+            finally:
+                for root in writable:
+                    settle_writable(root)
 
     def _run(self, config: dict, wall: float) -> ExecResult:
         start = time.monotonic()
@@ -174,6 +207,26 @@ class DockerSandbox:
         except Exception as exc:
             raise SandboxError(f"docker could not start the command: {exc}") from None
         timed_out = False
+        writable = [m for m in self.boundary.mounts if m.writable]
+        disk = DiskWatch(
+            [m.host for m in writable], self.boundary.limits.disk_mb, [m.inside for m in writable]
+        )
+        over: list[str] = []
+        finished = threading.Event()
+
+        def watch_disk() -> None:
+            while not finished.wait(DISK_POLL_S):
+                reason = disk.over()
+                if reason is not None:
+                    over.append(reason)
+                    try:
+                        container.kill()
+                    except Exception:
+                        pass
+                    return
+
+        if writable:
+            threading.Thread(target=watch_disk, daemon=True).start()
         try:
             try:
                 status = container.wait(timeout=wall)
@@ -191,14 +244,21 @@ class DockerSandbox:
             for chunk in container.logs(stdout=False, stderr=True, stream=True):
                 err.feed(chunk)
         finally:
+            finished.set()
             container.remove(force=True)
+        exceeded = over[0] if over else (disk.over() if writable else None)
+        stderr = err.text()
+        if exceeded is not None:
+            returncode = DISK_RETURNCODE
+            stderr += f"\ntwin: the command was stopped: {exceeded}\n"
         return ExecResult(
             returncode=returncode,
             stdout=out.text(),
-            stderr=err.text(),
+            stderr=stderr,
             timed_out=timed_out,
             truncated=out.truncated or err.truncated,
             duration_s=time.monotonic() - start,
+            exceeded=exceeded,
         )
 
     def read_file(self, path: str) -> bytes:
@@ -213,6 +273,35 @@ class DockerSandbox:
         """Remove any container of this sandbox that is still there."""
         self._closed = True
         reap_containers(self._client, boundary=self.boundary.name)
+
+
+def ensure_base_image(client) -> str:
+    """Build `twin-base:local` (an empty root with mount points) with `docker import` if missing.
+
+    Raises:
+        SandboxError: the engine refused the import.
+    """
+    import io
+    import tarfile
+
+    try:
+        client.images.get(DEFAULT_IMAGE)
+        return DEFAULT_IMAGE
+    except Exception:  # docker.errors.ImageNotFound, without importing the SDK's errors here
+        pass
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in _BASE_DIRS:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o1777 if name == "tmp" else 0o755
+            tar.addfile(info)
+    repository, tag = DEFAULT_IMAGE.split(":")
+    try:
+        client.api.import_image_from_data(buffer.getvalue(), repository=repository, tag=tag)
+    except Exception as exc:
+        raise SandboxError(f"cannot build the local image {DEFAULT_IMAGE}: {exc}") from None
+    return DEFAULT_IMAGE
 
 
 def reap_containers(client=None, *, boundary: str | None = None) -> int:

@@ -4,8 +4,7 @@ Hiding a package by mounting an empty directory over it does not work: Python th
 imports it as an empty namespace package. A hidden package's directory, its modules,
 its distribution metadata and the other top-level names of the same distribution
 (`torch` ships `functorch` and `torchgen`) must not be there at all. The sandbox
-therefore mounts an empty directory over site-packages and binds every *other*
-entry back.
+therefore mounts, over site-packages, a separate copy of it without them.
 """
 
 from __future__ import annotations
@@ -20,6 +19,8 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
+
+from harness.isolation import cache_root
 
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -87,40 +88,36 @@ def hidden_entries(site_dir: Path, packages: tuple[str, ...]) -> frozenset[str]:
     return frozenset(hidden)
 
 
-def cache_root() -> Path:
-    """Where twin keeps derived, disposable files (`$TWIN_CACHE_DIR`, else ~/.cache/twin)."""
-    configured = os.environ.get("TWIN_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "twin"
-
-
 def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
-    """A copy of `site_dir` without `drop`, made of hard links (built once, then reused).
+    """A separate copy of `site_dir` without `drop` (built once, then reused).
 
+    A copy, not hard links: a write through the copy must never reach the live
+    environment, and nothing in it may be writable by the sandbox uid (the files keep
+    their owner, root when twin runs as root, and lose group and other write bits).
     Mounting one such directory over site-packages costs one mount, where binding each
-    kept entry back costs hundreds. The key covers the directory's modification time, so
-    installing or removing a package builds a fresh copy. Returns None where hard links
-    cannot be made (the cache is on another filesystem), and the caller binds entries.
+    kept entry back costs hundreds. The key covers the directory's modification time,
+    so installing or removing a package builds a fresh copy. Returns None where the
+    copy cannot be made; the sandbox then refuses to start.
     """
     root = cache_root() / "site-packages"
     st = site_dir.stat()
     key = hashlib.sha256(
-        "\0".join([str(site_dir), str(st.st_mtime_ns), *sorted(drop)]).encode()
+        "\0".join(["copy-v2", str(site_dir), str(st.st_mtime_ns), *sorted(drop)]).encode()
     ).hexdigest()[:16]
     target = root / key
     if target.is_dir():
         return target
     try:
         root.mkdir(parents=True, exist_ok=True)
-        if root.stat().st_dev != st.st_dev:
-            return None
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
         if kept:
             subprocess.run(
-                ["cp", "-al", "--", *kept, str(staging)], check=True, capture_output=True
+                ["cp", "-a", "--no-preserve=links", "--", *kept, str(staging)],
+                check=True,
+                capture_output=True,
             )
+        subprocess.run(["chmod", "-R", "go-w", "--", str(staging)], check=True, capture_output=True)
         staging.chmod(0o755)
         try:
             staging.rename(target)

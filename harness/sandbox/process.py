@@ -29,6 +29,9 @@ from harness.boundary import Limits
 from harness.sandbox.base import ExecResult, SandboxError
 
 TIMEOUT_RETURNCODE = 124
+DISK_RETURNCODE = 125
+DISK_POLL_S = 0.2
+_DISK_MAX_ENTRIES = 200_000
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 _STALE_CGROUP_S = 300.0
@@ -130,6 +133,57 @@ def _sweep_stale(parent: Path) -> None:
             pass
 
 
+class DiskWatch:
+    """Watches the writable roots of one command against a disk cap.
+
+    Polled while the command runs (the command is killed once a root holds more than
+    the cap) and once more when it ends. Usage counts allocated blocks, so a sparse
+    file costs what it really takes; a tree of more than `_DISK_MAX_ENTRIES` entries
+    counts as over the cap too (inodes are disk as well).
+    """
+
+    def __init__(self, roots: list[Path], cap_mb: int, labels: list[str] | None = None) -> None:
+        self.roots = roots
+        self.labels = labels or ["a writable root"] * len(roots)
+        self.cap = cap_mb * 1024 * 1024
+        self.cap_mb = cap_mb
+
+    def over(self) -> str | None:
+        """Why a root is over its cap (naming the root as seen inside), or None."""
+        for root, label in zip(self.roots, self.labels, strict=True):
+            used, entries = _usage(root)
+            if entries > _DISK_MAX_ENTRIES:
+                return f"disk: {label} holds more than {_DISK_MAX_ENTRIES} entries"
+            if used >= self.cap:  # at the cap, writes were refused: no file may reach it
+                mib = used // (1024 * 1024)
+                return f"disk: {label} holds {mib} MiB, reaching its cap of {self.cap_mb} MiB"
+        return None
+
+
+def _usage(root: Path) -> tuple[int, int]:
+    """Allocated bytes and entry count under `root` (iterative, no links followed, one device)."""
+    try:
+        dev = os.lstat(root).st_dev
+    except OSError:
+        return 0, 0
+    stack, used, entries = [os.fspath(root)], 0, 0
+    while stack and entries <= _DISK_MAX_ENTRIES:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False) and st.st_dev == dev:
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return used, entries
+
+
 def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[str]:
     """`prlimit` arguments setting the per-process limits in front of a command.
 
@@ -140,7 +194,8 @@ def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[st
     if prlimit is None:
         return []
     memory = limits.memory_mb * 1024 * 1024
-    args = [prlimit, f"--as={memory}", "--core=0"]
+    fsize = limits.disk_mb * 1024 * 1024
+    args = [prlimit, f"--as={memory}", "--core=0", f"--fsize={fsize}"]
     if nproc:
         args.append(f"--nproc={limits.max_procs}")
     return [*args, "--"]
@@ -163,11 +218,16 @@ def run_limited(
     limits: Limits,
     stdin: str | None = None,
     rlimits_in_argv: bool = False,
+    pass_fds: tuple[int, ...] = (),
+    disk: DiskWatch | None = None,
 ) -> ExecResult:
     """Run argv with the limits; the result carries exit status, kept output and timing.
 
     Args:
         rlimits_in_argv: argv already starts with `limit_prefix` (else they are set here).
+        pass_fds: file descriptors the command inherits (the seccomp filter).
+        disk: writable roots to hold under their cap; going over kills the command and
+            makes it fail with `DISK_RETURNCODE` and `exceeded` saying why.
 
     Raises:
         SandboxError: the program could not be started at all.
@@ -178,10 +238,14 @@ def run_limited(
     cgroup = PidsCgroup.create(limits.max_procs)
     preexec = None if rlimits_in_argv else _rlimits_setter(limits)
     if cgroup is not None:
-        # One small shell joins the group and sets the rlimits, then becomes the command.
-        kib = limits.memory_mb * 1024
-        join = f'echo $$ > "$0" && ulimit -v {kib} && ulimit -c 0 && exec "$@"'
-        argv = ["/bin/sh", "-c", join, cgroup.procs_file, *argv]
+        # One small shell joins the group and sets the rlimits, then becomes the command
+        # (ulimit -v counts KiB, -f counts 512-byte blocks, as POSIX sh does).
+        kib, blocks = limits.memory_mb * 1024, limits.disk_mb * 2048
+        join = (
+            f'echo $$ > "$0" && ulimit -v {kib} && ulimit -c 0 && ulimit -f {blocks} && exec "$@"'
+        )
+        limited = argv
+        argv = ["/bin/sh", "-c", join, cgroup.procs_file, *limited]
         preexec = None
     start = time.monotonic()
     try:
@@ -194,6 +258,7 @@ def run_limited(
             cwd=cwd,
             process_group=0,
             preexec_fn=preexec,
+            pass_fds=pass_fds,
         )
     except OSError as exc:
         if cgroup is not None:
@@ -205,9 +270,7 @@ def run_limited(
         threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
     ]
     if stdin is not None:
-        readers.append(
-            threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
-        )
+        readers.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
     for reader in readers:
         reader.start()
     expired = threading.Event()
@@ -222,9 +285,25 @@ def run_limited(
     timer = threading.Timer(limits.wall_s, on_timeout)
     timer.daemon = True
     timer.start()
+    over: list[str] = []
+    finished = threading.Event()
+    if disk is not None:
+
+        def watch_disk() -> None:
+            while not finished.wait(DISK_POLL_S):
+                reason = disk.over()
+                if reason is not None:
+                    over.append(reason)
+                    _kill_group(proc)
+                    if cgroup is not None:
+                        cgroup.kill_all()
+                    return
+
+        threading.Thread(target=watch_disk, daemon=True).start()
     try:
         proc.wait()
     finally:
+        finished.set()
         timer.cancel()
         _kill_group(proc)  # whatever the command left running in its group goes with it
         if cgroup is not None:
@@ -234,22 +313,34 @@ def run_limited(
     if cgroup is not None:
         # The kernel releases an emptied group a few ms later; do not make the caller wait.
         threading.Thread(target=cgroup.remove, daemon=True).start()
+    returncode = TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode
+    exceeded = over[0] if over else (disk.over() if disk is not None else None)
+    if exceeded is None and returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        exceeded = f"disk: a file reached the size cap of {limits.disk_mb} MiB"
+    stderr = err.text()
+    if exceeded is not None:
+        returncode = DISK_RETURNCODE
+        stderr += f"\ntwin: the command was stopped: {exceeded}\n"
     return ExecResult(
-        returncode=TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode,
+        returncode=returncode,
         stdout=out.text(),
-        stderr=err.text(),
+        stderr=stderr,
         timed_out=expired.is_set(),
         truncated=out.truncated or err.truncated,
         duration_s=time.monotonic() - start,
+        exceeded=exceeded,
     )
 
 
 def _rlimits_setter(limits: Limits):
     memory = limits.memory_mb * 1024 * 1024
 
+    fsize = limits.disk_mb * 1024 * 1024
+
     def set_limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     return set_limits
 

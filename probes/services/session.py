@@ -149,7 +149,8 @@ class DifferentialSession:
 
     # ---- starting a side ----------------------------------------------------------------------
     def _start(self, side: str) -> SideDriver:
-        host_dir = Path(self.ctx.workdir) / f"session-{self.kind}-{side}-{uuid.uuid4().hex[:8]}"
+        # the side's own work directory: the other side never sees this session's files
+        host_dir = self.ctx.side_work(side) / f"session-{self.kind}-{uuid.uuid4().hex[:8]}"
         host_dir.mkdir(parents=True)
         for name in ("_svc_common.py", DRIVER_FILES[self.kind]):
             shutil.copy2(DRIVERS / name, host_dir / name)

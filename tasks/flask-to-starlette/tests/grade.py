@@ -138,14 +138,16 @@ def audit(app_dir: Path) -> list[str]:
 
 # ---- running the candidate ------------------------------------------------------------------------
 def _bwrap_flags() -> list[str] | None:
-    """Namespace flags that work here; always a PID namespace of its own (else `/proc/1/root`
-    would open the grader's root), without a new user namespace where that cannot mount /proc."""
+    """Namespace flags of the candidate's sandbox, or None where bwrap cannot build it.
+
+    Every variant has its own user, PID, network, IPC and UTS namespaces and its own
+    /proc; the first also disables further user namespaces. There is no weaker variant:
+    without a PID namespace the candidate would reach the grader's files through /proc.
+    """
     if _BWRAP_FLAGS:
         return _BWRAP_FLAGS[0]
-    variants = [
-        ["--unshare-all", "--proc", "/proc"],
-        ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--proc", "/proc"],
-    ]
+    full = ["--unshare-all", "--unshare-user", "--proc", "/proc", "--cap-drop", "ALL"]
+    variants = [[*full, "--disable-userns"], full]
     found = None
     if shutil.which("bwrap"):
         for flags in variants:
@@ -204,6 +206,10 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
     try:
         (scratch / "driver.py").write_text(DRIVER)
         flags = _bwrap_flags()
+        if flags is None and os.environ.get("GRADER_ISOLATION") != "none":
+            # fail closed: never serve the candidate where it could read the grader's files
+            raise RuntimeError("the candidate's sandbox (bubblewrap with its own PID namespace "
+                               "and /proc) cannot be started here; refusing a weaker one")
         inside = "/scratch" if flags is not None else str(scratch)
         app_path = "/app" if flags is not None else str(app_dir)
         config = {"cases": cases, "app": app_path, "startup_s": 30.0,
@@ -214,7 +220,8 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
         if flags is not None:
             isolation = "bwrap"
-            argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev", "--tmpfs", "/tmp"]
+            argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev",
+                    "--size", str(512 * 1024 * 1024), "--tmpfs", "/tmp"]
             for system in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
                 if os.path.exists(system):
                     argv += ["--ro-bind", system, system]

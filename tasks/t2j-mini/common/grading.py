@@ -47,9 +47,12 @@ Running the candidate:
     physically removed from site-packages), system libraries, the candidate at
     `app_mount` (read-only), the assets at `assets_mount` (read-only) and the scratch
     directory at /scratch. The tests directory, the references and /logs are absent;
-    there is no network. Without a usable bwrap the driver runs as an unprivileged uid
-    (nobody) with an import blocker for the forbidden packages (`isolation == "uid"`;
-    `"none"` when not even that is possible).
+    there is no network; the sandbox has its own PID namespace and /proc, no further
+    user namespaces, and a /tmp of limited size. Isolation fails closed: where that
+    sandbox cannot be built, `run_candidate` raises `IsolationUnavailable` and the grade
+    fails; it never runs the candidate in a weaker one. Only a caller that asks for it
+    by name gets `isolation="uid"` (an unprivileged uid with an import blocker) or
+    `"none"` (tests of this module).
 
     Inside the driver these names are predefined:
         INPUTS       dict of arrays loaded from inputs.npz
@@ -425,6 +428,11 @@ sys.meta_path.insert(0, _Blocked())
 '''
 
 _BWRAP_VARIANT: list[list[str]] = []  # cached namespace flags that work on this machine
+NESTED_TMP_BYTES = 512 * 1024 * 1024
+
+
+class IsolationUnavailable(RuntimeError):
+    """The nested sandbox the candidate must run in cannot be built here (the grade fails)."""
 
 
 def run_candidate(
@@ -452,10 +460,14 @@ def run_candidate(
         timeout_s: wall-time limit; the whole process tree is killed after it.
         forbidden: top-level packages that must be absent for the candidate.
         env: extra environment variables for the driver.
-        isolation: "auto" (bwrap, else uid), "bwrap", "uid" or "none" (tests of this module).
+        isolation: "auto" or "bwrap" (the nested sandbox, else `IsolationUnavailable`),
+            "uid" or "none" (only when asked for by name: tests of this module).
 
     Returns:
         A `CandidateRun`; failures of the candidate are data, never raised.
+
+    Raises:
+        IsolationUnavailable: the nested sandbox cannot be built here.
     """
     forbidden = sorted(set(forbidden))
     scratch = Path(tempfile.mkdtemp(prefix="t2j-run-"))
@@ -567,13 +579,14 @@ def _drop_privileges() -> None:
 def _choose_isolation(requested: str) -> str:
     if requested not in ("auto", "bwrap", "uid", "none"):
         raise ValueError(f"unknown isolation {requested!r}")
-    if requested in ("bwrap", "auto") and _bwrap_flags() is not None:
-        return "bwrap"
-    if requested == "bwrap":
-        raise RuntimeError("bubblewrap is not usable here")
-    if requested == "none":
-        return "none"
-    return "uid" if os.geteuid() == 0 and _unprivileged_python_works() else "none"
+    if requested in ("uid", "none"):
+        return requested
+    if _bwrap_flags() is None:
+        raise IsolationUnavailable(
+            "the candidate's sandbox (bubblewrap with its own user, PID and network namespaces "
+            "and /proc) cannot be started here; refusing to run the candidate in a weaker one"
+        )
+    return "bwrap"
 
 
 def _unprivileged_python_works() -> bool:
@@ -592,19 +605,17 @@ def _unprivileged_python_works() -> bool:
 
 
 def _bwrap_flags() -> list[str] | None:
-    """Namespace flags that work here.
+    """Namespace flags of the candidate's sandbox, or None where bwrap cannot build it.
 
-    Inside a grader that is itself sandboxed, a new user namespace may not mount its own
-    /proc; then the PID namespace is unshared without one, with every capability dropped.
-    Never without a PID namespace of its own: the grader's processes would show in /proc,
-    and `/proc/1/root` would open the grader's root, references included.
+    Every variant has its own user, PID, network, IPC and UTS namespaces and its own
+    /proc; the first also disables further user namespaces (bwrap >= 0.8). There is no
+    weaker variant: without a PID namespace the candidate would reach the grader's
+    files through /proc/<pid>/root.
     """
     if _BWRAP_VARIANT:
         return _BWRAP_VARIANT[0] or None
-    variants = [
-        ["--unshare-all", "--proc", "/proc"],
-        ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--proc", "/proc"],
-    ]
+    full = ["--unshare-all", "--unshare-user", "--proc", "/proc", "--cap-drop", "ALL"]
+    variants = [[*full, "--disable-userns"], full]
     if shutil.which("bwrap") is None:
         _BWRAP_VARIANT.append([])
         return None
@@ -647,7 +658,8 @@ def _bwrap_argv(
     assets_mount: str,
 ) -> list[str]:
     flags = _bwrap_flags() or []
-    argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev"]
+    argv += ["--size", str(NESTED_TMP_BYTES), "--tmpfs", "/tmp"]
     for system in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
         if os.path.exists(system):
             argv += ["--ro-bind", system, system]

@@ -32,6 +32,7 @@ class Arena:
     logs_dir: Path
     boundary: Boundary
     sandbox: object
+    kind: str = "bwrap"
 
     def audit_lines(self) -> list[str]:
         return self.audit_log.read_text().splitlines() if self.audit_log.exists() else []
@@ -52,9 +53,7 @@ def make_task(root: Path) -> Path:
     (root / "environment" / "assets").mkdir(parents=True)
     (root / "tests" / "refs").mkdir(parents=True)
     (root / "solution" / "app").mkdir(parents=True)
-    (root / "task.toml").write_text(
-        f'version = "1.0"\n# {SECRET}\n[verifier]\ntimeout_sec = 60.0\n'
-    )
+    (root / "task.toml").write_text(f'version = "1.0"\n# {SECRET}\n[verifier]\ntimeout_sec = 60.0\n')
     (root / "instruction.md").write_text("Migrate the package to JAX.\n")
     (root / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
     (root / "tests" / "refs" / "secret.txt").write_text(SECRET + "\n")
@@ -75,8 +74,28 @@ def make_task(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def arena(tmp_path_factory: pytest.TempPathFactory) -> Arena:
+def docker_engine() -> bool:
+    """Whether a Docker engine answers here (then every attack also runs through docker)."""
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+SANDBOX_KINDS = [
+    "bwrap",
+    pytest.param(
+        "docker",
+        marks=pytest.mark.skipif(not docker_engine(), reason="no Docker engine running here"),
+    ),
+]
+
+
+@pytest.fixture(scope="module", params=SANDBOX_KINDS)
+def arena(request, tmp_path_factory: pytest.TempPathFactory) -> Arena:
     base = tmp_path_factory.mktemp("redteam")
     task = load_task(make_task(base / "task"))
     run_dir = base / "runs" / "r1"
@@ -100,7 +119,7 @@ def arena(tmp_path_factory: pytest.TempPathFactory) -> Arena:
     monkey.setenv("OPENAI_API_KEY", API_KEY)
     monkey.setenv("ANTHROPIC_API_KEY", API_KEY)
     monkey.setenv("GITHUB_TOKEN", API_KEY)
-    sandbox = make_sandbox("bwrap", boundary)
-    yield Arena(task, ws, run_dir, audit_log, logs_dir, boundary, sandbox)
+    sandbox = make_sandbox(request.param, boundary)
+    yield Arena(task, ws, run_dir, audit_log, logs_dir, boundary, sandbox, request.param)
     sandbox.close()
     monkey.undo()

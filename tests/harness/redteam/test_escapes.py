@@ -45,9 +45,7 @@ def assert_refused_and_audited(arena, call, target: str) -> None:
 
 
 # ---- reading hidden files from the shell ---------------------------------------------------------
-@pytest.mark.parametrize(
-    "which", range(5), ids=["tests", "solution", "task.toml", "evidence", "audit"]
-)
+@pytest.mark.parametrize("which", range(5), ids=["tests", "solution", "task.toml", "evidence", "audit"])
 def test_read_hidden_file_by_absolute_host_path(arena, which):
     path = arena.secret_files()[which]
     result = shell(arena, f"cat {path}")
@@ -66,9 +64,7 @@ def test_read_tests_by_relative_path_from_candidate(arena):
 
 def test_read_tests_through_symlink_planted_in_candidate(arena):
     target = arena.task.root / "tests"
-    result = shell(
-        arena, f"ln -sfn {target} /app/planted && echo PLANTED && cat /app/planted/refs/secret.txt"
-    )
+    result = shell(arena, f"ln -sfn {target} /app/planted && echo PLANTED && cat /app/planted/refs/secret.txt")
     assert "PLANTED" in result.stdout and (arena.ws.candidate / "planted").is_symlink()
     assert result.returncode != 0
     assert_no_secret(result)
@@ -106,8 +102,7 @@ def test_only_sandbox_processes_are_visible(arena):
 def test_hard_link_to_hidden_file_from_shell(arena):
     result = shell(
         arena,
-        f"test -w /app && echo IN-APP; "
-        f"ln {arena.task.root}/tests/refs/secret.txt /app/hl && cat /app/hl",
+        f"test -w /app && echo IN-APP; ln {arena.task.root}/tests/refs/secret.txt /app/hl && cat /app/hl",
     )
     assert "IN-APP" in result.stdout
     assert result.returncode != 0
@@ -138,8 +133,7 @@ def test_find_secret_anywhere_in_the_filesystem(arena):
     prune = " ".join(f"-path {p} -prune -o" for p in trees)
     result = shell(
         arena,
-        f"find / {prune} -type f -print0 2>/dev/null | xargs -0 grep -Il {SECRET} 2>/dev/null; "
-        "echo done",
+        f"find / {prune} -type f -print0 2>/dev/null | xargs -0 grep -Il {SECRET} 2>/dev/null; echo done",
         timeout_s=60,
     )
     assert "done" in result.stdout
@@ -147,9 +141,7 @@ def test_find_secret_anywhere_in_the_filesystem(arena):
 
 
 def test_twin_repository_and_home_are_not_mounted(arena, repo_root):
-    result = shell(
-        arena, f"ls {repo_root}/tests {repo_root}/harness {Path.home()}/.ssh {Path.home()}/.cache"
-    )
+    result = shell(arena, f"ls {repo_root}/tests {repo_root}/harness {Path.home()}/.ssh {Path.home()}/.cache")
     assert result.returncode != 0 and result.stdout == ""
     prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     for entry in shell(arena, f"ls -A {Path.home()}").stdout.split():
@@ -199,9 +191,7 @@ except OSError as exc:
 """
 
 
-@pytest.mark.parametrize(
-    "address", ["1.1.1.1", "10.0.0.1", "192.168.1.1"], ids=["public", "private10", "private192"]
-)
+@pytest.mark.parametrize("address", ["1.1.1.1", "10.0.0.1", "192.168.1.1"], ids=["public", "private10", "private192"])
 def test_tcp_connection_off_machine_has_no_route(arena, address):
     # The script checks there is no route before it tries: it never sends traffic off the machine.
     arena.sandbox.write_file("/app/connect.py", CONNECT)
@@ -255,8 +245,7 @@ def _attempt_writes(arena, paths: list[str]) -> None:
     try:
         result = shell(
             arena,
-            "for p in " + " ".join(paths) + "; do "
-            "echo 1 > $p 2>/dev/null && echo WROTE $p; done; true",
+            "for p in " + " ".join(paths) + "; do echo 1 > $p 2>/dev/null && echo WROTE $p; done; true",
         )
         reached = [p for p in paths if os.path.lexists(p)]
         assert not reached, f"reached the host: {reached}"
@@ -340,9 +329,7 @@ def test_tool_read_through_planted_symlink_is_refused_and_audited(arena):
         "../../../../../../../../" + str(arena.task.root / "tests").lstrip("/"),
         arena.ws.candidate / "rel",
     )
-    assert_refused_and_audited(
-        arena, lambda: arena.sandbox.read_file("/app/rel/test.sh"), "/app/rel/test.sh"
-    )
+    assert_refused_and_audited(arena, lambda: arena.sandbox.read_file("/app/rel/test.sh"), "/app/rel/test.sh")
 
 
 def test_tool_read_through_proc_self_root_is_refused_and_audited(arena):
@@ -355,9 +342,7 @@ def test_tool_read_of_hard_link_to_hidden_file_is_refused_and_audited(arena):
     link.unlink(missing_ok=True)
     os.link(arena.task.root / "tests" / "refs" / "secret.txt", link)
     assert_refused_and_audited(arena, lambda: arena.sandbox.read_file("/app/hard"), "/app/hard")
-    assert_refused_and_audited(
-        arena, lambda: arena.sandbox.write_file("/app/hard", "x"), "/app/hard"
-    )
+    assert_refused_and_audited(arena, lambda: arena.sandbox.write_file("/app/hard", "x"), "/app/hard")
     assert (arena.task.root / "tests" / "refs" / "secret.txt").read_text().strip() == SECRET
     link.unlink()
 
@@ -372,9 +357,7 @@ def test_tool_write_through_symlink_out_of_candidate_is_refused_and_audited(aren
 
 
 def test_tool_write_to_read_only_source_is_refused_and_audited(arena):
-    assert_refused_and_audited(
-        arena, lambda: arena.sandbox.write_file("/source/pkg/x.py", "x"), "/source/pkg/x.py"
-    )
+    assert_refused_and_audited(arena, lambda: arena.sandbox.write_file("/source/pkg/x.py", "x"), "/source/pkg/x.py")
     assert not (arena.ws.source / "pkg" / "x.py").exists()
 
 
@@ -393,9 +376,7 @@ def test_torch_is_physically_absent_on_the_candidate_side(arena):
     result = shell(arena, ["python", "-c", code])
     assert result.stdout.strip() == "None None"
     assert "ModuleNotFoundError: No module named 'torch'" in result.stderr
-    found = shell(
-        arena, "find / -xdev -path /proc -prune -o -name 'torch*' -print 2>/dev/null | head"
-    )
+    found = shell(arena, "find / -xdev -path /proc -prune -o -name 'torch*' -print 2>/dev/null | head")
     assert found.stdout.strip() == "", found.stdout
 
 
@@ -445,10 +426,35 @@ def test_background_process_dies_with_the_command(arena):
     start = time.monotonic()
     result = shell(
         arena,
-        "(sleep 1; echo late > /app/late) > /dev/null 2>&1 & disown; "
-        "setsid sleep 60 & echo started",
+        "(sleep 1; echo late > /app/late) > /dev/null 2>&1 & disown; setsid sleep 60 & echo started",
     )
     assert result.stdout.strip() == "started"
     assert time.monotonic() - start < 5
     time.sleep(2.0)
     assert not marker.exists(), "a background process outlived the command"
+
+
+def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
+    """The pointer file the candidate repository leaves in /app shows nothing of the host."""
+    from benchmark_adapter.task import load_task
+    from harness.boundary import Limits
+    from harness.sandbox.registry import make_sandbox
+    from harness.workspace import prepare_workspace, role_boundary
+    from tests.harness.redteam.conftest import make_task
+
+    task = load_task(make_task(tmp_path / "task"))
+    ws = prepare_workspace(task, tmp_path / "run" / "workspace")
+    (ws.candidate / ".git").write_text(f"gitdir: {tmp_path}/run/candidate.git\n")
+    boundary = role_boundary(
+        task,
+        ws,
+        name="migrator",
+        write_candidate=True,
+        side="candidate",
+        audit_log=None,
+        limits=Limits(wall_s=20),
+    )
+    with make_sandbox("bwrap", boundary) as sandbox:
+        result = sandbox.exec("cat /app/.git; echo gitdir: /x > /app/.git; echo rc=$?")
+    assert str(tmp_path) not in result.stdout and "rc=0" not in result.stdout, result
+    assert str(tmp_path) in (ws.candidate / ".git").read_text()

@@ -106,10 +106,25 @@ def test_without_engine_make_sandbox_says_so(tmp_path):
         make_sandbox("docker", boundary(tmp_path))
 
 
+def test_local_base_image_is_built_without_a_registry():
+    """The default image is imported from an empty root: nothing is pulled."""
+    if not _engine():
+        pytest.skip("no Docker engine running here")
+    import docker
+
+    from harness.sandbox.docker import DEFAULT_IMAGE, ensure_base_image
+
+    client = docker.from_env()
+    assert ensure_base_image(client) == DEFAULT_IMAGE
+    assert client.images.get(DEFAULT_IMAGE).attrs["RootFS"]["Layers"]
+
+
 @pytest.mark.skipif(not _engine(), reason="no Docker engine")
 def test_docker_run_end_to_end(tmp_path):
+    from harness.workspace import python_mounts
+
     sandbox = make_sandbox(
-        "docker", boundary(tmp_path, mounts=[Mount(host=tmp_path, inside="/app")])
+        "docker", boundary(tmp_path, mounts=[*python_mounts(), Mount(host=tmp_path, inside="/app")])
     )
     try:
         result = sandbox.exec("echo hi; id -u; ls /source", timeout_s=60)

@@ -31,9 +31,7 @@ def test_run_limited_reports_status_output_and_time_out():
     limits = Limits(wall_s=5, output_bytes=100)
     ok = run_limited([sys.executable, "-c", "print('hi')"], env={}, cwd="/", limits=limits)
     assert ok.ok and ok.stdout == "hi\n" and ok.duration_s > 0
-    slow = run_limited(
-        ["sleep", "10"], env={}, cwd="/", limits=limits.model_copy(update={"wall_s": 0.3})
-    )
+    slow = run_limited(["sleep", "10"], env={}, cwd="/", limits=limits.model_copy(update={"wall_s": 0.3}))
     assert slow.timed_out and slow.returncode == 124
 
 
@@ -51,8 +49,37 @@ def test_missing_program_is_a_sandbox_error():
 
 def test_limit_prefix():
     assert limit_prefix(Limits(), prlimit=None, nproc=True) == []
-    args = limit_prefix(Limits(memory_mb=1, max_procs=7), prlimit="/usr/bin/prlimit", nproc=True)
-    assert args == ["/usr/bin/prlimit", f"--as={1024 * 1024}", "--core=0", "--nproc=7", "--"]
+    args = limit_prefix(Limits(memory_mb=1, max_procs=7, disk_mb=3), prlimit="/usr/bin/prlimit", nproc=True)
+    expected = ["/usr/bin/prlimit", f"--as={1024 * 1024}", "--core=0", f"--fsize={3 << 20}"]
+    assert args == [*expected, "--nproc=7", "--"]
+
+
+def test_disk_watch_names_the_root_inside_and_counts_allocated_blocks(tmp_path):
+    from harness.sandbox.process import DiskWatch
+
+    root = tmp_path / "app"
+    root.mkdir()
+    watch = DiskWatch([root], 1, ["/app"])
+    with open(root / "sparse", "wb") as fh:
+        fh.truncate(64 << 20)  # 64 MiB long, nothing allocated
+    assert watch.over() is None
+    (root / "dense").write_bytes(b"x" * (2 << 20))
+    reason = watch.over()
+    assert reason is not None and reason.startswith("disk: /app") and str(tmp_path) not in reason
+
+
+def test_run_limited_stops_a_command_over_its_disk_cap(tmp_path):
+    from harness.sandbox.process import DISK_RETURNCODE, DiskWatch
+
+    result = run_limited(
+        ["bash", "-c", f"for i in $(seq 100); do head -c 1M /dev/zero > {tmp_path}/f$i; sleep 0.02; done"],
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=str(tmp_path),
+        limits=Limits(wall_s=30, disk_mb=5),
+        disk=DiskWatch([tmp_path], 5, ["/scratch"]),
+    )
+    assert result.returncode == DISK_RETURNCODE and result.exceeded.startswith("disk: /scratch")
+    assert len(list(tmp_path.iterdir())) < 100
 
 
 def test_pids_cgroup_caps_processes_where_available():

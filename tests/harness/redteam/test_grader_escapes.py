@@ -1,0 +1,193 @@
+"""Attacks on grading, through `run_grader` and the real sandboxes, as root when the suite is.
+
+The task's grader is shaped like the bundled t2j-mini graders: `test.sh` runs a
+`grade.py` that runs the candidate's code through the shared grading library's
+nested sandbox and writes `reward.json` last. Each test is one attack; it fails
+if the attack worked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark_adapter.grader import run_grader
+from benchmark_adapter.task import load_task
+from tests.conftest import requires_bwrap
+
+pytestmark = [requires_bwrap, pytest.mark.bwrap]
+
+REPO = Path(__file__).resolve().parents[3]
+SECRET = "TWIN-GRADER-SECRET-51c2"
+
+GRADE_PY = """
+import json, os, sys
+sys.path.insert(0, os.environ["TESTS_DIR"])
+from grading import run_candidate, write_reward
+DRIVER = "import attack\\nrecord('stolen', attack.steal())\\n"
+run = run_candidate(DRIVER, app_dir=os.environ["APP_DIR"], timeout_s=60)
+planted = os.path.exists(os.path.join(os.environ["LOGS_DIR"], "planted.txt"))
+write_reward(os.environ["LOGS_DIR"], {
+    "reward": 0.25,
+    "components": {"stolen": run.values.get("stolen"), "isolation": run.isolation,
+                   "planted_seen": planted, "log": run.log[-1500:]},
+})
+"""
+
+# The candidate: reads the grader's references and plants a reward through every /proc root.
+ATTACK = """
+import os
+
+def steal():
+    found = []
+    places = ["/tests/refs/secret.txt", "/logs/verifier"]
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()] + ["1", "self"]:
+        for place in places:
+            path = f"/proc/{pid}/root{place}"
+            try:
+                if place.endswith(".txt"):
+                    found.append(open(path).read())
+                else:
+                    with open(path + "/planted.txt", "w") as fh:
+                        fh.write("1")
+                    with open(path + "/reward.json", "w") as fh:
+                        fh.write('{"reward": 1.0}')
+                    found.append("wrote " + path)
+            except OSError:
+                pass
+    for place in places:
+        try:
+            found.append(open(place).read())
+        except OSError:
+            pass
+    return found
+"""
+
+
+def make_task(root: Path, test_sh: str) -> Path:
+    (root / "tests" / "refs").mkdir(parents=True)
+    (root / "environment" / "source").mkdir(parents=True)
+    (root / "environment" / "source" / "m.py").write_text("x = 1\n")
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 120.0\n')
+    (root / "instruction.md").write_text("Migrate.\n")
+    (root / "tests" / "refs" / "secret.txt").write_text(SECRET)
+    shutil.copy(REPO / "tasks" / "t2j-mini" / "common" / "grading.py", root / "tests")
+    (root / "tests" / "grade.py").write_text(GRADE_PY)
+    (root / "tests" / "test.sh").write_text(test_sh)
+    return root
+
+
+@pytest.fixture(scope="module")
+def stealing_grade(tmp_path_factory):
+    base = tmp_path_factory.mktemp("grader-attack")
+    task = load_task(make_task(base / "task", 'exec python3 "$TESTS_DIR/grade.py"\n'))
+    candidate = base / "candidate"
+    candidate.mkdir()
+    (candidate / "attack.py").write_text(ATTACK)
+    return run_grader(task, candidate, sandbox="bwrap", out_dir=base / "out"), base / "out"
+
+
+def test_candidate_runs_in_the_full_nested_sandbox(stealing_grade):
+    grade, _ = stealing_grade
+    assert grade.components.get("isolation") == "bwrap", grade.log_tail
+
+
+def test_candidate_cannot_read_the_graders_references(stealing_grade):
+    grade, _ = stealing_grade
+    stolen = grade.components.get("stolen")
+    assert isinstance(stolen, list), grade.components
+    assert not any(SECRET in str(item) for item in stolen), stolen
+
+
+def test_candidate_cannot_write_into_the_graders_logs(stealing_grade):
+    grade, out = stealing_grade
+    assert grade.reward == 0.25, grade
+    assert grade.components.get("planted_seen") is False
+    assert not any("wrote" in str(item) for item in grade.components.get("stolen") or [])
+    assert not (out / "verifier" / "planted.txt").exists()
+
+
+# ---- forging a later grade -----------------------------------------------------------------------
+FORGER = r"""
+import os, site, subprocess, sys, json
+attempts = {}
+targets = site.getsitepackages() + [sys.prefix, "/usr/lib/python3/dist-packages"]
+for d in targets:
+    try:
+        with open(os.path.join(d, "twin_planted.py"), "w") as fh:
+            fh.write("REWARD = 1.0\n")
+        attempts[d] = "written"
+    except OSError as exc:
+        attempts[d] = exc.strerror
+for d in site.getsitepackages():
+    r = subprocess.run(["mount", "-o", "remount,rw,bind", d], capture_output=True)
+    attempts["remount " + d] = r.returncode
+    try:
+        with open(os.path.join(d, "numpy", "twin_forged.py"), "x") as fh:
+            fh.write("FORGED = 1\n")
+        attempts["plant in numpy"] = "written"
+    except OSError as exc:
+        attempts["plant in numpy"] = exc.strerror
+try:
+    import twin_planted
+    reward = twin_planted.REWARD
+except ImportError:
+    reward = 0.5
+try:
+    import numpy.twin_forged
+    reward = 1.0
+except ImportError:
+    pass
+logs = os.environ["LOGS_DIR"]
+json.dump({"reward": reward, "components": {"attempts": attempts}}, open(logs + "/reward.json", "w"))
+"""
+
+
+def test_code_run_by_the_grader_cannot_forge_a_later_grade(tmp_path):
+    """A hostile grader-side process plants a module and edits numpy; the next grade is unchanged."""
+    script = tmp_path / "forge.py"
+    script.write_text(FORGER)
+    task = load_task(make_task(tmp_path / "task", 'exec python3 "$TESTS_DIR/forge.py"\n'))
+    shutil.copy(script, task.tests_dir / "forge.py")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    first = run_grader(task, empty, sandbox="bwrap")
+    second = run_grader(task, empty, sandbox="bwrap")
+    attempts = first.components.get("attempts", {})
+    assert "written" not in attempts.values(), attempts
+    assert all(v != 0 for k, v in attempts.items() if k.startswith("remount")), attempts
+    assert first.reward == second.reward == 0.5, (first, second)
+    live = [Path(p) for p in sys.path if p.endswith("site-packages")]
+    assert not any((p / "twin_planted.py").exists() for p in live)
+    assert not any((p / "numpy" / "twin_forged.py").exists() for p in live)
+
+
+def test_pruned_site_packages_is_a_separate_copy(tmp_path):
+    """No file of the copy shares an inode with the live environment, and root owns it."""
+    from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+
+    site_dir = next(d for d in site_dirs() if (d / "numpy").is_dir())
+    pruned = pruned_site_dir(site_dir, hidden_entries(site_dir, ("torch",)))
+    assert pruned is not None
+    copy, live = pruned / "numpy" / "__init__.py", site_dir / "numpy" / "__init__.py"
+    assert os.stat(copy).st_ino != os.stat(live).st_ino
+    assert os.stat(copy).st_nlink == 1
+    assert not os.stat(copy).st_mode & 0o022
+    if os.geteuid() == 0:
+        assert os.stat(copy).st_uid == 0 and os.stat(pruned).st_uid == 0
+
+
+def test_bundled_grader_library_fails_closed_without_its_sandbox(monkeypatch):
+    """With bwrap unusable, running the candidate raises; it never falls back to a weaker sandbox."""
+    sys.path.insert(0, str(REPO / "tasks" / "t2j-mini" / "common"))
+    try:
+        import grading
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(grading, "_BWRAP_VARIANT", [[]])
+    with pytest.raises(grading.IsolationUnavailable, match="refusing"):
+        grading.run_candidate("record('x', 1)", app_dir="/nonexistent", timeout_s=5)

@@ -1,0 +1,85 @@
+"""The isolation policy module: one place builds every boundary, and it sits on the ground floor."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from harness import isolation
+from harness.isolation import Layout, grader_boundary, probe_boundary, role_boundary
+
+MODULE = Path(isolation.__file__)
+
+
+def test_policy_module_imports_nothing_above_the_ground_floor():
+    tree = ast.parse(MODULE.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+    ours = {
+        name
+        for name in imported
+        if name.split(".")[0] in {"harness", "roles", "probes", "benchmark_adapter", "evidence_store"}
+    }
+    assert ours <= {"harness.boundary", "harness.errors"}, ours
+
+
+@pytest.fixture()
+def layout(tmp_path):
+    for name in ("cand", "src", "assets", "task/tests", "task/solution"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "task" / "task.toml").write_text("")
+    return Layout(
+        candidate=tmp_path / "cand",
+        source=tmp_path / "src",
+        assets=tmp_path / "assets",
+        hidden=[tmp_path / "task" / "tests", tmp_path / "task" / "solution", tmp_path / "task" / "task.toml"],
+    )
+
+
+def _inside(boundary) -> dict[str, bool]:
+    return {m.inside: m.writable for m in boundary.mounts}
+
+
+@pytest.mark.parametrize("writer", [True, False])
+def test_role_boundary(layout, writer):
+    b = role_boundary(layout, name="r", write_candidate=writer, side="candidate", audit_log=None)
+    mounts = _inside(b)
+    assert mounts["/app"] is writer and mounts["/source"] is False and mounts["/assets"] is False
+    assert "/etc" in mounts and not b.nested_sandbox and b.hidden_packages == ["torch"]
+    assert [m for m in b.mounts if m.writable] == ([m for m in b.mounts if m.inside == "/app"] if writer else [])
+
+
+@pytest.mark.parametrize("side", ["reference", "candidate"])
+def test_probe_sides_share_no_directory(layout, tmp_path, side):
+    work, given = tmp_path / side / "work", tmp_path / side / "given"
+    b = probe_boundary(layout, side=side, work=work, given=given, audit_log=None, env={}, wall_s=5)
+    mounts = _inside(b)
+    assert mounts["/probe"] is True and mounts["/probe-given"] is False
+    assert ("/source" in mounts) == (side == "reference") and ("/app" in mounts) == (side == "candidate")
+    other = "candidate" if side == "reference" else "reference"
+    hosts = [m.host for m in b.mounts]
+    assert not any(str(tmp_path / other) in str(h) for h in hosts)
+    assert "/etc" in mounts  # the same /etc snapshot as the roles'
+
+
+def test_grader_boundary_writes_only_logs_and_may_nest(layout, tmp_path):
+    b = grader_boundary(layout, tests=tmp_path / "task" / "tests", logs=tmp_path / "logs", audit_log=None, wall_s=9)
+    assert [m.inside for m in b.mounts if m.writable] == ["/logs/verifier"]
+    assert b.nested_sandbox and b.limits.wall_s == 9 and b.hidden_packages == ["torch"]
+    assert not any(h == tmp_path / "task" / "tests" for h in b.hidden)
+
+
+def test_scratch_dirs_are_reachable_by_the_sandbox_uid():
+    from harness.sandbox.privilege import reachable
+
+    path = isolation.scratch_dir("t-")
+    try:
+        assert reachable(path / "x")
+    finally:
+        path.rmdir()
