@@ -23,14 +23,26 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from benchmark_adapter.task import Task
+from harness.agent_tree import AgentFileError, copy_tree, read_regular_text, remove_tree
 from harness.errors import TwinError
 
 SCHEMA_VERSION = 1
 REWARD_FILES = ("reward.json", "reward.txt")
+STARTED = "twin-grader-started-3b7e"
+MAX_REWARD_BYTES = 1 << 20
 
 
 class GraderError(TwinError):
     """The grader cannot be run on this input (no candidate, no oracle, bad output directory)."""
+
+
+class GraderInfraError(GraderError):
+    """twin's own machinery failed around the grader: not the candidate's doing, never a score.
+
+    Raised when the sandbox started but `test.sh` never ran in it, or when the grader
+    says in `reward.json` (`"infrastructure_error": "why"`) that its own machinery
+    failed (e.g. its nested sandbox could not get the isolation it needs).
+    """
 
 
 class Grade(BaseModel):
@@ -77,10 +89,14 @@ def run_grader(
         audit_log: where the boundary records refusals.
 
     Returns:
-        The `Grade`. A grader that crashes or writes no reward yields reward 0 and `error`.
+        The `Grade`. Whatever the grader does once it runs is the candidate's outcome: a
+        grader that crashes, times out, exits or writes no valid reward (because of what
+        the candidate did) yields reward 0 with the reason in `error`.
 
     Raises:
         GraderError: the candidate directory is missing.
+        GraderInfraError: test.sh never started in the sandbox, or the grader reported an
+            infrastructure error of its own (see docs/agent-data.md): retried, never scored.
         harness.sandbox.base.SandboxError: the sandbox cannot be started.
     """
     from harness.sandbox.registry import make_sandbox
@@ -105,12 +121,21 @@ def run_grader(
         try:
             env, script = _grader_env(task, candidate, logs_dir, isolated=sandbox != "none")
             started = time.monotonic()
+            # The marker shows test.sh was reached: without it the sandbox failed, not the candidate.
             result = box.exec(
-                ["bash", script], cwd="/tests", env=env, timeout_s=task.verifier_timeout_s
+                ["bash", "-c", f'echo {STARTED} >&2; exec bash "$0"', script],
+                cwd="/tests",
+                env=env,
+                timeout_s=task.verifier_timeout_s,
             )
             duration = time.monotonic() - started
         finally:
             box.close()
+        if STARTED not in result.stderr:
+            raise GraderInfraError(
+                f"the grader's sandbox did not start test.sh (exit {result.returncode}): "
+                f"{(result.stderr or result.stdout).strip()[-300:]}"
+            )
         grade = _read_reward(logs_dir)
         grade.update(
             task=task.name,
@@ -119,14 +144,14 @@ def run_grader(
             timed_out=result.timed_out,
             duration_s=round(duration, 3),
             sandbox=sandbox,
-            log_tail=(result.stdout + result.stderr)[-4000:],
+            log_tail=(result.stdout + result.stderr.replace(STARTED + "\n", ""))[-4000:],
         )
         out = Grade(**grade)
         if out_dir is not None:
             _keep(out, logs_dir, Path(out_dir))
         return out
     finally:
-        shutil.rmtree(logs_dir, ignore_errors=True)
+        remove_tree(logs_dir)
 
 
 def _grader_env(
@@ -156,12 +181,19 @@ def _read_reward(logs_dir: Path) -> dict[str, Any]:
     json_path, txt_path = (logs_dir / name for name in REWARD_FILES)
     if json_path.is_file():
         try:
-            data = json.loads(json_path.read_text())
-            reward = float(data["reward"])
-        except (ValueError, KeyError, TypeError) as exc:
-            return {"reward": 0.0, "error": f"malformed reward.json: {exc}"}
+            data = json.loads(read_regular_text(json_path, MAX_REWARD_BYTES))
+            if isinstance(data, dict) and data.get("infrastructure_error"):
+                reward = 0.0
+            else:
+                reward = float(data["reward"])
+        except (ValueError, KeyError, TypeError, AgentFileError, RecursionError) as exc:
+            return {"reward": 0.0, "error": f"malformed reward.json: {str(exc)[:200]}"}
         if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
             return {"reward": 0.0, "error": f"reward {reward} outside [0, 1]"}
+        if not isinstance(data, dict):
+            return {"reward": 0.0, "error": "malformed reward.json: not an object"}
+        if isinstance(data.get("infrastructure_error"), str) and data["infrastructure_error"]:
+            raise GraderInfraError(f"the grader reported an infrastructure error: {data['infrastructure_error'][:300]}")
         components = data.get("components", {})
         checks = data.get("checks", {})
         error = data.get("error")  # a grader that failed itself says so next to its zero
@@ -174,8 +206,8 @@ def _read_reward(logs_dir: Path) -> dict[str, Any]:
         }
     if txt_path.is_file():
         try:
-            reward = float(txt_path.read_text().strip())
-        except ValueError:
+            reward = float(read_regular_text(txt_path, MAX_REWARD_BYTES).strip())
+        except (ValueError, AgentFileError):
             return {"reward": 0.0, "error": "malformed reward.txt"}
         if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
             return {"reward": 0.0, "error": f"reward {reward} outside [0, 1]"}
@@ -187,9 +219,8 @@ def _keep(grade: Grade, logs_dir: Path, out_dir: Path) -> None:
     """Copy the grader's log directory and the grade into `out_dir` (replacing an earlier copy)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "verifier"
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(logs_dir, target)
+    remove_tree(target)
+    copy_tree(logs_dir, target, max_bytes=64 << 20)  # written where candidate code ran: no links, capped
     tmp = out_dir / ".grade.json.tmp"
     tmp.write_text(grade.model_dump_json(indent=2))
     tmp.replace(out_dir / "grade.json")

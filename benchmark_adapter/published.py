@@ -26,7 +26,15 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from benchmark_adapter.dockerfile import read_dockerfile
-from benchmark_adapter.task import EnvironmentLayout, LaidOut, Task, TaskError, TwinTaskSettings, task_name
+from benchmark_adapter.task import (
+    EnvironmentLayout,
+    LaidOut,
+    Task,
+    TaskError,
+    TwinTaskSettings,
+    check_task_paths,
+    task_name,
+)
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".npz", ".npy", ".h5", ".msgpack", ".gguf")
 # top-level directories an instruction names that are never the output (system, grader, oracle)
@@ -139,6 +147,7 @@ def load_published_task(
         reference_packages=[settings.source_framework],
         allow_network=False,
     )
+    check_task_paths(root, twin, dockerfile)  # the same containment as twin's own layout
     return Task(
         root=root,
         name=task_name(config, root),

@@ -8,8 +8,9 @@ see `tasks/README.md` for every key.
 
 from __future__ import annotations
 
+import os
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -200,6 +201,7 @@ def load_task(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise TaskError(f"bad [metadata.twin] {where} in {toml_path}: {first['msg']}") from None
+    check_task_paths(root, settings_, toml_path)
     task = Task(
         root=root,
         name=task_name(config, root),
@@ -216,3 +218,40 @@ def load_task(
 def task_name(config: dict, root: Path) -> str:
     """The task's name: `[task] name` of task.toml, else the directory's name."""
     return str(config.get("task", {}).get("name", root.name))
+
+
+HIDDEN_NAMES = ("tests", "solution", "task.toml")
+
+
+def check_task_paths(root: Path, settings: TwinTaskSettings, toml_path: Path) -> None:
+    """Every directory a task names stays inside it, away from what the agent must not see.
+
+    `source_dir` and `assets_dir` are relative, do not climb out with `..`, resolve
+    (symlinks followed) inside the task directory, and neither are, contain nor lie in
+    `tests/`, `solution/` or `task.toml`. Mount points are absolute and not `/`.
+
+    Raises:
+        TaskError: one line naming the key and what is wrong with it.
+    """
+    hidden = [os.path.realpath(root / name) for name in HIDDEN_NAMES]
+    for key in ("source_dir", "assets_dir"):
+        value = getattr(settings, key)
+        if value is None or (key == "assets_dir" and not value):  # no assets
+            continue
+        where = f"[metadata.twin] {key} = {value!r} in {toml_path}"
+        pure = PurePosixPath(value)
+        if pure.is_absolute() or "\0" in value:
+            raise TaskError(f"{where}: must be a path relative to the task directory")
+        if ".." in pure.parts:
+            raise TaskError(f"{where}: must not climb out of the task directory with '..'")
+        resolved = os.path.realpath(root / value)
+        if resolved != str(root) and not resolved.startswith(str(root) + os.sep):
+            raise TaskError(f"{where}: resolves outside the task directory (through a symlink)")
+        for secret in hidden:
+            if resolved == secret or resolved.startswith(secret + os.sep) or secret.startswith(resolved + os.sep):
+                name = os.path.basename(secret)
+                raise TaskError(f"{where}: must not be, contain or lie inside the task's {name}")
+    for key in ("source_mount", "assets_mount", "candidate_mount"):
+        value = getattr(settings, key)
+        if not PurePosixPath(value).is_absolute() or os.path.normpath(value) == "/":
+            raise TaskError(f"[metadata.twin] {key} = {value!r} in {toml_path}: must be an absolute path other than /")

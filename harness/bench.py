@@ -5,8 +5,11 @@ A bench lives in `benches/<name>/`: `bench.json` (its configuration), `results.j
 and tokens spent by all trials together), `runs/<trial-id>/` (each trial's run
 directory) and `runs/<trial-id>.log`. Finished trials are never re-run; an
 interrupted trial is resumed from its run directory; a trial that failed for
-infrastructure reasons is retried with backoff and, if it keeps failing, is marked
-so and left out of every average (never scored as 0).
+infrastructure reasons (twin's own machinery: model provider, a sandbox that could
+not start, a grader reporting its own failure) is retried with backoff and, if it
+keeps failing, is marked so and left out of every average (never scored as 0). A
+grader that fails because of the candidate is reward 0, and a run that stopped on an
+error of twin's is graded on what it committed (0 where nothing usable exists).
 """
 
 from __future__ import annotations
@@ -251,6 +254,8 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
     for r in range(1, run.load_config().rounds + 1):
         chosen = state.choice_with_rounds(r)
         result.rewards[r] = result.snapshot_rewards.get(chosen) if chosen else None
+        if result.rewards[r] is None and result.status == "ok" and state.stop_reason.startswith("error:"):
+            result.rewards[r] = 0.0  # the run stopped on twin's error before anything usable: scored, as 0
     return result
 
 

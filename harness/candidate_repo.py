@@ -1,18 +1,46 @@
 """The candidate repository: a git history kept outside the files the Migrator can write.
 
-The work tree is `runs/<id>/candidate/`; its git directory is `runs/<id>/candidate.git`,
-which no sandbox mounts, so no role can rewrite the round history. `candidate/.git`
-is a pointer file so that plain `git` works there for a person.
+The work tree is `runs/<id>/candidate/`, a plain directory (no `.git` entry points
+anywhere on the host); its git directory is `runs/<id>/candidate.git`, which no
+sandbox mounts, so no role can rewrite the round history.
+
+git never runs on the tree the Migrator wrote. A commit copies that tree first
+(`harness.agent_tree.copy_tree`: no nested `.git`, `.gitmodules` or `.gitattributes`,
+no symlinks followed or pointing out, no special files, bounded in size, count and
+depth) and commits the copy; git itself runs with system, global and per-user
+configuration, hooks, fsmonitor, attributes and submodule recursion switched off.
+What the copy refused is one line in the audit log. So nothing an agent wrote is
+configuration, a hook, a filter or a repository to git.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
-import tempfile
+import time
 from pathlib import Path
 
+from harness.agent_tree import MAX_DEPTH, MAX_ENTRIES, MAX_TOTAL_BYTES, copy_tree, remove_tree, walk
 from harness.errors import TwinError
+
+# Names never committed, at any depth: another repository's state, or instructions to git.
+GIT_EXCLUDED = frozenset({".git", ".gitmodules", ".gitattributes", "__pycache__"})
+MAX_DIFF_CHARS = 40_000
+_SAFE_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "core.attributesFile=/dev/null",
+    "core.excludesFile=/dev/null",
+    "core.symlinks=true",
+    "submodule.recurse=false",
+    "diff.external=",
+    "diff.submodule=short",
+    "status.submoduleSummary=false",
+    "protocol.allow=never",
+    "gc.auto=0",
+)
 
 
 class CandidateRepoError(TwinError):
@@ -22,47 +50,70 @@ class CandidateRepoError(TwinError):
 class CandidateRepo:
     """Commits and tags one snapshot per round; exports snapshots for grading."""
 
-    def __init__(self, work_tree: Path, git_dir: Path) -> None:
-        self.work_tree = work_tree
-        self.git_dir = git_dir
+    def __init__(self, work_tree: Path, git_dir: Path, *, audit_log: Path | None = None) -> None:
+        self.work_tree = Path(work_tree)
+        self.git_dir = Path(git_dir)
+        self.audit_log = audit_log
+        self.stage = self.git_dir.with_name(self.git_dir.name + ".stage")
 
-    def _git(self, *args: str, check: bool = True) -> str:
+    def _git(self, *args: str, check: bool = True, work_tree: Path | None = None) -> str:
+        config = [part for item in _SAFE_CONFIG for part in ("-c", item)]
         proc = subprocess.run(
-            ["git", f"--git-dir={self.git_dir}", f"--work-tree={self.work_tree}", *args],
+            ["git", *config, f"--git-dir={self.git_dir}", f"--work-tree={work_tree or self.stage}", *args],
             capture_output=True,
-            text=True,
-            env={
-                "GIT_AUTHOR_NAME": "twin",
-                "GIT_AUTHOR_EMAIL": "twin@localhost",
-                "GIT_COMMITTER_NAME": "twin",
-                "GIT_COMMITTER_EMAIL": "twin@localhost",
-                "PATH": "/usr/bin:/bin:/usr/local/bin",
-                "HOME": str(self.git_dir),
-            },
+            env=_git_env(self.git_dir),
+            stdin=subprocess.DEVNULL,
         )
         if check and proc.returncode != 0:
-            raise CandidateRepoError(f"git {args[0]} failed: {proc.stderr.strip()[:300]}")
-        return proc.stdout.strip()
+            stderr = proc.stderr.decode("utf-8", "replace").strip()[:300]
+            raise CandidateRepoError(f"git {args[0]} failed: {stderr}")
+        return proc.stdout.decode("utf-8", "replace").strip()
 
     def init(self) -> None:
         """Create the repository with an empty root commit (idempotent)."""
         self.work_tree.mkdir(parents=True, exist_ok=True)
+        self._drop_pointer()
         if (self.git_dir / "HEAD").exists():
             return
-        subprocess.run(["git", "init", "-q", "--bare", str(self.git_dir)], check=True)
+        subprocess.run(
+            ["git", "init", "-q", "--bare", "--template=", str(self.git_dir)],
+            check=True,
+            env=_git_env(self.git_dir),
+            capture_output=True,
+        )
         self._git("config", "core.bare", "false")
-        exclude = self.git_dir / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        exclude.write_text(".git\n__pycache__/\n*.pyc\n")
-        (self.work_tree / ".git").write_text(f"gitdir: {self.git_dir}\n")
-        self._git("commit", "-q", "--allow-empty", "-m", "round 0: empty candidate")
-        self._git("tag", "-f", "round-0")
+        self._git("config", "core.autocrlf", "false")
+        self.stage.mkdir(exist_ok=True)
+        try:
+            self._git("commit", "-q", "--allow-empty", "-m", "round 0: empty candidate")
+            self._git("tag", "-f", "round-0")
+        finally:
+            remove_tree(self.stage)
+
+    def _drop_pointer(self) -> None:
+        """Remove the `.git` pointer file older runs left in the work tree (it named a host path)."""
+        pointer = self.work_tree / ".git"
+        if pointer.is_file() and not pointer.is_symlink():
+            if pointer.read_text(errors="replace").startswith(f"gitdir: {self.git_dir}"):
+                pointer.unlink()
 
     def commit_round(self, round: int, message: str) -> str:
-        """Commit everything in the work tree as round `round`, tag it `round-N`, return the sha."""
-        self._git("add", "-A", ".")
-        self._git("commit", "-q", "--allow-empty", "-m", f"round {round}: {message}")
-        self._git("tag", "-f", f"round-{round}")
+        """Commit a checked copy of the work tree as round `round`, tag it `round-N`, return the sha."""
+        remove_tree(self.stage)
+        try:
+            report = copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED)
+            refused = {k: v for k, v in report.refused.items() if not k.endswith("__pycache__")}
+            if refused or report.capped:
+                self._audit(
+                    round,
+                    f"{len(refused)} entries not committed: {_summary(refused)}"
+                    + (f"; cap: {report.capped}" if report.capped else ""),
+                )
+            self._git("add", "-A", ".")
+            self._git("commit", "-q", "--allow-empty", "--no-verify", "-m", f"round {round}: {message}")
+            self._git("tag", "-f", f"round-{round}")
+        finally:
+            remove_tree(self.stage)
         return self.head()
 
     def head(self) -> str:
@@ -75,23 +126,118 @@ class CandidateRepo:
 
     def changed(self, a: int, b: int) -> bool:
         """Whether the trees of rounds a and b differ."""
-        return bool(self._git("diff", "--name-only", f"round-{a}", f"round-{b}"))
+        return bool(self._git("diff", "--no-ext-diff", "--name-only", f"round-{a}", f"round-{b}"))
+
+    def diff(self, a: int, b: int, *, limit: int = MAX_DIFF_CHARS) -> str:
+        """The changes from round a to round b: a stat, then the patch (cut at `limit` characters)."""
+        refs = (f"round-{a}", f"round-{b}")
+        stat = self._git("diff", "--no-ext-diff", "--no-textconv", "--stat=120", *refs)
+        patch = self._git("diff", "--no-ext-diff", "--no-textconv", *refs)
+        text = (stat + "\n\n" + patch).strip() or "(no changes)"
+        if len(text) > limit:
+            text = text[:limit] + f"\n… ({len(text) - limit} more characters)"
+        return text
 
     def reset_to(self, round: int) -> None:
         """Put the work tree back to round `round` exactly (discarding a half-done step)."""
-        self._git("reset", "-q", "--hard", f"round-{round}")
-        self._git("clean", "-q", "-fdx", "-e", ".git")
+        remove_tree(self.work_tree, keep_root=True)
+        self.export(round, self.work_tree)
 
     def files(self) -> list[str]:
-        """Tracked and untracked files of the work tree (for prompts)."""
-        listed = self._git("ls-files", "--cached", "--others", "--exclude-standard")
-        return [name for name in listed.splitlines() if name]
+        """Files of the work tree, for prompts (bounded walk; never git on the agent's tree)."""
+        found = walk(self.work_tree, skip_dirs=GIT_EXCLUDED)
+        names = [e.rel for e in found.entries if not e.is_dir and not e.rel.endswith(".pyc")]
+        names = [n for n in names if not any(part in GIT_EXCLUDED for part in n.split("/"))]
+        if found.capped:
+            names.append(f"(listing stopped: {found.capped})")
+        return names
 
     def export(self, round: int, dest: Path) -> Path:
-        """Write the snapshot of round `round` to `dest` (no git metadata)."""
+        """Write the snapshot of round `round` to `dest` (no git metadata), within size caps.
+
+        A member the extraction refuses (a link out, over a cap) is skipped and audited.
+        """
+        if not self._git("tag", "--list", f"round-{round}"):
+            raise CandidateRepoError(f"git archive failed: round {round} has no snapshot (rounds: {self.rounds()})")
         dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(suffix=".tar") as archive:
-            self._git("archive", "--format=tar", "-o", archive.name, f"round-{round}")
-            with tarfile.open(archive.name) as tar:
-                tar.extractall(dest, filter="data")
+        if not self._git("ls-tree", "--name-only", f"round-{round}"):
+            return dest  # an empty tree: git's archive of it is not a tar stream tarfile reads
+        proc = subprocess.Popen(
+            [
+                "git",
+                *[p for i in _SAFE_CONFIG for p in ("-c", i)],
+                f"--git-dir={self.git_dir}",
+                "archive",
+                "--format=tar",
+                f"round-{round}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_git_env(self.git_dir),
+            stdin=subprocess.DEVNULL,
+        )
+        refused: dict[str, str] = {}
+        total = files = 0
+        assert proc.stdout is not None
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                for member in tar:
+                    if member.name.count("/") >= MAX_DEPTH:
+                        refused[member.name] = "too deep"
+                        continue
+                    if member.isfile():
+                        total, files = total + member.size, files + 1
+                        if total > MAX_TOTAL_BYTES or files > MAX_ENTRIES:
+                            refused[member.name] = "export size or count cap reached"
+                            continue
+                    try:
+                        tar.extract(member, dest, filter="data")
+                    except (tarfile.FilterError, OSError) as exc:
+                        refused[member.name] = str(exc)[:200]
+        except tarfile.TarError as exc:
+            raise CandidateRepoError(f"git archive of round {round} is unreadable: {exc}") from None
+        finally:
+            proc.stdout.close()
+            if proc.wait() != 0:
+                raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
+        if refused:
+            self._audit(round, f"{len(refused)} entries not exported: {_summary(refused)}")
         return dest
+
+    def _audit(self, round: int, reason: str) -> None:
+        if self.audit_log is None:
+            return
+        line = {
+            "time": time.time(),
+            "boundary": "snapshot",
+            "action": "copy",
+            "target": f"round-{round}",
+            "reason": reason,
+        }
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.audit_log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+
+def _summary(refused: dict[str, str], limit: int = 5) -> str:
+    shown = [f"{rel} ({why})" for rel, why in list(refused.items())[:limit]]
+    more = len(refused) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def _git_env(git_dir: Path) -> dict[str, str]:
+    """An environment in which git reads no configuration but the repository's own (twin's)."""
+    return {
+        "GIT_AUTHOR_NAME": "twin",
+        "GIT_AUTHOR_EMAIL": "twin@localhost",
+        "GIT_COMMITTER_NAME": "twin",
+        "GIT_COMMITTER_EMAIL": "twin@localhost",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(git_dir),
+        "LC_ALL": "C",
+    }

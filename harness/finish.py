@@ -24,9 +24,16 @@ class RoundGrade(BaseModel):
 
     round: int
     commit: str | None = None
-    reward: float | None = Field(default=None, description="None when grading itself failed.")
+    reward: float | None = Field(
+        default=None,
+        description="The grader's reward; 0 when it failed on the candidate; None only when twin's "
+        "own machinery failed (an infrastructure failure, retried by benches).",
+    )
     components: dict[str, Any] = Field(default_factory=dict)
-    error: str = Field(default="", description="Why grading failed (infrastructure), if it did.")
+    error: str = Field(
+        default="",
+        description="Why the reward is 0 (the grader failed on the candidate) or missing (infrastructure).",
+    )
     duration_s: float = 0.0
     same_as: int | None = Field(default=None, description="Round with an identical tree, grade reused.")
 
@@ -71,7 +78,7 @@ def grade_rounds(session: Any, progress: Any) -> RunGrades:
                     RoundGrade(
                         round=rs.round,
                         commit=rs.commit,
-                        reward=None if grade.error else grade.reward,
+                        reward=grade.reward,  # a grader failing on the candidate scores 0
                         components=grade.components,
                         duration_s=grade.duration_s,
                         error=grade.error or "",

@@ -17,6 +17,7 @@ from harness.progress import Progress
 from harness.session import Session
 from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
+from roles.fence import fence_agent_text
 from roles.migrator import Migrator
 from roles.schemas import Diagnosis, Gap
 from roles.verifier import Verifier
@@ -118,10 +119,13 @@ class TwinLoop:
         diagnosis = self.diagnoser.run(
             round=t,
             instruction=self.s.task.instruction,
-            evidence=render_localization(self.desk.latest_localization(t - 1))
-            + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+            evidence=fence_agent_text(
+                "evidence",
+                render_localization(self.desk.latest_localization(t - 1))
+                + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+            ),
             regressions=self.regression_text(t - 1),
-            candidate_files="\n".join(self.s.repo.files()[:300]),
+            candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
         )
         note = ""
         if diagnosis is None:
@@ -134,7 +138,7 @@ class TwinLoop:
         self.migrator.run(
             round=t,
             instruction=self.s.task.instruction,
-            diagnosis=self.diagnosis(t).render(),
+            diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
             regressions=self.regression_text(t - 1),
         )
 
@@ -145,8 +149,10 @@ class TwinLoop:
         self.verifier.run(
             round=t,
             instruction=self.s.task.instruction,
-            diagnosis=self.diagnosis(t).render(),
-            evidence=self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t),
+            diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
+            evidence=fence_agent_text(
+                "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
+            ),
         )
         self.desk.localize()
 
@@ -231,9 +237,8 @@ class TwinLoop:
         if not ids:
             return ""
         return (
-            f"Round {t} turned these established properties into violated ones: "
-            + ", ".join(ids)
-            + ". Restore them before anything else."
+            f"Round {t} turned these established properties into violated ones (ids below). "
+            "Restore them before anything else.\n" + fence_agent_text("property ids", ", ".join(ids))
         )
 
     def evidence_score(self, t: int) -> int:

@@ -164,6 +164,11 @@ def sandbox_environment(sandbox: Any, *, env: dict[str, str], timeout_s: float, 
     class SandboxEnvironment(mini.LocalEnvironment):
         def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
             command = action.get("command", "")
+            refused = _refuse_command(command)
+            if refused:  # a command no process can be given is the agent's error, shown to it
+                output = {"output": f"error: {refused}", "returncode": 2, "exception_info": refused}
+                on_command(command if isinstance(command, str) else repr(command)[:200], output)
+                return output
             result = sandbox.exec(
                 command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=timeout or timeout_s
             )
@@ -181,6 +186,21 @@ def sandbox_environment(sandbox: Any, *, env: dict[str, str], timeout_s: float, 
             return {**self.config.model_dump(), **machine, **kwargs}
 
     return SandboxEnvironment(cwd="/app", env=env, timeout=int(timeout_s))
+
+
+def _refuse_command(command: Any) -> str:
+    """Why a command cannot be run (not text, a NUL byte, text UTF-8 cannot hold, too long), or ""."""
+    from roles.tools import MAX_COMMAND_BYTES, ToolError, check_text_argument
+
+    try:
+        check_text_argument("command", command)
+    except ToolError as exc:
+        return str(exc)
+    if "\0" in command:
+        return "command contains a NUL byte"
+    if len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
+        return f"command is longer than {MAX_COMMAND_BYTES} bytes"
+    return ""
 
 
 class MiniSweAgentScaffold(BaseScaffold):

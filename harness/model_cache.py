@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from harness.model import Message, ModelReply, ToolSchema
+from harness.trajectory import json_line
 
 CACHE_SCHEMA_VERSION = 1
 
@@ -83,7 +84,7 @@ class ResponseCache:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w") as handle:
-                handle.write(entry.model_dump_json())
+                handle.write(json_line(entry))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

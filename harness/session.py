@@ -64,7 +64,7 @@ class Session:
             benches.append((boundary, make_sandbox(self.config.sandbox, boundary)))
         self.sandboxes.extend(sandbox for _, sandbox in benches)
         (cand_boundary, cand_box), (_, ref_box) = benches
-        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s)
+        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s, repo=self.repo)
 
     def record_tool(self, role: str, name: str, arguments: dict, result: ToolResult) -> None:
         """Observer for the agent loop: every tool call goes into the trajectory."""
@@ -115,7 +115,7 @@ def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | 
     state = run.load_state()
     task = load_task(config.task)
     workspace = prepare_workspace(task, run.root)
-    repo = CandidateRepo(run.candidate, run.candidate_git)
+    repo = CandidateRepo(run.candidate, run.candidate_git, audit_log=run.audit_log)
     repo.init()
     trajectory = Trajectory(run.trajectory)
     budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent))

@@ -139,7 +139,7 @@ class Trajectory:
 
     def append(self, record: ModelCallRecord | ModelErrorRecord | ToolCallRecord) -> None:
         """Append one record as one line, atomically, and fsync it."""
-        line = (record.model_dump_json() + "\n").encode()
+        line = (json_line(record) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -215,3 +215,25 @@ def _drop_torn_tail(fd: int) -> None:
             return
         end = start
     os.ftruncate(fd, 0)
+
+
+def json_line(record: BaseModel) -> str:
+    """A record's JSON; text a model sent that UTF-8 cannot hold (lone surrogates) becomes U+FFFD.
+
+    A model can send any JSON string, including "\\ud800"; the record keeps what can be
+    written instead of ending the run.
+    """
+    try:
+        return record.model_dump_json()
+    except ValueError:
+        return type(record).model_validate(_scrub(record.model_dump())).model_dump_json()
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v) for v in value]
+    return value

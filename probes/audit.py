@@ -24,10 +24,15 @@ Dockerfiles) are scanned line by line for the same references.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from harness.agent_tree import AgentFileError, Walk, read_regular_text, walk
 
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 TEXT_SUFFIXES = {
@@ -63,6 +68,8 @@ LOADER_CALLS = {
 }
 IMPORT_CALLS = {"importlib.import_module", "__import__"}
 MAX_FILE_BYTES = 2_000_000
+# Every kind of finding a file or tree kept from the audit's sight counts as.
+HIDDEN_KINDS = ("forbidden_import", "loads_original", "vendored", "transliteration")
 
 
 @dataclass(frozen=True)
@@ -78,23 +85,71 @@ class Finding:
         return asdict(self)
 
 
-def python_files(root: Path) -> list[Path]:
-    """Python files under `root`, skipping caches and virtual environments."""
-    return [
-        p for p in sorted(root.rglob("*.py")) if not (SKIP_DIRS & set(p.relative_to(root).parts))
-    ]
+def scan(root: Path) -> Walk:
+    """The bounded, link-free walk of `root` the audit reads (caches and environments skipped)."""
+    return walk(root, skip_dirs=SKIP_DIRS)
 
 
-def _text_files(root: Path) -> list[Path]:
+def python_files(root: Path, found: Walk | None = None) -> list[Path]:
+    """Regular Python files under `root` (no symlinks, no special files), skipping caches."""
+    found = found if found is not None else scan(root)
+    return [root / e.rel for e in found.files(".py") if not (SKIP_DIRS & set(e.rel.split("/")))]
+
+
+def read_source(path: Path) -> str:
+    """A file's text for the audit: a regular file only, never through a link, at most MAX_FILE_BYTES.
+
+    A file that is over the cap or cannot be opened reads as empty here; `audit_candidate`
+    reports it as hidden from the audit.
+    """
+    try:
+        return read_regular_text(path, MAX_FILE_BYTES)
+    except AgentFileError:
+        return ""
+
+
+def _text_files(root: Path, found: Walk) -> list[Path]:
     out = []
-    for p in sorted(root.rglob("*")):
-        if not p.is_file() or SKIP_DIRS & set(p.relative_to(root).parts) or p.suffix == ".py":
+    for e in found.files():
+        p = root / e.rel
+        if SKIP_DIRS & set(e.rel.split("/")) or p.suffix == ".py":
             continue
-        if (
-            p.suffix in TEXT_SUFFIXES or p.name == "Dockerfile"
-        ) and p.stat().st_size < MAX_FILE_BYTES:
+        if (p.suffix in TEXT_SUFFIXES or p.name == "Dockerfile") and e.st.st_size < MAX_FILE_BYTES:
             out.append(p)
     return out
+
+
+def hidden_from_audit(root: Path, found: Walk, markers: list[str]) -> list[Finding]:
+    """What the candidate keeps out of the audit's sight, as findings of every kind.
+
+    A tree deeper or larger than the walk's caps, a Python file over the size cap or
+    unreadable, or a symlink that leaves the candidate towards the original: code the
+    audit cannot read has not passed it.
+    """
+    every = HIDDEN_KINDS
+    findings = [
+        Finding("loads_original", e.rel, 0, f"a symbolic link to the original ({os.readlink(root / e.rel)[:80]})")
+        for e in found.entries
+        if stat.S_ISLNK(e.st.st_mode) and _links_to(root / e.rel, markers)
+    ]
+    hidden: list[tuple[str, str]] = []
+    if found.incomplete:
+        hidden.append((".", f"the tree could not be read whole: {found.incomplete}"))
+    for e in found.entries:
+        if e.rel.endswith(".py") and e.is_file and e.st.st_size > MAX_FILE_BYTES:
+            hidden.append((e.rel, f"{e.st.st_size} bytes, over the audit's {MAX_FILE_BYTES}-byte cap"))
+        elif e.rel.endswith(".py") and not e.is_file and not e.is_dir and not stat.S_ISLNK(e.st.st_mode):
+            hidden.append((e.rel, "a special file where a module is expected"))
+    return findings + [Finding(kind, rel, 0, f"hidden from the audit: {why}") for rel, why in hidden for kind in every]
+
+
+def _links_to(link: Path, markers: list[str]) -> bool:
+    """Whether a symlink's target names the original (its mount point or host path)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return False
+    return any(m.rstrip("/") and target.startswith(m.rstrip("/")) for m in markers)
 
 
 def _dotted(node) -> str:
@@ -133,14 +188,21 @@ class _PythonAuditor:
         import libcst as cst
         from libcst.metadata import MetadataWrapper, PositionProvider
 
+        # CPython's parser first: libcst's native parser crashes the process (not an exception)
+        # on nesting the candidate can make arbitrarily deep; what CPython cannot parse for
+        # depth is hidden from the audit, which is not passing it.
+        try:
+            ast.parse(text)
+        except (RecursionError, MemoryError):
+            return [
+                Finding(kind, self.rel, 0, "hidden from the audit: nested too deeply to parse") for kind in HIDDEN_KINDS
+            ]
+        except (SyntaxError, ValueError) as exc:
+            return [Finding("unparsable", self.rel, getattr(exc, "lineno", 0) or 0, str(exc).splitlines()[0][:200])]
         try:
             wrapper = MetadataWrapper(cst.parse_module(text))
         except cst.ParserSyntaxError as exc:
-            return [
-                Finding(
-                    "unparsable", self.rel, getattr(exc, "raw_line", 0), str(exc).splitlines()[0]
-                )
-            ]
+            return [Finding("unparsable", self.rel, getattr(exc, "raw_line", 0), str(exc).splitlines()[0])]
         positions = wrapper.resolve(PositionProvider)
         auditor = self
 
@@ -199,9 +261,7 @@ class _PythonAuditor:
         if top in self.forbidden:
             self.add("forbidden_import", line, f"imports {module}")
         elif top in self.source_modules:
-            self.add(
-                "loads_original", line, f"imports {module}, a module only the original provides"
-            )
+            self.add("loads_original", line, f"imports {module}, a module only the original provides")
 
     def mentions(self, text: str) -> bool:
         return text.strip() == self.mount or any(marker in text for marker in self.markers)
@@ -216,9 +276,7 @@ def _uses_framework(text: str, forbidden: set[str]) -> bool:
 
 def _normalized_hash(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
-    return hashlib.sha1(
-        "\n".join(line for line in lines if line and not line.startswith("#")).encode()
-    ).hexdigest()
+    return hashlib.sha1("\n".join(line for line in lines if line and not line.startswith("#")).encode()).hexdigest()
 
 
 def audit_candidate(
@@ -248,6 +306,8 @@ def audit_candidate(
 
     candidate, source = candidate.resolve(), source.resolve()
     forbidden_set = set(forbidden)
+    found = scan(candidate)
+    cand_files = python_files(candidate, found)
     roots = roots_of(candidate, import_roots)
     # Whatever the original calls its modules, a name that resolves to a module of the
     # candidate's own (under any of its import roots) is the candidate's.
@@ -260,12 +320,12 @@ def audit_candidate(
     source_hashes = {
         _normalized_hash(text): p.relative_to(source)
         for p in python_files(source)
-        if _uses_framework(text := p.read_text(errors="replace"), forbidden_set)
+        if _uses_framework(text := read_source(p), forbidden_set)
     }
-    findings: list[Finding] = []
-    for path in python_files(candidate):
+    findings: list[Finding] = hidden_from_audit(candidate, found, markers)
+    for path in cand_files:
         rel = str(path.relative_to(candidate))
-        text = path.read_text(errors="replace")
+        text = read_source(path)
         # A script's own directory is on its sys.path: a sibling is the candidate's too.
         local = source_modules - {p.stem for p in path.parent.glob("*.py")}
         findings += _PythonAuditor(rel, forbidden_set, local, markers, source_mount).run(text)
@@ -273,12 +333,12 @@ def audit_candidate(
         if copied is not None and text.strip():
             findings.append(Finding("vendored", rel, 1, f"a copy of the original's {copied}"))
     findings += foreign_findings(candidate, forbidden_set, markers=markers, source_mount=source_mount)
-    for path in _text_files(candidate):
+    for path in _text_files(candidate, found):
         parsed = file_kind(path)  # parsed above, comments told apart
         if parsed in ("shell", "requirements"):
             continue
         rel = str(path.relative_to(candidate))
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        for number, line in enumerate(read_source(path).splitlines(), start=1):
             if any(m in line for m in markers):
                 findings.append(
                     Finding(

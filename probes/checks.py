@@ -17,7 +17,8 @@ import shutil
 from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from probes.audit import audit_candidate
+from harness.agent_tree import remove_tree
+from probes.audit import audit_candidate, scan
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.differential import probe_names
@@ -61,7 +62,7 @@ AUDIT_PROPERTIES = {
 def _check_dir(ctx: ProbeContext, name: str) -> Path:
     root = ctx.workdir / "checks" / name
     if root.exists():
-        shutil.rmtree(root)
+        remove_tree(root)  # the candidate side wrote here: any depth
     root.mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
     return root
@@ -69,6 +70,8 @@ def _check_dir(ctx: ProbeContext, name: str) -> Path:
 
 def _module_of(ctx: ProbeContext, rel: str) -> str:
     """'pkg/mod.py' -> 'pkg.mod', as the task imports it (the component a finding in that file names)."""
+    if Path(rel).name in ("", ".", ".."):
+        return ""
     return module_name(rel, candidate_roots(ctx))
 
 
@@ -79,20 +82,6 @@ def imports_check() -> Probe:
         context = base_context(ctx, "probes.checks:imports_check")
         root = _check_dir(ctx, "imports")
         (run,) = run_side(ctx, root, "candidate", [{"out": "out", "dtype": ctx.dtype}], mode="imports")
-        if not run["ok"]:
-            trace = run["trace"]
-            return [
-                not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
-                not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context),
-            ]
-        modules = run["report"]["modules"]
-        failed = {name: m for name, m in modules.items() if not m["ok"]}
-        cand_root = (ctx.roots("candidate")["candidate"] or "").rstrip("/") + "/"
-        runtime = [
-            a
-            for a in run["report"]["forbidden_imports"]
-            if (a.get("importer") or {}).get("file", "").startswith(cand_root)
-        ]
         static = [
             f
             for f in audit_candidate(
@@ -104,16 +93,40 @@ def imports_check() -> Probe:
             )
             if f.kind == "forbidden_import"
         ]
+        if not run["ok"]:
+            trace = run["trace"]
+            return [
+                not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
+                _independence(ctx, static, [], context, "")
+                if static  # what the files show statically does not need the run
+                else not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context),
+            ]
+        modules = run["report"]["modules"]
+        failed = {name: m for name, m in modules.items() if not m["ok"]}
+        incomplete = scan(ctx.candidate).incomplete
+        if incomplete:  # modules kept out of the check have not passed it
+            failed["(unchecked)"] = {
+                "ok": False,
+                "file": "(unchecked)",
+                "error": f"not every module was reached: {incomplete}",
+                "trace": "",
+            }
+        cand_root = (ctx.roots("candidate")["candidate"] or "").rstrip("/") + "/"
+        runtime = [
+            a
+            for a in run["report"]["forbidden_imports"]
+            if (a.get("importer") or {}).get("file", "").startswith(cand_root)
+        ]
         results = []
         first_failed = next((_module_of(ctx, m.get("where") or m["file"]) for m in failed.values()), None)
-        if not modules:
+        if not failed and not modules:
             results.append(not_established(IMPORTS, "the candidate has no Python module", context=context))
         else:
             results.append(
                 ProbeResult(
                     property=IMPORTS,
                     outcome=Outcome.VIOLATED if failed else Outcome.ESTABLISHED,
-                    score=1.0 - len(failed) / len(modules),
+                    score=max(0.0, 1.0 - len(failed) / max(len(modules), 1)),
                     context=context,
                     observations={
                         "modules": len(modules),
@@ -129,37 +142,37 @@ def imports_check() -> Probe:
             )
             if first_failed:
                 results[-1].context = {**context, "component": first_failed}
-        findings = [f.as_dict() for f in static] + [
-            {
-                "kind": "runtime_import",
-                "file": a["importer"]["file"].removeprefix(cand_root),
-                "line": a["importer"]["line"],
-                "detail": f"imports {a['module']} at run time",
-            }
-            for a in runtime
-        ]
-        results.append(
-            ProbeResult(
-                property=INDEPENDENCE,
-                outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
-                score=0.0 if findings else 1.0,
-                context={
-                    **context,
-                    **({"component": _module_of(ctx, findings[0]["file"])} if findings else {}),
-                },
-                observations={
-                    "findings": findings,
-                    **(
-                        {"message": "; ".join(f"{f['file']}:{f['line']} {f['detail']}" for f in findings)[:2000]}
-                        if findings
-                        else {}
-                    ),
-                },
-            )
-        )
+        results.append(_independence(ctx, static, runtime, context, cand_root))
         return results
 
     return probe
+
+
+def _independence(ctx: ProbeContext, static: list, runtime: list[dict], context: dict, cand_root: str) -> ProbeResult:
+    """Independence from the static findings and the imports seen at run time."""
+    findings = [f.as_dict() for f in static] + [
+        {
+            "kind": "runtime_import",
+            "file": a["importer"]["file"].removeprefix(cand_root),
+            "line": a["importer"]["line"],
+            "detail": f"imports {a['module']} at run time",
+        }
+        for a in runtime
+    ]
+    return ProbeResult(
+        property=INDEPENDENCE,
+        outcome=Outcome.VIOLATED if findings else Outcome.ESTABLISHED,
+        score=0.0 if findings else 1.0,
+        context={**context, **({"component": _module_of(ctx, findings[0]["file"])} if findings else {})},
+        observations={
+            "findings": findings,
+            **(
+                {"message": "; ".join(f"{f['file']}:{f['line']} {f['detail']}" for f in findings)[:2000]}
+                if findings
+                else {}
+            ),
+        },
+    )
 
 
 def audit_check(transliteration: bool = True) -> Probe:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from evidence_store.records import Outcome, ProbeResult, Property
+from harness.agent_tree import remove_tree
 from probes.base import Probe, base_context, not_established
 from probes.compare import compare_outputs
 from probes.context import ProbeContext
@@ -171,7 +172,7 @@ def _prepare(ctx: ProbeContext, file: Path, names: list[str]) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]", "_", file.stem)[:40]
     root = ctx.workdir / "probes" / f"{slug}-{digest}"
     if root.exists():
-        shutil.rmtree(root)
+        remove_tree(root)  # the sides wrote here: any depth
     for name in names:
         (root / _slot(name) / "inputs").mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
@@ -281,10 +282,14 @@ REFERENCE_OUTS = ("ref", "ref64", "ref2")
 def _tree_digest(root: Path | None) -> str:
     if root is None or not root.is_dir():
         return "-"
+    from harness.agent_tree import walk
+
     h = hashlib.sha1()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        stat = path.stat()
-        h.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    found = walk(root, skip_dirs={"__pycache__"})
+    for entry in found.files():
+        if "__pycache__" not in entry.rel.split("/"):
+            h.update(f"{entry.rel}:{entry.st.st_size}:{entry.st.st_mtime_ns}".encode())
+    h.update(f"incomplete:{found.incomplete}".encode())
     return h.hexdigest()
 
 
@@ -340,14 +345,18 @@ def _reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str],
         for name in names:
             for part in ("inputs", *REFERENCE_OUTS):
                 if (root / _slot(name) / part).is_dir():
-                    shutil.copytree(root / _slot(name) / part, cached / _slot(name) / part, dirs_exist_ok=True)
+                    shutil.copytree(
+                        root / _slot(name) / part, cached / _slot(name) / part, symlinks=True, dirs_exist_ok=True
+                    )
         (cached / "done").write_text("ok")
         return reference
     reference = {}
     for name in names:
         for part in ("inputs", *REFERENCE_OUTS):
             if (cached / _slot(name) / part).is_dir():
-                shutil.copytree(cached / _slot(name) / part, root / _slot(name) / part, dirs_exist_ok=True)
+                shutil.copytree(
+                    cached / _slot(name) / part, root / _slot(name) / part, symlinks=True, dirs_exist_ok=True
+                )
                 if part != "inputs":
                     reference[(name, part)] = _read_run(root / _slot(name) / part, None, "(cached)", side="reference")
     return reference

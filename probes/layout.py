@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from probes.audit import python_files
+from probes.audit import python_files, read_source
 
 SKIP_DIRS = {"tests", "test", "__pycache__", ".git", "build", "dist", ".venv", "venv"}
 
@@ -23,8 +23,8 @@ SKIP_DIRS = {"tests", "test", "__pycache__", ".git", "build", "dist", ".venv", "
 def _imported_names(path: Path) -> set[str]:
     """Top-level names a file imports absolutely (`import a.b` -> 'a', `from a import b` -> 'a')."""
     try:
-        tree = ast.parse(path.read_text(errors="replace"))
-    except (SyntaxError, ValueError):
+        tree = ast.parse(read_source(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
     names: set[str] = set()
     for node in ast.walk(tree):

@@ -139,7 +139,7 @@ def statements(text: str, forbidden: list[str]) -> list[tuple[str, int, bool]]:
     """
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     source_names = framework_aliases(tree, [], roots=set(forbidden))
     for node in ast.walk(tree):
@@ -184,17 +184,17 @@ def find_transliterations(
     candidate: Path, source: Path, *, forbidden: list[str]
 ) -> list[Transliteration]:
     """Candidate files that restate a framework-using original file (best match per candidate file)."""
-    from probes.audit import python_files
+    from probes.audit import python_files, read_source
 
     originals = []
     for path in python_files(source):
-        stmts = statements(path.read_text(errors="replace"), forbidden)
+        stmts = statements(read_source(path), forbidden)
         flags = [uses for _, _, uses in stmts]
         if sum(flags) >= MIN_FRAMEWORK_STATEMENTS:
             originals.append((str(path.relative_to(source)), [s for s, _, _ in stmts], flags))
     found = []
     for path in python_files(candidate):
-        stmts = statements(path.read_text(errors="replace"), forbidden)
+        stmts = statements(read_source(path), forbidden)
         if not stmts:
             continue
         texts = [s for s, _, _ in stmts]

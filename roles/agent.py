@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.boundary import BoundaryViolation
-from harness.model import Model, ModelReply
+from harness.budget import BudgetExceeded
+from harness.errors import InfraFailure
+from harness.model import Model, ModelInfraError, ModelReply
+from harness.sandbox.base import SandboxError
 from roles.tools import Tool, ToolError, ToolResult
 
 Message = dict[str, Any]
+MAX_ERROR_CHARS = 500
 
 
 class AgentExit(Exception):
@@ -49,6 +53,11 @@ class AgentOutcome:
     steps: int
     messages: list[Message] = field(default_factory=list)
 
+
+# What a tool may raise that leaves the agent loop: the run's budget and twin's own
+# infrastructure (a sandbox that cannot start, a model provider that fails). Anything
+# else a tool raises on agent input is an error shown to the model.
+PROPAGATED = (AgentExit, BudgetExceeded, InfraFailure, SandboxError, ModelInfraError)
 
 # Called after every tool call: (role, tool name, arguments, result).
 ToolObserver = Callable[[str, str, dict[str, Any], ToolResult], None]
@@ -129,7 +138,7 @@ class Agent:
             raise submitted
 
     def _refuse_arguments(self, name: str, raw: str) -> ToolResult:
-        result = ToolResult(text=f"error: the arguments of {name} were not a JSON object: {raw[:200]}", ok=False)
+        result = ToolResult(text=f"error: the arguments of {name} were not a JSON object: {short(raw, 200)}", ok=False)
         if self.on_tool is not None:
             self.on_tool(self.role, name, {"arguments_raw": raw}, result)
         return result
@@ -141,19 +150,32 @@ class Agent:
         if tool is None:
             known = ", ".join(sorted(self.tools))
             result = ToolResult(text=f"error: no tool named {name!r} (tools: {known})", ok=False)
+        elif not isinstance(arguments, dict):
+            result = ToolResult(text=f"error: the arguments of {name} were not a JSON object", ok=False)
         else:
             try:
                 result = tool(**arguments)
             except Submitted as done:
                 result, exit_ = ToolResult(text="submitted"), done
             except (ToolError, BoundaryViolation) as exc:
-                result = ToolResult(text=f"error: {exc}", ok=False)
+                result = ToolResult(text=f"error: {short(str(exc))}", ok=False)
             except TypeError as exc:
-                result = ToolResult(text=f"error: bad arguments for {name}: {exc}", ok=False)
+                result = ToolResult(text=f"error: bad arguments for {name}: {short(str(exc))}", ok=False)
+            except PROPAGATED:
+                raise
+            except Exception as exc:  # any other failure on agent input is the tool's error, not the run's
+                reason = short(str(exc).splitlines()[0] if str(exc) else "")
+                result = ToolResult(text=f"error: {name} failed: {type(exc).__name__}: {reason}", ok=False)
         result.duration_s = time.monotonic() - started
         if self.on_tool is not None:
             self.on_tool(self.role, name, arguments, result)
         return result, exit_
+
+
+def short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """An error reason cut to `limit` characters, in text UTF-8 can hold."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def dumps_arguments(arguments: dict[str, Any]) -> str:

@@ -9,16 +9,28 @@ task's tests or solution. File tools check every path with the `Boundary` first
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.agent_tree import AgentFileError, read_regular
 from harness.boundary import Boundary
+from harness.candidate_repo import CandidateRepo
 from harness.sandbox.base import ExecResult, Sandbox
 
 MAX_READ_CHARS = 40_000
+MAX_READ_BYTES = 4 * MAX_READ_CHARS
+MAX_EDIT_BYTES = 4 << 20
+MAX_LIST_ENTRIES = 2_000
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+MAX_COMMAND_BYTES = 100_000
 
 
 class ToolError(Exception):
@@ -77,25 +89,86 @@ def bash_tool(sandbox: Sandbox, *, name: str, description: str, timeout_s: float
     """A shell in one sandbox."""
 
     def run(command: str) -> ToolResult:
+        command = check_text_argument("command", command)
+        if "\0" in command:
+            raise ToolError("command contains a NUL byte")
+        if len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
+            raise ToolError(f"command is longer than {MAX_COMMAND_BYTES} bytes; write a script with a file first")
         result = sandbox.exec(command, timeout_s=timeout_s)
         return ToolResult(text=format_exec(result), ok=result.ok)
 
     return Tool(name, description, {"command": {"type": "string"}}, run)
 
 
+def check_path_argument(path: Any) -> str:
+    """Refuse a path argument no file system can name, before the boundary or the OS sees it.
+
+    Raises:
+        ToolError: not a string, empty, a NUL byte, text UTF-8 cannot encode (lone
+            surrogates), a component over 255 bytes or a path over 4,096 bytes.
+    """
+    if not isinstance(path, str):
+        raise ToolError(f"path must be a string, not {type(path).__name__}")
+    if not path:
+        raise ToolError("path is empty")
+    if "\0" in path:
+        raise ToolError("path contains a NUL byte")
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError("path is not valid Unicode text (lone surrogate)") from None
+    if len(encoded) > MAX_PATH_BYTES:
+        raise ToolError(f"path is longer than {MAX_PATH_BYTES} bytes")
+    if any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise ToolError(f"a path component is longer than {MAX_NAME_BYTES} bytes")
+    return path
+
+
+def check_text_argument(name: str, value: Any) -> str:
+    """Refuse a text argument that cannot be written as UTF-8."""
+    if not isinstance(value, str):
+        raise ToolError(f"{name} must be a string, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"{name} is not valid Unicode text (lone surrogate at character {exc.start})") from None
+    return value
+
+
+def shown_name(name: str) -> str:
+    """A file name as the model can read it: bytes that are not UTF-8 appear as U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _list_directory(host: Path) -> str:
+    entries: list[str] = []
+    with os.scandir(host) as it:
+        for entry in it:
+            if len(entries) >= MAX_LIST_ENTRIES:
+                return "\n".join(sorted(entries)) + f"\n… (listing stopped after {MAX_LIST_ENTRIES} entries)"
+            entries.append(shown_name(entry.name) + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    return "\n".join(sorted(entries)) or "(empty directory)"
+
+
 def read_tool(boundary: Boundary) -> Tool:
-    """Read a text file (any readable root)."""
+    """Read a text file (any readable root): regular files only, at most MAX_READ_BYTES read."""
 
     def read(path: str) -> ToolResult:
-        host = boundary.check_read(path)
-        if host.is_dir():
-            entries = sorted(p.name + ("/" if p.is_dir() else "") for p in host.iterdir())
-            return ToolResult(text="\n".join(entries) or "(empty directory)")
-        if not host.is_file():
-            raise ToolError(f"no such file: {path}")
-        text = host.read_text(errors="replace")
-        if len(text) > MAX_READ_CHARS:
-            text = text[:MAX_READ_CHARS] + f"\n… ({len(text) - MAX_READ_CHARS} more characters)"
+        host = boundary.check_read(check_path_argument(path))
+        try:
+            st = os.lstat(host)
+        except OSError as exc:
+            raise ToolError(f"cannot read {path}: {exc.strerror}") from None
+        if stat.S_ISDIR(st.st_mode):
+            return ToolResult(text=_list_directory(host))
+        try:
+            data, size = read_regular(host, MAX_READ_BYTES)
+        except AgentFileError as exc:
+            raise ToolError(f"cannot read {path}: {str(exc).split(': ', 1)[-1]}") from None
+        text = data.decode("utf-8", errors="replace")
+        if len(text) > MAX_READ_CHARS or size > len(data):
+            more = max(size - len(text[:MAX_READ_CHARS].encode()), 0)
+            text = text[:MAX_READ_CHARS] + f"\n… (cut: {more} more bytes of {size})"
         return ToolResult(text=text)
 
     return Tool(
@@ -109,21 +182,42 @@ def read_tool(boundary: Boundary) -> Tool:
 def write_tools(boundary: Boundary) -> list[Tool]:
     """`write_file` and `edit_file`: only useful under the boundary's writable root."""
 
+    def target(path: str) -> Path:
+        host = boundary.check_write(check_path_argument(path))
+        if host.is_dir() and not host.is_symlink():
+            raise ToolError(f"{path} is a directory, not a file")
+        return host
+
     def write(path: str, content: str) -> ToolResult:
-        host = boundary.check_write(path)
-        host.parent.mkdir(parents=True, exist_ok=True)
-        host.write_text(content)
+        host = target(path)
+        data = check_text_argument("content", content).encode("utf-8")
+        try:
+            host.parent.mkdir(parents=True, exist_ok=True)
+            _write_file(host, data)
+        except OSError as exc:
+            raise ToolError(f"cannot write {path}: {exc.strerror or exc}") from None
         return ToolResult(text=f"wrote {len(content)} characters to {path}")
 
     def edit(path: str, old: str, new: str) -> ToolResult:
-        host = boundary.check_write(path)
-        if not host.is_file():
-            raise ToolError(f"no such file: {path}")
-        text = host.read_text()
-        count = text.count(old)
+        host = target(path)
+        old, new = check_text_argument("old", old), check_text_argument("new", new)
+        try:
+            data, size = read_regular(host, MAX_EDIT_BYTES)
+        except AgentFileError as exc:
+            raise ToolError(f"cannot edit {path}: {str(exc).split(': ', 1)[-1]}") from None
+        if size > MAX_EDIT_BYTES:
+            raise ToolError(f"{path} is {size} bytes, over the {MAX_EDIT_BYTES}-byte edit limit; use bash")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{path} is not UTF-8 text; edit it with bash") from None
+        count = text.count(old) if old else 0
         if count != 1:
             raise ToolError(f"`old` occurs {count} times in {path}; it must occur exactly once")
-        host.write_text(text.replace(old, new))
+        try:
+            _write_file(host, text.replace(old, new).encode("utf-8"))
+        except OSError as exc:
+            raise ToolError(f"cannot write {path}: {exc.strerror or exc}") from None
         return ToolResult(text=f"edited {path}")
 
     return [
@@ -140,6 +234,46 @@ def write_tools(boundary: Boundary) -> list[Tool]:
             edit,
         ),
     ]
+
+
+def _write_file(host: Path, data: bytes) -> None:
+    """Write without following a final symlink and without blocking on a FIFO."""
+    fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def diff_tool(repo: CandidateRepo) -> Tool:
+    """Read-only view of what a round changed in the candidate (round N against round N-1)."""
+
+    def diff(round: Any = None) -> ToolResult:
+        rounds = repo.rounds()
+        if round is None or round == "":
+            round = rounds[-1] if rounds else 0
+        try:
+            round = int(round)
+        except (TypeError, ValueError):
+            raise ToolError(f"round must be a round number, one of {rounds}") from None
+        if round not in rounds or round == 0:
+            raise ToolError(f"round {round} has no snapshot to compare; committed rounds: {rounds[1:] or 'none yet'}")
+        return ToolResult(text=repo.diff(round - 1, round))
+
+    return Tool(
+        "diff",
+        "Show what a committed round changed in the candidate (round N against round N-1): a stat "
+        "and the patch. Without `round`, the latest committed round.",
+        {"round": {"type": "integer"}},
+        diff,
+        required=[],
+    )
 
 
 def submit_tool(description: str, parameters: dict[str, Any], accept: Callable[..., Any]) -> Tool:
@@ -165,6 +299,8 @@ class Workbench:
     candidate: Sandbox
     reference: Sandbox
     command_timeout_s: float = 600.0
+    repo: CandidateRepo | None = None
+    """The round history, for the read-only `diff` tool (None: no history to show)."""
 
 
 def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
@@ -186,6 +322,8 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             timeout_s=bench.command_timeout_s,
         ),
     ]
+    if bench.repo is not None:
+        tools.append(diff_tool(bench.repo))
     if write:
         tools.extend(write_tools(bench.boundary))
     return {tool.name: tool for tool in tools}

@@ -41,13 +41,13 @@ class ProbeDesk(Protocol):
 
 def probe_tools(desk: ProbeDesk) -> list[Tool]:
     def write(name: str, source: str) -> ToolResult:
-        if not PROBE_NAME.match(name):
+        if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
             raise ToolError("probe names are lowercase identifiers, e.g. forward_logits")
         return ToolResult(text=f"stored probe {name} ({desk.write_probe(name, source)})")
 
     def run(name: str) -> ToolResult:
-        if not PROBE_NAME.match(name):
-            raise ToolError(f"no probe named {name!r}")
+        if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
+            raise ToolError(f"no probe named {name!r}"[:200])
         return ToolResult(text=desk.run_probe(name))
 
     def checks() -> ToolResult:

@@ -114,6 +114,7 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
         # A person types at the terminal: a live panel redrawing over the prompt would hide it.
         with Progress(view, live=False if kind == "human" else None) as progress:
             if session.state.status != "finished":
+                run.grades.unlink(missing_ok=True)  # grades of an unfinished run are stale on resume
                 session.state.status = "running"
                 session.save()
                 try:
@@ -130,6 +131,13 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
                     raise InfraFailure(
                         f"{exc} (infrastructure; resume with: twin migrate --resume {run.root})"
                     ) from None
+                except TwinError:
+                    session.save()  # a user-facing stop (replay diverged, script exhausted): as before
+                    raise
+                except Exception as exc:  # a bug of twin's on agent input: keep the run resumable and scored
+                    _record_crash(run, session, exc)
+                    progress.message(f"the run stopped on an internal error ({session.state.stop_reason}); "
+                                     f"grading what was committed; resume with: twin migrate --resume {run.root}")
             grades = None
             if config.grade:
                 grades = grade_rounds(session, progress) if not run.grades.exists() else _load_grades(run)
@@ -149,6 +157,17 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "
         f"{session.state.final_round}, {reward} — {run.summary}"
     )
+
+
+def _record_crash(run: RunDir, session, exc: Exception) -> None:
+    """Keep the state resumable and the traceback in `crash.txt`; the rounds committed so far get graded."""
+    import traceback
+
+    session.state.status = "failed"
+    session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+    session.state.final_round = session.state.choice_with_rounds(session.config.rounds)
+    session.save()
+    (run.root / "crash.txt").write_text("".join(traceback.format_exception(exc)))
 
 
 def _override_wait(run: RunDir, wait_s: float) -> None:

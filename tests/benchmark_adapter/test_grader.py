@@ -188,3 +188,43 @@ def test_twin_grade_prints_reward_and_writes_json(tmp_path, capsys):
     assert (
         data["reward"] == 0.75 and data["components"]["app"] == 1
     )  # the oracle copy sits at APP_DIR
+
+
+# ---- outcome semantics: the candidate's failure is 0, twin's own failure is infrastructure ------
+@requires_bwrap
+@pytest.mark.parametrize(
+    "script, reason",
+    [
+        ("exit 3", "wrote no reward"),
+        ("kill -SEGV $$", "wrote no reward"),
+        ('ln -s /tests/test.sh "$LOGS_DIR/reward.json"', "wrote no reward"),
+        ('mkfifo "$LOGS_DIR/reward.txt"', "wrote no reward"),
+        ('python3 -c "print(\'[\' * 100000)" > "$LOGS_DIR/reward.json"', "malformed reward.json"),
+    ],
+)
+def test_a_grader_failing_on_the_candidate_is_reward_zero_with_the_reason(tmp_path, candidate, script, reason):
+    grade = run_grader(load_task(make_task(tmp_path, "#!/usr/bin/env bash\n" + script + "\n")), candidate, sandbox="bwrap")
+    assert grade.reward == 0.0 and reason in grade.error
+
+
+@requires_bwrap
+def test_a_grader_reporting_its_own_machinery_failing_is_infrastructure(tmp_path, candidate):
+    from benchmark_adapter.grader import GraderInfraError
+
+    script = 'echo \'{"reward": 0, "infrastructure_error": "nested sandbox unavailable"}\' > "$LOGS_DIR/reward.json"'
+    with pytest.raises(GraderInfraError, match="nested sandbox unavailable"):
+        run_grader(load_task(make_task(tmp_path, "#!/usr/bin/env bash\n" + script + "\n")), candidate, sandbox="bwrap")
+
+
+def test_a_sandbox_that_never_reaches_test_sh_is_infrastructure(tmp_path, candidate, monkeypatch):
+    from benchmark_adapter.grader import GraderInfraError
+    from harness.sandbox.base import ExecResult
+    from harness.sandbox.none import UnsandboxedProcess
+
+    def broken_exec(self, command, **kwargs):
+        return ExecResult(returncode=1, stdout="", stderr="bwrap: setting up uid map: Permission denied\n")
+
+    monkeypatch.setattr(UnsandboxedProcess, "exec", broken_exec)
+    task = load_task(make_task(tmp_path, "#!/usr/bin/env bash\necho 1 > \"$LOGS_DIR/reward.txt\"\n"))
+    with pytest.raises(GraderInfraError, match="did not start test.sh"):
+        run_grader(task, candidate, sandbox="none")

@@ -270,3 +270,59 @@ def test_sync_refreshes_a_stale_copy(tmp_path):
     assert sync.stale_copies(suite) == [suite / "t" / "tests" / "grading.py"]
     sync.sync(suite)
     assert sync.stale_copies(suite) == []
+
+
+# ---- outputs the candidate's run left: never read through a link -------------------------------
+def test_outputs_linked_to_the_references_gain_nothing(tmp_path):
+    refs = tmp_path / "tests" / "refs"
+    refs.mkdir(parents=True)
+    np.savez(refs / "refs.npz", logits=np.arange(4.0))
+    (refs / "refs.json").write_text('{"loss": 1.25}')
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "outputs.npz").symlink_to(refs / "refs.npz")
+    (scratch / "outputs.json").symlink_to(refs / "refs.json")
+    run = g.CandidateRun(returncode=0, timed_out=False, duration_s=0.0)
+    g._read_outputs(scratch, run)
+    assert run.arrays == {} and run.values == {}
+
+
+def test_special_and_oversized_outputs_are_refused_without_hanging(tmp_path, monkeypatch):
+    import os
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.mkfifo(scratch / "outputs.json")
+    with open(scratch / "outputs.npz", "wb") as fh:
+        fh.truncate(g.OUTPUT_LIMIT + 1)
+    run = g.CandidateRun(returncode=0, timed_out=False, duration_s=0.0)
+    g._read_outputs(scratch, run)
+    assert run.arrays == {} and run.values == {}
+    os.unlink(scratch / "outputs.npz")
+    np.savez(scratch / "outputs.npz", a=np.arange(2))
+    g._read_outputs(scratch, run)
+    assert run.arrays["a"].tolist() == [0, 1]
+
+
+def test_scratch_of_any_depth_is_removed(tmp_path):
+    from tests.fakes.trees import deep_chain
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    deep_chain(scratch, 1200)
+    g.remove_scratch(scratch)
+    assert not scratch.exists()
+
+
+def test_flask_grader_reads_its_answers_only_as_a_regular_file(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "flask_grade", COMMON.parents[1] / "flask-to-starlette" / "tests" / "grade.py"
+    )
+    flask_grade = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flask_grade)
+    (tmp_path / "responses.json").write_text('{"up": true}')
+    (tmp_path / "answers.json").symlink_to(tmp_path / "responses.json")
+    with pytest.raises(OSError):
+        flask_grade.read_output(tmp_path / "answers.json")
+    (tmp_path / "plain.json").write_text('{"up": true}')
+    assert flask_grade.read_output(tmp_path / "plain.json") == b'{"up": true}'

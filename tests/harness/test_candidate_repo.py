@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import json
+import os
+import stat
+import subprocess
+
 import pytest
 
 from harness.candidate_repo import CandidateRepo, CandidateRepoError
+from tests.fakes.trees import deep_chain
 
 
 @pytest.fixture
@@ -43,8 +49,8 @@ def test_reset_discards_a_half_done_step(repo):
 
 
 def test_history_lives_outside_the_writable_tree(repo):
-    """Deleting /app/.git (as a Migrator could) does not touch the round history."""
-    (repo.work_tree / ".git").unlink()
+    """/app is a plain directory: no .git entry names the host's git directory."""
+    assert not (repo.work_tree / ".git").exists()
     (repo.work_tree / "f.py").write_text("f")
     repo.commit_round(1, "after")
     assert repo.rounds() == [0, 1]
@@ -54,3 +60,110 @@ def test_history_lives_outside_the_writable_tree(repo):
 def test_unknown_round_is_a_clear_error(repo, tmp_path):
     with pytest.raises(CandidateRepoError, match="git archive failed"):
         repo.export(7, tmp_path / "x")
+
+
+# ---- what the Migrator wrote is data to git, never configuration (attacks) -----------------------
+def _git(*args, cwd):
+    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def _nested_repo(path, marker):
+    """A repository inside the candidate whose configuration runs a command when git looks at it."""
+    path.mkdir(parents=True)
+    _git("init", "-q", ".", cwd=path)
+    (path / "f.txt").write_text("x")
+    _git("add", "f.txt", cwd=path)
+    _git("commit", "-qm", "x", cwd=path)
+    for key in ("core.fsmonitor", "diff.external", "core.pager", "core.hooksPath"):
+        _git("config", key, f"touch {marker}; false", cwd=path)
+    (path / ".git" / "hooks" / "pre-commit").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (path / ".git" / "hooks" / "pre-commit").chmod(0o755)
+    (path / "f.txt").write_text("dirty")
+
+
+def test_nested_repository_config_never_runs_on_commit_diff_reset_or_export(repo, tmp_path):
+    marker = tmp_path / "PWNED"
+    _nested_repo(repo.work_tree / "sub", marker)
+    (repo.work_tree / ".git").mkdir()  # the candidate's own .git, as a Migrator could write it
+    (repo.work_tree / ".git" / "config").write_text(f"[core]\n\tfsmonitor = touch {marker}; false\n")
+    (repo.work_tree / ".gitattributes").write_text("* filter=evil\n")
+    (repo.work_tree / ".gitmodules").write_text('[submodule "x"]\n\tpath = x\n\turl = /etc\n')
+    for round in (1, 2, 3):
+        (repo.work_tree / "sub" / "f.txt").write_text(f"round {round}")
+        repo.commit_round(round, "m")
+        repo.changed(round - 1, round)
+        repo.diff(round - 1, round)
+        repo.files()
+    repo.reset_to(2)
+    out = repo.export(3, tmp_path / "snap")
+    assert not marker.exists(), "git ran a command from a configuration the candidate wrote"
+    assert (out / "sub" / "f.txt").read_text() == "round 3", "the nested files are committed as plain files"
+    for name in (".git", "sub/.git", ".gitattributes", ".gitmodules"):
+        assert not (out / name).exists(), name
+
+
+def test_git_ignores_the_hosts_global_and_system_configuration(repo, tmp_path, monkeypatch):
+    marker = tmp_path / "PWNED-global"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f"[core]\n\tfsmonitor = touch {marker}; false\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    (repo.work_tree / "a.py").write_text("a")
+    repo.commit_round(1, "m")
+    (repo.work_tree / "a.py").write_text("b")
+    repo.commit_round(2, "m")
+    assert not marker.exists()
+
+
+def test_links_out_special_files_and_setuid_bits_never_reach_a_snapshot(tmp_path):
+    audit = tmp_path / "audit.log"
+    repo = CandidateRepo(tmp_path / "candidate", tmp_path / "candidate.git", audit_log=audit)
+    repo.init()
+    tree = repo.work_tree
+    (tree / "ok.py").write_text("ok")
+    (tree / "inside").symlink_to("ok.py")
+    (tree / "abs").symlink_to("/etc/passwd")
+    (tree / "up").symlink_to("../../../../etc/passwd")
+    os.mkfifo(tree / "fifo")
+    (tree / "suid.sh").write_text("#!/bin/sh\n")
+    (tree / "suid.sh").chmod(0o4755)
+    repo.commit_round(1, "m")  # a FIFO must not hang the copy
+    out = repo.export(1, tmp_path / "snap")
+    assert sorted(p.name for p in out.iterdir()) == ["inside", "ok.py", "suid.sh"]
+    assert os.readlink(out / "inside") == "ok.py"
+    assert not (out / "suid.sh").stat().st_mode & (stat.S_ISUID | stat.S_ISGID)
+    line = json.loads(audit.read_text().splitlines()[-1])
+    assert line["boundary"] == "snapshot" and "abs" in line["reason"] and "fifo" in line["reason"]
+
+
+def test_a_sparse_giant_is_refused_not_expanded(repo, tmp_path):
+    with open(repo.work_tree / "sparse.bin", "wb") as fh:
+        fh.truncate(1 << 30)
+    (repo.work_tree / "small.py").write_text("s")
+    repo.commit_round(1, "m")
+    out = repo.export(1, tmp_path / "snap")
+    assert not (out / "sparse.bin").exists()
+    assert (out / "small.py").exists()
+
+
+def test_a_thousand_deep_chain_commits_resets_and_lists_without_recursion(repo, tmp_path):
+    deep_chain(repo.work_tree, 1000)
+    (repo.work_tree / "top.py").write_text("t")
+    repo.commit_round(1, "m")
+    assert "top.py" in repo.files()
+    assert any("listing stopped" in f for f in repo.files())
+    repo.reset_to(1)
+    assert (repo.work_tree / "top.py").exists()
+    out = repo.export(1, tmp_path / "snap")
+    assert (out / "top.py").exists()
+
+
+def test_diff_shows_what_a_round_changed(repo):
+    (repo.work_tree / "a.py").write_text("x = 1\n")
+    repo.commit_round(1, "m")
+    (repo.work_tree / "a.py").write_text("x = 2\n")
+    repo.commit_round(2, "m")
+    text = repo.diff(1, 2)
+    assert "a.py" in text and "-x = 1" in text and "+x = 2" in text

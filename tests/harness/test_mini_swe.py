@@ -191,3 +191,20 @@ def test_bundled_mini_swe_agent_example_replays_and_grades(tmp_path):
     run_migration(run)
     rewards = [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]]
     assert rewards[0] < rewards[1] and rewards[1] >= 0.97  # round 1's seeded defect, repaired in round 2
+
+
+def test_commands_no_process_can_take_are_errors_shown_to_the_agent(tmp_path):
+    replies = [
+        bash("echo a\0b"),
+        bash("echo \ud800"),
+        bash("x" * 200_000),
+        bash(WRITE_CALC),
+        bash(SUBMIT),
+        bash(SUBMIT),
+    ]
+    run = run_tiny(tmp_path, replies)
+    state = run.load_state()
+    assert state.status == "finished", state.stop_reason
+    refused = [r for r in records(run, "tool_call") if not r["ok"]]
+    assert [r["result"].split(":")[0] for r in refused[:3]] == ["error"] * 3
+    assert json.loads(run.grades.read_text())["rounds"][0]["reward"] is not None

@@ -8,7 +8,8 @@ disagreement with `ref/` sets each output's tolerance (`compare.py`, the same ru
 as twin's probes).
 
 The candidate's side of every probe runs in one nested bubblewrap sandbox
-(`grading.run_candidate`, isolation "bwrap": without it the grader fails closed)
+(`grading.run_candidate`, isolation "bwrap": without it the grader fails closed;
+what the candidate's run wrote is read as regular files only, never through a link)
 that shows the candidate and the assets read-only and neither `/tests` nor the
 references, with the forbidden packages physically absent and no network. Then:
 
@@ -21,10 +22,8 @@ references, with the forbidden packages physically absent and no network. Then:
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 
@@ -77,38 +76,6 @@ for _group in PARAMS["groups"]:
                 for _k in _a.files:
                     save(_run["slot"] + "/" + _k, _a[_k])
 '''
-
-
-def _read_regular(path: Path) -> bytes:
-    """Read a file the candidate could have written: never through a symlink, only a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the grader
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
-
-
-def _read_outputs(scratch: Path, run) -> None:
-    """What the driver wrote into its scratch directory, read without following links."""
-    try:
-        run.values = json.loads(_read_regular(scratch / "outputs.json"))
-    except (OSError, ValueError):
-        run.values = {}
-    try:
-        with np.load(io.BytesIO(_read_regular(scratch / "outputs.npz")), allow_pickle=False) as f:
-            run.arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError):
-        run.arrays = {}
-    errors = run.values.get("__errors__", {}) if isinstance(run.values, dict) else {}
-    run.errors = errors if isinstance(errors, dict) else {}
-    leaked = run.values.get("__leaked__", []) if isinstance(run.values, dict) else []
-    run.leaked = [str(m) for m in leaked] if isinstance(leaked, list) else []
-
-
-grading._read_outputs = _read_outputs  # the candidate writes the scratch directory: trust no link in it
 
 
 def _side(folder: Path) -> SideOutput | None:

@@ -21,12 +21,14 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 FORBIDDEN = ("flask", "werkzeug")
+OUTPUT_LIMIT = 64 << 20  # bytes of one file the candidate's run produced
 IGNORED_HEADERS = {"date", "server", "content-length", "connection", "keep-alive", "transfer-encoding"}
 COOKIE_IGNORED_ATTRIBUTES = {"expires"}
 WSGI_BRIDGES = ("WSGIMiddleware", "a2wsgi", "asgiref.wsgi", "WsgiToAsgi")
@@ -244,12 +246,51 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
             subprocess.run(command, env=env, cwd=str(app_dir), timeout=timeout_s, capture_output=True)
         except subprocess.TimeoutExpired:
             pass
-        log = (scratch / "server.log").read_text(errors="replace")[-3000:] if (scratch / "server.log").exists() else ""
-        out = scratch / "answers.json"
-        answers = json.loads(out.read_text()) if out.exists() else {"up": False, "answers": {}}
+        try:
+            log = read_output(scratch / "server.log").decode("utf-8", "replace")[-3000:]
+        except (OSError, ValueError):
+            log = ""
+        try:  # written by the candidate's side: a link to the references must gain nothing
+            answers = json.loads(read_output(scratch / "answers.json"))
+        except (OSError, ValueError, RecursionError):
+            answers = None
+        if not isinstance(answers, dict) or not isinstance(answers.get("answers"), dict):
+            answers = {"up": False, "answers": {}}
         return answers, isolation, log
     finally:
+        remove_scratch(scratch)
+
+
+def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:
+    """Read a file the candidate's run produced: a regular file only, never through a
+    symlink (a link to the references must gain nothing), never blocking on a FIFO, and
+    at most `limit` bytes. Raises OSError or ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{path.name} is over {limit} bytes")
+        os.set_blocking(fd, True)
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Remove a scratch directory the candidate wrote into, at any depth."""
+    try:
         shutil.rmtree(scratch, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
 
 
 # ---- comparing ------------------------------------------------------------------------------------

@@ -69,11 +69,13 @@ Running the candidate:
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -85,6 +87,7 @@ from typing import Any, Iterable
 import numpy as np
 
 EPS = 1e-12
+OUTPUT_LIMIT = 256 << 20  # bytes of one output file of the candidate's run
 ASPECTS = ("spec", "numeric", "behavioral")
 
 
@@ -544,23 +547,57 @@ def run_candidate(
         _read_outputs(scratch, run)
         return run
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
 
 
 def _read_outputs(scratch: Path, run: CandidateRun) -> None:
     try:
-        run.values = json.loads((scratch / "outputs.json").read_text())
-    except (OSError, ValueError):
+        run.values = json.loads(read_output(scratch / "outputs.json"))
+    except (OSError, ValueError, RecursionError):
+        run.values = {}
+    if not isinstance(run.values, dict):
         run.values = {}
     try:
-        with np.load(scratch / "outputs.npz", allow_pickle=False) as f:
+        with np.load(io.BytesIO(read_output(scratch / "outputs.npz")), allow_pickle=False) as f:
             run.arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError):
+    except (OSError, ValueError, EOFError):
         run.arrays = {}
     errors = run.values.get("__errors__", {})
     run.errors = errors if isinstance(errors, dict) else {}
     leaked = run.values.get("__leaked__", [])
     run.leaked = [str(m) for m in leaked] if isinstance(leaked, list) else []
+
+
+def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:
+    """Read a file the candidate's run produced: a regular file only, never through a
+    symlink (a link to the references must gain nothing), never blocking on a FIFO, and
+    at most `limit` bytes. Raises OSError or ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{path.name} is over {limit} bytes")
+        os.set_blocking(fd, True)
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Remove a scratch directory the candidate wrote into, at any depth."""
+    try:
+        shutil.rmtree(scratch, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
