@@ -227,26 +227,45 @@ def _keep(grade: Grade, logs_dir: Path, out_dir: Path) -> None:
 
 
 def oracle_candidate(task: Task) -> Path:
-    """The task's oracle candidate (`solution/app/`, inside the hidden files: grade a copy).
+    """The task's oracle candidate (inside the hidden files: grade a copy).
+
+    `solution/app/`, or for a published task `solution/<output dir name>/` (e.g.
+    `solution/jax_repo/`, what its `solve.sh` copies to `/app/jax_repo`).
 
     Raises:
         GraderError: the task ships no oracle.
     """
     solution = task.solution_dir
-    if solution is None or not (solution / "app").is_dir():
-        raise GraderError(f"task {task.name} has no oracle solution (solution/app/)")
-    return solution / "app"
+    names = ["app"]
+    if task.environment is not None:
+        names.insert(0, Path(task.settings.candidate_mount).name)
+    for name in names:
+        if solution is not None and (solution / name).is_dir():
+            return solution / name
+    raise GraderError(f"task {task.name} has no oracle solution (solution/{names[0]}/)")
 
 
 @contextmanager
 def oracle_copy(task: Task) -> Iterator[Path]:
     """A temporary copy of the oracle candidate, as `solve.sh` would leave it at /app.
 
+    A published task with only `solution/solve.sh` gets it run (`benchmark_adapter.solve`).
+
     Raises:
-        GraderError: the task ships no oracle.
+        GraderError: the task ships no oracle; benchmark_adapter.solve.SolveError: its solve.sh failed.
     """
-    source = oracle_candidate(task)
+    from benchmark_adapter.solve import solve_into, solve_script
+
+    try:
+        source = oracle_candidate(task)
+    except GraderError:
+        if task.environment is None or solve_script(task) is None:
+            raise
+        source = None  # a published task whose oracle is a script: run it
     with tempfile.TemporaryDirectory(prefix="twin-oracle-") as tmp:
         dest = Path(tmp) / "app"
-        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        if source is None:
+            solve_into(task, dest)
+        else:
+            shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
         yield dest

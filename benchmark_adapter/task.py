@@ -75,6 +75,27 @@ class TwinTaskSettings(BaseModel):
     )
 
 
+class LaidOut(BaseModel):
+    """One file or directory a task's Dockerfile places in the agent's image."""
+
+    host: Path = Field(description="Where it is on the host (inside the build context).")
+    inside: str = Field(description="Where the Dockerfile puts it, e.g. /app/checkpoint.")
+
+
+class EnvironmentLayout(BaseModel):
+    """What a published task's `environment/Dockerfile` lays out, as twin honours it without docker."""
+
+    dockerfile: Path = Field(description="The Dockerfile read.")
+    copies: list[LaidOut] = Field(
+        default_factory=list, description="COPY/ADD results in order (later ones on top)."
+    )
+    workdir: str = Field(default="/", description="The last WORKDIR.")
+    env: dict[str, str] = Field(default_factory=dict, description="ENV values, after ARG/ENV expansion.")
+    notes: list[str] = Field(
+        default_factory=list, description="One line per instruction accepted with a caveat."
+    )
+
+
 class Task(BaseModel):
     """A loaded task: visible paths (instruction, source, assets) and hidden ones (tests, solution)."""
 
@@ -84,6 +105,10 @@ class Task(BaseModel):
     settings: TwinTaskSettings = Field(description="[metadata.twin] of task.toml.")
     verifier_timeout_s: float = Field(default=600.0, description="[verifier] timeout_sec.")
     agent_timeout_s: float = Field(default=3600.0, description="[agent] timeout_sec.")
+    environment: EnvironmentLayout | None = Field(
+        default=None,
+        description="Published layout only: what the Dockerfile lays out (None: twin's own layout).",
+    )
 
     @property
     def source_dir(self) -> Path:
@@ -103,6 +128,14 @@ class Task(BaseModel):
         return path if path.is_dir() else None
 
     @property
+    def extra_layout(self) -> list[LaidOut]:
+        """What the Dockerfile lays out besides the original and the assets (mounted as is)."""
+        if self.environment is None:
+            return []
+        own = {self.settings.source_mount, self.settings.assets_mount}
+        return [c for c in self.environment.copies if c.inside not in own]
+
+    @property
     def hidden_roots(self) -> list[Path]:
         """Everything no role, tool or command may see: grader, solution, task.toml."""
         hidden = [self.tests_dir, self.root / "task.toml"]
@@ -111,14 +144,32 @@ class Task(BaseModel):
         return hidden
 
 
-def load_task(path: str | Path) -> Task:
+def load_task(
+    path: str | Path, settings: str | Path | None = None, overrides: dict[str, str] | None = None
+) -> Task:
     """Load and validate a task directory.
+
+    A task without `[metadata.twin]` and without `environment/source/` is read as
+    published (`benchmark_adapter.published`): the layout comes from its Dockerfile.
+
+    Args:
+        path: the task directory, or a settings file (`twin.toml`) whose `task` names it.
+        settings: a settings file for a published task (original, assets, output), so
+            that the task directory itself stays unchanged.
+        overrides: keys of that settings file given directly (flags), on top of it.
 
     Raises:
         TaskError: the directory, task.toml, instruction.md, tests/test.sh or the
             source repository is missing or malformed.
     """
-    root = Path(path).expanduser().resolve()
+    path = Path(path).expanduser()
+    if path.is_file() and path.name != "task.toml":
+        from benchmark_adapter.published import task_of_settings_file
+
+        if settings is not None:
+            raise TaskError(f"{path} is a settings file already; pass --settings or a task directory")
+        path, settings = task_of_settings_file(path), path
+    root = path.resolve()
     if not root.is_dir():
         raise TaskError(f"task directory not found: {path}")
     toml_path = root / "task.toml"
@@ -134,24 +185,39 @@ def load_task(path: str | Path) -> Task:
     if not (root / "tests" / "test.sh").is_file():
         raise TaskError(f"task {root.name} has no tests/test.sh (the grader)")
     metadata = config.get("metadata", {})
+    own_layout = "twin" in metadata or (root / "environment" / "source").is_dir()
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if settings is not None or overrides or not own_layout:
+        if "twin" in metadata:
+            raise TaskError(
+                f"task {root.name} has [metadata.twin]: --settings applies to published tasks only"
+            )
+        from benchmark_adapter.published import load_published_task
+
+        return load_published_task(root, config, instruction.read_text(), settings, overrides)
     try:
-        settings = TwinTaskSettings(**metadata.get("twin", {}))
+        settings_ = TwinTaskSettings(**metadata.get("twin", {}))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise TaskError(f"bad [metadata.twin] {where} in {toml_path}: {first['msg']}") from None
-    check_task_paths(root, settings, toml_path)
+    check_task_paths(root, settings_, toml_path)
     task = Task(
         root=root,
-        name=str(config.get("task", {}).get("name", root.name)),
+        name=task_name(config, root),
         instruction=instruction.read_text(),
-        settings=settings,
+        settings=settings_,
         verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", 600.0)),
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
     )
     if not task.source_dir.is_dir():
-        raise TaskError(f"task {root.name}: source repository {settings.source_dir} not found")
+        raise TaskError(f"task {root.name}: source repository {settings_.source_dir} not found")
     return task
+
+
+def task_name(config: dict, root: Path) -> str:
+    """The task's name: `[task] name` of task.toml, else the directory's name."""
+    return str(config.get("task", {}).get("name", root.name))
 
 
 HIDDEN_NAMES = ("tests", "solution", "task.toml")

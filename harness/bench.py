@@ -72,7 +72,8 @@ class TrialSpec(BaseModel):
 
     @property
     def task_name(self) -> str:
-        return self.task.name
+        """The task directory's name, or a settings file's stem (`--tasks my-port.toml`)."""
+        return self.task.stem if self.task.suffix == ".toml" and self.task.is_file() else self.task.name
 
     @property
     def model_name(self) -> str:

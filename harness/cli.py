@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from harness import __version__
-from harness.commands import bench, evidence, grade, migrate, models, probe
+from harness.commands import bench, evidence, grade, migrate, models, probe, task
 from harness.errors import TwinError
 
 app = typer.Typer(
@@ -47,6 +47,7 @@ app.add_typer(evidence.app, name="evidence", help="Show, compare, export and re-
 app.command("bench")(bench.bench_command)
 app.command("report")(bench.report_command)
 app.command("models")(models.models_command)
+app.add_typer(task.app, name="task", help="Make a task from your own repository (twin task new).")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,6 +66,15 @@ class Layout(BaseModel):
         default_factory=lambda: ["torch"], description="Absent on the candidate side and in grading."
     )
     network: bool = Field(default=False, description="Whether the task allows a network.")
+    laid_out: list[Mount] = Field(
+        default_factory=list,
+        description="A published task's other files, read-only where its Dockerfile puts them.",
+    )
+    role_aliases: list[Mount] = Field(
+        default_factory=list,
+        description="Roles only: the original and the assets again where the roles' prompts say they are.",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="The task image's ENV (published tasks).")
 
 
 # ---- the fixed parts ---------------------------------------------------------------------------
@@ -254,13 +263,14 @@ def role_boundary(
     if layout.assets is not None:
         mounts.append(Mount(host=layout.assets, inside=layout.assets_mount))
     mounts.append(Mount(host=layout.candidate, inside=layout.candidate_mount, writable=write_candidate))
-    mounts += list(extra_mounts)
+    mounts += [*layout.laid_out, *layout.role_aliases, *extra_mounts]
     return Boundary(
         name=name,
         mounts=mounts,
         hidden=[*layout.hidden, *run_files],
         hidden_packages=list(layout.forbidden_packages) if side == "candidate" else [],
         network=layout.network,
+        env=layout.env,
         limits=limits or default_limits(),
         workdir=layout.candidate_mount,
         audit_log=audit_log,
@@ -299,7 +309,7 @@ def probe_boundary(
     if layout.assets is not None:
         mounts.append(Mount(host=layout.assets, inside=layout.assets_mount if isolated else str(layout.assets)))
     if isolated:
-        mounts = [*python_mounts(), *mounts]
+        mounts = [*python_mounts(), *mounts, *layout.laid_out]
     return Boundary(
         name=f"probe:{side}",
         mounts=mounts,
@@ -338,6 +348,9 @@ def grader_boundary(
     ]
     if layout.assets is not None:
         mounts.append(Mount(host=layout.assets, inside=layout.assets_mount))
+    if layout.source is not None:  # a published task: /app as its Dockerfile lays it out
+        mounts.append(Mount(host=layout.source, inside=layout.source_mount))
+    mounts += layout.laid_out
     hidden = [p for p in layout.hidden if p.resolve() != tests.resolve()]
     if audit_log is not None:
         hidden.append(audit_log)
@@ -347,6 +360,7 @@ def grader_boundary(
         hidden=hidden,
         hidden_packages=list(layout.forbidden_packages),
         network=False,
+        env=layout.env,
         limits=default_limits().model_copy(update={"wall_s": wall_s}),
         workdir=GRADER_TESTS,
         audit_log=audit_log,

@@ -30,6 +30,7 @@ __all__ = [
     "default_limits",
     "etc_snapshot",
     "grader_boundary",
+    "laid_out_mounts",
     "prepare_workspace",
     "python_mounts",
     "role_boundary",
@@ -104,6 +105,8 @@ def task_layout(task: Task, candidate: Path, *, source: Path | None = None) -> L
     """The task's visible parts for the isolation policy (`harness.isolation`)."""
     settings = task.settings
     assets = task.assets_dir if task.assets_dir is not None and task.assets_dir.is_dir() else None
+    if source is None and task.environment is not None:
+        source = task.source_dir  # a published task's grader sees /app as its Dockerfile lays it out
     return Layout(
         candidate=Path(candidate),
         candidate_mount=settings.candidate_mount,
@@ -114,6 +117,8 @@ def task_layout(task: Task, candidate: Path, *, source: Path | None = None) -> L
         hidden=list(task.hidden_roots),
         forbidden_packages=list(settings.forbidden_packages),
         network=settings.allow_network,
+        laid_out=laid_out_mounts(task),
+        env=task.environment.env if task.environment is not None else {},
     )
 
 
@@ -129,7 +134,9 @@ def role_boundary(
     limits: Limits | None = None,
 ) -> Boundary:
     """The boundary of a role: see `harness.isolation.role_boundary`, over this workspace."""
-    layout = task_layout(task, ws.candidate, source=ws.source).model_copy(update={"assets": ws.assets})
+    layout = task_layout(task, ws.candidate, source=ws.source).model_copy(
+        update={"assets": ws.assets, "role_aliases": _role_aliases(task, ws)}
+    )
     return isolation.role_boundary(
         layout,
         name=name,
@@ -151,6 +158,24 @@ def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: P
         audit_log=audit_log,
         wall_s=task.verifier_timeout_s,
     )
+
+
+def laid_out_mounts(task: Task) -> list[Mount]:
+    """A published task's files besides the original and the assets, read-only where its Dockerfile puts them."""
+    return [Mount(host=laid.host, inside=laid.inside) for laid in task.extra_layout]
+
+
+def _role_aliases(task: Task, ws: Workspace) -> list[Mount]:
+    """A published task's original and assets also at `/source` and `/assets`, where the roles'
+    prompts say they are (probes and the grader see only the Dockerfile's paths)."""
+    if task.environment is None:
+        return []
+    aliases = []
+    if task.settings.source_mount != "/source":
+        aliases.append(Mount(host=ws.source, inside="/source"))
+    if ws.assets is not None and task.settings.assets_mount != "/assets":
+        aliases.append(Mount(host=ws.assets, inside="/assets"))
+    return aliases
 
 
 def _run_files(ws: Workspace, audit_log: Path | None) -> list[Path]:

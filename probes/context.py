@@ -157,6 +157,7 @@ class ProbeContext:
 
     def _build_sandbox(self, side: Side):
         from harness.isolation import Layout, probe_boundary
+        from harness.workspace import laid_out_mounts
         from harness.sandbox.registry import make_sandbox
 
         kind = self.resolved_sandbox_kind
@@ -173,6 +174,7 @@ class ProbeContext:
             assets_mount=settings.assets_mount,
             hidden=list(self.task.hidden_roots),
             forbidden_packages=list(settings.forbidden_packages),
+            laid_out=laid_out_mounts(self.task),
         )
         boundary = probe_boundary(
             layout,

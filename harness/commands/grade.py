@@ -23,14 +23,27 @@ def grade_command(
         None, "--keep-logs", help="Copy the grader's /logs/verifier here."
     ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
+    settings: Path = typer.Option(
+        None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
+    ),
+    original_dir: str = typer.Option(
+        None, "--original-dir", help="Published task: where the original is in the image (e.g. /app/torch_orig)."
+    ),
+    assets_dir: str = typer.Option(
+        None, "--assets-dir", help="Published task: where the assets are in the image ('' for none)."
+    ),
+    output_dir: str = typer.Option(
+        None, "--output-dir", help="Published task: where the port goes in the image (e.g. /app/jax_repo)."
+    ),
 ) -> None:
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
     from benchmark_adapter.grader import oracle_copy, run_grader
+    from benchmark_adapter.published import setting_flags
     from benchmark_adapter.task import load_task
 
     if oracle == (candidate is not None):
         raise TwinError("pass exactly one of --candidate DIR or --oracle")
-    loaded = load_task(task)
+    loaded = load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir))
     if out is not None and out.is_dir():
         raise TwinError(f"--out must be a file path, {out} is a directory")
     console = Console()

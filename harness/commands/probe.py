@@ -49,6 +49,18 @@ def probe_command(
         False, "--keep", help="Keep the temporary probe work directory after the run."
     ),
     audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
+    settings: Path = typer.Option(
+        None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
+    ),
+    original_dir: str = typer.Option(
+        None, "--original-dir", help="Published task: where the original is in the image (e.g. /app/torch_orig)."
+    ),
+    assets_dir: str = typer.Option(
+        None, "--assets-dir", help="Published task: where the assets are in the image ('' for none)."
+    ),
+    output_dir: str = typer.Option(
+        None, "--output-dir", help="Published task: where the port goes in the image (e.g. /app/jax_repo)."
+    ),
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
@@ -66,8 +78,11 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
+    from benchmark_adapter.published import setting_flags
+    from benchmark_adapter.task import load_task
+
     ctx = make_context(
-        task,
+        load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir)),
         candidate,
         sandbox_kind=sandbox,
         device=device,

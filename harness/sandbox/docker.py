@@ -24,6 +24,7 @@ import posixpath
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from harness.boundary import Boundary
@@ -159,6 +160,9 @@ class DockerSandbox:
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)
         self._closed = False
+        # Containers are reaped by this instance's own label: another sandbox with the same
+        # boundary name (a parallel trial, another test worker) keeps its running containers.
+        self._instance = uuid.uuid4().hex
 
     def exec(
         self,
@@ -191,6 +195,7 @@ class DockerSandbox:
                 stdin_file=stdin_file,
                 scratch=Path(scratch),
             )
+            config["labels"][f"{LABEL}.instance"] = self._instance
             writable = [m.host for m in self.boundary.mounts if m.writable]
             for root in writable:
                 settle_writable(root)
@@ -245,7 +250,7 @@ class DockerSandbox:
                 err.feed(chunk)
         finally:
             finished.set()
-            container.remove(force=True)
+            _remove(container)
         exceeded = over[0] if over else (disk.over() if writable else None)
         stderr = err.text()
         if exceeded is not None:
@@ -272,7 +277,7 @@ class DockerSandbox:
     def close(self) -> None:
         """Remove any container of this sandbox that is still there."""
         self._closed = True
-        reap_containers(self._client, boundary=self.boundary.name)
+        reap_containers(self._client, instance=self._instance)
 
 
 def ensure_base_image(client) -> str:
@@ -304,15 +309,24 @@ def ensure_base_image(client) -> str:
     return DEFAULT_IMAGE
 
 
-def reap_containers(client=None, *, boundary: str | None = None) -> int:
-    """Remove containers labelled by twin (all, or one boundary's); returns how many."""
+def reap_containers(client=None, *, boundary: str | None = None, instance: str | None = None) -> int:
+    """Remove containers labelled by twin (all, one boundary's, or one sandbox's); returns how many."""
     client = client or _client()
-    label = LABEL if boundary is None else f"{LABEL}.boundary={boundary}"
+    label = LABEL
+    if instance is not None:
+        label = f"{LABEL}.instance={instance}"
+    elif boundary is not None:
+        label = f"{LABEL}.boundary={boundary}"
     removed = 0
     for container in client.containers.list(all=True, filters={"label": label}):
-        try:
-            container.remove(force=True)
-            removed += 1
-        except Exception:
-            pass
+        removed += _remove(container)
     return removed
+
+
+def _remove(container) -> int:
+    """Remove a container; one already gone or being removed counts as removed by someone else (0)."""
+    try:
+        container.remove(force=True)
+        return 1
+    except Exception:  # docker.errors.NotFound / APIError 409 "removal already in progress"
+        return 0

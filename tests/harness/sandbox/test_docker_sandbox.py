@@ -133,3 +133,29 @@ def test_docker_run_end_to_end(tmp_path):
         assert sandbox.exec("sleep 30", timeout_s=1).timed_out
     finally:
         sandbox.close()
+
+
+@pytest.mark.skipif(not _engine(), reason="no Docker engine")
+def test_closing_a_sandbox_leaves_another_with_the_same_boundary_name_running(tmp_path):
+    """Parallel trials share boundary names; closing one must not reap the other's containers."""
+    import threading
+
+    from harness.workspace import python_mounts
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = make_sandbox("docker", boundary(tmp_path / "a", mounts=[*python_mounts()]))
+    second = make_sandbox("docker", boundary(tmp_path / "b", mounts=[*python_mounts()]))
+    results = []
+    try:
+        runner = threading.Thread(target=lambda: results.append(second.exec("sleep 3; echo survived", timeout_s=60)))
+        runner.start()
+        import time
+
+        time.sleep(1.5)
+        first.close()
+        runner.join()
+    finally:
+        first.close()
+        second.close()
+    assert results and results[0].returncode == 0 and results[0].stdout.strip() == "survived"

@@ -1,0 +1,259 @@
+"""`twin task new`: a Harbor task, in the published layout, from a PyTorch repository and probe files.
+
+The task is self-contained (nothing in it imports twin) and laid out as published
+migration tasks are: `environment/Dockerfile` copies the original (`torch_orig/`)
+and the assets (`checkpoint/`) into `/app`, the instruction asks for the port in
+`/app/jax_repo/`, and `tests/` is a grader generated from the probe files
+(`templates/grader/`). The references are recorded once, at creation
+(`benchmark_adapter.references`), by running the reference side of every probe
+on the original (working dtype, then float64 or a rerun for the noise floor),
+exactly as `twin probe` would.
+
+Nothing is written unless everything succeeds: the task is built in a staging
+directory next to its destination, loaded back as a published task, its references
+recorded, its oracle (if given) graded, and only then moved into place.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pydantic import BaseModel, Field
+
+from benchmark_adapter.published import imports_framework
+from benchmark_adapter.references import record_references
+from benchmark_adapter.task import Task, TaskError, load_task
+
+TEMPLATES = Path(__file__).with_name("templates")
+REPO = Path(__file__).resolve().parents[1]
+ORIGINAL_NAME, ASSETS_NAME = "torch_orig", "checkpoint"
+WORKDIR = "/app"
+ORACLE_MIN = 0.97
+# files copied into every generated grader, with the imports that must not name twin's packages
+GRADER_FILES = {
+    "test.sh": TEMPLATES / "grader" / "test.sh",
+    "grade.py": TEMPLATES / "grader" / "grade.py",
+    "grading.py": REPO / "tasks" / "t2j-mini" / "common" / "grading.py",
+    "compare.py": REPO / "probes" / "compare.py",
+    "similarity.py": REPO / "probes" / "similarity.py",
+    "probe_driver.py": REPO / "probes" / "driver.py",
+}
+REWRITES = {"from probes.similarity import": "from similarity import"}
+
+
+class NewTaskReport(BaseModel):
+    """What `twin task new` made."""
+
+    task: Path = Field(description="The task directory.")
+    probes: list[str] = Field(description="Property ids the grader checks.")
+    oracle_reward: float | None = Field(default=None, description="Reward of the oracle (None: no oracle).")
+    notes: list[str] = Field(default_factory=list, description="What the Dockerfile reader noted.")
+
+
+def new_task(
+    dest: Path,
+    *,
+    source: Path | None = None,
+    probes: list[Path] = (),
+    assets: Path | None = None,
+    instruction: Path | None = None,
+    interface: list[str] = (),
+    oracle: Path | None = None,
+    name: str | None = None,
+    output: str = "/app/jax_repo",
+    refresh: bool = False,
+    sandbox: str = "auto",
+    timeout_s: float = 600.0,
+) -> NewTaskReport:
+    """Make (or, with `refresh`, re-record the references of) a task; see the module docstring.
+
+    Raises:
+        TaskError: bad input (one line); nothing is written then.
+    """
+    dest = Path(dest).expanduser().resolve()
+    if refresh:
+        return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
+    _validate(dest, source, probes, assets, instruction, interface, oracle, output)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output)
+        try:
+            task = load_task(staging)
+        except TaskError as exc:
+            raise TaskError(f"the made task does not load: {str(exc).replace(staging.name, dest.name)}") from None
+        if task.settings.candidate_mount != output.rstrip("/"):
+            raise TaskError(
+                f"the instruction names {task.settings.candidate_mount} as the output, not {output}; "
+                "name the output directory in it (or pass --output)"
+            )
+        spec = record_references(task, sandbox=sandbox, timeout_s=timeout_s)
+        oracle_reward = _grade_oracle(task, sandbox) if oracle is not None else None
+        staging.rename(dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    notes = task.environment.notes if task.environment else []
+    return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
+
+
+def _validate(dest, source, probes, assets, instruction, interface, oracle, output) -> None:
+    from probes.differential import ProbeFileError, probe_names
+
+    if dest.exists():
+        raise TaskError(f"{dest} exists; choose a new directory, or pass --refresh to re-record its references")
+    if not dest.parent.is_dir():
+        raise TaskError(f"parent directory of {dest} does not exist")
+    if source is None or not Path(source).is_dir():
+        raise TaskError(f"source directory not found: {source}")
+    if not imports_framework(Path(source), "torch"):
+        raise TaskError(f"{source}: no Python file imports torch (not a PyTorch repository)")
+    if not probes:
+        raise TaskError("give at least one --probe FILE (format: probes/README.md)")
+    for probe in probes:
+        try:
+            probe_names(Path(probe))
+        except (ProbeFileError, OSError) as exc:
+            raise TaskError(f"bad probe file: {exc}") from None
+    if len({Path(p).name for p in probes}) != len(probes):
+        raise TaskError("two probe files share a file name; rename one")
+    if assets is not None and not Path(assets).is_dir():
+        raise TaskError(f"assets directory not found: {assets}")
+    if (instruction is None) == (not interface):
+        raise TaskError("pass exactly one of --instruction FILE or --interface NAMES")
+    if instruction is not None and not Path(instruction).is_file():
+        raise TaskError(f"instruction file not found: {instruction}")
+    if oracle is not None and not Path(oracle).is_dir():
+        raise TaskError(f"oracle directory not found: {oracle}")
+    if not output.startswith(WORKDIR + "/") or output.rstrip("/") in (
+        f"{WORKDIR}/{ORIGINAL_NAME}",
+        f"{WORKDIR}/{ASSETS_NAME}",
+    ):
+        raise TaskError(f"--output must be a new directory under {WORKDIR}/, not {output}")
+
+
+def _render(template: str, **values) -> str:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True)
+    return env.get_template(template).render(**values)
+
+
+def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output) -> None:
+    from harness.workspace import copy_without_history
+
+    output = output.rstrip("/")
+    env_dir = root / "environment"
+    env_dir.mkdir()
+    copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
+    if assets is not None:
+        copy_without_history(Path(assets), env_dir / ASSETS_NAME)
+    _readable(env_dir)  # sandboxes run as an unprivileged uid: a 0600 checkpoint would be unreadable
+    values = dict(
+        name=name,
+        original_name=ORIGINAL_NAME,
+        original_mount=f"{WORKDIR}/{ORIGINAL_NAME}",
+        assets_name=ASSETS_NAME,
+        assets_mount=f"{WORKDIR}/{ASSETS_NAME}" if assets else "",
+        output=output,
+        workdir=WORKDIR,
+        interface=list(interface),
+    )
+    (env_dir / "Dockerfile").write_text(_render("Dockerfile.j2", **values))
+    text = Path(instruction).read_text() if instruction is not None else _render("instruction.md.j2", **values)
+    (root / "instruction.md").write_text(text)
+    (root / "task.toml").write_text(
+        f'version = "1.0"\n\n[task]\nname = "{name}"\n\n[metadata]\ncategory = "ml-migration"\n'
+        'tags = ["pytorch", "jax", "generated"]\n\n[verifier]\ntimeout_sec = 900.0\n\n'
+        "[agent]\ntimeout_sec = 3600.0\n\n[environment]\ncpus = 2\nmemory_mb = 4096\nallow_internet = false\n"
+    )
+    tests = root / "tests"
+    (tests / "probes").mkdir(parents=True)
+    copy_grader_library(tests)
+    for probe in probes:
+        shutil.copy2(probe, tests / "probes" / Path(probe).name)
+    if oracle is not None:
+        solution = root / "solution"
+        solution.mkdir()
+        shutil.copytree(oracle, solution / Path(output).name, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        solve = (TEMPLATES / "solve.sh").read_text().replace("__OUTPUT__", output)
+        (solution / "solve.sh").write_text(solve.replace("__NAME__", Path(output).name))
+        (solution / "solve.sh").chmod(0o755)
+
+
+def _readable(root: Path) -> None:
+    """Make a copied tree readable by everyone (directories traversable), as a checkout would be."""
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+
+
+def grader_library(tests: Path) -> dict[Path, str]:
+    """The generated grader's fixed files as they should read now: the template, twin's
+    similarity measures, comparison and probe driver, and the t2j-mini sandbox runner."""
+    files = {}
+    for name, origin in GRADER_FILES.items():
+        text = origin.read_text()
+        for old, new in REWRITES.items():
+            text = text.replace(old, new)
+        files[tests / name] = text
+    return files
+
+
+def stale_grader_files(tests: Path) -> list[Path]:
+    """Fixed files of a generated grader that differ from twin's current ones."""
+    return [p for p, text in grader_library(tests).items() if not p.is_file() or p.read_text() != text]
+
+
+def copy_grader_library(tests: Path) -> list[Path]:
+    """Write the generated grader's fixed files into a task's tests/ (`--refresh` does it too).
+
+    Returns the files written (those that differed).
+    """
+    written = stale_grader_files(tests)
+    for path, text in grader_library(tests).items():
+        if path in written:
+            path.write_text(text)
+            if path.suffix == ".sh":
+                path.chmod(0o755)
+    return written
+
+
+def _grade_oracle(task: Task, sandbox: str) -> float:
+    from benchmark_adapter.grader import oracle_copy, run_grader
+
+    with oracle_copy(task) as candidate:
+        grade = run_grader(task, candidate, sandbox=sandbox)
+    if grade.error is not None or grade.reward < ORACLE_MIN:
+        why = grade.error or ", ".join(f"{k} {v['score']:.3f}" for k, v in grade.checks.items() if v["score"] < 1)
+        raise TaskError(f"the oracle scores {grade.reward:.4f} < {ORACLE_MIN} ({why}); nothing written")
+    return grade.reward
+
+
+def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
+    """Re-record the references of a task made by `twin task new` (after the original or assets changed)."""
+    if not (dest / "tests" / "spec.json").is_file():
+        raise TaskError(f"{dest} is not a task made by twin task new (no tests/spec.json)")
+    task = load_task(dest)
+    copy_grader_library(task.tests_dir)
+    old = json.loads((task.tests_dir / "spec.json").read_text())
+    backup = Path(tempfile.mkdtemp(prefix=".refs-", dir=task.tests_dir))
+    (task.tests_dir / "refs").mkdir(exist_ok=True)
+    shutil.move(task.tests_dir / "refs", backup / "refs")
+    try:
+        spec = record_references(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))
+        oracle_reward = _grade_oracle(task, sandbox) if task.solution_dir is not None else None
+    except BaseException:
+        shutil.rmtree(task.tests_dir / "refs", ignore_errors=True)
+        shutil.move(backup / "refs", task.tests_dir / "refs")
+        (task.tests_dir / "spec.json").write_text(json.dumps(old, indent=2))
+        shutil.rmtree(backup, ignore_errors=True)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+    return NewTaskReport(
+        task=dest,
+        probes=[p["id"] for p in spec["probes"]],
+        oracle_reward=oracle_reward,
+        notes=task.environment.notes if task.environment else [],
+    )

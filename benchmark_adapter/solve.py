@@ -1,0 +1,75 @@
+"""Running a published task's `solution/solve.sh` to obtain its oracle candidate.
+
+Published tasks often ship the oracle as a script (files written by heredocs, or
+copied from `/solution`) rather than as a directory. twin runs the script once, in
+its own sandbox laid out as the task's Dockerfile lays out `/app` (the original,
+the assets), with `solution/` at `/solution`, the output directory the only
+writable root, no network and no `tests/`; what the script leaves in the output
+directory is the oracle candidate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmark_adapter.task import Task
+from harness.errors import TwinError
+
+SOLVE_TIMEOUT_S = 600.0
+
+
+class SolveError(TwinError):
+    """The task's solve.sh could not produce an oracle candidate."""
+
+
+def solve_script(task: Task) -> Path | None:
+    """The task's `solution/solve.sh`, if it ships one."""
+    solution = task.solution_dir
+    return solution / "solve.sh" if solution is not None and (solution / "solve.sh").is_file() else None
+
+
+def solve_into(task: Task, dest: Path, *, sandbox: str = "auto") -> Path:
+    """Run `solution/solve.sh` with `dest` mounted where the task expects the candidate.
+
+    Raises:
+        SolveError: no solve.sh, it failed, or it wrote nothing.
+    """
+    from harness.boundary import Boundary, Mount
+    from harness.sandbox.registry import make_sandbox
+    from harness.workspace import default_limits, laid_out_mounts, python_mounts
+
+    script = solve_script(task)
+    if script is None:
+        raise SolveError(f"task {task.name} has no solution/solve.sh")
+    settings = task.settings
+    dest.mkdir(parents=True, exist_ok=True)
+    mounts = [
+        *python_mounts(),
+        Mount(host=task.source_dir, inside=settings.source_mount),
+        *laid_out_mounts(task),
+        Mount(host=task.solution_dir, inside="/solution"),
+        Mount(host=dest, inside=settings.candidate_mount, writable=True),
+    ]
+    if task.assets_dir is not None and task.assets_dir.is_dir():
+        mounts.append(Mount(host=task.assets_dir, inside=settings.assets_mount))
+    boundary = Boundary(
+        name="solve",
+        mounts=mounts,
+        hidden=[task.tests_dir, task.root / "task.toml"],
+        hidden_packages=list(settings.forbidden_packages),
+        network=False,
+        env=task.environment.env if task.environment is not None else {},
+        limits=default_limits().model_copy(update={"wall_s": SOLVE_TIMEOUT_S}),
+        workdir=task.environment.workdir if task.environment is not None else settings.candidate_mount,
+    )
+    box = make_sandbox(sandbox, boundary)
+    try:
+        result = box.exec(["bash", "/solution/solve.sh"], env={"SOLUTION_DIR": "/solution"})
+    finally:
+        box.close()
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise SolveError(f"task {task.name}: solution/solve.sh failed (exit {result.returncode}): {tail[0][:200]}")
+    if not any(dest.iterdir()):
+        raise SolveError(f"task {task.name}: solution/solve.sh wrote nothing to {settings.candidate_mount}")
+    return dest

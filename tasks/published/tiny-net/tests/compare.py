@@ -1,0 +1,264 @@
+"""Comparing the named outputs of two sides: structure first, numbers second.
+
+The tolerance of every numeric comparison comes from the reference's own noise:
+the same reference program run at the working dtype and in float64 (or twice,
+where float64 is not possible). With `d(x, y) = 1 - similarity(x, y)`, an output
+is consistent when
+
+    d(reference, candidate) <= SPREAD * max(d(reference, reference_f64), RESOLUTION)
+
+`SPREAD` (10) allows an independent implementation its own rounding, which is of
+the order of the reference's; `RESOLUTION` (2**-23, one float32 ulp) stands in for
+the reference's noise when it happens to agree with its float64 run exactly (an
+operation computed in float32 on both runs), so the candidate gets ten ulps. For discrete outputs (exact
+agreement) the tolerance is the reference's own disagreement, doubled, without a
+floor. For `banded` outputs the band is that same tolerance in absolute units and
+the score is `banded_scalar_similarity`. The noise floor is recorded with every
+result. A leaf whose tolerance reaches a whole distance unit (the reference does
+not reproduce itself at all, e.g. an unseeded random draw) cannot fail, so it is
+reported as uninformative and counts neither for nor against the candidate.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from similarity import (
+    MEASURES,
+    banded_scalar_similarity,
+    exact_agreement,
+)
+
+SPREAD = 10.0
+RESOLUTION = 2.0**-23
+MEASURE_NAMES = (*MEASURES, "banded")
+
+
+@dataclass
+class SideOutput:
+    """The outputs one side wrote: the manifest of named leaves and the arrays."""
+
+    manifest: dict[str, dict]
+    arrays: dict[str, np.ndarray]
+
+    def leaf(self, path: str) -> Any:
+        entry = self.manifest[path]
+        if entry["kind"] == "array":
+            return self.arrays[entry["key"]]
+        return entry.get("value")
+
+
+@dataclass
+class LeafScore:
+    path: str
+    measure: str
+    score: float
+    noise: float
+    tolerance: float
+    ok: bool
+
+    @property
+    def informative(self) -> bool:
+        """Whether the comparison could fail: a reference that cannot reproduce itself
+        (tolerance of a whole distance unit, e.g. an unseeded random draw) proves nothing."""
+        return self.measure == "banded" or self.tolerance < 1.0
+
+    def as_dict(self) -> dict:
+        return {
+            "measure": self.measure,
+            "score": round(self.score, 9),
+            "noise": self.noise,
+            "tolerance": self.tolerance,
+            "ok": self.ok,
+            **({} if self.informative else {"informative": False}),
+        }
+
+
+@dataclass
+class Comparison:
+    """Result of comparing candidate outputs with the reference's."""
+
+    structure: list[str] = field(default_factory=list)
+    leaves: list[LeafScore] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return not self.structure and all(leaf.ok for leaf in self.leaves)
+
+    @property
+    def informative(self) -> list[LeafScore]:
+        return [leaf for leaf in self.leaves if leaf.informative]
+
+    @property
+    def score(self) -> float:
+        """Plain average of informative leaf scores; every structural mismatch counts as one 0."""
+        scores = [leaf.score for leaf in self.informative] + [0.0] * len(self.structure)
+        return float(np.mean(scores)) if scores else (0.0 if self.structure else 1.0)
+
+    @property
+    def noise_floor(self) -> float:
+        """The largest reference self-disagreement among the informative leaves (a distance)."""
+        return max((leaf.noise for leaf in self.informative), default=0.0)
+
+    def failing(self) -> list[str]:
+        return self.structure + [
+            f"{leaf.path or '<output>'}: {leaf.measure} score {leaf.score:.6f} "
+            f"(distance {1 - leaf.score:.2e} > tolerance {leaf.tolerance:.2e})"
+            for leaf in self.leaves
+            if not leaf.ok
+        ]
+
+
+def _dtype_kind(name: str) -> str:
+    name = name.lower()
+    if "bool" in name:
+        return "bool"
+    if "int" in name:
+        return "int"
+    if "complex" in name:
+        return "complex"
+    return "float"
+
+
+def compare_structure(ref: SideOutput, cand: SideOutput) -> list[str]:
+    """Names, containers, fields, shapes and dtype kinds; one line per mismatch."""
+    problems = []
+    for path, entry in ref.manifest.items():
+        where = path or "<output>"
+        other = cand.manifest.get(path)
+        if other is None:
+            problems.append(f"{where}: missing in the candidate's output")
+            continue
+        kind, other_kind = entry["kind"], other["kind"]
+        if kind in ("mapping", "object") and other_kind in ("mapping", "object"):
+            missing = [k for k in entry["keys"] if k not in other["keys"]]
+            if missing:
+                problems.append(
+                    f"{where}: fields {missing} missing (candidate has {other['keys']})"
+                )
+        elif kind == "sequence" and other_kind == "sequence":
+            if entry["length"] != other["length"]:
+                problems.append(f"{where}: length {other['length']}, reference {entry['length']}")
+        elif kind == "array" and other_kind == "array":
+            if list(entry["shape"]) != list(other["shape"]):
+                problems.append(
+                    f"{where}: shape {tuple(other['shape'])}, reference {tuple(entry['shape'])}"
+                )
+            elif _dtype_kind(entry["dtype"]) != _dtype_kind(other["dtype"]):
+                problems.append(f"{where}: dtype {other['dtype']}, reference {entry['dtype']}")
+        elif kind == "value" and other_kind == "array" and _is_number(entry.get("value")):
+            if other["shape"] not in ([], [1]):
+                problems.append(
+                    f"{where}: array of shape {tuple(other['shape'])} where the reference has a number"
+                )
+        elif kind == "array" and other_kind == "value" and _is_number(other.get("value")):
+            if entry["shape"] not in ([], [1]):
+                problems.append(
+                    f"{where}: a number where the reference has shape {tuple(entry['shape'])}"
+                )
+        elif kind != other_kind:
+            problems.append(f"{where}: a {other_kind} where the reference has a {kind}")
+    return problems
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def default_measure(value: Any) -> str:
+    """The measure a leaf gets unless the probe names one."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "biu":
+            return "exact"
+        return "scalar" if value.size == 1 else "tensor"
+    if isinstance(value, float):
+        return "scalar"
+    return "exact"
+
+
+def measure_for(path: str, value: Any, measures: dict[str, str]) -> str:
+    """The measure named for `path` (exact name or glob), else the default by shape."""
+    if path in measures:
+        return measures[path]
+    for pattern, name in measures.items():
+        if fnmatch.fnmatchcase(path, pattern):
+            return name
+    return default_measure(value)
+
+
+def _distance(measure: str, a: Any, b: Any) -> float:
+    if measure == "exact":
+        return 1.0 - exact_agreement(a, b)
+    return 1.0 - MEASURES[measure](a, b)
+
+
+def compare_leaf(path: str, measure: str, ref: Any, cand: Any, noise_ref: Any) -> LeafScore:
+    """Score one leaf and decide it against the reference's own noise."""
+    noise = _distance(measure if measure != "banded" else "scalar", ref, noise_ref)
+    if measure == "exact":
+        tolerance = 2.0 * noise
+        score = exact_agreement(ref, cand)
+        return LeafScore(path, measure, score, noise, tolerance, (1.0 - score) <= tolerance + 1e-12)
+    if measure == "banded":
+        a = np.asarray(ref, dtype=np.float64)
+        spread = (
+            np.abs(a - np.asarray(noise_ref, dtype=np.float64))
+            if np.shape(noise_ref) == a.shape
+            else np.inf
+        )
+        band = float(np.max(SPREAD * np.maximum(spread, RESOLUTION * np.abs(a)))) if a.size else 0.0
+        if not math.isfinite(band):
+            band = 0.0
+        score = banded_scalar_similarity(ref, cand, band)
+        return LeafScore(path, measure, score, noise, band, score >= 1.0)
+    tolerance = SPREAD * max(noise, RESOLUTION)
+    score = 1.0 - _distance(measure, ref, cand)
+    return LeafScore(path, measure, score, noise, tolerance, (1.0 - score) <= tolerance)
+
+
+def compare_outputs(
+    ref: SideOutput, cand: SideOutput, noise_ref: SideOutput, measures: dict[str, str] | None = None
+) -> Comparison:
+    """Compare structure, then every numeric or discrete leaf present in the reference.
+
+    Args:
+        ref: the reference at the working dtype.
+        cand: the candidate.
+        noise_ref: the reference again (float64, or a second run): its disagreement
+            with `ref` is the noise floor.
+        measures: output path (or glob) -> measure name ('tensor', 'distributional',
+            'scalar', 'banded', 'exact').
+    """
+    measures = measures or {}
+    unknown = {m for m in measures.values() if m not in MEASURE_NAMES}
+    if unknown:
+        raise ValueError(
+            f"unknown measure(s) {sorted(unknown)}; use one of {', '.join(MEASURE_NAMES)}"
+        )
+    result = Comparison(structure=compare_structure(ref, cand))
+    broken = {p.split(":")[0] for p in result.structure}
+    for path, entry in ref.manifest.items():
+        if (
+            entry["kind"] not in ("array", "value")
+            or "type" in entry
+            or (path or "<output>") in broken
+        ):
+            continue
+        if path not in cand.manifest or cand.manifest[path]["kind"] not in ("array", "value"):
+            continue
+        ref_value = ref.leaf(path)
+        if (
+            entry["kind"] == "value"
+            and not isinstance(ref_value, (int, float, str, bool))
+            and ref_value is not None
+        ):
+            continue
+        noise_value = noise_ref.leaf(path) if path in noise_ref.manifest else ref_value
+        measure = measure_for(path, ref_value, measures)
+        result.leaves.append(compare_leaf(path, measure, ref_value, cand.leaf(path), noise_value))
+    return result
