@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from evidence_store import exchange, rows, views
+from evidence_store import exchange, reading, rows, views
 from evidence_store.records import DiagnosisRecord, EvidenceRecord, Outcome, RoundInfo
 from evidence_store.rows import LATEST_IDS, NO_ROUND_LIMIT, SELECT_PROBLEMS, SELECT_RECORDS
 from evidence_store.schema import EvidenceStoreError, connect, migrate
@@ -304,14 +304,16 @@ class EvidenceStore:
         up_to_round: int | None = None,
         previous_round: int | None = None,
     ) -> str:
-        """A compact text account of the evidence that never exceeds `max_chars`.
+        """The evidence of a state for a reader, never longer than `max_chars` (see `reading`).
 
-        Regressions (since `previous_round`) come first, then violated, then not
-        established, then established (ids only); whatever does not fit is counted.
+        It names the candidate commit the round's evidence was taken on, what changed
+        since `previous_round`, and one whole block per property, most urgent first;
+        properties that do not fit are dropped whole and counted. Records of kinds that
+        are not about the candidate (`views.NON_CANDIDATE_KINDS`) are left out.
 
         Args:
-            previous_round: the state regressions are measured against; by default the
-                latest round with evidence before `up_to_round` (none: no regressions).
+            previous_round: the state changes are measured against; by default the latest
+                round with evidence before `up_to_round` (none: no changes shown).
         """
         with self._snapshot() as conn:
             if up_to_round is None:
@@ -320,33 +322,53 @@ class EvidenceStore:
                 previous_round = conn.execute(
                     "SELECT max(round) FROM evidence WHERE round < ?", (up_to_round,)
                 ).fetchone()[0]
-            problems = self._latest(f"{SELECT_PROBLEMS} AND", up_to_round)
+            other = tuple(views.NON_CANDIDATE_KINDS)
+            problems = {
+                pid: r
+                for pid, r in self._latest(f"{SELECT_PROBLEMS} AND", up_to_round).items()
+                if r.property.kind not in other
+            }
             limit = {"limit": NO_ROUND_LIMIT if up_to_round is None else up_to_round}
-            established = [
-                pid
-                for (pid,) in conn.execute(
-                    "SELECT property_id FROM evidence WHERE outcome = 'established' AND "
-                    f"record_id IN ({LATEST_IDS}) ORDER BY property_id",
-                    limit,
-                )
-            ]
+            established = self._established_ids(conn, limit)
             previous = None if previous_round is None else self._outcomes(previous_round)
-        return views.render_parts(
+            commit = None if up_to_round is None else self.round_commit(up_to_round)
+        return reading.render(
             problems,
             established,
             previous,
             max_chars=max_chars,
             round=up_to_round,
             previous_round=previous_round,
+            commit=commit,
         )
 
-    def _outcomes(self, up_to_round: int) -> dict[str, views.Seen]:
+    def _established_ids(self, conn: sqlite3.Connection, limit: dict[str, int]) -> list[str]:
+        """Ids of the candidate properties whose latest outcome is established."""
+        kinds = ", ".join(f"'{k}'" for k in sorted(views.NON_CANDIDATE_KINDS))
+        found = conn.execute(
+            "SELECT e.property_id FROM evidence e JOIN properties p USING (prop_key) "
+            f"WHERE e.outcome = 'established' AND e.record_id IN ({LATEST_IDS}) "
+            f"AND p.kind NOT IN ({kinds}) ORDER BY e.property_id",
+            limit,
+        )
+        return [pid for (pid,) in found]
+
+    def round_commit(self, round: int) -> str | None:
+        """The candidate commit a round's evidence was taken on (None: not recorded)."""
+        row = self._conn.execute(
+            "SELECT candidate_commit FROM rounds WHERE round = ? AND candidate_commit IS NOT NULL "
+            "ORDER BY run_id LIMIT 1",
+            (round,),
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def _outcomes(self, up_to_round: int) -> dict[str, reading.Seen]:
         """Each property's latest outcome and its round, without building records."""
         found = self._conn.execute(
             f"SELECT property_id, outcome, round FROM evidence WHERE record_id IN ({LATEST_IDS})",
             {"limit": up_to_round},
         )
-        return {pid: views.Seen(Outcome(outcome), round) for pid, outcome, round in found}
+        return {pid: reading.Seen(Outcome(outcome), round) for pid, outcome, round in found}
 
     # ---- exchange -----------------------------------------------------------------------------
     def export_jsonl(self, out: IO[str]) -> int:

@@ -1,15 +1,14 @@
-"""Views over the latest evidence: transitions between rounds, summaries, a compact text rendering.
+"""Views over the latest evidence: transitions between rounds, summaries, per-round tallies.
 
 All functions here are pure: they take `latest` maps (property id -> record, as
-`EvidenceStore.latest()` returns them) and build typed values or text.
+`EvidenceStore.latest()` returns them) and build typed values. The text a reader
+sees is rendered by `evidence_store.reading`.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -147,140 +146,30 @@ def summarize_counts(
     )
 
 
-DETAIL_CHARS = 160
-"""How much of a record's observations or trace one rendered line keeps."""
+NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked", "localization"})
+"""Kinds of records that say something about the run, not about one property of the
+candidate: a role's refused access (`boundary`), what a verification reported it could
+not examine (`unchecked`) and where the evidence localizes a divergence (`localization`,
+rendered on its own). They are kept and shown, and never counted among the candidate's
+properties."""
 
 
-class Seen(NamedTuple):
-    """A property's latest outcome in an earlier state, and the round it came from."""
-
-    outcome: Outcome
-    round: int
+def candidate_latest(latest: Mapping[str, EvidenceRecord]) -> Latest:
+    """The latest records of the candidate's properties only."""
+    return {pid: r for pid, r in latest.items() if r.property.kind not in NON_CANDIDATE_KINDS}
 
 
-def render(
-    latest: Latest,
-    previous: Mapping[str, Seen] | None,
-    *,
-    max_chars: int,
-    round: int | None,
-    previous_round: int | None = None,
-) -> str:
-    """Render the latest evidence as text of at most `max_chars` characters.
+def tally(latest: Mapping[str, EvidenceRecord]) -> Counter[str]:
+    """The one count of a state every view shows: candidate properties by latest outcome.
 
-    Order: regressions (established in `previous`, violated now), violated, not
-    established, established (ids only). Lines are added in that order until the
-    next one would not fit; the last line then counts, per section, what was left out.
+    The live view, `summary.md`, the prompts and `twin evidence show` all count this way
+    (properties, not records; the latest outcome of each).
     """
-    problems = {p: r for p, r in latest.items() if r.outcome != E}
-    established = sorted(p for p, r in latest.items() if r.outcome == E)
-    return render_parts(
-        problems,
-        established,
-        previous,
-        max_chars=max_chars,
-        round=round,
-        previous_round=previous_round,
-    )
+    counts: Counter[str] = Counter({o.value: 0 for o in Outcome})
+    counts.update(Outcome(r.outcome).value for r in candidate_latest(latest).values())
+    return counts
 
 
-def render_parts(
-    problems: Latest,
-    established: Sequence[str],
-    previous: Mapping[str, Seen] | None,
-    *,
-    max_chars: int,
-    round: int | None,
-    previous_round: int | None = None,
-) -> str:
-    """`render`, given the latest records that are not established and the ids that are.
-
-    The store calls this directly so that established properties, which render as
-    ids only, need no records built. Lines are formatted only when they are reached.
-    """
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be positive, not {max_chars}")
-    ordered = sorted(problems.items())
-    before = previous or {}
-    regressed = [
-        (r, seen)
-        for p, r in ordered
-        if r.outcome == V and (seen := before.get(p)) is not None and seen.outcome == E
-    ]
-    regressed_ids = {r.property.id for r, _ in regressed}
-    violated = [r for p, r in ordered if r.outcome == V and p not in regressed_ids]
-    unresolved = [r for _, r in ordered if r.outcome == N]
-    sections: list[tuple[str, int, Iterator[str]]] = [
-        ("regressions", len(regressed), (_line("REGRESSED", r, s.round) for r, s in regressed)),
-        ("violated", len(violated), (_line("VIOLATED", r) for r in violated)),
-        ("not established", len(unresolved), (_line("UNRESOLVED", r) for r in unresolved)),
-    ]
-    where = "all rounds" if round is None else f"after round {round}"
-    since = f" ({len(regressed)} regressed since round {previous_round})" if regressed else ""
-    header = (
-        f"Evidence {where}: {len(problems) + len(established)} properties; "
-        f"{len(established)} established, "
-        f"{len(regressed) + len(violated)} violated{since}, {len(unresolved)} not established."
-    )
-    left = {name: n for name, n, _ in sections} | {"established": len(established)}
-    reserve = len(_left_out(left)) + 1
-    parts, used = [header], len(header)
-
-    def add(piece: str) -> bool:
-        nonlocal used
-        if used + len(piece) + reserve > max_chars:
-            return False
-        parts.append(piece)
-        used += len(piece)
-        return True
-
-    for name, _, lines in sections:
-        for line in lines:
-            if not add("\n" + line):
-                break
-            left[name] -= 1
-        if left[name]:
-            break
-    else:
-        if established and add(f"\nEstablished ({len(established)}): {established[0]}"):
-            left["established"] -= 1
-            for pid in established[1:]:
-                if not add(", " + pid):
-                    break
-                left["established"] -= 1
-    if any(left.values()):
-        parts.append("\n" + _left_out(left))
-    text = "".join(parts)
-    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
-
-
-def _left_out(left: dict[str, int]) -> str:
-    parts = ", ".join(f"{n} {name}" for name, n in left.items() if n)
-    return f"[{sum(left.values())} more not shown: {parts}]"
-
-
-def _line(label: str, record: EvidenceRecord, established_in: int | None = None) -> str:
-    prop = record.property
-    parts = [f"- {label} {prop.id} ({prop.kind}, L{prop.level}, round {record.round}"]
-    if record.score is not None:
-        parts.append(f", score {record.score:.3g}")
-    if established_in is not None:
-        parts.append(f", established in round {established_in}")
-    parts.append(")")
-    detail = _detail(record)
-    return "".join(parts) + (f": {detail}" if detail else "")
-
-
-def _detail(record: EvidenceRecord) -> str:
-    """The most telling short text of a record: its trace's last line, else its observations."""
-    last_trace_line = next(
-        (ln.strip() for ln in reversed(record.trace.splitlines()) if ln.strip()), ""
-    )
-    if last_trace_line:
-        text = last_trace_line
-    elif record.observations:
-        text = json.dumps(record.observations, separators=(",", ":"), default=str)
-    else:
-        text = record.property.description
-    text = " ".join(text.split())
-    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
+def tally_text(counts: Mapping[str, int]) -> str:
+    """`established=11 violated=5 not_established=0`, in that order."""
+    return " ".join(f"{o.value}={counts.get(o.value, 0)}" for o in Outcome)

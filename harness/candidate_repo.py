@@ -138,6 +138,14 @@ class CandidateRepo:
             text = text[:limit] + f"\n… ({len(text) - limit} more characters)"
         return text
 
+    def diff_stat(self, a: int, b: int) -> list[str]:
+        """The files that differ between rounds a and b, as `path (+added -deleted)`."""
+        lines = []
+        for row in self._git("diff", "--numstat", f"round-{a}", f"round-{b}").splitlines():
+            added, deleted, path = row.split("\t", 2)
+            lines.append(f"{path} (binary)" if added == "-" else f"{path} (+{added} -{deleted})")
+        return lines
+
     def reset_to(self, round: int) -> None:
         """Put the work tree back to round `round` exactly (discarding a half-done step)."""
         remove_tree(self.work_tree, keep_root=True)

@@ -135,18 +135,65 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
     return text
 
 
+FINAL_DIR = "final"
+"""The final candidate's snapshot inside a run directory."""
+
+REAL_MODEL_HINT = (
+    "with a real model: twin migrate --task {task} --model anthropic/claude-sonnet-4-5 --rounds {rounds} "
+    "(set ANTHROPIC_API_KEY; any litellm model works, see docs/models.md)"
+)
+
+
+def export_final(session: Any) -> Path | None:
+    """Write the final round's snapshot to `<run>/final/` (replacing an older one); None if none."""
+    import shutil
+
+    final_round = session.state.final_round
+    if final_round is None or final_round not in session.repo.rounds():
+        return None
+    import tarfile
+
+    dest = session.run.root / FINAL_DIR
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        return session.repo.export(final_round, dest)
+    except (TwinError, tarfile.ReadError):  # an empty tree archives to nothing tar can read
+        shutil.rmtree(dest, ignore_errors=True)
+        return None
+
+
+def closing_lines(run: RunDir) -> list[str]:
+    """What a user wants to see when a run ends: every round's grade, the final candidate,
+    the run directory and, for a replayed or scripted run, how to run with a real model."""
+    state, config = run.load_state(), run.load_config()
+    lines = []
+    if run.grades.exists():
+        grades = RunGrades.model_validate_json(run.grades.read_text())
+        lines.append("grades (the task's own grader, after the run):")
+        for g in grades.rounds:
+            grade = f"{g.reward:.4f}" if g.reward is not None else f"grading failed: {g.error}"
+            same = f" (same tree as round {g.same_as})" if g.same_as else ""
+            lines.append(f"  round {g.round}: {grade}{same}")
+    else:
+        lines.append("not graded (--no-grade)")
+    final = run.root / FINAL_DIR
+    where = f"{final}" if final.is_dir() else "not exported"
+    lines.append(f"final candidate: round {state.final_round} — {where}")
+    lines.append(f"run directory: {run.root} (summary.md, trajectory.jsonl, evidence.sqlite)")
+    if config.model.startswith(("replay:", "scripted:")):
+        lines.append(REAL_MODEL_HINT.format(task=config.task, rounds=config.rounds))
+    return lines
+
+
 def evidence_tallies(run: RunDir) -> dict[int, Counter]:
-    """Outcome counts per round (latest record per property within the round)."""
+    """Per round, the state after it: properties by latest outcome (`views.tally`, as every view counts)."""
     if not run.evidence.exists():
         return {}
     from evidence_store.store import EvidenceStore
+    from evidence_store.views import tally
 
     store = EvidenceStore(run.evidence, create=False)
     try:
-        tallies: dict[int, Counter] = {}
-        for round in store.evidence_rounds():
-            latest = {r.property.id: r for r in store.records(round=round) if r.property.kind != "boundary"}
-            tallies[round] = Counter(r.outcome.value for r in latest.values())
-        return tallies
+        return {round: tally(store.latest(up_to_round=round)) for round in store.evidence_rounds()}
     finally:
         store.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import EvidenceStore
+from evidence_store.views import NON_CANDIDATE_KINDS, tally
 from harness.audit import read_refusals
 from harness.budget import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
@@ -19,10 +20,8 @@ from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.fence import fence_agent_text
 from roles.migrator import Migrator
-from roles.schemas import Diagnosis, Gap
+from roles.schemas import Diagnosis, Gap, VerifierReport
 from roles.verifier import Verifier
-
-NON_CANDIDATE_KINDS = frozenset({"boundary", "localization"})
 
 
 class StopRun(Exception):
@@ -88,9 +87,9 @@ class TwinLoop:
         if "diagnose" not in rs.done:
             self.complete(t, "diagnose", self.diagnose(t))
         if "migrate" not in rs.done:
-            self.migrate(t)
+            summary = self.migrate(t)
             rs.commit = self.s.repo.commit_round(t, "migrator")
-            self.store.record_round(self.s.state.run_id, t, candidate_commit=rs.commit)
+            self.store.record_round(self.s.state.run_id, t, candidate_commit=rs.commit, note=summary)
             self.complete(t, "migrate")
         if "verify" not in rs.done:
             self.verify(t)
@@ -126,6 +125,9 @@ class TwinLoop:
             ),
             regressions=self.regression_text(t - 1),
             candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
+            objectives=self.objectives_status(t - 1),
+            unchecked=self.unchecked(t - 1),
+            migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t - 1)),
         )
         note = ""
         if diagnosis is None:
@@ -133,27 +135,33 @@ class TwinLoop:
         self.store.record_diagnosis(self.s.state.run_id, t, diagnosis)
         return note
 
-    def migrate(self, t: int) -> None:
+    def migrate(self, t: int) -> str:
+        """Run the Migrator; return its summary of what it changed."""
         self.enter(t, "migrator")
-        self.migrator.run(
+        outcome = self.migrator.run(
             round=t,
             instruction=self.s.task.instruction,
             diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
             regressions=self.regression_text(t - 1),
         )
+        return str(outcome.output or "")
 
     def verify(self, t: int) -> None:
         self.enter(t, "verifier")
         self.desk.round = t
         self.desk.rerun_all()
-        self.verifier.run(
+        outcome = self.verifier.run(
             round=t,
             instruction=self.s.task.instruction,
             diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
             evidence=fence_agent_text(
                 "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
             ),
+            migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t)),
+            changed_files=self.s.repo.diff_stat(t - 1, t),
         )
+        if isinstance(outcome.output, VerifierReport):
+            self.record_unchecked(t, outcome.output)
         self.desk.localize()
 
     # ---- bookkeeping -------------------------------------------------------------------------------
@@ -189,6 +197,52 @@ class TwinLoop:
         ]
         if records:
             self.store.append_many(records)
+
+    def record_unchecked(self, t: int, report: VerifierReport) -> None:
+        """What the Verifier could not examine is evidence too: not established, with its reason."""
+        records = [
+            EvidenceRecord(
+                run_id=self.s.state.run_id,
+                round=t,
+                property=Property(
+                    id=f"unchecked:{name}",
+                    kind="unchecked",
+                    description=f"the Verifier of round {t} could not examine {name}",
+                ),
+                outcome=Outcome.NOT_ESTABLISHED,
+                observations={"reason": why, "reported_by": "verifier"},
+            )
+            for name, why in report.unchecked_reasons()
+        ]
+        if records:
+            self.store.append_many(records)
+
+    def unchecked(self, t: int) -> list[tuple[str, str]]:
+        """(property, why) of what round t's Verifier reported it could not examine."""
+        return [
+            (r.property.id.removeprefix("unchecked:"), str(r.observations.get("reason", "")))
+            for r in self.store.records(round=t, kind="unchecked")
+        ]
+
+    def migrator_summary(self, t: int) -> str:
+        return next((r.note for r in self.store.rounds() if r.round == t and r.note), "")
+
+    def objectives_status(self, t: int) -> list[tuple[str, str]]:
+        """Round t's diagnosis objectives, each 'done' (every property it names is established
+        after round t) or 'open' (with the properties that are not)."""
+        if t < 1 or not self.store.diagnoses(round=t):
+            return []
+        latest = self.candidate_latest(t)
+        marked = []
+        for gap in self.diagnosis(t).gaps:
+            named = [pid for pid in gap.evidence if pid in latest]
+            left = [pid for pid in named if latest[pid].outcome is not Outcome.ESTABLISHED]
+            if not named:
+                status = "open: it names no property with evidence, so nothing shows it done"
+            else:
+                status = f"open: {', '.join(left)} not established" if left else "done"
+            marked.append((f"{gap.title}: {gap.objective}", status))
+        return marked
 
     def finish_interrupted_round(self) -> None:
         """After a budget stop mid-round, keep the Migrator's work as that round's snapshot."""
@@ -242,10 +296,9 @@ class TwinLoop:
         )
 
     def evidence_score(self, t: int) -> int:
-        """Established minus violated among the candidate properties recorded in round t."""
-        latest = {r.property.id: r for r in self.store.records(round=t) if r.property.kind not in NON_CANDIDATE_KINDS}
-        outcomes = [r.outcome for r in latest.values()]
-        return outcomes.count(Outcome.ESTABLISHED) - outcomes.count(Outcome.VIOLATED)
+        """Established minus violated in the state after round t (`views.tally`, as every view counts)."""
+        counts = tally(self.store.latest(up_to_round=t))
+        return counts[Outcome.ESTABLISHED.value] - counts[Outcome.VIOLATED.value]
 
     def choose_final(self) -> None:
         """The final candidate is the best verified round by evidence; ties go to the latest."""

@@ -190,18 +190,28 @@ class RunProbeDesk:
         return records
 
 
+TRACE_LINES = 12
+"""Lines of a trace's tail shown with a property that did not hold (to fix a probe by)."""
+
+_LABEL = {Outcome.ESTABLISHED: "ESTABLISHED", Outcome.VIOLATED: "VIOLATED", Outcome.NOT_ESTABLISHED: "UNRESOLVED"}
+
+
 def render_results(records: list[EvidenceRecord]) -> str:
-    """A compact table of outcomes for the model."""
+    """The outcomes for the model, in the reader's format of `evidence_store.reading`.
+
+    A property that did not hold shows its failing outputs as distance against tolerance,
+    and the tail of its trace.
+    """
     if not records:
         return "no properties were examined"
-    lines = []
+    from evidence_store import reading
+    from evidence_store.views import tally, tally_text
+
+    counts = tally({r.property.id: r for r in records})
+    lines = [f"{sum(counts.values())} properties recorded: {tally_text(counts)}"]
     for record in records:
-        score = "" if record.score is None else f" score={record.score:.4f}"
-        noise = record.observations.get("noise_floor")
-        noise_text = "" if noise is None else f" noise_floor={noise:.2e}"
-        lines.append(f"{record.outcome.value:15} {record.property.id}{score}{noise_text}")
-        if record.outcome is not Outcome.ESTABLISHED:
-            detail = record.observations.get("message") or record.trace
-            if detail:
-                lines.append("    " + str(detail).strip().replace("\n", "\n    ")[:1500])
+        lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)]))
+        tail = [ln for ln in record.trace.strip().splitlines() if ln.strip()][-TRACE_LINES:]
+        if record.outcome is not Outcome.ESTABLISHED and len(tail) > 1:
+            lines.append("    trace (last lines):\n" + "\n".join(f"      {ln}" for ln in tail))
     return "\n".join(lines)

@@ -1,12 +1,13 @@
 """The live view of a run: round, role, step, tokens, cost and the evidence tally.
 
 On a terminal it is a rich `Live` panel; otherwise (CI, logs, pipes) it prints
-one line per change of role so long work still shows progress.
+one plain line per change of role, never wrapped, so long work still shows progress.
+The tally counts properties at their latest outcome (`evidence_store.views.tally`),
+as `summary.md`, the prompts and `twin evidence show` do, never records.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from evidence_store.records import EvidenceRecord
+from evidence_store.views import tally, tally_text
 
 
 @dataclass
@@ -29,8 +31,13 @@ class RunView:
     step: int = 0
     tokens: int = 0
     usd: float = 0.0
-    tally: Counter = field(default_factory=Counter)
+    latest: dict[str, EvidenceRecord] = field(default_factory=dict)
+    """The latest record of every property seen so far."""
     last: str = ""
+
+    @property
+    def tally_text(self) -> str:
+        return tally_text(tally(self.latest))
 
 
 class Progress:
@@ -64,7 +71,7 @@ class Progress:
 
     def evidence(self, records: list[EvidenceRecord]) -> None:
         for record in records:
-            self.view.tally[record.outcome.value] += 1
+            self.view.latest[record.property.id] = record
         self._refresh()
 
     def message(self, text: str) -> None:
@@ -73,11 +80,12 @@ class Progress:
 
     def _log(self, text: str) -> None:
         if self._live is None:
-            tally = " ".join(f"{k}={v}" for k, v in sorted(self.view.tally.items()))
             self.console.print(
-                f"[dim]{self.view.run_id}[/] {text}  tokens={self.view.tokens} "
-                f"${self.view.usd:.4f} {tally}",
+                f"{self.view.run_id} {text}  tokens={self.view.tokens} "
+                f"${self.view.usd:.4f} {self.view.tally_text}",
                 highlight=False,
+                markup=False,
+                soft_wrap=True,
             )
         self._refresh()
 
@@ -92,10 +100,7 @@ class Progress:
         table.add_row("round", f"{v.round}/{v.rounds}")
         table.add_row("role · step", f"{v.role} · {v.step}")
         table.add_row("tokens · cost", f"{v.tokens:,} · ${v.usd:.4f}")
-        table.add_row(
-            "evidence",
-            " ".join(f"{k}={n}" for k, n in sorted(v.tally.items())) or "-",
-        )
+        table.add_row("evidence", v.tally_text if v.latest else "-")
         if v.last:
             table.add_row("last", v.last[:100])
         return table

@@ -4,10 +4,11 @@ A replayed run gets the recorded `model_call` replies in order, and each request
 is checked against the recorded one first: the same role, the same tool names,
 the same number and roles of messages, identical system and user text, and the
 same tool-call ids in assistant and tool messages. Tool results are not compared
-(they hold timings), and in system and user text a measured number (one with a
-decimal point or an exponent, such as a similarity score or a noise floor in the
-evidence summary) only has to be a number in both: measurements differ in their
-last digits between machines, and a replay must still run on another machine.
+(they hold timings). System and user text are compared on their canonical form
+(`evidence_store.numbers.canonical`): prompts render every measurement in one
+format at the precision it carries and never cut inside one, and the canonical
+form masks the measurements, whose digits (a noise floor, a score's last digit)
+differ between machines; everything else must be identical.
 The first difference raises `ReplayDivergence` naming the call index, the role
 and the message index; so does asking for more calls than were recorded.
 Replies come back with their recorded token counts and cost 0.
@@ -19,17 +20,16 @@ so that replaying such a recording follows the run that finished.
 
 from __future__ import annotations
 
-import re
 import threading
 from pathlib import Path
 from typing import Any
 
+from evidence_store.numbers import canonical
 from harness.errors import TwinError
 from harness.model import Message, ModelReply, ReplayDivergence, ToolSchema
 from harness.trajectory import ModelCallRecord, Trajectory
 
 SNIPPET_CHARS = 60
-MEASURED = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+")
 
 
 class ReplayModel:
@@ -176,11 +176,11 @@ def _message_difference(want: Message, got: Message) -> str | None:
 def _text_difference(want: Any, got: Any) -> str | None:
     if want == got:
         return None
-    measured_only = isinstance(want, str) and isinstance(got, str)
-    if measured_only and MEASURED.sub("#", want) == MEASURED.sub("#", got):
-        return None
     if not (isinstance(want, str) and isinstance(got, str)):
         return f"content: expected {_clip(repr(want))}, got {_clip(repr(got))}"
+    want, got = canonical(want), canonical(got)
+    if want == got:
+        return None
     at = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), None)
     if at is None:
         at = min(len(want), len(got))

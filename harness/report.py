@@ -5,7 +5,10 @@ per round budget; paired per-task deltas harness − base with a bootstrap
 confidence interval; tasks improved / stable / regressed from round r to r+1;
 reward against dollars; failures by property kind and level for each scaffold.
 Trials that failed for infrastructure reasons are listed and left out of every
-number (never scored as 0).
+number (never scored as 0). Means compare like with like: the reward table and the
+costs average over the (task, seed) pairs on which every configuration has a scored
+trial; a scored trial whose pair lacks another configuration's is listed and counted
+as left out of the means, never silently averaged over fewer tasks.
 """
 
 from __future__ import annotations
@@ -29,15 +32,32 @@ def config_key(trial: TrialResult) -> tuple[str, str]:
     return trial.model, trial.scaffold
 
 
+def compared(results: BenchResults) -> tuple[list[TrialResult], list[TrialResult]]:
+    """(scored trials in the means, scored trials left out of them).
+
+    A scored trial is in the means when every configuration of the bench (model ×
+    scaffold, as its trials name them) has a scored trial on the same task and seed.
+    """
+    configs = {config_key(t) for t in results.trials.values()}
+    have: dict[tuple[str, int], set[tuple[str, str]]] = defaultdict(set)
+    for trial in scored(results):
+        have[(trial.task, trial.seed)].add(config_key(trial))
+    inside, outside = [], []
+    for trial in scored(results):
+        (inside if have[(trial.task, trial.seed)] >= configs else outside).append(trial)
+    return inside, outside
+
+
 def reward_by_round(results: BenchResults) -> dict[tuple[str, str], dict[int, tuple[float, float, int]]]:
     """(model, scaffold) -> round budget -> (mean over seeds, sample std over seeds, seeds).
 
-    Each seed's value is the mean over tasks of that seed's trials.
+    Each seed's value is the mean over tasks of that seed's trials, over the trials
+    `compared` keeps: every configuration is averaged over the same tasks.
     """
     per_seed: dict[tuple[str, str], dict[int, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
-    for trial in scored(results):
+    for trial in compared(results)[0]:
         for r, reward in trial.rewards.items():
             if reward is not None:
                 per_seed[config_key(trial)][int(r)][trial.seed].append(reward)
@@ -125,6 +145,14 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
         "|---|---|" + "---|" * rounds + "---|",
     ]
     cost = _mean_cost(results)
+    inside, outside = compared(results)
+    pairs = sorted({(t.task, t.seed) for t in inside})
+    lines[-2:-2] = [
+        f"Means are over the {len(pairs)} (task, seed) pairs on which every configuration has a scored "
+        f"trial ({len(inside)} trials); {len(outside)} scored trial(s) left out of the means "
+        "(listed at the end), and failed trials are never scored.",
+        "",
+    ]
     for (model, scaffold), by_round in sorted(table.items()):
         cells = [f"{by_round[r][0]:.4f} ± {by_round[r][1]:.4f}" if r in by_round else "-" for r in range(1, rounds + 1)]
         lines.append(f"| {model} | {scaffold} | " + " | ".join(cells) + f" | ${cost[(model, scaffold)]:.4f} |")
@@ -151,8 +179,14 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
     lines += ["", f"![failures]({plots['failures']})"]
     excluded = [t for t in results.trials.values() if t.status != "ok"]
     if excluded:
-        lines += ["", "## Trials left out of every number", ""]
+        lines += ["", f"## Trials left out of every number ({len(excluded)})", ""]
         lines += [f"- {t.trial_id}: {t.status} ({t.error or t.stop_reason})" for t in excluded]
+    if outside:
+        lines += ["", f"## Scored trials left out of the means ({len(outside)})", ""]
+        lines += [
+            f"- {t.trial_id}: another configuration has no scored trial on task {t.task}, seed {t.seed}"
+            for t in outside
+        ]
     path = bench.root / "report.md"
     write_text_atomic(path, "\n".join(lines) + "\n")
     return path
@@ -171,7 +205,7 @@ def _delta_lines(deltas: dict[str, dict]) -> list[str]:
 
 def _mean_cost(results: BenchResults) -> dict[tuple[str, str], float]:
     costs: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for trial in scored(results):
+    for trial in compared(results)[0]:
         costs[config_key(trial)].append(trial.cost_usd)
     return defaultdict(float, {k: float(np.mean(v)) for k, v in costs.items()})
 
@@ -196,6 +230,7 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
             label=f"{scaffold} · {model[:30]}",
         )
     ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title="Reward by round (mean ± std over seeds)")
+    ax.set_xticks(range(1, results.config.rounds + 1))  # rounds are whole numbers
     ax.legend(fontsize=7)
     names["rounds"] = _save(fig, root / "rewards_by_round.png")
 

@@ -50,9 +50,24 @@ class Diagnoser:
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
     def run(
-        self, *, round: int, instruction: str, evidence: str, regressions: str, candidate_files: str
+        self,
+        *,
+        round: int,
+        instruction: str,
+        evidence: str,
+        regressions: str,
+        candidate_files: str,
+        objectives: list[tuple[str, str]] | None = None,
+        unchecked: list[tuple[str, str]] | None = None,
+        migrator_summary: str = "",
     ) -> Diagnosis | None:
-        """Return the diagnosis, or None if the role ended without a valid one."""
+        """Return the diagnosis, or None if the role ended without a valid one.
+
+        Args:
+            objectives: the previous diagnosis's objectives as (objective, 'done' or 'open ...').
+            unchecked: what the previous Verifier could not examine, as (property, why).
+            migrator_summary: what the previous Migrator said it changed (its own words).
+        """
         outcome = self.agent.run(
             prompting.render("diagnoser_system"),
             prompting.render(
@@ -62,6 +77,9 @@ class Diagnoser:
                 evidence=evidence,
                 regressions=regressions,
                 candidate_files=candidate_files,
+                objectives=objectives or [],
+                unchecked=unchecked or [],
+                migrator_summary=migrator_summary,
             ),
         )
         return outcome.output

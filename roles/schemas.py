@@ -48,4 +48,16 @@ class VerifierReport(BaseModel):
     """The Verifier's closing note (its outcomes are in the evidence store, not here)."""
 
     summary: str = Field(description="What was checked this round, in a few sentences.")
-    unchecked: list[str] = Field(default_factory=list, description="Properties the Verifier could not examine yet.")
+    unchecked: list[str] = Field(
+        default_factory=list,
+        description="Properties the Verifier could not examine yet, each as 'property: why'.",
+    )
+
+    def unchecked_reasons(self) -> list[tuple[str, str]]:
+        """Each unchecked entry as (property, why); a bare entry gets 'no reason given'."""
+        pairs = []
+        for entry in self.unchecked:
+            name, _, why = str(entry).partition(":")
+            if name.strip():
+                pairs.append((" ".join(name.split())[:120], " ".join(why.split()) or "no reason given"))
+        return pairs

@@ -96,14 +96,32 @@ class Verifier:
             raise Submitted(VerifierReport(summary=summary, unchecked=unchecked or []))
 
         tools["submit"] = submit_tool(
-            "Finish verification with a summary and the properties you could not examine.",
+            "Finish verification with a summary and the properties you could not examine, "
+            "each as 'property: why' (they are recorded as not established, with your reason).",
             {"summary": {"type": "string"}, "unchecked": {"type": "array", "items": {"type": "string"}}},
             accept,
         )
         tools["submit"].required = ["summary"]
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
-    def run(self, *, round: int, instruction: str, diagnosis: str, evidence: str) -> AgentOutcome:
+    def run(
+        self,
+        *,
+        round: int,
+        instruction: str,
+        diagnosis: str,
+        evidence: str,
+        migrator_summary: str = "",
+        changed_files: list[str] | None = None,
+    ) -> AgentOutcome:
+        """Verify round `round`'s candidate.
+
+        Args:
+            evidence: the evidence after the harness re-ran every earlier probe on this
+                round's candidate (it names the commit).
+            migrator_summary: what the Migrator said it changed (its own words).
+            changed_files: the round's diff stat against the previous round.
+        """
         return self.agent.run(
             prompting.render("verifier_system", probe_format=self.desk.probe_format()),
             prompting.render(
@@ -112,5 +130,7 @@ class Verifier:
                 instruction=instruction,
                 diagnosis=diagnosis,
                 evidence=evidence,
+                migrator_summary=migrator_summary,
+                changed_files=changed_files or [],
             ),
         )

@@ -95,7 +95,13 @@ def twin_plan(task: str) -> list[dict]:
     replies += [call("run_checks")]
     for name, source in probes.items():
         replies += [call("write_probe", name=f"{name}_probes", source=source), call("run_probe", name=f"{name}_probes")]
-    replies += [call("submit", summary="checked the candidate and probed the model against the original")]
+    replies += [
+        call(
+            "submit",
+            summary="checked the candidate and probed the model against the original",
+            unchecked=["training end to end: this demonstration probes the model only"],
+        )
+    ]
     fix = {
         "summary": f"A probe of {defect.component} is violated.",
         "gaps": [
@@ -168,13 +174,17 @@ def record(task: str, scaffold: str) -> Path:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(plan))
         config = RunConfig.build(
-            task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=False
+            task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=True
         )
         run = RunDir.create(Path(tmp) / "runs", config, "record")
         print(run_migration(run))
         out = EXAMPLES / task / f"{scaffold}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(run.trajectory, out)
+        # the grades a replay must reach (tests/harness/test_examples.py, slow suite)
+        grades = json.loads(run.grades.read_text())
+        rewards = {str(g["round"]): g["reward"] for g in grades["rounds"]}
+        out.with_suffix(".grades.json").write_text(json.dumps(rewards, indent=2) + "\n")
     return out
 
 

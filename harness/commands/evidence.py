@@ -16,10 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
-from evidence_store.views import CATEGORY_ORDER, Change
+from evidence_store.views import CATEGORY_ORDER, Change, tally, tally_text
 from probes.round_localization import render_localization
 
 app = typer.Typer(no_args_is_help=True)
@@ -29,7 +30,6 @@ _STYLE = {
     Outcome.VIOLATED: "bold red",
     Outcome.NOT_ESTABLISHED: "yellow",
 }
-_DETAIL_CHARS = 80
 
 
 def _open(run: str) -> EvidenceStore:
@@ -51,7 +51,7 @@ def _outcome(record: EvidenceRecord | None) -> str:
 
 
 def _score(record: EvidenceRecord | None) -> str:
-    return "" if record is None or record.score is None else f"{record.score:.4g}"
+    return "" if record is None or record.score is None else numbers.score(record.score)
 
 
 def _state(record: EvidenceRecord | None) -> str:
@@ -60,10 +60,14 @@ def _state(record: EvidenceRecord | None) -> str:
 
 
 def _detail(record: EvidenceRecord) -> str:
-    text = next((ln.strip() for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
-    text = text or str(record.observations.get("message", "")) or record.property.description
-    text = " ".join(text.split())
-    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+    """The deciding numbers of a record that did not hold (distance against tolerance), else why."""
+    if record.outcome is not Outcome.ESTABLISHED:
+        failing, _, total = reading.failing_lines(record)
+        if failing:
+            more = f" (+{total - 2} more)" if total > 2 else ""
+            return "; ".join(failing[:2]) + more
+        return reading.reason(record) or record.property.description
+    return record.property.description
 
 
 def _records_table(title: str, records: list[EvidenceRecord]) -> Table:
@@ -125,9 +129,29 @@ def show_command(
         if located:
             console.print(render_localization(located[-1]).rstrip(), markup=False)
         console.print(_records_table(title, records))
-        summary = store.summary(up_to_round=round)
-        counts = ", ".join(f"{n} {name}" for name, n in summary.by_outcome.items())
-        console.print(f"{summary.properties} properties: {counts}")
+        _print_rounds(console, store, round)
+        counts = tally(latest)
+        total = sum(counts.values())
+        console.print(f"{total} properties (latest outcome of each): {tally_text(counts)}", soft_wrap=True)
+
+
+def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> None:
+    """Per round: the candidate commit, the Migrator's summary and what the Verifier left unchecked."""
+    plain = {"highlight": False, "markup": False, "soft_wrap": True}
+    for info in store.rounds():
+        if up_to is not None and info.round > up_to:
+            continue
+        unchecked = store.records(round=info.round, kind="unchecked")
+        if not (info.candidate_commit or info.note or unchecked):
+            continue
+        commit = (info.candidate_commit or "-")[:10]
+        console.print(f"round {info.round}: candidate commit {commit}", **plain)
+        if info.note:
+            console.print(f"  Migrator's summary: {' '.join(info.note.split())}", **plain)
+        for record in unchecked:
+            name = record.property.id.removeprefix("unchecked:")
+            why = record.observations.get("reason", "")
+            console.print(f"  not examined by the Verifier: {name}: {why}", **plain)
 
 
 @app.command("diff")

@@ -82,12 +82,15 @@ def migrate_command(
         check_model(run_config.model, wait_s=run_config.model_wait_s)
         run = RunDir.create(runs_dir, run_config, run_id)
     outcome = run_migration(run, api_key=api_key, console=console)
-    console.print(outcome)
+    from harness.finish import closing_lines
+
+    for line in [outcome, *closing_lines(run)]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def run_migration(run: RunDir, *, api_key: str | None = None, console: Console | None = None) -> str:
     """Run (or resume) the migration in `run`, grade it, write the summary; return a one-line outcome."""
-    from harness.finish import grade_rounds, write_summary
+    from harness.finish import export_final, grade_rounds, write_summary
     from harness.model import ModelInfraError, ModelStopped
     from harness.model_factory import NOT_LIVE, model_kind
     from harness.progress import Progress, RunView
@@ -108,7 +111,7 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(run, api_key=api_key, replay_from=replay_from)
     if kind in NOT_LIVE:
-        console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False)
+        console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False, soft_wrap=True)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
         # A person types at the terminal: a live panel redrawing over the prompt would hide it.
@@ -142,6 +145,7 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
             if config.grade:
                 grades = grade_rounds(session, progress) if not run.grades.exists() else _load_grades(run)
             write_summary(session, grades)
+            export_final(session)
     except KeyboardInterrupt:
         session.save()
         raise Interrupted(f"interrupted; continue with: twin migrate --resume {run.root}") from None

@@ -139,29 +139,45 @@ def probe_command(
         ctx.close()  # the work directory goes too, unless kept
 
 
+def _deciding(result) -> str:
+    """What decided a result: failing outputs as distance against tolerance, else why."""
+    from evidence_store import reading
+
+    failing, passing, total = reading.failing_lines(result)
+    if failing:
+        shown = failing[: reading.FAILING_SHOWN]
+        more = [f"… {total - len(shown)} more failing"] if total > len(shown) else []
+        passes = [f"{passing} other output{'s' if passing != 1 else ''} pass"] if passing else []
+        return "\n".join(shown + more + passes)
+    if result.outcome.value != "established":
+        return reading.reason(result)
+    return f"all {passing} outputs pass" if passing > 1 else ""
+
+
 def _print_table(console: Console, ctx, results) -> None:
+    """A table on a terminal; plain lines, one property after another, anywhere else.
+
+    Piped output is never wrapped or cut: a property id or a detail stays whole on its line.
+    """
     counts = {k: sum(r.outcome.value == k for r in results) for k in _STYLE}
     title = f"{ctx.task.name}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    if not console.is_terminal:
+        plain = {"highlight": False, "markup": False, "soft_wrap": True}
+        console.print(title, **plain)
+        for r in results:
+            console.print(f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", **plain)
+            for line in _deciding(r).splitlines():
+                console.print(f"    {line}", **plain)
+        console.print(f"probe files and outputs: {ctx.workdir}", **plain)
+        return
     table = Table(title=title)
-    table.add_column("property")
+    table.add_column("property", overflow="fold")
     table.add_column("level", justify="right")
-    table.add_column("outcome")
-    table.add_column("score", justify="right")
-    table.add_column("noise floor", justify="right")
-    table.add_column("detail", overflow="fold")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("what decided it", overflow="fold")
     for r in results:
-        noise = r.observations.get("noise_floor")
-        detail = r.observations.get("message") or (
-            r.trace.strip().splitlines()[-1] if r.trace.strip() else ""
-        )
-        table.add_row(
-            r.property.id,
-            str(r.property.level),
-            f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]",
-            "" if r.score is None else f"{r.score:.6f}",
-            "" if noise is None else f"{noise:.1e}",
-            str(detail)[:200],
-        )
+        outcome = f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]"
+        table.add_row(r.property.id, str(r.property.level), outcome, _deciding(r))
     console.print(table)
     if ctx.keep:
         console.print(f"probe files and outputs: {ctx.workdir}")

@@ -30,14 +30,21 @@ for b in range(batches):
 """
 
 
-def _writer(path, tag: str, batches: int, size: int) -> subprocess.Popen[str]:
+def _writer(path, tag: str, batches: int, size: int) -> subprocess.Popen[bytes]:
+    """Start a writer and wait for its "ready" line.
+
+    The pipes are unbuffered (`bufsize=0`): a raw pipe's `readline()` reads byte by byte, so
+    nothing past the line is taken out of the pipe, and a later `communicate()` or `read()`
+    gets every line the writer printed after it. (A buffered `readline()` may read ahead, and
+    `communicate()` reads the pipe itself, past that buffer: the read-ahead lines were lost.)
+    """
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), tag, str(batches), str(size)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        bufsize=0,
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready", proc.stderr.read()
     return proc
 
 
@@ -57,8 +64,8 @@ def test_several_processes_append_at_once_without_losing_or_mixing_records(tmp_p
     ids_by_tag = {}
     for tag, proc in procs.items():
         out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err
-        ids_by_tag[tag] = [int(x) for line in out.split("\n") if line for x in line.split()]
+        assert proc.returncode == 0, err.decode()
+        ids_by_tag[tag] = [int(x) for x in out.split()]
 
     all_ids = [i for ids in ids_by_tag.values() for i in ids]
     assert len(all_ids) == len(set(all_ids)) == 60 + 60 + 120 + 120

@@ -47,7 +47,7 @@ def test_show_lists_the_latest_state_with_counts(run_dir, capsys):
     assert main(["evidence", "show", "r1"]) == 0
     out = capsys.readouterr().out
     assert "fwd.logits" in out and "0.31" in out and "ImportError: torch" in out
-    assert "3 properties: 1 established, 2 violated, 0 not_established" in out
+    assert "3 properties (latest outcome of each): established=1 violated=2 not_established=0" in out
 
 
 def test_show_after_a_round_and_of_one_kind(run_dir, capsys):

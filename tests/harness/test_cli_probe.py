@@ -110,3 +110,20 @@ def test_table_output(tmp_path):
         and "established" in proc.stdout
         and "audit.wrapping" in proc.stdout
     )
+
+
+def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
+    proc = _cli(
+        "--task", str(TINY), "--candidate", str(FIXTURES / "candidates" / "wrong"),
+        "--probe", str(FIXTURES / "probe_numpy.py"), "--sandbox", "none", "--workdir", str(tmp_path / "w"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not any(c in proc.stdout for c in "┏┃│")  # no table when not on a terminal
+    assert any(line.startswith("violated        np.affine (L") for line in lines)
+    deciding = [line for line in lines if "distance" in line]
+    assert deciding and all(
+        __import__("re").fullmatch(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+\)(, uninformative)?", line)
+        for line in deciding
+    ), deciding
+    assert any(line == f"probe files and outputs: {tmp_path / 'w'}" for line in lines)

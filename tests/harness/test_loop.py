@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -206,3 +207,81 @@ def test_killed_run_resumes_from_its_last_complete_step(tmp_path):
     roles = [json.loads(line)["role"] for line in run.trajectory.read_text().splitlines() if '"model_call"' in line]
     assert roles.count("diagnoser") == 2  # round 1's diagnosis was not asked for again
     assert json.loads(run.grades.read_text())["rounds"][-1]["reward"] == 1.0
+
+
+def _requests(run: RunDir) -> list[dict]:
+    lines = [json.loads(line) for line in run.trajectory.read_text().splitlines()]
+    return [r for r in lines if r.get("type") == "model_call"]
+
+
+def _first_prompt(run: RunDir, role: str, round: int) -> str:
+    call = next(c for c in _requests(run) if c["role"] == role and c["round"] == round)
+    return call["request"]["messages"][1]["content"]
+
+
+def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, capsys):
+    diagnosis = plans.diagnose()
+    diagnosis["tool_calls"][0]["arguments"]["diagnosis"]["gaps"][0]["evidence"] = ["calc.ops"]
+    replies = [
+        diagnosis,
+        *plans.migrate(plans.OPS_BUGGY),
+        plans.call("write_probe", name="calc_ops", source=plans.PROBE),
+        plans.call("run_probe", name="calc_ops"),
+        plans.call("submit", summary="probed calc.ops", unchecked=["calc.cli: no entry point yet", "calc.docs"]),
+        plans.diagnose(),
+        plans.call("edit_file", path="/app/calc/ops.py", old="k + 1", new="k"),
+        plans.call("submit", summary="fixed scale"),
+        *plans.verify_again(),
+    ]
+    run = start(tmp_path, replies)
+    run_migration(run)
+    verifier_1 = _first_prompt(run, "verifier", 1)
+    assert "[summary by the Migrator: " in verifier_1 and "```data\nwrote calc\n```" in verifier_1
+    assert "- calc/ops.py (+" in verifier_1 and "- calc/__init__.py (+" in verifier_1
+    diagnoser_2 = _first_prompt(run, "diagnoser", 2)
+    assert "- [open] port calc.ops: write /app/calc (calc.ops not established)" in diagnoser_2
+    assert "- calc.cli: no entry point yet\n- calc.docs: no reason given" in diagnoser_2
+    assert "VIOLATED (new) calc.ops" in diagnoser_2 or "VIOLATED calc.ops" in diagnoser_2
+    assert re.search(r"distance [\d.e-]+ > tolerance [\d.e-]+ \(noise [\d.e-]+\)", diagnoser_2)
+    verifier_2 = _first_prompt(run, "verifier", 2)
+    assert "Since round 1:" in verifier_2 and "fixed (violated before, established now): calc.ops" in verifier_2
+    # one set of counters: the prompt, the live line, summary.md and `twin evidence show`
+    header = next(line for line in verifier_2.splitlines() if line.startswith("Evidence after round 2"))
+    counts = re.search(r"(\d+) established, (\d+) violated, (\d+) not", header)
+    established, violated, unresolved = map(int, counts.groups())
+    tally = f"established={established} violated={violated} not_established={unresolved}"
+    assert violated == 0 and established >= 1
+    live = [line for line in capsys.readouterr().err.splitlines() if "established=" in line]
+    assert live and live[-1].endswith(tally)
+    commit = run.load_state().rounds[1].commit[:10]
+    assert f"| 2 | {commit} | {established} | 0 | {unresolved} |" in run.summary.read_text()
+    assert main(["evidence", "show", str(run.root)]) == 0
+    shown = capsys.readouterr().out
+    assert tally in shown
+    assert "Migrator's summary: fixed scale" in shown
+    assert "not examined by the Verifier: calc.cli: no entry point yet" in shown
+    store = EvidenceStore(run.evidence, create=False)
+    try:
+        [unchecked] = [r for r in store.records(kind="unchecked") if r.property.id == "unchecked:calc.cli"]
+        assert unchecked.outcome.value == "not_established" and unchecked.observations["reason"] == "no entry point yet"
+    finally:
+        store.close()
+
+
+def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp_path, capsys):
+    script = plans.write_script(tmp_path / "script.json", plans.twin_fix_in_round_two())
+    runs = tmp_path / "a-rather-long-directory-name-so-that-paths-exceed-eighty-columns" / "runs"
+    code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", script, "--rounds", "2",
+                 "--runs-dir", str(runs), "--run-id", "demo"])
+    assert code == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    run_root = runs / "demo"
+    assert "  round 1: 0.5000" in lines and "  round 2: 1.0000" in lines
+    assert f"final candidate: round 2 — {run_root / 'final'}" in lines
+    assert f"run directory: {run_root} (summary.md, trajectory.jsonl, evidence.sqlite)" in lines
+    assert lines[-1].startswith("with a real model: twin migrate --task ")
+    assert (run_root / "final" / "calc" / "ops.py").is_file()
+    # plain progress lines never break inside a field
+    progress = [line for line in captured.err.splitlines() if "tokens=" in line]
+    assert progress and all(re.search(r"established=\d+ violated=\d+ not_established=\d+$", line) for line in progress)

@@ -27,14 +27,26 @@ def bench(tmp_path) -> BenchDir:
     results = BenchResults(config=config)
     for (task, scaffold, seed), rewards in REWARDS.items():
         trial = TrialResult(
-            trial_id=f"{task}-{scaffold}-{seed}", task=task, model="m", scaffold=scaffold, seed=seed,
-            status="ok", rewards=rewards, cost_usd=0.1 if scaffold == "twin" else 0.05,
+            trial_id=f"{task}-{scaffold}-{seed}",
+            task=task,
+            model="m",
+            scaffold=scaffold,
+            seed=seed,
+            status="ok",
+            rewards=rewards,
+            cost_usd=0.1 if scaffold == "twin" else 0.05,
             failures=[{"id": "jit", "kind": "jit", "level": 2}] if scaffold == "base" else [],
         )
         results.trials[trial.trial_id] = trial
     results.trials["infra"] = TrialResult(
-        trial_id="infra", task="a", model="m", scaffold="twin", seed=2, status="infra_failed",
-        rewards={1: 0.0, 2: 0.0}, error="rate limited",
+        trial_id="infra",
+        task="a",
+        model="m",
+        scaffold="twin",
+        seed=2,
+        status="infra_failed",
+        rewards={1: 0.0, 2: 0.0},
+        error="rate limited",
     )
     bench = BenchDir(tmp_path / "t")
     bench.root.mkdir()
@@ -76,3 +88,37 @@ def test_report_numbers_match_the_results_and_plots_exist(bench):
     assert "infra: infra_failed (rate limited)" in text
     for png in ("rewards_by_round", "paired_deltas", "round_transitions", "reward_vs_cost", "failures"):
         assert (bench.root / f"{png}.png").stat().st_size > 1000
+
+
+def test_a_failed_trial_leaves_its_task_out_of_every_configurations_mean_and_says_so(bench):
+    results = bench.load()
+    results.trials["a-twin-1"] = results.trials["a-twin-1"].model_copy(
+        update={"status": "infra_failed", "error": "5xx"}
+    )
+    bench.save(results)
+    table = reward_by_round(bench.load())
+    # seed 1 has only task b for both scaffolds now: like with like
+    assert table[("m", "twin")][2][0] == pytest.approx(np.mean([np.mean([0.8, 0.7]), 0.6]))
+    assert table[("m", "base")][2][0] == pytest.approx(np.mean([np.mean([0.4, 0.6]), 0.35]))
+    text = write_report(bench).read_text()
+    assert (
+        "Means are over the 3 (task, seed) pairs on which every configuration has a scored trial (6 trials); "
+        "1 scored trial(s) left out of the means" in text
+    )
+    assert "## Scored trials left out of the means (1)" in text
+    assert "- a-base-1: another configuration has no scored trial on task a, seed 1" in text
+    assert "## Trials left out of every number (2)" in text and "a-twin-1: infra_failed (5xx)" in text
+
+
+def test_rounds_are_plotted_on_whole_numbers(bench, monkeypatch):
+    import matplotlib.axes
+
+    ticks = []
+    original = matplotlib.axes.Axes.set_xticks
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "set_xticks",
+        lambda self, t, *a, **k: (ticks.append(list(t)), original(self, t, *a, **k))[1],
+    )
+    write_report(bench)
+    assert [1, 2] in ticks

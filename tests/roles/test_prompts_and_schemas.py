@@ -18,6 +18,10 @@ VARIABLES = dict(
     candidate_files="FILES",
     diagnosis="DIAG",
     probe_format="FORMAT",
+    objectives=[("OBJ", "done"), ("OBJ2", "open: p not established")],
+    unchecked=[("UNCH", "WHY")],
+    migrator_summary="MIGSUM",
+    changed_files=["CHANGED.py (+1 -0)"],
 )
 
 
@@ -54,3 +58,22 @@ def test_valid_diagnosis_is_submitted_and_renders_for_the_migrator():
     diagnosis = done.value.output
     assert isinstance(diagnosis, Diagnosis)
     assert "[P1] RMSNorm" in diagnosis.render() and "objective: port it" in diagnosis.render()
+
+
+def test_the_diagnoser_sees_objectives_marked_unchecked_properties_and_the_migrators_words():
+    text = prompting.render("diagnoser_task", **VARIABLES)
+    assert "- [done] OBJ\n- [open] OBJ2 (p not established)" in text
+    assert "- UNCH: WHY" in text
+    assert "Migrator reported (its own words, not verified)\nMIGSUM" in text
+
+
+def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
+    text = prompting.render("verifier_task", **VARIABLES)
+    assert "- CHANGED.py (+1 -0)" in text and "(its words, not verified):\nMIGSUM" in text
+    assert "re-ran the built-in checks and every probe written in earlier rounds" in text
+
+
+@pytest.mark.parametrize("name", ["diagnoser_system", "verifier_system"])
+def test_the_tolerance_rule_is_explained_to_the_roles_that_read_evidence(name):
+    text = prompting.render(name, **VARIABLES)
+    assert "T = 10 × max(N, 2^-23)" in text and "distance D > tolerance T (noise N)" in text

@@ -1,0 +1,247 @@
+"""Evidence rendered for a reader: one block per property, never cut inside a record.
+
+A block names the property's outcome, kind, level and one-line description. A
+violated differential property lists every failing output (the first
+`FAILING_SHOWN`) as `name: measure distance D > tolerance T (noise N)`, the number
+that decided it, and counts the outputs that pass. Other properties that did not
+hold say why in one line (the check's message, or the last line of its trace).
+
+`render()` puts blocks in priority order (regressions, new violations, other
+violations, not established, then established ids) and adds them whole while they
+fit the budget; what does not fit is dropped whole, lowest priority first, and
+counted. Budgets count every measurement at a fixed width and numbers are rendered
+in the one format of `evidence_store.numbers`, so which blocks fit, and the text
+itself, are the same on any machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from evidence_store import numbers
+from evidence_store.records import EvidenceRecord, Outcome
+
+E, V, N = Outcome.ESTABLISHED, Outcome.VIOLATED, Outcome.NOT_ESTABLISHED
+
+FAILING_SHOWN = 5
+"""Failing outputs (or findings) listed per property; the rest are counted."""
+TEXT_CHARS = 220
+"""Budget of one free-text field (a description, a message, a trace line)."""
+IDS_SHOWN = 8
+"""Property ids listed per kind of change in the 'since round' line; the rest are counted."""
+
+
+class Seen(NamedTuple):
+    """A property's latest outcome in an earlier state, and the round it came from."""
+
+    outcome: Outcome
+    round: int
+
+
+# ---- one property --------------------------------------------------------------------------------
+def output_line(name: str, output: Mapping[str, Any]) -> str:
+    """One compared output, with the number that decides it against its tolerance."""
+    measure = str(output.get("measure", "?"))
+    score = float(output.get("score", 0.0))
+    tolerance = float(output.get("tolerance", 0.0))
+    if measure == "banded":
+        verdict = "inside" if output.get("ok") else "outside"
+        return f"{name}: banded, {verdict} the band {numbers.noise(tolerance)} (similarity {numbers.score(score)})"
+    sign = "<=" if output.get("ok") else ">"
+    text = (
+        f"{name}: {measure} distance {numbers.distance(1.0 - score)} {sign} tolerance "
+        f"{numbers.noise(tolerance)} (noise {numbers.noise(float(output.get('noise', 0.0)))})"
+    )
+    return text if output.get("informative", True) else text + ", uninformative"
+
+
+def failing_lines(record: EvidenceRecord) -> tuple[list[str], int, int]:
+    """(failing outputs, structural mismatches and findings as lines; how many pass; how many fail)."""
+    obs = record.observations
+    lines = [f"structure: {numbers.clip_words(str(s), TEXT_CHARS)}" for s in obs.get("structure") or []]
+    outputs = obs.get("outputs")
+    passing = 0
+    if isinstance(outputs, Mapping):
+        for name, output in outputs.items():
+            if not isinstance(output, Mapping):
+                continue
+            if output.get("ok", True):
+                passing += 1
+            else:
+                lines.append(output_line(str(name), output))
+    for imported in obs.get("forbidden_imports") or []:
+        if isinstance(imported, Mapping):
+            where = imported.get("importer") or {}
+            lines.append(f"forbidden import {imported.get('module')} at {where.get('file')}:{where.get('line')}")
+    for finding in obs.get("findings") or []:
+        if isinstance(finding, Mapping):
+            text = f"{finding.get('file')}:{finding.get('line')} {finding.get('detail', '')}"
+            lines.append(numbers.clip_words(text, TEXT_CHARS))
+    return lines, passing, len(lines)
+
+
+def reason(record: EvidenceRecord) -> str:
+    """Why a property did not hold, in one line: its message, else its trace's last line."""
+    message = str(record.observations.get("message") or record.observations.get("reason") or "")
+    last_trace_line = next((ln for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
+    text = " — ".join(t.strip() for t in (message, last_trace_line) if t.strip())
+    return numbers.clip_words(text, TEXT_CHARS) if text else ""
+
+
+def property_block(record: EvidenceRecord, label: str, *, note: str = "") -> str:
+    """A property's lines: header, failing outputs (bounded), passing count, reason."""
+    prop = record.property
+    description = numbers.clip_words(prop.description, TEXT_CHARS) if prop.description else ""
+    head = f"- {label} {prop.id} ({prop.kind}, L{prop.level}{note})" + (f": {description}" if description else "")
+    lines = [head]
+    failing, passing, total = failing_lines(record)
+    lines += [f"    {line}" for line in failing[:FAILING_SHOWN]]
+    if total > FAILING_SHOWN:
+        lines.append(f"    … {total - FAILING_SHOWN} more failing (not listed)")
+    if passing:
+        plural = "s" if passing != 1 else ""
+        lines.append(
+            f"    {passing} other output{plural} pass"
+            if failing
+            else f"    {'all ' if passing > 1 else ''}{passing} output{plural} pass"
+        )
+    why = reason(record)
+    if why and (record.outcome is not E) and not (failing and record.observations.get("outputs")):
+        lines.append(f"    why: {why}")
+    return "\n".join(lines)
+
+
+# ---- a whole state --------------------------------------------------------------------------------
+class Changes(NamedTuple):
+    """How the latest outcomes moved since an earlier state, by property id."""
+
+    regressed: list[str]
+    newly_violated: list[str]
+    newly_unresolved: list[str]
+    fixed: list[str]
+    newly_established: list[str]
+
+    def line(self, since_round: int) -> str:
+        parts = [
+            _ids_part(name, ids)
+            for name, ids in (
+                ("regressed (established before, violated now)", self.regressed),
+                ("newly violated", self.newly_violated),
+                ("no longer decided", self.newly_unresolved),
+                ("fixed (violated before, established now)", self.fixed),
+                ("newly established", self.newly_established),
+            )
+            if ids
+        ]
+        return f"Since round {since_round}: " + ("; ".join(parts) if parts else "no outcome changed") + "."
+
+
+def _ids_part(name: str, ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:IDS_SHOWN]) + (f", +{len(ids) - IDS_SHOWN} more" if len(ids) > IDS_SHOWN else "")
+    return f"{len(ids)} {name}: {shown}"
+
+
+def changes(outcomes: Mapping[str, Outcome], previous: Mapping[str, Seen]) -> Changes:
+    """Compare latest outcomes with an earlier state's."""
+    found = Changes([], [], [], [], [])
+    for pid in sorted(outcomes):
+        now, before = outcomes[pid], previous.get(pid)
+        was = before.outcome if before is not None else None
+        if now is V and was is E:
+            found.regressed.append(pid)
+        elif now is V and was is not V:
+            found.newly_violated.append(pid)
+        elif now is N and was in (E, V):
+            found.newly_unresolved.append(pid)
+        elif now is E and was is V:
+            found.fixed.append(pid)
+        elif now is E and was is not E:
+            found.newly_established.append(pid)
+    return found
+
+
+def render(
+    problems: Mapping[str, EvidenceRecord],
+    established: Sequence[str],
+    previous: Mapping[str, Seen] | None,
+    *,
+    max_chars: int,
+    round: int | None,
+    previous_round: int | None = None,
+    commit: str | None = None,
+) -> str:
+    """The evidence of one state as text of at most `max_chars` characters.
+
+    Args:
+        problems: latest records of the properties that are not established.
+        established: ids of the properties whose latest outcome is established.
+        previous: outcomes in the earlier state changes are measured against (None: none).
+        round: the state after this round (None: all rounds).
+        previous_round: the round `previous` is the state after.
+        commit: the candidate commit the state's evidence was taken on.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be positive, not {max_chars}")
+    outcomes = {pid: Outcome(r.outcome) for pid, r in problems.items()} | {pid: E for pid in established}
+    moved = changes(outcomes, previous or {})
+    regressed = set(moved.regressed)
+    new = set(moved.newly_violated) if previous is not None else set()  # no earlier state: nothing is new
+    violated = sorted(p for p, r in problems.items() if r.outcome is V)
+    ordered = (
+        [(problems[p], "REGRESSED") for p in violated if p in regressed]
+        + [(problems[p], "VIOLATED (new)") for p in violated if p in new]
+        + [(problems[p], "VIOLATED") for p in violated if p not in regressed | new]
+        + [(problems[p], "UNRESOLVED") for p in sorted(problems) if problems[p].outcome is N]
+    )
+    n_violated = len(violated)
+    where = "all rounds" if round is None else f"after round {round}"
+    on = f" on candidate {numbers.commit(commit)}" if commit else ""
+    header = [
+        f"Evidence {where}{on}: {len(outcomes)} properties (latest outcome of each); "
+        f"{len(established)} established, {n_violated} violated, {len(outcomes) - len(established) - n_violated} "
+        "not established."
+    ]
+    if previous_round is not None and previous is not None:
+        header.append(moved.line(previous_round))
+    parts = header[:]
+    left = {"violated": n_violated, "not established": len(outcomes) - len(established) - n_violated}
+    left["established"] = len(established)
+    reserve = numbers.budget_length(_left_out({k: len(outcomes) for k in left})) + 1
+    used = sum(numbers.budget_length(p) + 1 for p in parts)
+
+    def fits(piece: str) -> bool:
+        return used + numbers.budget_length(piece) + 1 + reserve <= max_chars
+
+    dropping = False
+    for record, label in ordered:
+        note = f", round {record.round}" if round is not None and record.round != round else ""
+        block = property_block(record, label, note=note)
+        if dropping or not fits(block):
+            dropping = True
+            continue
+        parts.append(block)
+        used += numbers.budget_length(block) + 1
+        left["violated" if record.outcome is V else "not established"] -= 1
+    if established and not dropping:
+        shown: list[str] = []
+        line_length = numbers.budget_length(f"Established ({len(established)}): ")
+        for pid in established:
+            line_length += numbers.budget_length(pid) + (2 if shown else 0)
+            if used + line_length + 1 + reserve > max_chars:
+                break
+            shown.append(pid)
+        left["established"] -= len(shown)
+        if shown:
+            parts.append(f"Established ({len(established)}): " + ", ".join(shown))
+    if any(left.values()):
+        parts.append(_left_out(left))
+    text = "\n".join(parts)
+    if len(text) > max_chars:  # a budget too small even for the header
+        text = numbers.clip_words(text, max_chars - 2)[:max_chars]
+    return text
+
+
+def _left_out(left: Mapping[str, int]) -> str:
+    counts = ", ".join(f"{n} {name}" for name, n in left.items() if n)
+    return f"[{sum(left.values())} properties not shown for lack of room: {counts}]"

@@ -1,0 +1,209 @@
+"""Evidence rendered for a reader: whole records, deciding numbers, machine-independent text."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evidence_store import numbers
+from evidence_store.reading import FAILING_SHOWN, Seen, property_block, render
+from evidence_store.records import EvidenceRecord, Outcome, Property
+
+
+def _rec(pid: str, outcome: str, round: int = 1, *, kind: str = "differential", **fields) -> EvidenceRecord:
+    description = fields.pop("description", f"{pid} matches the original")
+    return EvidenceRecord(
+        run_id="r",
+        round=round,
+        outcome=Outcome(outcome),
+        property=Property(id=pid, kind=kind, level=1, description=description),
+        **fields,
+    )
+
+
+def _output(score: float, noise: float, ok: bool, measure: str = "tensor") -> dict:
+    tolerance = 10 * max(noise, 2.0**-23)
+    return {"measure": measure, "score": score, "noise": noise, "tolerance": tolerance, "ok": ok}
+
+
+def _differential(
+    pid: str, failing: int, passing: int, *, jitter: float = 0.0, noise_factor: float = 1.0
+) -> EvidenceRecord:
+    """A violated differential record; `jitter` and `noise_factor` play a different machine."""
+    outputs = {}
+    for i in range(failing):
+        score = (0.546212958 - i / 100) * (1 + jitter)
+        outputs[f"{pid}/bad{i}"] = _output(score, 7.120686817962962e-09 * noise_factor * (1 + jitter), False)
+    for i in range(passing):
+        outputs[f"{pid}/good{i}"] = _output(1.0 - 1e-8 * (1 + jitter), 3.1e-08 * noise_factor, True)
+    score = sum(o["score"] for o in outputs.values()) / len(outputs)
+    return _rec(
+        pid,
+        "violated",
+        score=score,
+        observations={"outputs": outputs, "structure": [], "noise_floor": 7.1e-9 * noise_factor},
+    )
+
+
+def _evidence(**machine) -> dict[str, EvidenceRecord]:
+    records = [
+        _differential("forward.block0", 1, 0, **machine),
+        _differential("checkpoint.load", 2, 6, **machine),
+        _differential("forward.hidden_states", 9, 2, **machine),
+        _rec("imports", "not_established", trace="Traceback\n  File x\nModuleNotFoundError: No module named 'model'"),
+    ]
+    return {r.property.id: r for r in records}
+
+
+def _text(latest: dict[str, EvidenceRecord], max_chars: int = 6000) -> str:
+    problems = {p: r for p, r in latest.items() if r.outcome != Outcome.ESTABLISHED}
+    return render(
+        problems, ["audit.vendored", "independence"], None, max_chars=max_chars, round=1, commit="0123456789abcdef"
+    )
+
+
+def test_a_violated_output_shows_distance_against_tolerance_and_its_noise():
+    block = property_block(_differential("forward.block0", 1, 0), "VIOLATED")
+    assert block.splitlines() == [
+        "- VIOLATED forward.block0 (differential, L1): forward.block0 matches the original",
+        "    forward.block0/bad0: tensor distance 0.45 > tolerance 1e-06 (noise 7e-09)",
+    ]
+
+
+def test_every_failing_output_is_listed_up_to_five_and_passing_ones_are_counted():
+    block = property_block(_differential("p", 9, 2), "VIOLATED")
+    assert sum("distance" in line for line in block.splitlines()) == FAILING_SHOWN
+    assert "… 4 more failing (not listed)" in block and "2 other outputs pass" in block
+    assert "good" not in block
+
+
+def test_the_same_evidence_from_another_machine_renders_the_same_text():
+    """Scores jittered in their last digits and noise floors off by a few percent: same text."""
+    here = _text(_evidence())
+    for seed in range(20):
+        rng = random.Random(seed)
+        there = _text(_evidence(jitter=rng.uniform(-1e-8, 1e-8), noise_factor=rng.uniform(0.95, 1.05)))
+        assert there == here
+
+
+def test_a_noise_floor_three_times_larger_changes_digits_only_and_never_which_records_fit():
+    for budget in (400, 700, 1000, 6000):
+        here, there = _text(_evidence(), budget), _text(_evidence(noise_factor=3.0, jitter=3e-7), budget)
+        assert numbers.canonical(here) == numbers.canonical(there)
+        assert here.count("\n- ") == there.count("\n- ")
+
+
+def test_a_record_is_never_cut_and_what_is_dropped_is_counted():
+    latest = _evidence()
+    full = _text(latest)
+    for budget in range(250, len(full), 37):
+        text = _text(latest, budget)
+        assert len(text) <= budget
+        blocks = [b for b in re.split(r"\n(?=- )", text)[1:]]
+        for block in blocks:
+            block = re.sub(r"\n(Established|\[).*", "", block, flags=re.S)
+            assert block in full  # whole, exactly as rendered with room to spare
+        dropped = re.search(r"\[(\d+) properties not shown for lack of room", text)
+        established = re.search(r"Established \(2\): (.*)", text)
+        shown = text.count("\n- ") + (len(established.group(1).split(", ")) if established else 0)
+        assert (int(dropped.group(1)) if dropped else 0) == len(latest) + 2 - shown
+
+
+def test_changes_since_the_previous_round_come_first_new_violations_before_others():
+    latest = _evidence()
+    previous = {"forward.block0": Seen(Outcome.ESTABLISHED, 0), "checkpoint.load": Seen(Outcome.VIOLATED, 0)}
+    problems = {p: r for p, r in latest.items() if r.outcome != Outcome.ESTABLISHED}
+    text = render(problems, ["independence"], previous, max_chars=6000, round=1, previous_round=0)
+    lines = text.splitlines()
+    assert lines[1].startswith(
+        "Since round 0: 1 regressed (established before, violated now): forward.block0; "
+        "1 newly violated: forward.hidden_states;"
+    )
+    order = [
+        text.index(s)
+        for s in (
+            "REGRESSED forward.block0",
+            "VIOLATED (new) forward.hidden_states",
+            "VIOLATED checkpoint.load",
+            "UNRESOLVED imports",
+        )
+    ]
+    assert order == sorted(order)
+    assert "why: ModuleNotFoundError: No module named 'model'" in text
+
+
+def test_the_header_names_the_candidate_commit_and_counts_properties():
+    assert _text(_evidence()).splitlines()[0] == (
+        "Evidence after round 1 on candidate commit 0123456789: 6 properties (latest outcome of each); "
+        "2 established, 3 violated, 1 not established."
+    )
+
+
+def test_a_long_message_is_shortened_at_a_word_never_inside_one():
+    record = _rec("jit", "violated", kind="jit", observations={"message": "word " * 200 + "0.123456789"})
+    why = property_block(record, "VIOLATED").splitlines()[-1]
+    assert why.endswith("word …") and len(why) < 260
+
+
+@pytest.mark.parametrize(
+    ("value", "score", "noise"),
+    [
+        (1.0, "1.0", "1.0"),
+        (0.0, "0.0", "0.0"),
+        (0.546212958, "0.546", "0.5"),
+        (1.1920928955078125e-06, "1.19e-06", "1e-06"),
+    ],
+)
+def test_measurements_always_render_as_measurements(value, score, noise):
+    assert numbers.score(value) == score and numbers.noise(value) == noise
+    assert numbers.canonical(f"x {score} y {noise} round 12") == "x # y # round 12"
+
+
+def test_canonical_text_masks_commits_but_not_other_hex_or_counts():
+    text = f"on candidate {numbers.commit('0123456789abcdef')}: 12 properties, id deadbeef01"
+    assert numbers.canonical(text) == "on candidate commit #: 12 properties, id deadbeef01"
+
+
+def _latest(n_vio: int, n_ne: int, n_est: int) -> tuple[dict[str, EvidenceRecord], list[str]]:
+    problems = [_rec(f"v{i:03}", "violated", trace="E" * (i % 200)) for i in range(n_vio)]
+    problems += [_rec(f"n{i:03}", "not_established") for i in range(n_ne)]
+    return {r.property.id: r for r in problems}, [f"e{i:03}" for i in range(n_est)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(n_vio=st.integers(0, 30), n_ne=st.integers(0, 30), n_est=st.integers(0, 60), max_chars=st.integers(1, 6000))
+def test_never_exceeds_its_budget_and_drops_lowest_priority_first(n_vio, n_ne, n_est, max_chars):
+    problems, established = _latest(n_vio, n_ne, n_est)
+    text = render(problems, established, None, max_chars=max_chars, round=1)
+    assert len(text) <= max_chars
+    match = re.search(r"\[(\d+) properties not shown for lack of room: ([^\]]*)\]$", text)
+    shown = text.count("\n- VIOLATED") + text.count("\n- UNRESOLVED")
+    established_line = re.search(r"Established \(\d+\): (.*)", text)
+    shown_est = len(established_line.group(1).split(", ")) if established_line else 0
+    if match is None:
+        if "\n" not in text and (n_vio + n_ne + n_est):
+            return  # a budget smaller than the header itself
+        assert shown == n_vio + n_ne and shown_est == n_est
+        return
+    assert int(match.group(1)) == n_vio + n_ne + n_est - shown - shown_est
+    if text.count("\n- VIOLATED") < n_vio:
+        assert "UNRESOLVED" not in text and "Established" not in text
+    if shown < n_vio + n_ne:
+        assert "Established" not in text
+
+
+def test_render_refuses_a_non_positive_budget():
+    with pytest.raises(ValueError, match="positive"):
+        render({}, [], None, max_chars=0, round=None)
+
+
+def test_the_store_renders_the_commit_and_leaves_out_what_is_not_about_the_candidate(store):
+    store.record_round("r", 1, candidate_commit="feedbeef" * 5)
+    store.append_many([_rec("a", "violated"), _rec("boundary:x:read", "violated", kind="boundary")])
+    text = store.render_for_prompt(4000)
+    assert "on candidate commit feedbeeffe" in text
+    assert "1 properties" in text and "boundary" not in text
