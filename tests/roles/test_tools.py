@@ -28,9 +28,8 @@ from roles.tools import MAX_READ_CHARS, diff_tool, read_tool, submit_tool, write
 SECRET = "TOOLS-SECRET-51c2"
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tools")
+def lay_out_bench(root):
+    """A candidate tree with every hostile shape, its hidden neighbour and one committed round."""
     source, app, hidden = root / "source", root / "app", root / "tests"
     for d in (source, app, hidden):
         d.mkdir()
@@ -57,6 +56,18 @@ def bench(tmp_path_factory):
     (repo.work_tree / "m.py").write_text("a = 1\n")
     repo.commit_round(1, "one")
     return SimpleNamespace(root=root, app=app, boundary=boundary, repo=repo)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """The tree as laid out: tests that expect a particular refusal read it unchanged."""
+    return lay_out_bench(tmp_path_factory.mktemp("tools"))
+
+
+@pytest.fixture(scope="module")
+def fuzz_bench(tmp_path_factory):
+    """A tree of its own for generated calls, which overwrite and create files at will."""
+    return lay_out_bench(tmp_path_factory.mktemp("tools-fuzz"))
 
 
 def run_calls(bench, calls):
@@ -126,15 +137,15 @@ def check_survives(bench, calls):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(CALLS, min_size=1, max_size=4))
-def test_generated_tool_calls_never_end_the_loop(bench, calls):
-    check_survives(bench, calls)
+def test_generated_tool_calls_never_end_the_loop(fuzz_bench, calls):
+    check_survives(fuzz_bench, calls)
 
 
 @pytest.mark.slow
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(CALLS, min_size=1, max_size=4))
-def test_thousands_of_generated_tool_calls_never_end_the_loop(bench, calls):
-    check_survives(bench, calls)
+def test_thousands_of_generated_tool_calls_never_end_the_loop(fuzz_bench, calls):
+    check_survives(fuzz_bench, calls)
 
 
 @pytest.mark.parametrize(
