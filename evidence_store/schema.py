@@ -10,6 +10,7 @@ a released step is never edited, so every older store reaches the same shape.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 from harness.errors import TwinError
@@ -109,7 +110,7 @@ def connect(path: Path) -> sqlite3.Connection:
         # WAL: readers never block the writer and never see a half-committed transaction;
         # a killed writer's uncommitted frames are ignored on the next open. NORMAL sync keeps
         # every committed transaction across a killed process (only power loss may drop the last).
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _set_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.DatabaseError as exc:
@@ -184,3 +185,15 @@ def _statements(script: str) -> list[str]:
     if current.strip():
         raise ValueError(f"incomplete statement in migration: {current.strip()[:60]}")
     return statements
+
+
+def _set_wal(conn: sqlite3.Connection) -> str:
+    """Switch to WAL; retried, since that switch returns "locked" without waiting on the busy handler."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
