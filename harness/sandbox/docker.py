@@ -45,6 +45,10 @@ LABEL = "twin.sandbox"
 DEFAULT_IMAGE = "twin-base:local"
 _BASE_DIRS = ("app", "assets", "dev", "etc", "logs", "proc", "run", "source", "sys", "tests", "tmp")
 _STDIN_INSIDE = "/run/twin-stdin"
+START_ATTEMPTS = 3
+START_RETRY_S = 0.5
+# What the engine says when the runtime lost a freshly created container before its command ran.
+_TRANSIENT_START = ("cannot start a stopped process", "container not started")
 
 
 def _client():
@@ -205,12 +209,32 @@ class DockerSandbox:
                 for root in writable:
                     settle_writable(root)
 
+    def _start(self, config: dict):
+        """Create and start the container, retrying a start the runtime lost before the command ran.
+
+        Under load the OCI runtime sometimes loses a container between create and start
+        ("cannot start a stopped process"): the command never ran, so a fresh container is
+        safe to try. A failed create, or a start that fails every time, is the sandbox's error.
+        """
+        create = {key: value for key, value in config.items() if key != "detach"}
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                container = self._client.containers.create(**create)
+            except Exception as exc:
+                raise SandboxError(f"docker could not create the container: {exc}") from None
+            try:
+                container.start()
+                return container
+            except Exception as exc:
+                _remove(container)
+                if attempt == START_ATTEMPTS or not _lost_before_start(exc):
+                    raise SandboxError(f"docker could not start the command: {exc}") from None
+                time.sleep(START_RETRY_S * attempt)
+        raise AssertionError("unreachable")
+
     def _run(self, config: dict, wall: float) -> ExecResult:
         start = time.monotonic()
-        try:
-            container = self._client.containers.run(**config)
-        except Exception as exc:
-            raise SandboxError(f"docker could not start the command: {exc}") from None
+        container = self._start(config)
         timed_out = False
         writable = [m for m in self.boundary.mounts if m.writable]
         disk = DiskWatch(
@@ -321,6 +345,12 @@ def reap_containers(client=None, *, boundary: str | None = None, instance: str |
     for container in client.containers.list(all=True, filters={"label": label}):
         removed += _remove(container)
     return removed
+
+
+def _lost_before_start(exc: Exception) -> bool:
+    """Whether a failed start is the runtime's transient loss of a container it had just created."""
+    text = str(exc).lower()
+    return any(sign in text for sign in _TRANSIENT_START)
 
 
 def _remove(container) -> int:

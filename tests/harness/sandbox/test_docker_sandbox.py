@@ -159,3 +159,60 @@ def test_closing_a_sandbox_leaves_another_with_the_same_boundary_name_running(tm
         first.close()
         second.close()
     assert results and results[0].returncode == 0 and results[0].stdout.strip() == "survived"
+
+
+class _LostContainer:
+    """A container whose start fails with `errors` in turn, then succeeds; removal is recorded."""
+
+    def __init__(self, log: list, error: Exception | None) -> None:
+        self.log, self.error = log, error
+
+    def start(self):
+        if self.error is not None:
+            raise self.error
+        self.log.append("started")
+
+    def remove(self, force=False):
+        self.log.append("removed")
+
+
+class _Containers:
+    def __init__(self, errors: list) -> None:
+        self.errors, self.log, self.created = list(errors), [], []
+
+    def create(self, **config):
+        assert "detach" not in config
+        self.created.append(config)
+        return _LostContainer(self.log, self.errors.pop(0) if self.errors else None)
+
+
+def _sandbox_with(containers: _Containers, tmp_path: Path):
+    from harness.sandbox.docker import DockerSandbox
+
+    sandbox = DockerSandbox.__new__(DockerSandbox)
+    sandbox.boundary = boundary(tmp_path)
+    sandbox._client = type("Client", (), {"containers": containers})()
+    return sandbox
+
+
+def test_a_container_the_runtime_lost_before_start_is_removed_and_tried_afresh(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.sandbox.docker.START_RETRY_S", 0)
+    lost = RuntimeError('500 Server Error: ("cannot start a stopped process: unknown")')
+    containers = _Containers([lost, lost])
+    _sandbox_with(containers, tmp_path)._start({"image": "x", "detach": True})
+    assert containers.log == ["removed", "removed", "started"]
+    assert len(containers.created) == 3
+
+
+def test_a_start_that_keeps_failing_or_fails_otherwise_is_an_error_and_leaves_no_container(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.sandbox.docker.START_RETRY_S", 0)
+    lost = RuntimeError("cannot start a stopped process: unknown")
+    containers = _Containers([lost, lost, lost, lost])
+    with pytest.raises(SandboxError, match="could not start"):
+        _sandbox_with(containers, tmp_path)._start({"image": "x"})
+    assert containers.log == ["removed"] * 3
+
+    other = _Containers([RuntimeError("invalid mount config")])
+    with pytest.raises(SandboxError, match="invalid mount"):
+        _sandbox_with(other, tmp_path)._start({"image": "x"})
+    assert other.log == ["removed"] and len(other.created) == 1
