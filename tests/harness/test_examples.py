@@ -20,7 +20,8 @@ import pytest
 
 from harness.bench import BenchConfig, run_bench
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -42,8 +43,8 @@ CASES = [
 def replay(task: str, scaffold: str, tmp_path: Path, *, grade: bool = False) -> RunDir:
     recording = EXAMPLES / task / f"{scaffold}.jsonl"
     config = RunConfig.build(task=TASKS / task, model=f"replay:{recording}", scaffold=scaffold, rounds=2, grade=grade)
-    run = RunDir.create(tmp_path, config, "replay")
-    run_migration(run)
+    run = RunDir.create(tmp_path, config, RunState(run_id="replay"))
+    run_migration(RunInputs.read(run))
     state = run.load_state()
     assert state.status == "finished" and state.final_round == 2
     calls = [json.loads(line) for line in run.trajectory.read_text().splitlines() if '"model_call"' in line]
