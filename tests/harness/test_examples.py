@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchConfig, run_bench
+from harness.bench_run import run_bench
+from harness.bench_schema import BenchConfig
 from harness.commands.migrate import run_migration
 from harness.run import RunConfig, RunDir, RunState
 from harness.session import RunInputs
@@ -146,7 +147,7 @@ def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_pa
     assert len(results.trials) == 6 and all(t.status == "ok" for t in results.trials.values())
     for trial in results.trials.values():
         assert trial.rewards[2] >= 0.97, trial.trial_id
-    from harness.bench import BenchDir
+    from harness.bench_dir import BenchDir
     from harness.report import reward_by_round, write_report
 
     text = write_report(BenchDir(tmp_path / "bundled")).read_text()

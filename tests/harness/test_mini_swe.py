@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchDir
+from harness.bench_dir import BenchDir
 from harness.cli import main
 from harness.commands.migrate import run_migration
 from harness.run import RunConfig, RunDir, RunState

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.bench import BenchConfig, run_bench
+from harness.bench_run import run_bench
+from harness.bench_schema import BenchConfig
 from harness.cli import main
 from harness.commands.migrate import run_migration
 from harness.run import RunConfig, RunDir, RunState

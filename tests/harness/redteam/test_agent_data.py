@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from harness.bench import TrialSpec, collect_trial
+from harness.bench_schema import TrialSpec
+from harness.bench_trials import collect_trial
 from harness.commands.migrate import run_migration
 from harness.run import RunConfig, RunDir, RunState
 from harness.session import RunInputs
