@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from harness.commands import options
 from harness.errors import InfraFailure, Interrupted, TwinError
 from harness.run import RunConfig, RunDir, Scaffold
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def migrate_command(
-    task: Path = typer.Option(None, "--task", help="Task directory (Harbor format)."),
+    task: options.TaskDir = None,
     model: str = typer.Option(
         None,
         "--model",
