@@ -10,9 +10,10 @@ directories is presented to the sandbox from a slot, `<stage_root>/p…/<n>`:
   no copy) and moved back after it; a symbolic link holds its place meanwhile, so the
   host's paths keep working, and roots a killed harness left in slots are moved back by
   the next sandbox (`recover_slots`);
-- a read-only root is a snapshot in its slot: hard links to its files (copies where the
-  filesystem differs, within caps), rebuilt before a command whenever the tree changed;
-  hidden paths are left out.
+- a read-only root is a snapshot in its slot while commands run: hard links to its files
+  (copies where the filesystem differs, within caps), rebuilt whenever the tree changed,
+  without its hidden paths, and removed when no command runs (so no extra link outlives a
+  command: a file with several links is one the harness will not write or hand over).
 
 A root that cannot be presented (a writable root on another filesystem than the staging
 directory, or a mount point; a snapshot over its caps) is bound as it is.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from harness.boundary import Boundary, Mount
 from harness.isolation import cache_root, stage_root
+from harness.sandbox.base import SandboxError
 
 MAX_SNAPSHOT_ENTRIES = 50_000
 MAX_SNAPSHOT_COPY_BYTES = 256 << 20
@@ -39,6 +41,7 @@ class _Slot:
     def __init__(self, origin: Path, path: Path, writable: bool, hidden: list[Path]) -> None:
         self.origin, self.path, self.writable, self.hidden = origin, path, writable, hidden
         self.signature: tuple | None = None
+        self.moved = False  # a writable root is in its slot
 
 
 class Presenter:
@@ -77,8 +80,8 @@ class Presenter:
         slot = _Slot(host, path, mount.writable, hidden)
         if mount.writable:
             (self._dir / f"{len(self._slots)}.origin").write_text(str(host))
-        elif not _snapshot(slot, self._stale):
-            shutil.rmtree(path, ignore_errors=True)
+        elif _signature(slot) is None:  # over the caps: bound as it is
+            path.rmdir()
             return mount
         self._slots.append(slot)
         return mount.model_copy(update={"host": path})
@@ -97,10 +100,19 @@ class Presenter:
         """
         with self._lock:
             for slot in self._slots:
-                if not slot.writable:
-                    _snapshot(slot, self._stale)
-                elif self._running == 0:
-                    _move_in(slot)
+                if not slot.writable and not _snapshot(slot, self._stale):
+                    raise SandboxError(
+                        f"a read-only root of {self._source.name} grew over {MAX_SNAPSHOT_ENTRIES} entries"
+                        f" or {MAX_SNAPSHOT_COPY_BYTES >> 20} MiB of copies"
+                    )
+            if self._running == 0:
+                try:
+                    for slot in self._slots:
+                        if slot.writable:
+                            _move_in(slot)
+                except OSError as exc:
+                    self._settle()
+                    raise SandboxError(f"cannot present a writable root of {self._source.name}: {exc.strerror}") from None
             self._running += 1
 
     def leave(self) -> None:
@@ -111,9 +123,16 @@ class Presenter:
                 self._settle()
 
     def _settle(self) -> None:
+        """No command runs: writable roots go back, snapshots go (their links must not outlive it)."""
         for slot in self._slots:
-            if slot.writable:
+            if slot.writable and slot.moved:
                 _move_back(slot.path, slot.origin)
+                slot.moved = False
+            elif not slot.writable and slot.signature is not None:
+                self._stale.append(slot.path.with_name(slot.path.name + ".done"))
+                os.rename(slot.path, self._stale[-1])
+                os.mkdir(slot.path, 0o755)
+                slot.signature = None
         for old in self._stale:
             shutil.rmtree(old, ignore_errors=True)
         self._stale.clear()
@@ -172,14 +191,19 @@ def _process_tag(pid: int) -> str | None:
 
 def _move_in(slot: _Slot) -> None:
     os.rmdir(slot.path)  # the empty placeholder
-    os.rename(slot.origin, slot.path)
+    try:
+        os.rename(slot.origin, slot.path)
+    except OSError:
+        os.mkdir(slot.path, 0o755)
+        raise
+    slot.moved = True
     os.symlink(slot.path, slot.origin)
 
 
 def _move_back(path: Path, origin: Path) -> None:
     if os.path.islink(origin) and os.readlink(origin) == str(path):
         os.unlink(origin)
-    if not os.path.lexists(origin):
+    if not os.path.lexists(origin) and os.path.isdir(path):
         os.rename(path, origin)
         os.mkdir(path, 0o755)
 

@@ -62,7 +62,8 @@ def test_a_read_only_root_is_a_snapshot_without_hidden_paths_kept_up_to_date(tmp
     presenter.enter()
     assert (slot / "extra.py").read_text() == "y\n"
     presenter.leave()
-    assert sorted(p.name for p in slot.parent.iterdir()) == ["0", "owner"]  # the old snapshot is gone
+    assert sorted(p.name for p in slot.parent.iterdir()) == ["0", "owner"]  # the snapshots are gone
+    assert os.stat(source / "model.py").st_nlink == 1  # no link outlives the command
     presenter.close()
     assert (source / "hidden" / "answer.txt").exists() and (source / "model.py").exists()
 
