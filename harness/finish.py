@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.errors import TwinError
-from harness.run import RunDir, write_text_atomic
+from harness.run import RunConfig, RunDir, RunState, write_text_atomic
 
 GRADES_VERSION = 1
 
@@ -162,10 +162,9 @@ def export_final(session: Any) -> Path | None:
         return None
 
 
-def closing_lines(run: RunDir) -> list[str]:
+def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
     """What a user wants to see when a run ends: every round's grade, the final candidate,
     the run directory and, for a replayed or scripted run, how to run with a real model."""
-    state, config = run.load_state(), run.load_config()
     lines = []
     if run.grades.exists():
         grades = RunGrades.model_validate_json(run.grades.read_text())

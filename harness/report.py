@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bench import BenchDir, BenchResults, TrialResult
+from harness.bench_dir import BenchDir
+from harness.bench_schema import BenchResults, TrialResult
 from harness.run import write_text_atomic
 
 BOOTSTRAP_SAMPLES = 10_000

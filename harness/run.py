@@ -137,6 +137,11 @@ class RunState(BaseModel):
         return max((r.model_calls for r in self.rounds if r.done), default=0)
 
 
+def new_run_id() -> str:
+    """A run id that sorts by start time: `20250101-120000-a1b2c3`."""
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
 def write_text_atomic(path: Path, data: str) -> None:
     """Write a file so that a reader sees the old or the new content, never half of it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -166,16 +171,15 @@ class RunDir:
     summary = property(lambda self: self.root / "summary.md")
 
     @classmethod
-    def create(cls, runs_dir: Path, config: RunConfig, run_id: str | None = None) -> RunDir:
-        """Make a new run directory and write its config and initial state."""
-        run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-        root = runs_dir / run_id
+    def create(cls, runs_dir: Path, config: RunConfig, state: RunState) -> RunDir:
+        """Make a new run directory named after `state.run_id` and write its config and initial state."""
+        root = runs_dir / state.run_id
         if root.exists():
             raise RunError(f"run directory already exists: {root} (use --resume to continue it)")
         root.mkdir(parents=True)
         run = cls(root)
-        write_text_atomic(run.config_path, config.model_dump_json(indent=2))
-        run.save_state(RunState(run_id=run_id))
+        run.write_config(config)
+        run.save_state(state)
         return run
 
     @classmethod
@@ -196,6 +200,9 @@ class RunDir:
         if data.get("schema_version", 0) > CONFIG_VERSION:
             raise RunError(f"{self.config_path} was written by a newer twin; upgrade twin to resume it")
         return RunConfig.build(**data)
+
+    def write_config(self, config: RunConfig) -> None:
+        write_text_atomic(self.config_path, config.model_dump_json(indent=2))
 
     def load_state(self) -> RunState:
         try:

@@ -1,4 +1,5 @@
-"""Everything one run needs, built from its run directory: model, budget, store, sandboxes, roles' workbenches.
+"""Everything one run needs: its inputs (config, state, task), each read or built once, and the live
+objects built from them: model, budget, candidate repository, sandboxes, roles' workbenches.
 
 Both scaffolds (the twin loop and the base scaffold) are built here from the same
 parts, so a comparison between them differs only in the loop.
@@ -18,13 +19,49 @@ from harness.ledger import LedgerBudget, budget_for_run
 from harness.model import Model
 from harness.model_factory import make_model
 from harness.progress import Progress
-from harness.run import RunConfig, RunDir, RunState
+from harness.run import RunConfig, RunDir, RunState, new_run_id
 from harness.sandbox.base import Sandbox
 from harness.trajectory import ToolCallRecord, Trajectory
 from harness.workspace import Workspace
 from roles.tools import ToolResult, Workbench
 
 API_KEY_ENV = "TWIN_API_KEY"
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run is built from: its directory, configuration, state and task, each read or built once.
+
+    A new run writes its typed config and a fresh state into a new directory and reads
+    nothing back; a resumed run reads both from its directory. Either way the task is
+    loaded once, and the session shares these objects (its state is this state).
+    """
+
+    run: RunDir
+    config: RunConfig
+    state: RunState
+    task: Task
+
+    @classmethod
+    def create(cls, runs_dir: Path, config: RunConfig, task: Task, run_id: str | None = None) -> RunInputs:
+        """Start a new run: write `config` and a fresh state into `runs_dir/<run_id>`.
+
+        Raises:
+            RunError: the run directory exists already.
+        """
+        state = RunState(run_id=run_id or new_run_id())
+        return cls(RunDir.create(runs_dir, config, state), config, state, task)
+
+    @classmethod
+    def read(cls, run: RunDir) -> RunInputs:
+        """Resume a run: its config and state from its directory, then its task.
+
+        Raises:
+            RunError: config.json or state.json cannot be read.
+            TaskError: the task is gone or malformed.
+        """
+        config = run.load_config()
+        return cls(run, config, run.load_state(), load_task(config.task))
 
 
 @dataclass
@@ -100,20 +137,18 @@ class Session:
             sandbox.close()
 
 
-def open_session(run: RunDir, *, api_key: str | None = None, replay_from: int | None = None) -> Session:
-    """Build the session of a new or resumed run.
+def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: int | None = None) -> Session:
+    """Build the session of a new or resumed run from its inputs; reads neither config, state nor task again.
 
     Args:
-        run: the run directory (config and state already written).
+        inputs: the run's directory, config, state and task.
         api_key: provider key; never written anywhere (falls back to $TWIN_API_KEY).
         replay_from: for a resumed run, its kept model calls of finished steps (where `replay:` continues and
             `inbox:` counts from).
     """
     from harness.workspace import prepare_workspace
 
-    config = run.load_config()
-    state = run.load_state()
-    task = load_task(config.task)
+    run, config, state, task = inputs.run, inputs.config, inputs.state, inputs.task
     workspace = prepare_workspace(task, run.root)
     repo = CandidateRepo(run.candidate, run.candidate_git, audit_log=run.audit_log)
     repo.init()

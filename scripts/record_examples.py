@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 from benchmark_adapter.defects import Defect  # noqa: E402
 from benchmark_adapter.task import load_task  # noqa: E402
 from harness.commands.migrate import run_migration  # noqa: E402
-from harness.run import RunConfig, RunDir  # noqa: E402
+from harness.run import RunConfig  # noqa: E402
+from harness.session import RunInputs  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"
@@ -168,7 +169,7 @@ RECORDED = {"twin": list(DEMO_DEFECT), "base": list(DEMO_DEFECT), "mini-swe-agen
 def record(task: str, scaffold: str) -> Path:
     import json
 
-    load_task(TASKS / task)
+    loaded = load_task(TASKS / task)
     plan = PLANS[scaffold](task)
     with tempfile.TemporaryDirectory(prefix="twin-record-") as tmp:
         script = Path(tmp) / "script.json"
@@ -176,8 +177,9 @@ def record(task: str, scaffold: str) -> Path:
         config = RunConfig.build(
             task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=True
         )
-        run = RunDir.create(Path(tmp) / "runs", config, "record")
-        print(run_migration(run))
+        inputs = RunInputs.create(Path(tmp) / "runs", config, loaded, "record")
+        run = inputs.run
+        print(run_migration(inputs))
         out = EXAMPLES / task / f"{scaffold}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(run.trajectory, out)

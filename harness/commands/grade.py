@@ -8,11 +8,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness.commands import options
 from harness.errors import TwinError
 
 
 def grade_command(
-    task: Path = typer.Option(..., "--task", help="Task directory (Harbor format)."),
+    task: options.TaskDir,
     candidate: Path = typer.Option(None, "--candidate", help="Candidate directory to grade."),
     oracle: bool = typer.Option(False, "--oracle", help="Grade the task's own solution/app/."),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, docker, none or auto."),
@@ -22,28 +23,18 @@ def grade_command(
     keep_logs: Path = typer.Option(
         None, "--keep-logs", help="Copy the grader's /logs/verifier here."
     ),
-    audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
-    settings: Path = typer.Option(
-        None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
-    ),
-    original_dir: str = typer.Option(
-        None, "--original-dir", help="Published task: where the original is in the image (e.g. /app/torch_orig)."
-    ),
-    assets_dir: str = typer.Option(
-        None, "--assets-dir", help="Published task: where the assets are in the image ('' for none)."
-    ),
-    output_dir: str = typer.Option(
-        None, "--output-dir", help="Published task: where the port goes in the image (e.g. /app/jax_repo)."
-    ),
+    audit_log: options.AuditLog = None,
+    settings: options.PublishedSettings = None,
+    original_dir: options.OriginalDir = None,
+    assets_dir: options.AssetsDir = None,
+    output_dir: options.OutputDir = None,
 ) -> None:
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
     from benchmark_adapter.grader import oracle_copy, run_grader
-    from benchmark_adapter.published import setting_flags
-    from benchmark_adapter.task import load_task
 
     if oracle == (candidate is not None):
         raise TwinError("pass exactly one of --candidate DIR or --oracle")
-    loaded = load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir))
+    loaded = options.load_task_option(task, settings, original_dir, assets_dir, output_dir)
     if out is not None and out.is_dir():
         raise TwinError(f"--out must be a file path, {out} is a directory")
     console = Console()

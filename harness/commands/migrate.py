@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
+from harness.commands import options
 from harness.errors import InfraFailure, Interrupted, TwinError
 from harness.run import RunConfig, RunDir, Scaffold
 
+if TYPE_CHECKING:
+    from harness.session import RunInputs
+
 
 def migrate_command(
-    task: Path = typer.Option(None, "--task", help="Task directory (Harbor format)."),
+    task: options.TaskDir = None,
     model: str = typer.Option(
         None,
         "--model",
@@ -33,18 +39,23 @@ def migrate_command(
     model_wait_s: float = typer.Option(
         None, "--model-wait-s", help="inbox: seconds to wait for each reply (also when resuming)."
     ),
-    config: Path = typer.Option(None, "--config", help="TOML file with a [run] table."),
+    config: Path = typer.Option(None, "--config", help="TOML file with a \\[run] table."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", envvar="TWIN_RUNS_DIR"),
     run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every round after the run."),
     resume: str = typer.Option(None, "--resume", help="Continue a killed run (id or directory)."),
 ) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
+    from harness.session import RunInputs
+
     console = Console()
     if resume:
-        run = RunDir.open(resume, runs_dir)
+        inputs = RunInputs.read(RunDir.open(resume, runs_dir))
+        if rounds is not None and inputs.state.status == "finished":
+            console.print(_finished_line(inputs, rounds), highlight=False, markup=False, soft_wrap=True)
+            return
         if model_wait_s is not None:
-            _override_wait(run, model_wait_s)
+            inputs = _override_wait(inputs, model_wait_s)
     else:
         if task is None or model is None:
             raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
@@ -78,18 +89,18 @@ def migrate_command(
         )
         from benchmark_adapter.task import load_task
 
-        load_task(run_config.task)  # refuse a malformed task before anything is written
+        loaded = load_task(run_config.task)  # refuse a malformed task before anything is written
         check_model(run_config.model, wait_s=run_config.model_wait_s)
-        run = RunDir.create(runs_dir, run_config, run_id)
-    outcome = run_migration(run, api_key=api_key, console=console)
+        inputs = RunInputs.create(runs_dir, run_config, loaded, run_id)
+    outcome = run_migration(inputs, api_key=api_key, console=console)
     from harness.finish import closing_lines
 
-    for line in [outcome, *closing_lines(run)]:
+    for line in [outcome, *closing_lines(inputs.run, inputs.config, inputs.state)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-def run_migration(run: RunDir, *, api_key: str | None = None, console: Console | None = None) -> str:
-    """Run (or resume) the migration in `run`, grade it, write the summary; return a one-line outcome."""
+def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Console | None = None) -> str:
+    """Run (or resume) the migration of `inputs`, grade it, write the summary; return a one-line outcome."""
     from harness.finish import export_final, grade_rounds, write_summary
     from harness.model import ModelInfraError, ModelStopped
     from harness.model_factory import NOT_LIVE, model_kind
@@ -99,8 +110,7 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
     from harness.session import open_session
 
     console = console or Console()
-    state = run.load_state()
-    config = run.load_config()
+    run, config, state = inputs.run, inputs.config, inputs.state
     kind = model_kind(config.model)
     replay_from = None
     if kind in ("replay", "inbox"):
@@ -109,7 +119,7 @@ def run_migration(run: RunDir, *, api_key: str | None = None, console: Console |
 
         done = {r.round: list(r.done) for r in state.rounds}
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
-    session = open_session(run, api_key=api_key, replay_from=replay_from)
+    session = open_session(inputs, api_key=api_key, replay_from=replay_from)
     if kind in NOT_LIVE:
         console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False, soft_wrap=True)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
@@ -174,13 +184,22 @@ def _record_crash(run: RunDir, session, exc: Exception) -> None:
     (run.root / "crash.txt").write_text("".join(traceback.format_exception(exc)))
 
 
-def _override_wait(run: RunDir, wait_s: float) -> None:
-    """Resuming with another --model-wait-s: the run's config says so from now on."""
-    from harness.run import write_text_atomic
+def _finished_line(inputs: RunInputs, rounds: int) -> str:
+    """`--rounds` on resuming a finished run: a finished run is not reopened, and the user is told so."""
+    state = inputs.state
+    return (
+        f"run {state.run_id} is finished with {len(state.rounds)} of {inputs.config.rounds} rounds "
+        f"({state.stop_reason or state.status}); --rounds {rounds} does not reopen a finished run: "
+        "start a new run for more rounds"
+    )
 
-    config = run.load_config()
-    config.model_wait_s = RunConfig.build(**{**config.model_dump(), "model_wait_s": wait_s}).model_wait_s
-    write_text_atomic(run.config_path, config.model_dump_json(indent=2))
+
+def _override_wait(inputs: RunInputs, wait_s: float) -> RunInputs:
+    """Resuming with another --model-wait-s: the run's config says so from now on."""
+    checked = RunConfig.build(**{**inputs.config.model_dump(), "model_wait_s": wait_s}).model_wait_s
+    config = inputs.config.model_copy(update={"model_wait_s": checked})
+    inputs.run.write_config(config)
+    return replace(inputs, config=config)
 
 
 def _load_grades(run: RunDir):

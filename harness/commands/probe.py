@@ -9,13 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness.commands import options
 from harness.errors import TwinError
 
 _STYLE = {"established": "green", "violated": "bold red", "not_established": "yellow"}
 
 
 def probe_command(
-    task: Path = typer.Option(..., "--task", help="Task directory (Harbor format)."),
+    task: options.TaskDir,
     candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
     probe: list[Path] = typer.Option(
         None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
@@ -48,19 +49,11 @@ def probe_command(
     keep: bool = typer.Option(
         False, "--keep", help="Keep the temporary probe work directory after the run."
     ),
-    audit_log: Path = typer.Option(None, "--audit-log", help="Append boundary refusals here."),
-    settings: Path = typer.Option(
-        None, "--settings", help="Settings of a published task (original, assets, output); docs/tasks.md."
-    ),
-    original_dir: str = typer.Option(
-        None, "--original-dir", help="Published task: where the original is in the image (e.g. /app/torch_orig)."
-    ),
-    assets_dir: str = typer.Option(
-        None, "--assets-dir", help="Published task: where the assets are in the image ('' for none)."
-    ),
-    output_dir: str = typer.Option(
-        None, "--output-dir", help="Published task: where the port goes in the image (e.g. /app/jax_repo)."
-    ),
+    audit_log: options.AuditLog = None,
+    settings: options.PublishedSettings = None,
+    original_dir: options.OriginalDir = None,
+    assets_dir: options.AssetsDir = None,
+    output_dir: options.OutputDir = None,
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
     from probes.context import make_context
@@ -78,11 +71,8 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
-    from benchmark_adapter.published import setting_flags
-    from benchmark_adapter.task import load_task
-
     ctx = make_context(
-        load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir)),
+        options.load_task_option(task, settings, original_dir, assets_dir, output_dir),
         candidate,
         sandbox_kind=sandbox,
         device=device,

@@ -216,7 +216,7 @@ def test_grade_takes_settings_and_lays_out_app(tmp_path):
 
 
 def test_a_settings_file_stands_for_its_task_in_benches(tmp_path):
-    from harness.bench import TrialSpec
+    from harness.bench_schema import TrialSpec
 
     make_task(tmp_path / "t")
     side = tmp_path / "my-port.toml"

@@ -12,7 +12,10 @@ import time
 
 import pytest
 
-from harness.bench import BenchConfig, BenchDir, TrialSpec, collect_trial, run_bench
+from harness.bench_dir import BenchDir
+from harness.bench_run import run_bench
+from harness.bench_schema import BenchConfig, TrialSpec
+from harness.bench_trials import collect_trial
 from harness.cli import main
 from harness.ledger import LedgerLimits
 from tests.harness import loop_scripts as plans

@@ -25,3 +25,9 @@ def test_unknown_command_is_one_line_and_exit_2():
     )
     assert proc.returncode == 2
     assert "no-such-command" in proc.stderr
+
+
+def test_migrate_help_shows_the_config_table_name(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["migrate", "--help"]) == 0
+    assert "TOML file with a [run] table." in capsys.readouterr().out

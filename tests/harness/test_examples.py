@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchConfig, run_bench
+from harness.bench_run import run_bench
+from harness.bench_schema import BenchConfig
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -42,8 +44,8 @@ CASES = [
 def replay(task: str, scaffold: str, tmp_path: Path, *, grade: bool = False) -> RunDir:
     recording = EXAMPLES / task / f"{scaffold}.jsonl"
     config = RunConfig.build(task=TASKS / task, model=f"replay:{recording}", scaffold=scaffold, rounds=2, grade=grade)
-    run = RunDir.create(tmp_path, config, "replay")
-    run_migration(run)
+    run = RunDir.create(tmp_path, config, RunState(run_id="replay"))
+    run_migration(RunInputs.read(run))
     state = run.load_state()
     assert state.status == "finished" and state.final_round == 2
     calls = [json.loads(line) for line in run.trajectory.read_text().splitlines() if '"model_call"' in line]
@@ -145,7 +147,7 @@ def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_pa
     assert len(results.trials) == 6 and all(t.status == "ok" for t in results.trials.values())
     for trial in results.trials.values():
         assert trial.rewards[2] >= 0.97, trial.trial_id
-    from harness.bench import BenchDir
+    from harness.bench_dir import BenchDir
     from harness.report import reward_by_round, write_report
 
     text = write_report(BenchDir(tmp_path / "bundled")).read_text()

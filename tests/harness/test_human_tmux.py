@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,8 +127,8 @@ def test_a_person_quits_then_resumes_and_drives_the_tiny_task_to_a_graded_candid
     assert all(c["model"] == "human" and c["label"] == "a person at the terminal" for c in calls)
     # what the person typed replays without them
     config = RunConfig.build(task=plans.TINY_TASK, model=f"replay:{run.trajectory}", scaffold="base", rounds=1)
-    again = RunDir.create(tmp_path / "replays", config, "replay")
-    run_migration(again)
+    again = RunDir.create(tmp_path / "replays", config, RunState(run_id="replay"))
+    run_migration(RunInputs.read(again))
     assert json.loads(again.grades.read_text())["rounds"][0]["reward"] == 1.0
 
 

@@ -19,7 +19,8 @@ import pytest
 
 from harness.cli import main
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,8 +99,8 @@ def test_inbox_run_on_tiny_task_survives_a_killed_driver_and_replays(tmp_path, c
     assert len(calls) == len(script) + 2
     # the recording replays, its cut-off step left out
     config = RunConfig.build(task=plans.TINY_TASK, model=f"replay:{run.trajectory}", rounds=2)
-    again = RunDir.create(tmp_path / "replays", config, "replay")
-    run_migration(again)
+    again = RunDir.create(tmp_path / "replays", config, RunState(run_id="replay"))
+    run_migration(RunInputs.read(again))
     assert [g["reward"] for g in json.loads(again.grades.read_text())["rounds"]] == [0.5, 1.0]
 
 

@@ -10,7 +10,8 @@ import pytest
 from evidence_store.store import EvidenceStore
 from harness.cli import main
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 def start(tmp_path, replies, **settings) -> RunDir:
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=plans.TINY_TASK, model=model, **{"rounds": 2, **settings})
-    return RunDir.create(tmp_path / "runs", config, "run")
+    return RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
 
 
 def outcomes(run: RunDir, property_id: str) -> list[tuple[int, str]]:
@@ -34,7 +35,7 @@ def outcomes(run: RunDir, property_id: str) -> list[tuple[int, str]]:
 
 def test_probe_goes_from_violated_to_established_and_final_grade_is_full(tmp_path):
     run = start(tmp_path, plans.twin_fix_in_round_two())
-    line = run_migration(run)
+    line = run_migration(RunInputs.read(run))
     state = run.load_state()
     assert [r.done for r in state.rounds] == [["diagnose", "migrate", "verify"]] * 2
     assert outcomes(run, "calc.ops") == [(1, "violated"), (2, "established")]
@@ -48,7 +49,7 @@ def test_probe_goes_from_violated_to_established_and_final_grade_is_full(tmp_pat
 
 def test_regression_in_round_two_is_flagged_and_round_one_is_delivered(tmp_path):
     run = start(tmp_path, plans.twin_regress_in_round_two())
-    run_migration(run)
+    run_migration(RunInputs.read(run))
     state = run.load_state()
     assert outcomes(run, "calc.ops")[-1] == (2, "violated")
     store = EvidenceStore(run.evidence, create=False)
@@ -75,7 +76,7 @@ def model_calls(run: RunDir) -> int:
 )
 def test_each_budget_stops_the_run_cleanly(tmp_path, budget, kind, calls):
     run = start(tmp_path, plans.twin_fix_in_round_two(), budget=budget, grade=False)
-    run_migration(run)
+    run_migration(RunInputs.read(run))
     state = run.load_state()
     assert state.status == "finished"
     assert state.stop_reason.startswith(f"budget: {kind} budget exhausted")
@@ -87,13 +88,13 @@ def test_dollar_budget_stops_the_run(tmp_path):
     for reply in replies:
         reply["cost_usd"] = 0.4
     run = start(tmp_path, replies, budget={"max_usd": 1.0}, grade=False)
-    run_migration(run)
+    run_migration(RunInputs.read(run))
     assert run.load_state().stop_reason.startswith("budget: dollars budget exhausted")
 
 
 def test_base_scaffold_runs_continuation_rounds_without_evidence(tmp_path):
     run = start(tmp_path, plans.base_two_rounds(), scaffold="base", base_steps=3)
-    run_migration(run)
+    run_migration(RunInputs.read(run))
     state = run.load_state()
     assert [r.done for r in state.rounds] == [["migrate"], ["migrate"]]
     assert not run.evidence.exists()
@@ -112,7 +113,7 @@ def test_refused_requests_land_in_the_audit_log_and_the_evidence(tmp_path):
         plans.call("submit", summary="nothing"),
     ]
     run = start(tmp_path, replies, rounds=1, grade=False)
-    run_migration(run)
+    run_migration(RunInputs.read(run))
     audit = [json.loads(line) for line in run.audit_log.read_text().splitlines()]
     assert any(a["target"] == "/tests/test.sh" for a in audit)
     tool_results = [json.loads(line) for line in run.trajectory.read_text().splitlines() if '"tool_call"' in line]
@@ -144,8 +145,8 @@ def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monke
     monkeypatch.setenv("TWIN_API_KEY", "sk-fake-key-for-tests")
     with FakeOpenAIServer(responses) as server:
         config = RunConfig.build(task=plans.TINY_TASK, model="openai/fake-model", api_base=server.base_url, rounds=2)
-        run = RunDir.create(tmp_path / "runs", config, "live")
-        run_migration(run)
+        run = RunDir.create(tmp_path / "runs", config, RunState(run_id="live"))
+        run_migration(RunInputs.read(run))
         assert server.remaining == 0
         first = server.requests[0].body
         assert {t["function"]["name"] for t in first["tools"]} >= {"read_file", "bash", "submit"}
@@ -234,7 +235,7 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
         *plans.verify_again(),
     ]
     run = start(tmp_path, replies)
-    run_migration(run)
+    run_migration(RunInputs.read(run))
     verifier_1 = _first_prompt(run, "verifier", 1)
     assert "[summary by the Migrator: " in verifier_1 and "```data\nwrote calc\n```" in verifier_1
     assert "- calc/ops.py (+" in verifier_1 and "- calc/__init__.py (+" in verifier_1

@@ -13,7 +13,8 @@ import pytest
 
 from evidence_store.store import EvidenceStore
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from harness.trajectory import Trajectory
 from tests.harness import loop_scripts as plans
 
@@ -77,8 +78,8 @@ def test_round_two_diagnoser_sees_round_one_localization(tmp_path):
     replies[4] = plans.call("write_probe", name="calc_ops", source=SPLIT_PROBE)
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=plans.TINY_TASK, model=model, rounds=2, grade=False)
-    run = RunDir.create(tmp_path / "runs", config, "run")
-    run_migration(run)
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run))
     first, second = localizations(run)
     assert (first.round, first.outcome.value, first.observations["component"]) == (1, "violated", "calc.ops.scale")
     assert first.observations["probes"] == ["calc.scale"] and first.observations["change"] == "first"
@@ -107,8 +108,8 @@ def test_mlp_train_round_two_diagnoser_names_the_defective_converter(tmp_path):
         rounds=2,
         grade=False,
     )
-    run = RunDir.create(tmp_path / "runs", config, "run")
-    run_migration(run)
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run))
     first = localizations(run)[0]
     assert first.round == 1 and first.observations["component"] == "mlp_train.checkpoint.load_checkpoint"
     assert f"the divergence starts at {first.observations['component']}" in diagnoser_prompts(run)[2]

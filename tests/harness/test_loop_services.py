@@ -13,7 +13,8 @@ import pytest
 
 from evidence_store.store import EvidenceStore
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the loop's tests run the real bwrap sandbox")
@@ -56,8 +57,8 @@ def _replies() -> list[dict]:
 def test_a_counterexample_from_round_one_is_stored_and_rerun_in_round_two(tmp_path):
     model = plans.write_script(tmp_path / "script.json", _replies())
     config = RunConfig.build(task=TASK, model=model, rounds=2, grade=False)
-    run = RunDir.create(tmp_path / "runs", config, "run")
-    run_migration(run)
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run))
     store = EvidenceStore(run.evidence, create=False)
     try:
         search = [r for r in store.records(property_id="search:http:catalog") if r.round == 1]

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchDir
+from harness.bench_dir import BenchDir
 from harness.cli import main
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytest.importorskip("minisweagent", reason="mini-swe-agent not installed (pip install 'twin-harness[mini]')")
@@ -48,8 +49,8 @@ def mini_two_rounds() -> list:
 def run_tiny(tmp_path, replies, **settings) -> RunDir:
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=plans.TINY_TASK, model=model, scaffold="mini-swe-agent", **{"rounds": 2, **settings})
-    run = RunDir.create(tmp_path / "runs", config, "run")
-    run_migration(run)
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run))
     return run
 
 
@@ -98,8 +99,8 @@ def test_a_run_replays_from_its_trajectory(tmp_path):
     config = RunConfig.build(
         task=plans.TINY_TASK, model=f"replay:{run.trajectory}", scaffold="mini-swe-agent", rounds=2
     )
-    again = RunDir.create(tmp_path / "replays", config, "replay")
-    run_migration(again)
+    again = RunDir.create(tmp_path / "replays", config, RunState(run_id="replay"))
+    run_migration(RunInputs.read(again))
     assert [g["reward"] for g in json.loads(again.grades.read_text())["rounds"]] == [0.5, 1.0]
     assert all(c["label"].startswith("replayed from") for c in records(again, "model_call"))
 
@@ -187,8 +188,8 @@ def test_bundled_mini_swe_agent_example_replays_and_grades(tmp_path):
     recording = REPO / "examples" / "mlp-train" / "mini-swe-agent.jsonl"
     task = REPO / "tasks" / "t2j-mini" / "mlp-train"
     config = RunConfig.build(task=task, model=f"replay:{recording}", scaffold="mini-swe-agent", rounds=2)
-    run = RunDir.create(tmp_path, config, "replay")
-    run_migration(run)
+    run = RunDir.create(tmp_path, config, RunState(run_id="replay"))
+    run_migration(RunInputs.read(run))
     rewards = [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]]
     assert rewards[0] < rewards[1] and rewards[1] >= 0.97  # round 1's seeded defect, repaired in round 2
 

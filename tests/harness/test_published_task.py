@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.bench import BenchConfig, run_bench
+from harness.bench_run import run_bench
+from harness.bench_schema import BenchConfig
 from harness.cli import main
 from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the published layout is laid out by bwrap")
@@ -73,8 +75,9 @@ def test_probe_runs_the_library_on_a_published_task(capsys):
 
 def run_scripted(tmp_path, replies, rounds):
     model = plans.write_script(tmp_path / "script.json", replies)
-    run = RunDir.create(tmp_path / "runs", RunConfig.build(task=TASK, model=model, rounds=rounds), "run")
-    run_migration(run)
+    config = RunConfig.build(task=TASK, model=model, rounds=rounds)
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run))
     store = EvidenceStore(run.evidence, create=False)
     try:
         outcomes = [(r.round, r.outcome.value) for r in store.records(property_id="forward.predictions")]

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.bench import BenchConfig, BenchDir, BenchResults, TrialResult
+from harness.bench_dir import BenchDir
+from harness.bench_schema import BenchConfig, BenchResults, TrialResult
 from harness.report import paired_deltas, reward_by_round, round_transitions, write_report
 
 REWARDS = {  # (task, scaffold, seed) -> rewards by round budget

@@ -13,7 +13,7 @@ def config(tmp_path, **kw):
 
 
 def test_create_writes_whole_config_and_state(tmp_path):
-    run = RunDir.create(tmp_path / "runs", config(tmp_path, rounds=3), "r1")
+    run = RunDir.create(tmp_path / "runs", config(tmp_path, rounds=3), RunState(run_id="r1"))
     data = json.loads(run.config_path.read_text())
     assert data["rounds"] == 3 and data["schema_version"] == 1
     assert "api_key" not in data
@@ -22,9 +22,9 @@ def test_create_writes_whole_config_and_state(tmp_path):
 
 
 def test_existing_run_is_not_overwritten(tmp_path):
-    RunDir.create(tmp_path / "runs", config(tmp_path), "r1")
+    RunDir.create(tmp_path / "runs", config(tmp_path), RunState(run_id="r1"))
     with pytest.raises(RunError, match="already exists"):
-        RunDir.create(tmp_path / "runs", config(tmp_path), "r1")
+        RunDir.create(tmp_path / "runs", config(tmp_path), RunState(run_id="r1"))
 
 
 def test_bad_settings_and_missing_runs_are_one_line_errors(tmp_path):
@@ -35,7 +35,7 @@ def test_bad_settings_and_missing_runs_are_one_line_errors(tmp_path):
 
 
 def test_newer_state_version_is_refused(tmp_path):
-    run = RunDir.create(tmp_path / "runs", config(tmp_path), "r1")
+    run = RunDir.create(tmp_path / "runs", config(tmp_path), RunState(run_id="r1"))
     state = json.loads(run.state_path.read_text())
     state["schema_version"] = 99
     run.state_path.write_text(json.dumps(state))

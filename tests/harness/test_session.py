@@ -1,0 +1,104 @@
+"""A run's inputs (config, state, task) are read or built once, new or resumed; `--rounds` on a finished run."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import pytest
+
+import benchmark_adapter.task
+from harness.cli import main
+from harness.run import RunConfig, RunDir, RunState
+from harness.session import RunInputs, open_session
+from tests.harness import loop_scripts as plans
+
+needs_bwrap = pytest.mark.skipif(
+    __import__("shutil").which("bwrap") is None, reason="whole runs use the real bwrap sandbox"
+)
+
+
+@pytest.fixture
+def reads(monkeypatch) -> Counter:
+    """Count every read of config.json and state.json and every task load, wherever it is called from."""
+    counts: Counter = Counter()
+    original_load_task = benchmark_adapter.task.load_task
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for method in ("load_config", "load_state"):
+        monkeypatch.setattr(RunDir, method, counting(method, getattr(RunDir, method)))
+    load_task = counting("load_task", original_load_task)
+    for module in list(sys.modules.values()):
+        if getattr(module, "load_task", None) is original_load_task:
+            monkeypatch.setattr(module, "load_task", load_task)
+    return counts
+
+
+def migrate_base(tmp_path, *extra: str) -> int:
+    script = plans.write_script(tmp_path / "script.json", plans.base_two_rounds())
+    return main(["migrate", "--task", str(plans.TINY_TASK), "--model", script, "--scaffold", "base",
+                 "--rounds", "2", "--no-grade", "--runs-dir", str(tmp_path / "runs"), "--run-id", "r", *extra])
+
+
+@needs_bwrap
+def test_a_new_run_is_built_from_its_typed_config_and_reads_nothing_back(tmp_path, reads):
+    assert migrate_base(tmp_path) == 0
+    assert reads == {"load_task": 1}
+    state = RunDir(tmp_path / "runs" / "r").state_path.read_text()
+    assert RunState.model_validate_json(state).status == "finished"
+
+
+@needs_bwrap
+def test_a_resumed_run_reads_its_directory_once_and_loads_its_task_once(tmp_path, reads, capsys):
+    assert migrate_base(tmp_path) == 0
+    reads.clear()
+    capsys.readouterr()
+    assert main(["migrate", "--resume", "r", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert reads == {"load_config": 1, "load_state": 1, "load_task": 1}
+    assert "run directory: " in capsys.readouterr().out
+
+
+@needs_bwrap
+def test_resuming_a_finished_run_with_more_rounds_says_it_is_finished_and_changes_nothing(tmp_path, capsys):
+    assert migrate_base(tmp_path) == 0
+    run = RunDir(tmp_path / "runs" / "r")
+    before = {path.name: path.read_bytes() for path in (run.config_path, run.state_path, run.summary)}
+    capsys.readouterr()
+    assert main(["migrate", "--resume", "r", "--runs-dir", str(tmp_path / "runs"), "--rounds", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "run r is finished with 2 of 2 rounds (all 2 rounds done); --rounds 5 does not reopen a finished run: "
+        "start a new run for more rounds"
+    ]
+    assert {path.name: path.read_bytes() for path in (run.config_path, run.state_path, run.summary)} == before
+
+
+def test_the_session_shares_the_inputs_objects_and_reads_nothing(tmp_path, reads):
+    config = RunConfig.build(task=plans.TINY_TASK, model="scripted:" + str(tmp_path / "none.json"))
+    task = benchmark_adapter.task.load_task(plans.TINY_TASK)
+    reads.clear()
+    inputs = RunInputs.create(tmp_path / "runs", config, task, "r")
+    (tmp_path / "none.json").write_text("[]")
+    session = open_session(inputs)
+    try:
+        assert (session.config, session.state, session.task) == (config, inputs.state, task)
+        assert session.state is inputs.state and session.task is task
+        assert not reads
+        assert RunState.model_validate_json(inputs.run.state_path.read_text()) == inputs.state
+        assert RunConfig.model_validate_json(inputs.run.config_path.read_text()) == config
+    finally:
+        session.close()
+
+
+def test_resumed_inputs_equal_the_new_runs(tmp_path):
+    config = RunConfig.build(task=plans.TINY_TASK, model="scripted:x.json", rounds=3)
+    task = benchmark_adapter.task.load_task(plans.TINY_TASK)
+    created = RunInputs.create(tmp_path / "runs", config, task, "r")
+    resumed = RunInputs.read(RunDir.open("r", tmp_path / "runs"))
+    assert (resumed.config, resumed.state, resumed.task.root) == (config, created.state, task.root)
