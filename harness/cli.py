@@ -15,6 +15,7 @@ from rich.console import Console
 from harness import __version__
 from harness.commands import bench, evidence, grade, migrate, models, probe, task
 from harness.errors import TwinError
+from harness.sandbox.presentation import recover_presented
 
 app = typer.Typer(
     name="twin",
@@ -53,6 +54,7 @@ app.add_typer(task.app, name="task", help="Make a task from your own repository 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `twin` console script; returns the exit code."""
     try:
+        recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
         app(args=argv, standalone_mode=False)
     except TwinError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)

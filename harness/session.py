@@ -21,6 +21,7 @@ from harness.model_factory import make_model
 from harness.progress import Progress
 from harness.run import RunConfig, RunDir, RunState, new_run_id
 from harness.sandbox.base import Sandbox
+from harness.sandbox.presentation import recover_presented
 from harness.trajectory import ToolCallRecord, Trajectory
 from harness.workspace import Workspace
 from roles.tools import ToolResult, Workbench
@@ -146,6 +147,7 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
         replay_from: for a resumed run, its kept model calls of finished steps (where `replay:` continues and
             `inbox:` counts from).
     """
+    recover_presented()  # before any boundary resolves a root a killed run left in a slot
     from harness.workspace import prepare_workspace
 
     run, config, state, task = inputs.run, inputs.config, inputs.state, inputs.task

@@ -65,6 +65,7 @@ class Presenter:
         return self._boundary
 
     def _present(self, mount: Mount) -> Mount:
+        _refuse_dead_slot(mount.host)
         if not _needs_slot(mount):
             return mount
         host = mount.host
@@ -147,6 +148,31 @@ class Presenter:
             self._dir = None
 
 
+def recover_presented() -> list[Path]:
+    """Move back what killed processes left in slots; run before any boundary is built.
+
+    A boundary resolves its roots: one built over a root a killed process left in its
+    slot would name the slot, and would stop matching once the root is moved back.
+    """
+    try:
+        return recover_slots(stage_root())
+    except OSError:  # no staging directory can be made here: nothing was ever presented
+        return []
+
+
+def _refuse_dead_slot(host: Path) -> None:
+    base = stage_root()
+    if base not in host.parents:
+        return
+    folder = base / host.relative_to(base).parts[0]
+    if folder.name.startswith("p") and not _owner_alive(folder):
+        recover_slots(base)
+        raise SandboxError(
+            "a root of this boundary was left in a sandbox slot by a killed process; it has been"
+            " moved back: build the boundary again (twin does this when a run opens)"
+        )
+
+
 def _needs_slot(mount: Mount) -> bool:
     host = mount.host
     if str(host) == mount.inside or str(host) == os.path.realpath(mount.inside):
@@ -217,13 +243,8 @@ def recover_slots(base: Path) -> list[Path]:
         return recovered
     for entry in entries:
         folder = Path(entry.path)
-        try:
-            tag = (folder / _OWNER).read_text().strip()
-        except OSError:
+        if not (folder / _OWNER).exists() or _owner_alive(folder):
             continue
-        pid = int(tag.split()[0]) if tag.split() and tag.split()[0].isdigit() else -1
-        if pid > 0 and _process_tag(pid) == tag:
-            continue  # its process is alive
         for record in folder.glob("*.origin"):
             origin = Path(record.read_text())
             path = folder / record.name.removesuffix(".origin")
@@ -237,6 +258,15 @@ def recover_slots(base: Path) -> list[Path]:
         if not _holds_root(folder):
             shutil.rmtree(folder, ignore_errors=True)
     return recovered
+
+
+def _owner_alive(folder: Path) -> bool:
+    try:
+        tag = (folder / _OWNER).read_text().strip()
+    except OSError:
+        return False
+    pid = int(tag.split()[0]) if tag.split() and tag.split()[0].isdigit() else -1
+    return pid > 0 and _process_tag(pid) == tag
 
 
 def _holds_root(folder: Path) -> bool:

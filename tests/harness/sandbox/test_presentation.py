@@ -111,6 +111,20 @@ def test_a_killed_harness_leaves_nothing_lost_the_next_sandbox_moves_the_root_ba
     assert not list(stage.iterdir())
 
 
+def test_a_boundary_built_over_a_dead_slot_is_refused_and_the_root_moved_back(tmp_path, stage):
+    from harness.sandbox.base import SandboxError
+
+    candidate, _source = tree(tmp_path)
+    killed = Presenter(Boundary(name="m", mounts=[Mount(host=candidate, inside="/app", writable=True)]))
+    killed.enter()
+    (killed._dir / "owner").write_text("1 0")  # as if its process were gone
+    resolved = Boundary(name="d", mounts=[Mount(host=candidate, inside="/app")])
+    assert stage in resolved.mounts[0].host.parents  # the boundary resolved into the slot
+    with pytest.raises(SandboxError, match="killed process"):
+        Presenter(resolved)
+    assert not candidate.is_symlink() and (candidate / "pkg" / "model.py").exists()
+
+
 def test_slots_of_a_live_process_are_left_alone(tmp_path, stage):
     candidate, _source = tree(tmp_path)
     presenter = Presenter(Boundary(name="m", mounts=[Mount(host=candidate, inside="/app", writable=True)]))
