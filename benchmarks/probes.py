@@ -34,8 +34,8 @@ from benchmark_adapter.task import load_task  # noqa: E402
 from evidence_store.records import Outcome, ProbeResult, Property  # noqa: E402
 from harness.run import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
-from probes.differential import probe_names  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
+from probes.probe_format import probe_names  # noqa: E402
 from probes.suite import builtin_checks, library_files, run_suite, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"

@@ -158,8 +158,8 @@ class ProbeContext:
 
     def _build_sandbox(self, side: Side):
         from harness.isolation import Layout, probe_boundary
-        from harness.workspace import laid_out_mounts
         from harness.sandbox.registry import make_sandbox
+        from harness.workspace import laid_out_mounts
 
         kind = self.resolved_sandbox_kind
         for path in (self.side_work(side), self.side_given(side)):

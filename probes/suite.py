@@ -27,7 +27,8 @@ from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
 from probes.checks import audit_check, file_checks, imports_check
 from probes.context import ProbeContext, make_context
-from probes.differential import ProbeFileError, probe_file_probe, probe_names
+from probes.differential import probe_file_probe
+from probes.probe_format import ProbeFileError, probe_names
 
 LIBRARY = Path(__file__).with_name("library")
 PROBE_FILE_FORMAT = (
