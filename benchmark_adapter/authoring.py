@@ -101,7 +101,7 @@ def new_task(
 
 
 def _validate(dest, source, probes, assets, instruction, interface, oracle, output) -> None:
-    from probes.differential import ProbeFileError, probe_names
+    from probes.probe_format import ProbeFileError, probe_names
 
     if dest.exists():
         raise TaskError(f"{dest} exists; choose a new directory, or pass --refresh to re-record its references")

@@ -23,7 +23,10 @@ from benchmark_adapter.task import Task, TaskError
 def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:
     """Run the reference side of every probe on the original; write tests/refs and tests/spec.json."""
     from probes.context import make_context
-    from probes.differential import _prepare, _reference_runs, _slot, probe_names
+    from probes.differential import prepare_root
+    from probes.probe_format import probe_names
+    from probes.reference_cache import reference_runs
+    from probes.sides import slot
 
     tests = task.tests_dir
     refs = tests / "refs"
@@ -37,7 +40,7 @@ def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:
         try:
             for file in sorted((tests / "probes").glob("*.py")):
                 pairs = probe_names(file)
-                entries += _record_file(ctx, file, pairs, refs, _prepare, _reference_runs, _slot)
+                entries += _record_file(ctx, file, pairs, refs, prepare_root, reference_runs, slot)
                 for name, meta in probe_names(file, checks=True).items():
                     entries.append(_entry(file, name, meta, "check", kind_prefix="check"))
         finally:

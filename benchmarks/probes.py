@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +34,9 @@ from benchmark_adapter.task import load_task  # noqa: E402
 from evidence_store.records import Outcome, ProbeResult, Property  # noqa: E402
 from harness.run import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
-from probes.differential import probe_names  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
-from probes.suite import builtin_checks, library_files, run_probes, task_probes  # noqa: E402
+from probes.probe_format import probe_names  # noqa: E402
+from probes.suite import builtin_checks, library_files, run_suite, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
@@ -58,15 +59,15 @@ def bare_seconds(results, sides=("reference", "candidate")) -> float:
     return total
 
 
-def run_suite(task, candidate: Path, workdir: Path, args, cache: Path, jobs: int | None = None):
-    ctx = make_context(
-        task, candidate, sandbox_kind=args.sandbox, workdir=workdir, reference_cache=cache
-    )
+@contextmanager
+def timed_suite(task, candidate: Path, args, cache: Path, jobs: int | None = None):
+    """The full suite on `candidate`, as (the `run_suite` block's run, its wall seconds)."""
     probes = builtin_checks(task) + task_probes(task)
     start = time.perf_counter()
-    results = run_probes(ctx, probes, jobs=jobs or args.jobs)
-    wall = time.perf_counter() - start
-    return ctx, results, wall
+    with run_suite(
+        task, candidate, probes, jobs=jobs or args.jobs, sandbox_kind=args.sandbox, reference_cache=cache
+    ) as suite:
+        yield suite, time.perf_counter() - start
 
 
 def summarize(results) -> dict:
@@ -89,14 +90,14 @@ def bench_task(name: str, args, scratch: Path) -> dict:
     )
     cache = scratch / name / "reference-cache"
     # The timed runs go one probe file at a time, so wall and bare time compare like for like.
-    _, results, wall = run_suite(task, oracle, scratch / name / "work-oracle", args, cache, jobs=1)
+    with timed_suite(task, oracle, args, cache, jobs=1) as (suite, wall):
+        results = suite.results
     bare_first = bare_seconds(results)
     summary = summarize(results)
     established = summary["counts"]["established"] / max(1, summary["n"])
     # Second oracle run: the reference comes from the cache, so this is the suite's cost per candidate.
-    _, again, wall_cached = run_suite(
-        task, oracle, scratch / name / "work-oracle-2", args, cache, jobs=1
-    )
+    with timed_suite(task, oracle, args, cache, jobs=1) as (suite, wall_cached):
+        again = suite.results
     bare = bare_seconds(again, ("candidate",))
     print(
         f"\n== {name}: {summary['n']} properties; oracle {summary['counts']}; "
@@ -128,8 +129,9 @@ def bench_task(name: str, args, scratch: Path) -> dict:
     for defect in defects:
         dest = scratch / name / f"defect-{defect.name}"
         apply_defect(oracle, defect, dest)
-        ctx, res, dwall = run_suite(task, dest, scratch / name / f"work-{defect.name}", args, cache)
-        found = localize_divergence(ctx, res)
+        with timed_suite(task, dest, args, cache) as (suite, dwall):
+            res = suite.results
+            found = localize_divergence(suite.ctx, res)
         component = found.observations["component"] if found else None
         verdict = localization_verdict(component, defect.component, task.source_dir, oracle)
         violated = sorted(r.property.id for r in res if r.outcome is Outcome.VIOLATED)

@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evidence_store.records import SCHEMA_VERSION, DiagnosisRecord, EvidenceRecord, Outcome
+from evidence_store.records import SCHEMA_VERSION, DiagnosisRecord, EvidenceRecord, Outcome, RoundInfo
 from evidence_store.schema import EvidenceStoreError
+from evidence_store.views import NON_CANDIDATE_KINDS
 
 _RECORD_COLUMNS = (
     "e.record_id, e.schema_version, e.run_id, e.round, p.property_id, p.kind, p.level, "
@@ -170,6 +171,29 @@ def ensure_round(conn: sqlite3.Connection, run_id: str, round: int, when: float 
         "INSERT OR IGNORE INTO rounds (run_id, round, started) "
         "VALUES (?, ?, coalesce(?, strftime('%s','now')))",
         (run_id, round, when),
+    )
+
+
+def established_ids(conn: sqlite3.Connection, limit: dict[str, int]) -> list[str]:
+    """Ids of the candidate properties whose latest outcome (up to `limit`) is established."""
+    kinds = ", ".join(f"'{k}'" for k in sorted(NON_CANDIDATE_KINDS))
+    found = conn.execute(
+        "SELECT e.property_id FROM evidence e JOIN properties p USING (prop_key) "
+        f"WHERE e.outcome = 'established' AND e.record_id IN ({LATEST_IDS}) "
+        f"AND p.kind NOT IN ({kinds}) ORDER BY e.property_id",
+        limit,
+    )
+    return [pid for (pid,) in found]
+
+
+def merge_round(conn: sqlite3.Connection, info: RoundInfo) -> None:
+    """Add an imported round; its commit and note fill in only what this store lacks."""
+    ensure_round(conn, info.run_id, info.round, info.started)
+    conn.execute(
+        "UPDATE rounds SET candidate_commit = coalesce(candidate_commit, ?), "
+        "note = CASE WHEN note = '' THEN ? ELSE note END "
+        "WHERE run_id = ? AND round = ?",
+        (info.candidate_commit, info.note, info.run_id, info.round),
     )
 
 

@@ -329,7 +329,7 @@ class EvidenceStore:
                 if r.property.kind not in other
             }
             limit = {"limit": NO_ROUND_LIMIT if up_to_round is None else up_to_round}
-            established = self._established_ids(conn, limit)
+            established = rows.established_ids(conn, limit)
             previous = None if previous_round is None else self._outcomes(previous_round)
             commit = None if up_to_round is None else self.round_commit(up_to_round)
         return reading.render(
@@ -341,17 +341,6 @@ class EvidenceStore:
             previous_round=previous_round,
             commit=commit,
         )
-
-    def _established_ids(self, conn: sqlite3.Connection, limit: dict[str, int]) -> list[str]:
-        """Ids of the candidate properties whose latest outcome is established."""
-        kinds = ", ".join(f"'{k}'" for k in sorted(views.NON_CANDIDATE_KINDS))
-        found = conn.execute(
-            "SELECT e.property_id FROM evidence e JOIN properties p USING (prop_key) "
-            f"WHERE e.outcome = 'established' AND e.record_id IN ({LATEST_IDS}) "
-            f"AND p.kind NOT IN ({kinds}) ORDER BY e.property_id",
-            limit,
-        )
-        return [pid for (pid,) in found]
 
     def round_commit(self, round: int) -> str | None:
         """The candidate commit a round's evidence was taken on (None: not recorded)."""
@@ -394,13 +383,7 @@ class EvidenceStore:
         prepared = [rows.to_row(r) for r in parsed.records]
         with self._write() as conn:
             for info in parsed.rounds:
-                rows.ensure_round(conn, info.run_id, info.round, info.started)
-                conn.execute(
-                    "UPDATE rounds SET candidate_commit = coalesce(candidate_commit, ?), "
-                    "note = CASE WHEN note = '' THEN ? ELSE note END "
-                    "WHERE run_id = ? AND round = ?",
-                    (info.candidate_commit, info.note, info.run_id, info.round),
-                )
+                rows.merge_round(conn, info)
             rows.insert_diagnoses(conn, parsed.diagnoses)
             rows.insert_records(conn, prepared, {})
         return len(parsed.records) + len(parsed.diagnoses)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -16,6 +17,12 @@ from evidence_store.records import EvidenceRecord, Outcome
 
 Latest = dict[str, EvidenceRecord]
 """The latest record of every property, by property id."""
+
+
+class RoundStates(Protocol):
+    """What `round_tally` reads: the state after a round (`EvidenceStore.latest`)."""
+
+    def latest(self, *, up_to_round: int | None = None) -> Latest: ...
 
 E, V, N = Outcome.ESTABLISHED, Outcome.VIOLATED, Outcome.NOT_ESTABLISHED
 
@@ -159,15 +166,32 @@ def candidate_latest(latest: Mapping[str, EvidenceRecord]) -> Latest:
     return {pid: r for pid, r in latest.items() if r.property.kind not in NON_CANDIDATE_KINDS}
 
 
-def tally(latest: Mapping[str, EvidenceRecord]) -> Counter[str]:
+def tally(latest: Mapping[str, EvidenceRecord], *, candidate_only: bool = True) -> Counter[str]:
     """The one count of a state every view shows: candidate properties by latest outcome.
 
     The live view, `summary.md`, the prompts and `twin evidence show` all count this way
     (properties, not records; the latest outcome of each).
+
+    Args:
+        candidate_only: leave out the records about the run (`NON_CANDIDATE_KINDS`).
     """
     counts: Counter[str] = Counter({o.value: 0 for o in Outcome})
-    counts.update(Outcome(r.outcome).value for r in candidate_latest(latest).values())
+    counted = candidate_latest(latest) if candidate_only else latest
+    counts.update(Outcome(r.outcome).value for r in counted.values())
     return counts
+
+
+def round_tally(store: RoundStates, round: int, *, candidate_only: bool) -> Counter[str]:
+    """The tally of the state after `round` (each property's latest outcome up to it).
+
+    The loop's evidence score of a round and `summary.md`'s table both count this way.
+
+    Args:
+        store: an `EvidenceStore` (anything with `latest(up_to_round=...)`).
+        round: the round whose state is counted.
+        candidate_only: leave out the records about the run (`NON_CANDIDATE_KINDS`).
+    """
+    return tally(store.latest(up_to_round=round), candidate_only=candidate_only)
 
 
 def tally_text(counts: Mapping[str, int]) -> str:

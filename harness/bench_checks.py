@@ -18,8 +18,7 @@ def post_run_failures(spec: TrialSpec, run_dir: Path, sandbox: str) -> list[dict
 
     from benchmark_adapter.task import load_task
     from harness.candidate_repo import CandidateRepo
-    from probes.context import make_context
-    from probes.suite import builtin_checks, run_probes
+    from probes.suite import builtin_checks, run_suite
 
     run = RunDir(run_dir)
     state = run.load_state()
@@ -29,8 +28,8 @@ def post_run_failures(spec: TrialSpec, run_dir: Path, sandbox: str) -> list[dict
     repo = CandidateRepo(run.candidate, run.candidate_git)
     with tempfile.TemporaryDirectory(prefix="twin-post-") as tmp:
         snapshot = repo.export(state.final_round, Path(tmp) / "candidate")
-        ctx = make_context(task, snapshot, sandbox_kind=sandbox)
-        results = run_probes(ctx, builtin_checks(task))
+        with run_suite(task, snapshot, builtin_checks(task), sandbox_kind=sandbox) as suite:
+            results = suite.results
     return [
         {"id": r.property.id, "kind": r.property.kind, "level": r.property.level}
         for r in results

@@ -185,14 +185,14 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
 
 
 def evidence_tallies(run: RunDir) -> dict[int, Counter]:
-    """Per round, the state after it: properties by latest outcome (`views.tally`, as every view counts)."""
+    """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts)."""
     if not run.evidence.exists():
         return {}
     from evidence_store.store import EvidenceStore
-    from evidence_store.views import tally
+    from evidence_store.views import round_tally
 
     store = EvidenceStore(run.evidence, create=False)
     try:
-        return {round: tally(store.latest(up_to_round=round)) for round in store.evidence_rounds()}
+        return {round: round_tally(store, round, candidate_only=True) for round in store.evidence_rounds()}
     finally:
         store.close()

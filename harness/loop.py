@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import EvidenceStore
-from evidence_store.views import NON_CANDIDATE_KINDS, tally
+from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
 from harness.audit import read_refusals
 from harness.budget import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
@@ -296,8 +296,8 @@ class TwinLoop:
         )
 
     def evidence_score(self, t: int) -> int:
-        """Established minus violated in the state after round t (`views.tally`, as every view counts)."""
-        counts = tally(self.store.latest(up_to_round=t))
+        """Established minus violated in the state after round t (`views.round_tally`, as every view counts)."""
+        counts = round_tally(self.store, t, candidate_only=True)
         return counts[Outcome.ESTABLISHED.value] - counts[Outcome.VIOLATED.value]
 
     def choose_final(self) -> None:

@@ -109,7 +109,7 @@ class RunProbeDesk:
 
     def regression_probes(self) -> list:
         """A probe per counterexample confirmed in an earlier round, replaying its shrunk input."""
-        import importlib
+        from probes.base import load_factory
 
         found = {
             r.property.id: r.context["rerun"]
@@ -118,9 +118,8 @@ class RunProbeDesk:
         }
         probes = []
         for spec in found.values():
-            module, _, name = spec["factory"].partition(":")
-            if module.startswith("probes.services."):  # only twin's own factories are re-run
-                probes.append(getattr(importlib.import_module(module), name)(**spec["options"]))
+            if spec["factory"].startswith("probes.services."):  # only twin's own factories are re-run
+                probes.append(load_factory(spec["factory"])(**spec["options"]))
         return probes
 
     def localize(self) -> EvidenceRecord:
@@ -162,20 +161,17 @@ class RunProbeDesk:
         return self._run(probes, origin=path.name)
 
     def _run(self, probes: list, *, origin: str) -> list[EvidenceRecord]:
-        from probes.context import make_context
-        from probes.suite import run_probes
+        from probes.suite import run_suite
 
-        ctx = make_context(
+        with run_suite(
             self.task,
             self.candidate,
+            probes,
             sandbox_kind=self.sandbox_kind,
             audit_log=self.audit_log,
             candidate_commit=self.commit(),
-        )
-        try:
-            results = run_probes(ctx, probes)
-        finally:
-            ctx.close()  # the probe work directory goes with it
+        ) as suite:
+            results = suite.results
         for result in results:
             result.context.setdefault("origin", origin)
         return self._record(results)

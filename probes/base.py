@@ -60,18 +60,21 @@ def not_established(
 
 
 def load_factory(spec: str) -> Callable[..., Probe]:
-    """Import a factory named 'package.module:name'.
+    """Import a factory named 'package.module:name' (as a result's `context["rerun"]` names it).
 
     Raises:
-        ValueError: the spec is malformed or the factory does not exist.
+        ValueError: the spec is malformed, its module or name cannot be loaded, or it is
+            not callable.
     """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"probe factory must look like 'probes.module:name', not {spec!r}")
     import importlib
 
-    module = importlib.import_module(module_name)
-    factory = getattr(module, attr, None)
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"probe factory {spec!r} is not 'package.module:function'")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load probe factory {spec!r}: {exc}") from None
     if not callable(factory):
         raise ValueError(f"{spec} is not a probe factory")
     return factory

@@ -21,8 +21,9 @@ from harness.agent_tree import remove_tree
 from probes.audit import audit_candidate, scan
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
-from probes.differential import probe_names
 from probes.layout import module_name
+from probes.outcomes import crash_result
+from probes.probe_format import probe_names
 from probes.sides import DRIVER, candidate_roots, run_side
 
 IMPORTS = Property(
@@ -272,20 +273,11 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
         }
     )
     if not run["ok"]:
-        if run["blame"] in ("candidate", "timeout"):
-            return ProbeResult(
-                property=prop,
-                outcome=Outcome.VIOLATED,
-                score=0.0,
-                context=context,
-                trace=run["trace"],
-                observations={"message": f"the candidate crashed ({run['blame']})"},
-            )
-        return not_established(
+        return crash_result(
             prop,
-            f"the check failed in {run['blame']} code: its calling convention may not fit the candidate",
-            trace=run["trace"],
-            context=context,
+            run,
+            context,
+            not_fitting="the check failed in {blame} code: its calling convention may not fit the candidate",
         )
     output = run["output"]
     bad = _false_leaves(output.manifest, output.arrays)

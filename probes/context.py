@@ -16,6 +16,7 @@ A work directory twin made itself is removed by `close()` unless `keep` is set.
 from __future__ import annotations
 
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -157,8 +158,8 @@ class ProbeContext:
 
     def _build_sandbox(self, side: Side):
         from harness.isolation import Layout, probe_boundary
-        from harness.workspace import laid_out_mounts
         from harness.sandbox.registry import make_sandbox
+        from harness.workspace import laid_out_mounts
 
         kind = self.resolved_sandbox_kind
         for path in (self.side_work(side), self.side_given(side)):
@@ -191,18 +192,34 @@ class ProbeContext:
         return make_sandbox(kind, boundary)
 
     def close(self) -> None:
-        """Close both sides' sandboxes; remove the work directory twin made, unless `keep`."""
-        for sandbox in self._sandboxes.values():
-            sandbox.close()
-        self._sandboxes.clear()
-        if not self.keep:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        """Close both sides' sandboxes; remove the work directory twin made, unless `keep`.
+
+        The directory goes even when closing a sandbox fails (that error is raised after).
+        """
+        try:
+            with ExitStack() as stack:  # every sandbox is closed even if one fails to
+                for sandbox in self._sandboxes.values():
+                    stack.callback(sandbox.close)
+                self._sandboxes.clear()
+        finally:
+            if not self.keep:
+                _remove_workdir(self.workdir)
 
     def __enter__(self) -> ProbeContext:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _remove_workdir(workdir: Path) -> None:
+    """Remove a probe work directory, however deep the sides wrote into it."""
+    from harness.agent_tree import remove_tree
+
+    try:
+        remove_tree(workdir)
+    except OSError:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _contains(root: Path, path: Path) -> bool:

@@ -53,9 +53,7 @@ class ForbiddenImportFinder:
             importer = {"file": frame.filename, "line": frame.lineno}
             break
         FORBIDDEN_ATTEMPTS.append({"module": name, "importer": importer})
-        raise ModuleNotFoundError(
-            f"No module named '{name}' (absent on the candidate side)", name=name
-        )
+        raise ModuleNotFoundError(f"No module named '{name}' (absent on the candidate side)", name=name)
 
 
 def _inside(path: str, root: str | None) -> bool:
@@ -92,11 +90,7 @@ def blame(exc: BaseException, config: dict) -> tuple[str, list[dict]]:
 def _to_numpy(value):
     """An array-like from numpy, torch or jax as (numpy array, dtype name), else None."""
     module = type(value).__module__ or ""
-    if (
-        isinstance(value, np.ndarray)
-        or isinstance(value, np.generic)
-        and not isinstance(value, (np.str_, np.bytes_))
-    ):
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic) and not isinstance(value, (np.str_, np.bytes_)):
         arr = np.asarray(value)
         name = str(arr.dtype)
     elif module.startswith("torch") and hasattr(value, "detach"):
@@ -105,9 +99,7 @@ def _to_numpy(value):
         if name in ("bfloat16", "float16"):
             tensor = tensor.float()
         arr = tensor.numpy()
-    elif (
-        module.startswith(("jax", "jaxlib")) and hasattr(value, "shape") and hasattr(value, "dtype")
-    ):
+    elif module.startswith(("jax", "jaxlib")) and hasattr(value, "shape") and hasattr(value, "dtype"):
         arr = np.asarray(value)
         name = str(arr.dtype)
     else:
@@ -152,10 +144,8 @@ def encode(value, path: str, manifest: dict, arrays: dict, depth: int = 0) -> No
         manifest[path] = {"kind": "array", "shape": list(arr.shape), "dtype": dtype, "key": key}
         return
     if value is None or isinstance(value, (bool, int, float, str)):
-        manifest[path] = {
-            "kind": "value",
-            "value": value if not isinstance(value, float) or np.isfinite(value) else repr(value),
-        }
+        finite = not isinstance(value, float) or np.isfinite(value)
+        manifest[path] = {"kind": "value", "value": value if finite else repr(value)}
         return
     typename = type(value).__qualname__
     if isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "__getitem__")):
@@ -177,12 +167,7 @@ def encode(value, path: str, manifest: dict, arrays: dict, depth: int = 0) -> No
         arr = _numeric_array(value)
         key = f"a{len(arrays)}"
         arrays[key] = arr
-        manifest[path] = {
-            "kind": "array",
-            "shape": list(arr.shape),
-            "dtype": str(arr.dtype),
-            "key": key,
-        }
+        manifest[path] = {"kind": "array", "shape": list(arr.shape), "dtype": str(arr.dtype), "key": key}
     elif isinstance(value, (list, tuple)):
         manifest[path] = {"kind": "sequence", "type": typename, "length": len(value)}
         for i, item in enumerate(value):
@@ -294,13 +279,8 @@ def run_side(config: dict, out_dir: Path) -> dict:
     """Run `inputs` (reference side, when asked) and the side's function; returns the manifest."""
     roots = {k: Path(v) if v else None for k, v in config["roots"].items()}
     env = SimpleNamespace(
-        seed=config["seed"],
-        dtype=config["dtype"],
-        device=config["device"],
-        precision=config["precision"],
-        source=roots.get("source"),
-        candidate=roots.get("candidate"),
-        assets=roots.get("assets"),
+        **{key: config[key] for key in ("seed", "dtype", "device", "precision")},
+        **{key: roots.get(key) for key in ("source", "candidate", "assets")},
         scratch=out_dir / "scratch",
         rng=np.random.default_rng(config["seed"]),
         inputs={},

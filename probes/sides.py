@@ -41,6 +41,11 @@ class HostileOutput(ValueError):
     """An output file that is not a regular file, too large, too deep or not parseable."""
 
 
+def slot(name: str) -> str:
+    """The directory of probe `name` under a probe file's root ('_' for the unsuffixed pair)."""
+    return name or "_"
+
+
 def candidate_roots(ctx: ProbeContext) -> list[str]:
     """The candidate's import roots under its task (declared or inferred), '' last."""
     from probes.layout import import_roots

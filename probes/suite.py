@@ -7,22 +7,28 @@
 - `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`).
 - `run_probes(ctx, probes)`: run them; a probe that raises becomes a
   not_established result with its trace, never an exception.
+- `run_suite(task, candidate, probes, ...)`: the one way to run a suite on a
+  candidate: builds the probe context, runs the probes, and closes the context and
+  removes its work directory when the block ends, whatever ended it.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmark_adapter.task import Task
 from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
 from probes.checks import audit_check, file_checks, imports_check
-from probes.context import ProbeContext
-from probes.differential import ProbeFileError, probe_file_probe, probe_names
+from probes.context import ProbeContext, make_context
+from probes.differential import probe_file_probe
+from probes.probe_format import ProbeFileError, probe_names
 
 LIBRARY = Path(__file__).with_name("library")
 PROBE_FILE_FORMAT = (
@@ -158,7 +164,8 @@ def run_probes(
                 progress(i, total, results)
             out.extend(results)
         return out
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = [pool.submit(_run_one, ctx, probe) for probe in probes]
         collected = []
         for i, future in enumerate(futures, start=1):
@@ -167,3 +174,50 @@ def run_probes(
                 progress(i, total, results)
             collected.extend(results)
         return collected
+    finally:
+        # Interrupted: probes not yet started never start; running ones finish before the
+        # caller removes the work directory they write into.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class SuiteRun(NamedTuple):
+    """A suite that ran: its context (open until the `run_suite` block ends) and its results."""
+
+    ctx: ProbeContext
+    results: list[ProbeResult]
+
+
+@contextmanager
+def run_suite(
+    task: Task | Path | str,
+    candidate: Path | str,
+    probes: list[Probe],
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    **options,
+) -> Iterator[SuiteRun]:
+    """Run `probes` on `candidate` in a fresh probe context, for the duration of a `with` block.
+
+    The context stays open inside the block (to localize a divergence from it, or to show
+    where its files are); when the block ends, by any exception or KeyboardInterrupt too,
+    both sides' sandboxes are closed and the work directory twin made is removed (one the
+    caller named, or asked to keep, stays).
+
+    Args:
+        task: a loaded task or its directory.
+        candidate: the candidate work tree (host path).
+        probes: what to run (`builtin_checks`, `task_probes`, `load_probe_file`, factories).
+        jobs: probes run at once.
+        progress: called as progress(done, total, results_of_that_probe).
+        **options: options of `probes.context.make_context` (sandbox_kind, device, precision,
+            workdir, keep, audit_log, candidate_commit, seed, timeout_s, reference_cache).
+
+    Raises:
+        ProbeOptionError: an option or the candidate directory is not usable.
+    """
+    ctx = make_context(task, candidate, **options)
+    try:
+        yield SuiteRun(ctx, run_probes(ctx, probes, jobs=jobs, progress=progress))
+    finally:
+        ctx.close()

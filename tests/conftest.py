@@ -17,3 +17,20 @@ def repo_root() -> Path:
 
 
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+
+
+@pytest.fixture
+def probe_workdirs(monkeypatch, tmp_path) -> list[Path]:
+    """Every probe work directory twin makes during the test (made under tmp_path, recorded here)."""
+    import probes.context
+
+    made: list[Path] = []
+
+    def scratch_dir(prefix: str) -> Path:
+        path = tmp_path / f"{prefix}{len(made)}"
+        path.mkdir()
+        made.append(path)
+        return path
+
+    monkeypatch.setattr(probes.context, "scratch_dir", scratch_dir)
+    return made

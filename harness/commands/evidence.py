@@ -242,7 +242,7 @@ def rerun_command(
     ),
 ) -> None:
     """Re-execute a record from what it kept and append the new result."""
-    from evidence_store.rerun import rerun_record
+    from probes.rerun import rerun_record
 
     if round is not None and round < 0:
         raise EvidenceStoreError(f"round must be non-negative, not {round}")

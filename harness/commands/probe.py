@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 
 import typer
@@ -56,11 +57,8 @@ def probe_command(
     output_dir: options.OutputDir = None,
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
-    from probes.context import make_context
-    from probes.localize import localize_divergence
-    from probes.services.families import probe_families
     from probes.services.probe_file import SearchBudget
-    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
+    from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
 
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
@@ -71,62 +69,68 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
-    ctx = make_context(
-        options.load_task_option(task, settings, original_dir, assets_dir, output_dir),
-        candidate,
-        sandbox_kind=sandbox,
-        device=device,
-        precision=precision,
-        workdir=workdir,
-        audit_log=audit_log,
-        keep=keep,
-    )
-    try:
-        probes = builtin_checks(ctx.task) if builtin else []
-        if library:
-            probes += task_probes(ctx.task, budget)
-        for path in probe_files:
-            try:
-                probes += load_probe_file(path, budget)
-            except ValueError as exc:
-                raise TwinError(str(exc)) from None
-        if not probes:
-            raise TwinError(
-                f"nothing to run: no --probe given and no bundled probes for task {ctx.task.name}"
-            )
-        console = Console(stderr=as_json)
-        with console.status(f"probing {ctx.candidate} ({len(probes)} probes)") as status:
+    loaded = options.load_task_option(task, settings, original_dir, assets_dir, output_dir)
+    probes = builtin_checks(loaded) if builtin else []
+    if library:
+        probes += task_probes(loaded, budget)
+    for path in probe_files:
+        try:
+            probes += load_probe_file(path, budget)
+        except ValueError as exc:
+            raise TwinError(str(exc)) from None
+    if not probes:
+        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {loaded.name}")
+    console = Console(stderr=as_json)
+    context_options = {
+        "sandbox_kind": sandbox,
+        "device": device,
+        "precision": precision,
+        "workdir": workdir,
+        "audit_log": audit_log,
+        "keep": keep,
+    }
+    shown = candidate.expanduser().resolve()
+    with ExitStack() as stack:
+        with console.status(f"probing {shown} ({len(probes)} probes)") as status:
 
             def progress(done: int, total: int, _results) -> None:
-                status.update(f"probing {ctx.candidate}: {done}/{total}")
+                status.update(f"probing {shown}: {done}/{total}")
 
-            results = run_probes(ctx, probes, jobs=jobs, progress=progress)
-        found = localize_divergence(ctx, results)
-        if found is not None:
-            results.append(found)
-        if as_json:
-            print(
-                json.dumps(
-                    {
-                        "task": ctx.task.name,
-                        "candidate": str(ctx.candidate),
-                        "workdir": str(ctx.workdir),
-                        "probe_families": probe_families(ctx.task),
-                        "results": [r.model_dump(mode="json") for r in results],
-                    },
-                    indent=2,
-                )
+            suite = stack.enter_context(
+                run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
             )
-        else:
-            _print_table(console, ctx, results)
-            families = probe_families(ctx.task)
-            if families:
-                console.print(
-                    "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
-                    markup=False,
-                )
-    finally:
-        ctx.close()  # the work directory goes too, unless kept
+        _report(console, suite.ctx, suite.results, as_json=as_json)
+
+
+def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
+    """The results with the divergence they localize, as JSON or as a table (the context still open)."""
+    from probes.localize import localize_divergence
+    from probes.services.families import probe_families
+
+    found = localize_divergence(ctx, results)
+    if found is not None:
+        results = [*results, found]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "task": ctx.task.name,
+                    "candidate": str(ctx.candidate),
+                    "workdir": str(ctx.workdir),
+                    "probe_families": probe_families(ctx.task),
+                    "results": [r.model_dump(mode="json") for r in results],
+                },
+                indent=2,
+            )
+        )
+        return
+    _print_table(console, ctx, results)
+    families = probe_families(ctx.task)
+    if families:
+        console.print(
+            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+            markup=False,
+        )
 
 
 def _deciding(result) -> str:

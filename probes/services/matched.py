@@ -22,7 +22,7 @@ LEVEL = 3
 
 
 def rerun_spec(ctx, factory: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The `context["rerun"]` entry of a result (see `evidence_store.rerun.RerunSpec`)."""
+    """The `context["rerun"]` entry of a result (see `probes.rerun.RerunSpec`)."""
     return {
         "factory": factory,
         "options": options,

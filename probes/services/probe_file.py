@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from probes.differential import ProbeFileError
+from probes.probe_format import ProbeFileError
 from probes.services.matched import LEVEL, Probe, matched_probe
 from probes.services.search import counterexample_probe
 

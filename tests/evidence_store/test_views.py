@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
-from evidence_store.views import summarize, tally
+from evidence_store.views import round_tally, summarize, tally
 
 ALL_MOVES = {
     # property: (outcome after round 1 or None, outcome after round 2 or None)
@@ -120,3 +120,7 @@ def test_the_tally_counts_candidate_properties_by_their_latest_outcome(store):
     store.append(_rec("unchecked.decoding", "not_established", 2, kind="unchecked"))
     assert tally(store.latest(up_to_round=1)) == {"established": 0, "violated": 2, "not_established": 0}
     assert tally(store.latest()) == {"established": 2, "violated": 0, "not_established": 1}
+    assert round_tally(store, 1, candidate_only=True) == tally(store.latest(up_to_round=1))
+    assert round_tally(store, 2, candidate_only=True) == {"established": 2, "violated": 0, "not_established": 1}
+    # Counting the records about the run too adds the refusal and the unchecked part.
+    assert round_tally(store, 2, candidate_only=False) == {"established": 2, "violated": 1, "not_established": 2}

@@ -3,13 +3,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
-from evidence_store import rerun
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import STORE_FILENAME, EvidenceStore
 from harness.cli import main
+from probes import rerun
+from probes.suite import SuiteRun
 
 
 def _rec(pid: str, outcome: str, round: int, **fields: object) -> EvidenceRecord:
@@ -81,6 +83,18 @@ def test_export_to_stdout_and_to_a_file(run_dir, capsys, tmp_path):
         assert store.count() == 10
 
 
+def _suite_on(ctx, seen: list | None = None):
+    """A stand-in for `probes.suite.run_suite` that hands the probes `ctx` and notes what it ran on."""
+
+    @contextmanager
+    def run_suite(task, candidate, probes, **_options):
+        if seen is not None:
+            seen.append((str(task), str(candidate)))
+        yield SuiteRun(ctx=ctx, results=[r for probe in probes for r in probe(ctx)])
+
+    return run_suite
+
+
 def test_rerun_appends_the_new_result(run_dir, capsys, monkeypatch, tmp_path):
     (tmp_path / "cli_rerun_factory.py").write_text(
         "from evidence_store.records import ProbeResult, Property\n"
@@ -89,7 +103,7 @@ def test_rerun_appends_the_new_result(run_dir, capsys, monkeypatch, tmp_path):
         "    return lambda ctx: ProbeResult(property=prop, outcome='established', score=ctx)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(rerun, "_default_context", lambda task, candidate, context: 0.99)
+    monkeypatch.setattr(rerun, "run_suite", _suite_on(0.99))
     spec = rerun.RerunSpec(factory="cli_rerun_factory:make", task="t", candidate="c")
     with EvidenceStore.open_run("r1") as store:
         rid = store.append(_rec("fwd.logits", "violated", 2, context={"rerun": spec.to_context()}))
@@ -113,11 +127,7 @@ def test_rerun_takes_task_and_candidate_from_the_run_directory(
     (run_dir / "config.json").write_text(json.dumps({"task": "/tasks/t-mini", "model": "m"}))
     (run_dir / "candidate").mkdir()
     seen = []
-    monkeypatch.setattr(
-        rerun,
-        "_default_context",
-        lambda task, candidate, context: seen.append((str(task), str(candidate))),
-    )
+    monkeypatch.setattr(rerun, "run_suite", _suite_on(None, seen))
     spec = {"factory": "cli_rerun_factory2:make", "options": {"limit": 0.5}}
     with EvidenceStore.open_run("r1") as store:
         rid = store.append(_rec("loss", "established", 2, context={"rerun": spec}))

@@ -7,7 +7,8 @@ from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
 from evidence_store.records import Outcome
 from probes.context import make_context
-from probes.differential import ProbeFileError, differential_probe, probe_file_probe, probe_names
+from probes.differential import differential_probe, probe_file_probe
+from probes.probe_format import ProbeFileError, probe_names
 
 NUMPY_PROBES = FIXTURES / "probe_numpy.py"
 

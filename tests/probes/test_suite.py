@@ -6,7 +6,7 @@ from probe_fixtures import CANDIDATES, FIXTURES, TINY
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.base import load_factory
 from probes.context import make_context
-from probes.differential import ProbeFileError
+from probes.probe_format import ProbeFileError
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file, run_probes, task_probes
 
 

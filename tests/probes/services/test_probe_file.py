@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.differential import ProbeFileError
+from probes.probe_format import ProbeFileError
 from probes.services.probe_file import SearchBudget, read_services
 from probes.suite import load_probe_file, task_probes
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from evidence_store.records import EvidenceRecord, Outcome
-from evidence_store.rerun import rerun_record
 from evidence_store.store import EvidenceStore
 from probes.context import make_context
+from probes.rerun import rerun_record
 from probes.services.python_api import python_api_probe
 from probes.services.regression import loosened_since, save_regression
 from probes.services.search import counterexample_probe

@@ -5,7 +5,20 @@ import textwrap
 import pytest
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
-from evidence_store.rerun import RerunError, RerunSpec, rerun_record
+from evidence_store.store import EvidenceStore
+from probes.rerun import RerunError, RerunSpec, rerun_record
+from tests.evidence_store.conftest import record
+
+
+@pytest.fixture
+def store(tmp_path):
+    with EvidenceStore(tmp_path / "evidence.sqlite") as opened:
+        yield opened
+
+
+@pytest.fixture
+def make_record():
+    return record
 
 # A probe factory as a probe module would define one: options in, `probe(ctx) -> ProbeResult` out.
 FACTORY_MODULE = textwrap.dedent("""
@@ -130,8 +143,8 @@ def test_a_probe_returning_several_results_contributes_the_one_for_the_record(st
     ("factory", "options", "message"),
     [
         ("no_colon_here", {}, "is not 'package.module:function'"),
-        ("no_such_module_xyz:f", {}, "cannot load rerun factory"),
-        ("rerun_factories:missing", {}, "cannot load rerun factory"),
+        ("no_such_module_xyz:f", {}, "cannot load probe factory"),
+        ("rerun_factories:missing", {}, "cannot load probe factory"),
         ("rerun_factories:threshold_probe", {"wrong": 1}, "rejected its options"),
         ("rerun_factories:not_a_factory", {}, "rejected its options|not a probe"),
         ("rerun_factories:returns_data", {}, "returned dict, not a probe"),

@@ -3,13 +3,14 @@
 A record can be re-run when its context holds a rerun spec:
 `context["rerun"] = {"factory": "package.module:function", "options": {...},
 "task": "<task dir>", "candidate": "<candidate dir>"}`. The factory, called with
-the options, returns a probe: a callable `probe(ctx) -> ProbeResult`, where `ctx`
-is the probe context built for the task and candidate (`probes.context.make_context`).
+the options, returns a probe: a callable `probe(ctx) -> ProbeResult` (or a list of
+them). It runs through `probes.suite.run_suite` in a probe context built for the
+task and candidate as the original ran (seed, device, precision, sandbox, commit);
+the evidence store only keeps the original and the new record.
 """
 
 from __future__ import annotations
 
-import importlib
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,6 +21,8 @@ from pydantic import BaseModel, Field, ValidationError
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
+from probes.base import Probe, load_factory
+from probes.suite import run_suite
 
 ContextBuilder = Callable[[Path, Path, Mapping[str, Any]], Any]
 """(task dir, candidate dir, the original record's context) -> the context given to the probe."""
@@ -62,8 +65,9 @@ def rerun_record(
         task: the task directory (default: the one the spec names).
         candidate: the candidate to examine (default: the one the spec names), e.g. a
             later round's candidate to see whether a property still holds.
-        context_builder: builds the probe context (default: `probes.context.make_context`
-            with the original's seed, device, precision, sandbox and candidate commit).
+        context_builder: builds the context handed to the probe instead of `run_suite`
+            (default: a probe context with the original's seed, device, precision, sandbox
+            and candidate commit, closed and its work directory removed afterwards).
 
     Returns:
         The appended record (with its record id). Its context is the original's, updated
@@ -85,23 +89,17 @@ def rerun_record(
     for name in ("task", "candidate"):
         if not getattr(spec, name):
             raise RerunError(f"record {record_id}: its rerun spec names no {name}; give one")
-    probe = _load_probe(spec, record_id)
-    build = context_builder or _default_context
+    probe = _guarded(_load_probe(spec, record_id), original)
     carried = dict(original.context)
     if spec.candidate != stored.candidate:
         carried.pop("candidate_commit", None)  # the original's commit says nothing of this one
-    ctx = build(Path(str(spec.task)), Path(str(spec.candidate)), carried)
-    try:
-        result = _as_result(probe(ctx), original)
-    except RerunError:
-        raise
-    except Exception as exc:
-        result = ProbeResult(
-            property=original.property,
-            outcome=Outcome.NOT_ESTABLISHED,
-            observations={"rerun_error": f"{type(exc).__name__}: {exc}"},
-            trace=traceback.format_exc(),
-        )
+    task_dir, candidate_dir = Path(str(spec.task)), Path(str(spec.candidate))
+    if context_builder is not None:
+        results = probe(context_builder(task_dir, candidate_dir, carried))
+    else:
+        with run_suite(task_dir, candidate_dir, [probe], **_run_options(carried)) as suite:
+            results = suite.results
+    result = _as_result(results, original)
     # What the original kept (seeds, versions, commit) still describes this execution unless
     # the probe reports otherwise; the spec names the task and candidate actually used.
     context = {**carried, **result.context, "rerun_of": record_id}
@@ -132,17 +130,10 @@ def _spec(record: EvidenceRecord) -> RerunSpec:
 
 
 def _load_probe(spec: RerunSpec, record_id: int) -> Callable[[Any], Any]:
-    module_name, _, attr = spec.factory.partition(":")
-    if not module_name or not attr:
-        raise RerunError(
-            f"record {record_id}: rerun factory {spec.factory!r} is not 'package.module:function'"
-        )
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise RerunError(
-            f"record {record_id}: cannot load rerun factory {spec.factory!r}: {exc}"
-        ) from None
+        factory = load_factory(spec.factory)
+    except ValueError as exc:
+        raise RerunError(f"record {record_id}: {exc}") from None
     try:
         probe = factory(**spec.options)
     except TypeError as exc:
@@ -156,11 +147,30 @@ def _load_probe(spec: RerunSpec, record_id: int) -> Callable[[Any], Any]:
     return probe
 
 
-def _as_result(value: Any, original: EvidenceRecord) -> ProbeResult:
+def _guarded(probe: Callable[[Any], Any], original: EvidenceRecord) -> Probe:
+    """`probe` returning validated results; one that raises is not_established for the original's property."""
+
+    def guarded(ctx: Any) -> list[ProbeResult]:
+        try:
+            value = probe(ctx)
+            items = value if isinstance(value, list) else [value]
+            return [i if isinstance(i, ProbeResult) else ProbeResult.model_validate(i) for i in items]
+        except Exception as exc:  # the probe could not tell: kept with its trace
+            return [
+                ProbeResult(
+                    property=original.property,
+                    outcome=Outcome.NOT_ESTABLISHED,
+                    observations={"rerun_error": f"{type(exc).__name__}: {exc}"},
+                    trace=traceback.format_exc(),
+                )
+            ]
+
+    return guarded
+
+
+def _as_result(results: list[ProbeResult], original: EvidenceRecord) -> ProbeResult:
     """The probe's result for the original's property (a probe may return several)."""
-    results = value if isinstance(value, list) else [value]
-    for item in results:
-        result = item if isinstance(item, ProbeResult) else ProbeResult.model_validate(item)
+    for result in results:
         if result.property.id == original.property.id:
             return result
     raise RerunError(
@@ -169,12 +179,8 @@ def _as_result(value: Any, original: EvidenceRecord) -> ProbeResult:
     )
 
 
-def _default_context(task_dir: Path, candidate: Path, context: Mapping[str, Any]) -> Any:
-    try:
-        from probes.context import make_context
-    except ImportError as exc:
-        raise RerunError(f"cannot build a probe context: {exc}") from None
-    # Run it as it ran: same seed, device, precision, sandbox and candidate commit.
+def _run_options(context: Mapping[str, Any]) -> dict[str, Any]:
+    """Run it as it ran: same seed, device, precision, sandbox and candidate commit."""
     names = {
         "seed": "seed",
         "device": "device",
@@ -182,5 +188,4 @@ def _default_context(task_dir: Path, candidate: Path, context: Mapping[str, Any]
         "sandbox": "sandbox_kind",
         "candidate_commit": "candidate_commit",
     }
-    options = {opt: context[key] for key, opt in names.items() if context.get(key) is not None}
-    return make_context(task_dir, candidate, **options)
+    return {opt: context[key] for key, opt in names.items() if context.get(key) is not None}

@@ -1,0 +1,99 @@
+"""The reference side's runs of a probe file, kept in and re-used from a reference cache.
+
+The reference does not depend on the candidate: a defect sweep or a later round re-uses
+its outputs (`ProbeContext.reference_cache`). Without a cache the reference just runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from probes.context import ProbeContext
+from probes.sides import _read_run, run_side, slot
+
+REFERENCE_OUTS = ("ref", "ref64", "ref2")
+
+
+def _tree_digest(root: Path | None) -> str:
+    if root is None or not root.is_dir():
+        return "-"
+    from harness.agent_tree import walk
+
+    h = hashlib.sha1()
+    found = walk(root, skip_dirs={"__pycache__"})
+    for entry in found.files():
+        if "__pycache__" not in entry.rel.split("/"):
+            h.update(f"{entry.rel}:{entry.st.st_size}:{entry.st.st_mtime_ns}".encode())
+    h.update(f"incomplete:{found.incomplete}".encode())
+    return h.hexdigest()
+
+
+def reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout) -> dict:
+    """The reference side's runs (and the inputs they drew), from `ctx.reference_cache` when it holds them.
+
+    The reference does not depend on the candidate: a defect sweep or a later round
+    re-uses it. The cache key covers the probe file, the names, seed, dtype, precision,
+    device, and the original's and the assets' files.
+    """
+    key = hashlib.sha1(
+        "|".join(
+            [
+                file.read_text(errors="replace"),
+                ",".join(names),
+                str(ctx.seed),
+                ctx.dtype,
+                ctx.precision,
+                ctx.device,
+                _tree_digest(ctx.source),
+                _tree_digest(ctx.assets),
+            ]
+        ).encode()
+    ).hexdigest()[:16]
+    cached = ctx.reference_cache / key if ctx.reference_cache is not None else None
+    if cached is None or not (cached / "done").is_file():
+        reference = dict(
+            zip(
+                [(r["name"], r["out"].split("/")[-1]) for r in runs],
+                run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference"),
+            )
+        )
+        again_names = [
+            n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")
+        ]
+        if again_names:
+            again = [
+                {
+                    "out": f"{slot(n)}/ref2",
+                    "dtype": ctx.dtype,
+                    "name": n,
+                    "inputs": f"{slot(n)}/inputs",
+                }
+                for n in again_names
+            ]
+            for name, result in zip(
+                again_names,
+                run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"),
+            ):
+                reference[(name, "ref2")] = result
+        if cached is None:
+            return reference
+        for name in names:
+            for part in ("inputs", *REFERENCE_OUTS):
+                if (root / slot(name) / part).is_dir():
+                    shutil.copytree(
+                        root / slot(name) / part, cached / slot(name) / part, symlinks=True, dirs_exist_ok=True
+                    )
+        (cached / "done").write_text("ok")
+        return reference
+    reference = {}
+    for name in names:
+        for part in ("inputs", *REFERENCE_OUTS):
+            if (cached / slot(name) / part).is_dir():
+                shutil.copytree(
+                    cached / slot(name) / part, root / slot(name) / part, symlinks=True, dirs_exist_ok=True
+                )
+                if part != "inputs":
+                    reference[(name, part)] = _read_run(root / slot(name) / part, None, "(cached)", side="reference")
+    return reference
