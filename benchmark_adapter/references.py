@@ -18,13 +18,12 @@ import tempfile
 from pathlib import Path
 
 from benchmark_adapter.task import Task, TaskError
+from probes.context import make_context
+from probes.differential import _prepare, _reference_runs, _slot, probe_names
 
 
 def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:
     """Run the reference side of every probe on the original; write tests/refs and tests/spec.json."""
-    from probes.context import make_context
-    from probes.differential import _prepare, _reference_runs, _slot, probe_names
-
     tests = task.tests_dir
     refs = tests / "refs"
     shutil.rmtree(refs, ignore_errors=True)

@@ -26,9 +26,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.errors import InfraFailure, TwinError
+from benchmark_adapter.task import load_task
+from harness.candidate_repo import CandidateRepo
+from harness.finish import RunGrades
+from harness.ground.errors import InfraFailure, TwinError
 from harness.ledger import LEDGER_ENV, Ledger, LedgerLimits
 from harness.run import RunDir, Scaffold, write_text_atomic
+from probes.context import make_context
+from probes.suite import builtin_checks, run_probes
 
 RESULTS_VERSION = 1
 TrialStatus = Literal["ok", "failed", "infra_failed", "not_started"]
@@ -219,8 +224,6 @@ def run_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -
 
 def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int) -> TrialResult:
     """Read a finished trial's run directory into a `TrialResult`."""
-    from harness.finish import RunGrades
-
     result = TrialResult(
         trial_id=spec.trial_id,
         task=spec.task_name,
@@ -271,8 +274,6 @@ def run_bench(
 ) -> BenchResults:
     """Run (or resume) a bench; return its results."""
     for task in config.tasks:
-        from benchmark_adapter.task import load_task
-
         load_task(task)
     bench = BenchDir(benches_dir / config.name)
     bench.root.mkdir(parents=True, exist_ok=True)
@@ -395,11 +396,6 @@ def post_run_failures(spec: TrialSpec, run_dir: Path, sandbox: str) -> list[dict
     so the failure taxonomy of a bench comes from these checks, identical for both.
     """
     import tempfile
-
-    from benchmark_adapter.task import load_task
-    from harness.candidate_repo import CandidateRepo
-    from probes.context import make_context
-    from probes.suite import builtin_checks, run_probes
 
     run = RunDir(run_dir)
     state = run.load_state()

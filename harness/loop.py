@@ -12,7 +12,7 @@ from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, tally
 from harness.audit import read_refusals
-from harness.budget import BudgetExceeded
+from harness.ground.errors import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
 from harness.progress import Progress
 from harness.session import Session

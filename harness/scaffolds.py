@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Protocol, get_args
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 from harness.run import Scaffold as ScaffoldName
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from harness.agent_tree import remove_tree
+from harness.ground.agent_tree import remove_tree, walk
 from probes.base import Probe, base_context, not_established
 from probes.compare import compare_outputs
 from probes.context import ProbeContext
@@ -282,8 +282,6 @@ REFERENCE_OUTS = ("ref", "ref64", "ref2")
 def _tree_digest(root: Path | None) -> str:
     if root is None or not root.is_dir():
         return "-"
-    from harness.agent_tree import walk
-
     h = hashlib.sha1()
     found = walk(root, skip_dirs={"__pycache__"})
     for entry in found.files():

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.model import Model
+from harness.ground.model import Model
 from roles import prompting
 from roles.agent import Agent, Submitted
 from roles.schemas import Diagnosis

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from harness.model import Model
+from harness.ground.model import Model
 from roles import prompting
 from roles.agent import Agent, AgentOutcome, Submitted
 from roles.schemas import VerifierReport

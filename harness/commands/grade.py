@@ -8,7 +8,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import TwinError
+from benchmark_adapter.grader import oracle_copy, run_grader
+from benchmark_adapter.published import setting_flags
+from benchmark_adapter.task import load_task
+from harness.ground.errors import TwinError
 
 
 def grade_command(
@@ -37,10 +40,6 @@ def grade_command(
     ),
 ) -> None:
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
-    from benchmark_adapter.grader import oracle_copy, run_grader
-    from benchmark_adapter.published import setting_flags
-    from benchmark_adapter.task import load_task
-
     if oracle == (candidate is not None):
         raise TwinError("pass exactly one of --candidate DIR or --oracle")
     loaded = load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir))

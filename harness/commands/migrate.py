@@ -7,8 +7,18 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from harness.errors import InfraFailure, Interrupted, TwinError
-from harness.run import RunConfig, RunDir, Scaffold
+from benchmark_adapter.task import load_task
+from harness.finish import RunGrades, closing_lines, export_final, grade_rounds, write_summary
+from harness.ground.errors import InfraFailure, Interrupted, TwinError
+from harness.ground.model import ModelInfraError, ModelStopped
+from harness.ground.sandbox import SandboxError
+from harness.model_factory import NOT_LIVE, check_model, model_kind
+from harness.progress import Progress, RunView
+from harness.replay import resume_position
+from harness.run import RunConfig, RunDir, Scaffold, write_text_atomic
+from harness.scaffolds import check_scaffold, make_scaffold
+from harness.session import open_session
+from harness.trajectory import Trajectory
 
 
 def migrate_command(
@@ -48,9 +58,6 @@ def migrate_command(
     else:
         if task is None or model is None:
             raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
-        from harness.model_factory import check_model
-        from harness.scaffolds import check_scaffold
-
         check_scaffold(scaffold)
         settings = dict(
             task=task.expanduser().resolve(),
@@ -76,37 +83,22 @@ def migrate_command(
             if config
             else RunConfig.build(**{k: v for k, v in settings.items() if v is not None})
         )
-        from benchmark_adapter.task import load_task
-
         load_task(run_config.task)  # refuse a malformed task before anything is written
         check_model(run_config.model, wait_s=run_config.model_wait_s)
         run = RunDir.create(runs_dir, run_config, run_id)
     outcome = run_migration(run, api_key=api_key, console=console)
-    from harness.finish import closing_lines
-
     for line in [outcome, *closing_lines(run)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def run_migration(run: RunDir, *, api_key: str | None = None, console: Console | None = None) -> str:
     """Run (or resume) the migration in `run`, grade it, write the summary; return a one-line outcome."""
-    from harness.finish import export_final, grade_rounds, write_summary
-    from harness.model import ModelInfraError, ModelStopped
-    from harness.model_factory import NOT_LIVE, model_kind
-    from harness.progress import Progress, RunView
-    from harness.sandbox.base import SandboxError
-    from harness.scaffolds import make_scaffold
-    from harness.session import open_session
-
     console = console or Console()
     state = run.load_state()
     config = run.load_config()
     kind = model_kind(config.model)
     replay_from = None
     if kind in ("replay", "inbox"):
-        from harness.replay import resume_position
-        from harness.trajectory import Trajectory
-
         done = {r.round: list(r.done) for r in state.rounds}
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(run, api_key=api_key, replay_from=replay_from)
@@ -176,16 +168,12 @@ def _record_crash(run: RunDir, session, exc: Exception) -> None:
 
 def _override_wait(run: RunDir, wait_s: float) -> None:
     """Resuming with another --model-wait-s: the run's config says so from now on."""
-    from harness.run import write_text_atomic
-
     config = run.load_config()
     config.model_wait_s = RunConfig.build(**{**config.model_dump(), "model_wait_s": wait_s}).model_wait_s
     write_text_atomic(run.config_path, config.model_dump_json(indent=2))
 
 
 def _load_grades(run: RunDir):
-    from harness.finish import RunGrades
-
     return RunGrades.model_validate_json(run.grades.read_text())
 
 

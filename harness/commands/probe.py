@@ -9,7 +9,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import TwinError
+from benchmark_adapter.published import setting_flags
+from benchmark_adapter.task import load_task
+from evidence_store import reading
+from harness.ground.errors import TwinError
+from probes.context import make_context
+from probes.localize import localize_divergence
+from probes.services.families import probe_families
+from probes.services.probe_file import SearchBudget
+from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
 
 _STYLE = {"established": "green", "violated": "bold red", "not_established": "yellow"}
 
@@ -63,12 +71,6 @@ def probe_command(
     ),
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
-    from probes.context import make_context
-    from probes.localize import localize_divergence
-    from probes.services.families import probe_families
-    from probes.services.probe_file import SearchBudget
-    from probes.suite import builtin_checks, load_probe_file, run_probes, task_probes
-
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
     if search_examples < 1 or search_seconds <= 0:
@@ -78,9 +80,6 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
-    from benchmark_adapter.published import setting_flags
-    from benchmark_adapter.task import load_task
-
     ctx = make_context(
         load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir)),
         candidate,
@@ -141,8 +140,6 @@ def probe_command(
 
 def _deciding(result) -> str:
     """What decided a result: failing outputs as distance against tolerance, else why."""
-    from evidence_store import reading
-
     failing, passing, total = reading.failing_lines(result)
     if failing:
         shown = failing[: reading.FAILING_SHOWN]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from harness.boundary import Boundary
-from harness.sandbox.base import Sandbox, SandboxError
+from harness.ground.boundary import Boundary
+from harness.ground.sandbox import Sandbox, SandboxError
 from harness.sandbox.bwrap import bwrap_path
 
 KNOWN = ("auto", "bwrap", "docker", "none")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.boundary import Boundary, BoundaryViolation, Limits, Mount
-from harness.sandbox.base import SandboxError
+from harness.ground.boundary import Boundary, BoundaryViolation, Limits, Mount
+from harness.ground.sandbox import SandboxError
 from harness.sandbox.registry import available_sandboxes, make_sandbox
 
 
