@@ -27,6 +27,7 @@ from harness.ground.boundary import SECRET_NAME, Boundary, Limits
 from harness.ground.isolation import cache_root
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.presentation import Presenter
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.process import (
     SYSTEM_PATH,
@@ -85,10 +86,13 @@ class BwrapSandbox:
         self._bwrap = executable
         self._staging = Staging()
         self._seccomp = filter_file("nested" if boundary.nested_sandbox else "strict", cache_root() / "seccomp")
+        self._presenter = Presenter(boundary)
+        self._bound = self._presenter.boundary()  # as bound: roots from their neutral slots
         try:
             self._prefix = self._build_prefix()
         except BaseException:
             self._staging.close()
+            self._presenter.close()
             raise
         self._prlimit = self._inside_prlimit()
         self._closed = False
@@ -97,7 +101,7 @@ class BwrapSandbox:
     def _inside_of(self, host: Path) -> str | None:
         """Where a host path appears inside (through the innermost mount containing it)."""
         best = None
-        for mount in self.boundary.mounts:
+        for mount in self._bound.mounts:
             if host == mount.host or mount.host in host.parents:
                 inside = os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}")
                 if best is None or len(mount.host.parts) > len(best[0].parts):
@@ -105,7 +109,7 @@ class BwrapSandbox:
         return best[1] if best else None
 
     def _build_prefix(self) -> list[str]:
-        b = self.boundary
+        b = self._bound
         args = [
             self._bwrap,
             "--unshare-user",
@@ -158,7 +162,7 @@ class BwrapSandbox:
         return os.readlink(mount.inside)
 
     def _inside_of_other(self, skip) -> str | None:
-        for mount in self.boundary.mounts:
+        for mount in self._bound.mounts:
             if mount is skip:
                 continue
             if skip.host == mount.host or mount.host in skip.host.parents:
@@ -168,8 +172,8 @@ class BwrapSandbox:
     def _cover_hidden(self) -> list[str]:
         """Cover hidden roots that lie under a mounted root (an empty, read-only layer)."""
         args: list[str] = []
-        for hidden in self.boundary.hidden:
-            inside = self._inside_of(hidden)
+        for hidden, bound in self._presenter.hidden_pairs:
+            inside = self._inside_of(bound) if bound is not None else None  # None: not in a snapshot
             if inside is None or not hidden.exists():
                 continue
             if hidden.is_dir():
@@ -232,12 +236,14 @@ class BwrapSandbox:
         # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
         # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
         wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
-        writable_mounts = [m for m in self.boundary.mounts if m.writable]
+        writable_mounts = [m for m in self._bound.mounts if m.writable]
         writable = [m.host for m in writable_mounts]
-        for root in writable:
-            settle_writable(root)
-        seccomp = os.open(self._seccomp, os.O_RDONLY)
+        self._presenter.enter()
+        seccomp = None
         try:
+            for root in writable:
+                settle_writable(root)
+            seccomp = os.open(self._seccomp, os.O_RDONLY)
             full = [
                 *self._prefix,
                 "--seccomp",
@@ -259,9 +265,11 @@ class BwrapSandbox:
                 disk=DiskWatch(writable, limits.disk_mb, [m.inside for m in writable_mounts]) if writable else None,
             )
         finally:
-            os.close(seccomp)
+            if seccomp is not None:
+                os.close(seccomp)
             for root in writable:
                 settle_writable(root)
+            self._presenter.leave()
 
     def _limits(self, timeout_s: float | None) -> Limits:
         if timeout_s is None:
@@ -280,6 +288,7 @@ class BwrapSandbox:
         """Nothing outlives a command (the PID namespace dies with it); remove staging points."""
         self._closed = True
         self._staging.close()
+        self._presenter.close()
 
     def __enter__(self) -> BwrapSandbox:
         return self

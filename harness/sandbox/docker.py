@@ -31,6 +31,7 @@ from harness.ground.boundary import Boundary
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.presentation import Presenter
 from harness.sandbox.privilege import settle_writable
 from harness.sandbox.process import (
     DISK_POLL_S,
@@ -163,6 +164,7 @@ class DockerSandbox:
         self._client = _client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)
+        self._presenter = Presenter(boundary)
         self._closed = False
         # Containers are reaped by this instance's own label: another sandbox with the same
         # boundary name (a parallel trial, another test worker) keeps its running containers.
@@ -185,13 +187,21 @@ class DockerSandbox:
             self.boundary.to_host(workdir)
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         wall = timeout_s if timeout_s is not None else self.boundary.limits.wall_s
+        bound = self._presenter.boundary()  # roots from their neutral slots
+        self._presenter.enter()
+        try:
+            return self._exec_entered(bound, argv, workdir, env, wall, stdin)
+        finally:
+            self._presenter.leave()
+
+    def _exec_entered(self, bound: Boundary, argv, workdir, env, wall, stdin) -> ExecResult:
         with tempfile.TemporaryDirectory(prefix="twin-docker-") as scratch:
             stdin_file = None
             if stdin is not None:
                 stdin_file = Path(scratch) / "stdin"
                 stdin_file.write_text(stdin)
             config = container_config(
-                self.boundary,
+                bound,
                 argv,
                 workdir=workdir,
                 env=sandbox_env(self.boundary, env),
@@ -200,11 +210,11 @@ class DockerSandbox:
                 scratch=Path(scratch),
             )
             config["labels"][f"{LABEL}.instance"] = self._instance
-            writable = [m.host for m in self.boundary.mounts if m.writable]
+            writable = [m.host for m in bound.mounts if m.writable]
             for root in writable:
                 settle_writable(root)
             try:
-                return self._run(config, wall)
+                return self._run(config, wall, [m for m in bound.mounts if m.writable])
             finally:
                 for root in writable:
                     settle_writable(root)
@@ -232,11 +242,10 @@ class DockerSandbox:
                 time.sleep(START_RETRY_S * attempt)
         raise AssertionError("unreachable")
 
-    def _run(self, config: dict, wall: float) -> ExecResult:
+    def _run(self, config: dict, wall: float, writable: list) -> ExecResult:
         start = time.monotonic()
         container = self._start(config)
         timed_out = False
-        writable = [m for m in self.boundary.mounts if m.writable]
         disk = DiskWatch(
             [m.host for m in writable], self.boundary.limits.disk_mb, [m.inside for m in writable]
         )
@@ -302,6 +311,7 @@ class DockerSandbox:
         """Remove any container of this sandbox that is still there."""
         self._closed = True
         reap_containers(self._client, instance=self._instance)
+        self._presenter.close()
 
 
 def ensure_base_image(client) -> str:

@@ -434,6 +434,17 @@ def test_background_process_dies_with_the_command(arena):
     assert not marker.exists(), "a background process outlived the command"
 
 
+def test_mount_table_does_not_name_the_task_or_the_run(arena):
+    """mountinfo names each bind source within its filesystem: those are neutral slots, not host paths."""
+    result = shell(arena, "cat /proc/self/mountinfo /proc/1/mountinfo /proc/self/mounts")
+    assert result.returncode == 0 and " /app " in result.stdout, result
+    # the sandbox's view of itself is unchanged: the candidate is still writable
+    assert shell(arena, "touch /app/presented && rm /app/presented").returncode == 0
+    for host in (arena.task.root, arena.run_dir, arena.ws.candidate, arena.ws.source):
+        assert str(host) not in result.stdout + result.stderr, (host, result.stdout)
+    assert arena.ws.candidate.is_dir() and not arena.ws.candidate.is_symlink()
+
+
 def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
     """The pointer file the candidate repository leaves in /app shows nothing of the host."""
     from benchmark_adapter.task import load_task

@@ -1,0 +1,120 @@
+"""Neutral mount sources: roots are bound from slots, moved back after each command, recovered after a kill."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.ground.boundary import Boundary, Mount
+from harness.sandbox.presentation import Presenter, recover_slots
+
+
+@pytest.fixture
+def stage(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "stage"
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(root))
+    return root
+
+
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    run = tmp_path / "runs" / "r1"
+    (run / "candidate" / "pkg").mkdir(parents=True)
+    (run / "candidate" / "pkg" / "model.py").write_text("W = 1\n")
+    (run / "source" / "hidden").mkdir(parents=True)
+    (run / "source" / "hidden" / "answer.txt").write_text("secret\n")
+    (run / "source" / "model.py").write_text("import torch\n")
+    return run / "candidate", run / "source"
+
+
+def test_a_writable_root_is_in_its_slot_only_while_commands_run(tmp_path, stage):
+    candidate, source = tree(tmp_path)
+    presenter = Presenter(Boundary(name="m", mounts=[Mount(host=candidate, inside="/app", writable=True)]))
+    slot = presenter.boundary().mounts[0].host
+    assert stage in slot.parents and str(tmp_path / "runs") not in str(slot)
+    presenter.enter()
+    presenter.enter()  # a second command of the same sandbox
+    assert candidate.is_symlink() and (slot / "pkg" / "model.py").read_text() == "W = 1\n"
+    (candidate / "pkg" / "new.py").write_text("x\n")  # the host's paths keep working meanwhile
+    presenter.leave()
+    assert candidate.is_symlink()  # the other command still runs
+    presenter.leave()
+    assert not candidate.is_symlink() and (candidate / "pkg" / "new.py").read_text() == "x\n"
+    presenter.close()
+    assert candidate.is_dir() and not list(stage.iterdir())
+
+
+def test_a_read_only_root_is_a_snapshot_without_hidden_paths_kept_up_to_date(tmp_path, stage):
+    _candidate, source = tree(tmp_path)
+    boundary = Boundary(name="d", mounts=[Mount(host=source, inside="/source")], hidden=[source / "hidden"])
+    presenter = Presenter(boundary)
+    slot = presenter.boundary().mounts[0].host
+    assert presenter.boundary().hidden == []  # left out of the snapshot, nothing to cover
+    presenter.enter()
+    assert (slot / "model.py").read_text() == "import torch\n" and not (slot / "hidden").exists()
+    assert os.stat(slot / "model.py").st_ino == os.stat(source / "model.py").st_ino  # a link, not a copy
+    presenter.leave()
+    (source / "extra.py").write_text("y\n")
+    presenter.enter()
+    assert (slot / "extra.py").read_text() == "y\n"
+    presenter.leave()
+    assert sorted(p.name for p in slot.parent.iterdir()) == ["0", "owner"]  # the snapshots are gone
+    assert os.stat(source / "model.py").st_nlink == 1  # no link outlives the command
+    presenter.close()
+    assert (source / "hidden" / "answer.txt").exists() and (source / "model.py").exists()
+
+
+def test_roots_that_cannot_be_presented_are_bound_as_they_are(tmp_path, stage):
+    import tempfile
+
+    stage.mkdir(parents=True)
+    other_fs = Path(tempfile.mkdtemp(dir="/dev/shm")) if os.path.isdir("/dev/shm") else None
+    if other_fs is None or os.stat(other_fs).st_dev == os.stat(stage).st_dev:
+        pytest.skip("no second filesystem here")
+    try:
+        mounts = [
+            Mount(host=other_fs, inside="/app", writable=True),  # a rename cannot cross filesystems
+            Mount(host=Path(sys.prefix).resolve(), inside=str(Path(sys.prefix).resolve())),  # at its own path
+        ]
+        presenter = Presenter(Boundary(name="m", mounts=mounts))
+        assert [m.host for m in presenter.boundary().mounts] == [m.host for m in mounts]
+        presenter.enter()
+        assert other_fs.is_dir() and not other_fs.is_symlink()
+        presenter.leave()
+        presenter.close()
+    finally:
+        os.rmdir(other_fs)
+
+
+def test_a_killed_harness_leaves_nothing_lost_the_next_sandbox_moves_the_root_back(tmp_path, stage):
+    candidate, _source = tree(tmp_path)
+    script = textwrap.dedent(
+        f"""
+        import os
+        from pathlib import Path
+        from harness.ground.boundary import Boundary, Mount
+        from harness.sandbox.presentation import Presenter
+        p = Presenter(Boundary(name="m", mounts=[Mount(host=Path({str(candidate)!r}), inside="/app", writable=True)]))
+        p.enter()
+        os._exit(0)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env)
+    assert candidate.is_symlink() and (candidate / "pkg" / "model.py").exists()  # reachable meanwhile
+    assert recover_slots(stage) == [candidate]
+    assert not candidate.is_symlink() and (candidate / "pkg" / "model.py").read_text() == "W = 1\n"
+    assert not list(stage.iterdir())
+
+
+def test_slots_of_a_live_process_are_left_alone(tmp_path, stage):
+    candidate, _source = tree(tmp_path)
+    presenter = Presenter(Boundary(name="m", mounts=[Mount(host=candidate, inside="/app", writable=True)]))
+    presenter.enter()
+    assert recover_slots(stage) == [] and candidate.is_symlink()
+    presenter.leave()
+    presenter.close()
