@@ -24,9 +24,12 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.grader import oracle_copy, run_grader
+from benchmark_adapter.layout import copy_without_history
 from benchmark_adapter.published import imports_framework
 from benchmark_adapter.references import record_references
 from benchmark_adapter.task import Task, TaskError, load_task
+from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
 REPO = Path(__file__).resolve().parents[1]
@@ -101,8 +104,6 @@ def new_task(
 
 
 def _validate(dest, source, probes, assets, instruction, interface, oracle, output) -> None:
-    from probes.probe_format import ProbeFileError, probe_names
-
     if dest.exists():
         raise TaskError(f"{dest} exists; choose a new directory, or pass --refresh to re-record its references")
     if not dest.parent.is_dir():
@@ -141,8 +142,6 @@ def _render(template: str, **values) -> str:
 
 
 def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output) -> None:
-    from harness.workspace import copy_without_history
-
     output = output.rstrip("/")
     env_dir = root / "environment"
     env_dir.mkdir()
@@ -221,8 +220,6 @@ def copy_grader_library(tests: Path) -> list[Path]:
 
 
 def _grade_oracle(task: Task, sandbox: str) -> float:
-    from benchmark_adapter.grader import oracle_copy, run_grader
-
     with oracle_copy(task) as candidate:
         grade = run_grader(task, candidate, sandbox=sandbox)
     if grade.error is not None or grade.reward < ORACLE_MIN:

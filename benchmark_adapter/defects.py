@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 
 class DefectError(TwinError):

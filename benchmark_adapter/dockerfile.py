@@ -36,7 +36,7 @@ from dockerfile_parse import DockerfileParser
 from dockerfile_parse.util import WordSplitter, extract_key_values
 
 from benchmark_adapter.task import EnvironmentLayout, LaidOut, TaskError
-from harness.boundary import SECRET_NAME
+from harness.ground.boundary import SECRET_NAME
 
 SKIPPED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "USER", "SHELL", "HEALTHCHECK", "STOPSIGNAL",
            "MAINTAINER"}  # fmt: skip

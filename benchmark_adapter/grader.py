@@ -22,9 +22,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.layout import grader_boundary
+from benchmark_adapter.solve import solve_into, solve_script
 from benchmark_adapter.task import Task
-from harness.agent_tree import AgentFileError, copy_tree, read_regular_text, remove_tree
-from harness.errors import TwinError
+from harness.ground.agent_tree import AgentFileError, copy_tree, read_regular_text, remove_tree
+from harness.ground.errors import TwinError
+from harness.ground.isolation import scratch_dir
+from harness.sandbox.registry import make_sandbox
 
 SCHEMA_VERSION = 1
 REWARD_FILES = ("reward.json", "reward.txt")
@@ -97,11 +101,8 @@ def run_grader(
         GraderError: the candidate directory is missing.
         GraderInfraError: test.sh never started in the sandbox, or the grader reported an
             infrastructure error of its own (see docs/agent-data.md): retried, never scored.
-        harness.sandbox.base.SandboxError: the sandbox cannot be started.
+        harness.ground.sandbox.SandboxError: the sandbox cannot be started.
     """
-    from harness.sandbox.registry import make_sandbox
-    from harness.workspace import grader_boundary
-
     candidate = Path(candidate).expanduser().resolve()
     if not candidate.is_dir():
         raise GraderError(f"candidate directory not found: {candidate}")
@@ -112,8 +113,6 @@ def run_grader(
                 f"candidate {candidate} lies in the task's hidden files; copy it out first "
                 "(the oracle is graded from a copy, see oracle_copy)"
             )
-    from harness.isolation import scratch_dir
-
     logs_dir = scratch_dir("twin-verifier-")
     try:
         boundary = grader_boundary(task, candidate, logs_dir, audit_log=audit_log)
@@ -254,8 +253,6 @@ def oracle_copy(task: Task) -> Iterator[Path]:
     Raises:
         GraderError: the task ships no oracle; benchmark_adapter.solve.SolveError: its solve.sh failed.
     """
-    from benchmark_adapter.solve import solve_into, solve_script
-
     try:
         source = oracle_candidate(task)
     except GraderError:

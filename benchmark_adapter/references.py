@@ -18,16 +18,15 @@ import tempfile
 from pathlib import Path
 
 from benchmark_adapter.task import Task, TaskError
+from probes.context import make_context
+from probes.differential import prepare_root
+from probes.probe_format import probe_names
+from probes.reference_cache import reference_runs
+from probes.sides import slot
 
 
 def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:
     """Run the reference side of every probe on the original; write tests/refs and tests/spec.json."""
-    from probes.context import make_context
-    from probes.differential import prepare_root
-    from probes.probe_format import probe_names
-    from probes.reference_cache import reference_runs
-    from probes.sides import slot
-
     tests = task.tests_dir
     refs = tests / "refs"
     shutil.rmtree(refs, ignore_errors=True)

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmark_adapter.layout import laid_out_mounts
 from benchmark_adapter.task import Task
-from harness.errors import TwinError
+from harness.ground.boundary import Boundary, Mount
+from harness.ground.errors import TwinError
+from harness.ground.isolation import default_limits, python_mounts
+from harness.sandbox.registry import make_sandbox
 
 SOLVE_TIMEOUT_S = 600.0
 
@@ -34,10 +38,6 @@ def solve_into(task: Task, dest: Path, *, sandbox: str = "auto") -> Path:
     Raises:
         SolveError: no solve.sh, it failed, or it wrote nothing.
     """
-    from harness.boundary import Boundary, Mount
-    from harness.sandbox.registry import make_sandbox
-    from harness.workspace import default_limits, laid_out_mounts, python_mounts
-
     script = solve_script(task)
     if script is None:
         raise SolveError(f"task {task.name} has no solution/solve.sh")

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from benchmark_adapter.interface import TaskInterface
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 
 class TaskError(TwinError):

@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from harness.bench_schema import BenchError, TrialSpec
 from harness.bench_trials import timed_trial_process
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 from harness.ledger import Ledger
 
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 from harness.ledger import LedgerLimits
 from harness.run import Scaffold
 

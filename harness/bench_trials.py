@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from harness.bench_schema import BenchConfig, TrialResult, TrialSpec
-from harness.errors import InfraFailure
+from harness.ground.errors import InfraFailure
 from harness.run import RunDir
 
 

@@ -2,8 +2,8 @@
 
 One `BudgetTracker` is shared by every role of a run. Models call `check()`
 before each model call and `charge()` after it, so a run stops between calls,
-never in the middle of writing anything: the loop catches `BudgetExceeded` and
-ends the run cleanly.
+never in the middle of writing anything: the loop catches `BudgetExceeded`
+(`harness/ground/errors.py`, where the roles can see it too) and ends the run cleanly.
 """
 
 from __future__ import annotations
@@ -13,31 +13,8 @@ import time
 
 from pydantic import BaseModel, Field
 
-from harness.errors import TwinError
-from harness.model import Usage
-
-
-class BudgetExceeded(TwinError):
-    """A budget limit was reached; the loop turns this into a clean stop.
-
-    Attributes:
-        kind: which limit: 'tokens', 'dollars', 'calls' or 'wall_time'.
-        limit: the configured limit.
-        used: how much was used when the check failed.
-    """
-
-    def __init__(self, kind: str, limit: float, used: float) -> None:
-        self.kind = kind
-        self.limit = limit
-        self.used = used
-        super().__init__(f"{kind} budget exhausted: used {_fmt(used)} of {_fmt(limit)}")
-
-    def __reduce__(self):  # keep it picklable across processes
-        return (type(self), (self.kind, self.limit, self.used))
-
-
-def _fmt(value: float) -> str:
-    return f"{value:g}" if isinstance(value, int) or float(value).is_integer() else f"{value:.4g}"
+from harness.ground.errors import BudgetExceeded
+from harness.ground.model import Usage
 
 
 class Budget(BaseModel):

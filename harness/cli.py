@@ -14,7 +14,7 @@ from rich.console import Console
 
 from harness import __version__
 from harness.commands import bench, evidence, grade, migrate, models, probe, task
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 from harness.sandbox.presentation import recover_presented
 
 app = typer.Typer(

@@ -13,7 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from harness.errors import TwinError
+from benchmark_adapter.grader import run_grader
+from evidence_store.store import EvidenceStore
+from evidence_store.views import round_tally
+from harness.ground.errors import TwinError
 from harness.run import RunConfig, RunDir, RunState, write_text_atomic
 
 GRADES_VERSION = 1
@@ -56,8 +59,6 @@ class RunGrades(BaseModel):
 
 def grade_rounds(session: Any, progress: Any) -> RunGrades:
     """Grade each committed round (reusing the grade of an identical earlier tree)."""
-    from benchmark_adapter.grader import run_grader
-
     s = session
     grades: list[RoundGrade] = []
     for rs in sorted(s.state.rounds, key=lambda r: r.round):
@@ -188,9 +189,6 @@ def evidence_tallies(run: RunDir) -> dict[int, Counter]:
     """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts)."""
     if not run.evidence.exists():
         return {}
-    from evidence_store.store import EvidenceStore
-    from evidence_store.views import round_tally
-
     store = EvidenceStore(run.evidence, create=False)
     try:
         return {round: round_tally(store, round, candidate_only=True) for round in store.evidence_rounds()}

@@ -25,10 +25,11 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text as RichText
 
+from evidence_store.store import EvidenceStore
 from harness import human_syntax
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
+from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
 from harness.human_syntax import COMMANDS, AnswerError, Call, Command, Text, is_complete, parse_answer, usage
-from harness.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
 from harness.trajectory import Trajectory
 
 Ask = Callable[[str], str]
@@ -140,8 +141,6 @@ class HumanModel:
     def _evidence(self) -> str:
         if self.evidence_path is None or not self.evidence_path.exists():
             return "no evidence recorded yet"
-        from evidence_store.store import EvidenceStore
-
         store = EvidenceStore(self.evidence_path, create=False)
         try:
             return store.render_for_prompt(max_chars=SHOWN_CHARS) or "no evidence recorded yet"

@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rich.console import Console
 
-from harness.errors import TwinError
-from harness.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema, Usage
+from harness.ground.errors import TwinError
+from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema, Usage
 from harness.run import write_text_atomic
 from harness.trajectory import Trajectory
 
@@ -224,7 +224,7 @@ class InboxModel:
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
     ) -> ModelReply:
-        """Write the request, wait for its reply, check it; see `harness.model.Model.query`."""
+        """Write the request, wait for its reply, check it; see `harness.ground.model.Model.query`."""
         n, self.n = self.n, self.n + 1
         context = self.trajectory.context if self.trajectory is not None else None
         request = InboxRequest(

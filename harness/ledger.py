@@ -16,8 +16,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.budget import BudgetExceeded, BudgetTracker, Spent
-from harness.model import Usage
+from harness.budget import BudgetTracker, Spent
+from harness.ground.errors import BudgetExceeded
+from harness.ground.model import Usage
 
 LEDGER_ENV = "TWIN_BENCH_LEDGER"
 

@@ -12,7 +12,7 @@ from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
 from harness.audit import read_refusals
-from harness.budget import BudgetExceeded
+from harness.ground.errors import BudgetExceeded
 from harness.probe_desk import RunProbeDesk
 from harness.progress import Progress
 from harness.session import Session
@@ -20,6 +20,7 @@ from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.fence import fence_agent_text
 from roles.migrator import Migrator
+from roles.role import RoundBrief
 from roles.schemas import Diagnosis, Gap, VerifierReport
 from roles.verifier import Verifier
 
@@ -115,21 +116,23 @@ class TwinLoop:
     # ---- the three steps ---------------------------------------------------------------------------
     def diagnose(self, t: int) -> str:
         self.enter(t, "diagnoser")
-        diagnosis = self.diagnoser.run(
-            round=t,
-            instruction=self.s.task.instruction,
-            evidence=fence_agent_text(
-                "evidence",
-                render_localization(self.desk.latest_localization(t - 1))
-                + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
-            ),
-            regressions=self.regression_text(t - 1),
-            candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
-            objectives=self.objectives_status(t - 1),
-            unchecked=self.unchecked(t - 1),
-            migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t - 1)),
+        outcome = self.diagnoser.run(
+            RoundBrief(
+                round=t,
+                instruction=self.s.task.instruction,
+                evidence=fence_agent_text(
+                    "evidence",
+                    render_localization(self.desk.latest_localization(t - 1))
+                    + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+                ),
+                regressions=self.regression_text(t - 1),
+                candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
+                objectives=self.objectives_status(t - 1),
+                unchecked=self.unchecked(t - 1),
+                migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t - 1)),
+            )
         )
-        note = ""
+        diagnosis, note = outcome.output, ""
         if diagnosis is None:
             diagnosis, note = self.fallback_diagnosis(t), "diagnosis invalid or missing: derived from evidence"
         self.store.record_diagnosis(self.s.state.run_id, t, diagnosis)
@@ -139,10 +142,12 @@ class TwinLoop:
         """Run the Migrator; return its summary of what it changed."""
         self.enter(t, "migrator")
         outcome = self.migrator.run(
-            round=t,
-            instruction=self.s.task.instruction,
-            diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
-            regressions=self.regression_text(t - 1),
+            RoundBrief(
+                round=t,
+                instruction=self.s.task.instruction,
+                diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
+                regressions=self.regression_text(t - 1),
+            )
         )
         return str(outcome.output or "")
 
@@ -151,14 +156,16 @@ class TwinLoop:
         self.desk.round = t
         self.desk.rerun_all()
         outcome = self.verifier.run(
-            round=t,
-            instruction=self.s.task.instruction,
-            diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
-            evidence=fence_agent_text(
-                "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
-            ),
-            migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t)),
-            changed_files=self.s.repo.diff_stat(t - 1, t),
+            RoundBrief(
+                round=t,
+                instruction=self.s.task.instruction,
+                diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
+                evidence=fence_agent_text(
+                    "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
+                ),
+                migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t)),
+                changed_files=self.s.repo.diff_stat(t - 1, t),
+            )
         )
         if isinstance(outcome.output, VerifierReport):
             self.record_unchecked(t, outcome.output)

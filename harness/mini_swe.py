@@ -33,11 +33,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from harness.base_scaffold import BaseScaffold
-from harness.errors import TwinError
-from harness.model import Model
+from harness.ground.errors import TwinError
+from harness.ground.model import Model
 from harness.progress import Progress
 from harness.session import Session
-from roles.tools import ToolResult
+from roles.tools import MAX_COMMAND_BYTES, ToolError, ToolResult, check_text_argument
 
 ROLE = "agent"
 
@@ -190,8 +190,6 @@ def sandbox_environment(sandbox: Any, *, env: dict[str, str], timeout_s: float, 
 
 def _refuse_command(command: Any) -> str:
     """Why a command cannot be run (not text, a NUL byte, text UTF-8 cannot hold, too long), or ""."""
-    from roles.tools import MAX_COMMAND_BYTES, ToolError, check_text_argument
-
     try:
         check_text_argument("command", command)
     except ToolError as exc:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from harness.model import Message, ModelReply, ToolSchema
+from harness.ground.model import Message, ModelReply, ToolSchema
 from harness.trajectory import json_line
 
 CACHE_SCHEMA_VERSION = 1

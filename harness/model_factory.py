@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.budget import BudgetTracker
-from harness.errors import TwinError
-from harness.model import (
+from harness.ground.errors import TwinError
+from harness.ground.model import (
     Message,
     Model,
     ModelInfraError,
@@ -70,7 +70,7 @@ class MeteredModel:
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
     ) -> ModelReply:
-        """Ask the inner model; see `harness.model.Model.query`."""
+        """Ask the inner model; see `harness.ground.model.Model.query`."""
         if self.budget is not None:
             self.budget.check()
         started = time.monotonic()

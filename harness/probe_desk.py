@@ -16,8 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmark_adapter.task import Task
+from evidence_store import reading
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
+from evidence_store.views import tally, tally_text
+from probes.interface_checks import check_plan
+from probes.round_localization import localize_round
+from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
 
 # (results recorded) -> None; lets the progress view keep its tally.
 RecordedHook = Callable[[list[EvidenceRecord]], None]
@@ -80,9 +85,6 @@ class RunProbeDesk:
         return render_results(self._run_file(path))
 
     def run_checks(self) -> str:
-        from probes.interface_checks import check_plan
-        from probes.suite import builtin_checks
-
         results = render_results(self._run(builtin_checks(self.task), origin="builtin"))
         ran, skipped = check_plan(self.task)
         lines = [results, "", f"ran: {', '.join(ran)}"]
@@ -92,15 +94,11 @@ class RunProbeDesk:
         return "\n".join(lines)
 
     def probe_format(self) -> str:
-        from probes.suite import PROBE_FILE_FORMAT
-
         return PROBE_FILE_FORMAT
 
     # ---- harness-driven ---------------------------------------------------------------------------
     def rerun_all(self) -> list[EvidenceRecord]:
         """Re-run the built-in checks and every stored probe on the current candidate."""
-        from probes.suite import builtin_checks
-
         records = self._run(builtin_checks(self.task), origin="builtin")
         records.extend(self._run(self.regression_probes(), origin="regression"))
         for path in sorted(self.probes_dir.glob("*.py")):
@@ -124,8 +122,6 @@ class RunProbeDesk:
 
     def localize(self) -> EvidenceRecord:
         """Localize over this round's evidence and record it (`probes.round_localization`)."""
-        from probes.round_localization import localize_round
-
         latest = {r.property.id: r for r in self.store.records(round=self.round)}
         earlier = [r for r in self.store.records(property_id="localization") if r.round < self.round]
         result = localize_round(
@@ -146,8 +142,6 @@ class RunProbeDesk:
         return found[-1] if found else None
 
     def _run_file(self, path: Path) -> list[EvidenceRecord]:
-        from probes.suite import load_probe_file
-
         try:
             probes = load_probe_file(path, self.search_budget)
         except Exception as exc:  # a broken probe file is the probe's fault, not the candidate's
@@ -200,9 +194,6 @@ def render_results(records: list[EvidenceRecord]) -> str:
     """
     if not records:
         return "no properties were examined"
-    from evidence_store import reading
-    from evidence_store.views import tally, tally_text
-
     counts = tally({r.property.id: r for r in records})
     lines = [f"{sum(counts.values())} properties recorded: {tally_text(counts)}"]
     for record in records:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from evidence_store.numbers import canonical
-from harness.errors import TwinError
-from harness.model import Message, ModelReply, ReplayDivergence, ToolSchema
+from harness.ground.errors import TwinError
+from harness.ground.model import Message, ModelReply, ReplayDivergence, ToolSchema
 from harness.trajectory import ModelCallRecord, Trajectory
 
 SNIPPET_CHARS = 60

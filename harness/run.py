@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from harness.budget import Budget, Spent
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 STATE_VERSION = 1
 CONFIG_VERSION = 1

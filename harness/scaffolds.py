@@ -3,24 +3,25 @@
 Every scaffold is built from the same `Session` (model, budget, trajectory,
 sandboxes, boundary, candidate repository) and leaves the same things behind (a
 candidate commit per round, a final round, a stop reason), so all of them are
-graded and reported alike. Implementations are imported only when chosen.
+graded and reported alike. mini-swe-agent itself is imported only when its scaffold is built.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Protocol, get_args
+from collections.abc import Callable
+from typing import Protocol, get_args
 
-from harness.errors import TwinError
+from harness.base_scaffold import BaseScaffold
+from harness.ground.errors import TwinError
+from harness.loop import TwinLoop
+from harness.mini_swe import MiniSweAgentScaffold
+from harness.progress import Progress
 from harness.run import Scaffold as ScaffoldName
-
-if TYPE_CHECKING:
-    from harness.progress import Progress
-    from harness.session import Session
+from harness.session import Session
 
 
 class Scaffold(Protocol):
-    """Runs (or resumes) one run's rounds; built as `Scaffold(session, progress)`.
+    """Runs (or resumes) one run's rounds.
 
     `run()` commits each round's candidate, sets the state's final round, stop reason
     and status, and saves it. A budget running out ends it cleanly; infrastructure
@@ -30,12 +31,15 @@ class Scaffold(Protocol):
     def run(self) -> None: ...
 
 
-SCAFFOLDS: dict[str, str] = {
-    "twin": "harness.loop:TwinLoop",
-    "base": "harness.base_scaffold:BaseScaffold",
-    "mini-swe-agent": "harness.mini_swe:MiniSweAgentScaffold",
+ScaffoldFactory = Callable[[Session, Progress], Scaffold]
+"""Builds a scaffold over one run's session, reporting to `progress`."""
+
+SCAFFOLDS: dict[str, ScaffoldFactory] = {
+    "twin": TwinLoop,
+    "base": BaseScaffold,
+    "mini-swe-agent": MiniSweAgentScaffold,
 }
-"""Name -> 'module:class'. The names are those `RunConfig.scaffold` accepts."""
+"""Name -> factory. The names are those `RunConfig.scaffold` accepts."""
 
 assert set(SCAFFOLDS) == set(get_args(ScaffoldName)), "SCAFFOLDS and harness.run.Scaffold disagree"
 
@@ -52,6 +56,5 @@ def check_scaffold(name: str) -> str:
 
 
 def make_scaffold(name: str, session: Session, progress: Progress) -> Scaffold:
-    """Import and build the scaffold called `name`."""
-    module, cls = SCAFFOLDS[check_scaffold(name)].split(":")
-    return getattr(importlib.import_module(module), cls)(session, progress)
+    """Build the scaffold called `name`."""
+    return SCAFFOLDS[check_scaffold(name)](session, progress)

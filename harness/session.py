@@ -15,18 +15,17 @@ from pathlib import Path
 from benchmark_adapter.task import Task, load_task
 from harness.budget import BudgetTracker
 from harness.candidate_repo import CandidateRepo
+from harness.ground.model import Model
+from harness.ground.sandbox import Sandbox
 from harness.ledger import LedgerBudget, budget_for_run
-from harness.model import Model
-from harness.model_factory import make_model
+from harness.model_factory import API_KEY_ENV, make_model
 from harness.progress import Progress
 from harness.run import RunConfig, RunDir, RunState, new_run_id
-from harness.sandbox.base import Sandbox
 from harness.sandbox.presentation import recover_presented
+from harness.sandbox.registry import make_sandbox
 from harness.trajectory import ToolCallRecord, Trajectory
-from harness.workspace import Workspace
+from harness.workspace import Workspace, prepare_workspace, role_boundary
 from roles.tools import ToolResult, Workbench
-
-API_KEY_ENV = "TWIN_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -86,9 +85,6 @@ class Session:
 
     def workbench(self, role: str, *, write: bool) -> Workbench:
         """The boundary and the two sandboxes of one role."""
-        from harness.sandbox.registry import make_sandbox
-        from harness.workspace import role_boundary
-
         benches = []
         for side, writable in (("candidate", write), ("reference", False)):
             boundary = role_boundary(
@@ -148,7 +144,6 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
             `inbox:` counts from).
     """
     recover_presented()  # before any boundary resolves a root a killed run left in a slot
-    from harness.workspace import prepare_workspace
 
     run, config, state, task = inputs.run, inputs.config, inputs.state, inputs.task
     workspace = prepare_workspace(task, run.root)

@@ -20,8 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from harness.errors import TwinError
-from harness.model import Message, ModelReply, ToolSchema
+from harness.ground.errors import TwinError
+from harness.ground.model import Message, ModelReply, ToolSchema
 
 SCHEMA_VERSION = 1
 MAX_TOOL_RESULT_CHARS = 20_000

@@ -1,15 +1,14 @@
-"""The run's workspace: what a role is given, laid out on the host, and the boundaries over it.
+"""The run's workspace: what a role is given, laid out on the host, and the roles' boundaries over it.
 
 A workspace holds a copy of the source repository without its version-control
-history (nothing can be read out of old commits, reflogs or packed refs), the
-task's assets (reused read-only), and the candidate directory the Migrator writes.
-`role_boundary` and `grader_boundary` hand these to the isolation policy
-(`harness/isolation.py`), the one place that decides what a command sees, and where.
+history (`benchmark_adapter.layout.copy_without_history`), the task's assets (reused
+read-only), and the candidate directory the Migrator writes. `role_boundary` hands
+these to the isolation policy (`harness/ground/isolation.py`), the one place that
+decides what a command sees, and where.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,28 +16,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.layout import copy_without_history, task_layout
 from benchmark_adapter.task import Task
-from harness import isolation
-from harness.boundary import Boundary, Limits, Mount
-from harness.errors import TwinError
-from harness.isolation import Layout, default_limits, etc_snapshot, python_mounts
+from harness.ground import isolation
+from harness.ground.boundary import Boundary, Limits, Mount
+from harness.ground.errors import TwinError
 
-__all__ = [
-    "Workspace",
-    "WorkspaceError",
-    "copy_without_history",
-    "default_limits",
-    "etc_snapshot",
-    "grader_boundary",
-    "laid_out_mounts",
-    "prepare_workspace",
-    "python_mounts",
-    "role_boundary",
-    "task_layout",
-]
-
-# Names never copied from the source repository: version-control state and pointers elsewhere.
-VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})
 _COMPLETE = ".source-complete"
 
 
@@ -84,42 +67,8 @@ def prepare_workspace(task: Task, root: Path) -> Workspace:
     return Workspace(root=root, source=source, assets=assets, candidate=candidate)
 
 
-def copy_without_history(src: Path, dst: Path) -> None:
-    """Copy a repository tree: no VCS state, fresh inodes, symlinks only if they stay inside."""
-    src = src.resolve()
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        skipped = {n for n in names if n in VCS_NAMES}
-        for name in names:
-            path = Path(directory) / name
-            if path.is_symlink():
-                target = Path(os.path.realpath(path))
-                if not (target == src or src in target.parents) or not target.exists():
-                    skipped.add(name)
-        return skipped
-
-    shutil.copytree(src, dst, symlinks=True, ignore=ignore, copy_function=shutil.copy2)
 
 
-def task_layout(task: Task, candidate: Path, *, source: Path | None = None) -> Layout:
-    """The task's visible parts for the isolation policy (`harness.isolation`)."""
-    settings = task.settings
-    assets = task.assets_dir if task.assets_dir is not None and task.assets_dir.is_dir() else None
-    if source is None and task.environment is not None:
-        source = task.source_dir  # a published task's grader sees /app as its Dockerfile lays it out
-    return Layout(
-        candidate=Path(candidate),
-        candidate_mount=settings.candidate_mount,
-        source=source,
-        source_mount=settings.source_mount,
-        assets=assets,
-        assets_mount=settings.assets_mount,
-        hidden=list(task.hidden_roots),
-        forbidden_packages=list(settings.forbidden_packages),
-        network=settings.allow_network,
-        laid_out=laid_out_mounts(task),
-        env=task.environment.env if task.environment is not None else {},
-    )
 
 
 def role_boundary(
@@ -133,7 +82,7 @@ def role_boundary(
     extra_mounts: Sequence[Mount] = (),
     limits: Limits | None = None,
 ) -> Boundary:
-    """The boundary of a role: see `harness.isolation.role_boundary`, over this workspace."""
+    """The boundary of a role: see `harness.ground.isolation.role_boundary`, over this workspace."""
     layout = task_layout(task, ws.candidate, source=ws.source).model_copy(
         update={"assets": ws.assets, "role_aliases": _role_aliases(task, ws)}
     )
@@ -149,20 +98,8 @@ def role_boundary(
     )
 
 
-def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
-    """The boundary of the task's unchanged grader: see `harness.isolation.grader_boundary`."""
-    return isolation.grader_boundary(
-        task_layout(task, candidate),
-        tests=task.tests_dir,
-        logs=Path(logs_dir),
-        audit_log=audit_log,
-        wall_s=task.verifier_timeout_s,
-    )
 
 
-def laid_out_mounts(task: Task) -> list[Mount]:
-    """A published task's files besides the original and the assets, read-only where its Dockerfile puts them."""
-    return [Mount(host=laid.host, inside=laid.inside) for laid in task.extra_layout]
 
 
 def _role_aliases(task: Task, ws: Workspace) -> list[Mount]:

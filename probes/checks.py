@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from harness.agent_tree import remove_tree
+from harness.ground.agent_tree import remove_tree
 from probes.audit import audit_candidate, scan
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext

@@ -4,7 +4,7 @@ A `ProbeContext` says which candidate is examined (host path, commit), where the
 original and the assets are, the working directory for probe files and outputs,
 and the policy applied to both sides alike: sandbox kind, device, precision.
 `sandbox(side)` builds the sandbox of one side through the isolation policy
-(`harness.isolation.probe_boundary`): the reference side sees the original, the
+(`harness.ground.isolation.probe_boundary`): the reference side sees the original, the
 assets and torch; the candidate side sees the candidate and the assets, with the
 forbidden packages physically absent and no network. Each side has its own
 directories: `side_work(side)` (writable, its outputs) and `side_given(side)`
@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from benchmark_adapter.layout import laid_out_mounts
 from benchmark_adapter.task import Task, load_task
-from harness.errors import TwinError
-from harness.isolation import PROBE_GIVEN, PROBE_WORK, scratch_dir
+from harness.ground.errors import TwinError
+from harness.ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, scratch_dir
+from harness.sandbox.registry import make_sandbox
 
 Side = Literal["reference", "candidate"]
 SANDBOX_KINDS = ("auto", "none", "bwrap")
@@ -150,17 +152,13 @@ class ProbeContext:
         """The sandbox of one side (built once, reused).
 
         Raises:
-            harness.sandbox.base.SandboxError: bwrap was asked for and cannot run.
+            harness.ground.sandbox.SandboxError: bwrap was asked for and cannot run.
         """
         if side not in self._sandboxes:
             self._sandboxes[side] = self._build_sandbox(side)
         return self._sandboxes[side]
 
     def _build_sandbox(self, side: Side):
-        from harness.isolation import Layout, probe_boundary
-        from harness.sandbox.registry import make_sandbox
-        from harness.workspace import laid_out_mounts
-
         kind = self.resolved_sandbox_kind
         for path in (self.side_work(side), self.side_given(side)):
             path.mkdir(parents=True, exist_ok=True)
@@ -214,7 +212,7 @@ class ProbeContext:
 
 def _remove_workdir(workdir: Path) -> None:
     """Remove a probe work directory, however deep the sides wrote into it."""
-    from harness.agent_tree import remove_tree
+    from harness.ground.agent_tree import remove_tree
 
     try:
         remove_tree(workdir)

@@ -16,6 +16,7 @@ from pathlib import Path
 from benchmark_adapter.task import Task
 from evidence_store.records import ProbeResult
 from probes.base import Probe
+from probes.checks import run_candidate_checks
 from probes.context import ProbeContext
 
 TEMPLATE = Path(__file__).with_name("interface_probe.py")
@@ -81,8 +82,6 @@ def interface_check() -> Probe:
     """The checks the task's declared interface allows, as one candidate-side process."""
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        from probes.checks import run_candidate_checks
-
         names = declared_checks(ctx.task)
         if not names:
             return []

@@ -23,6 +23,7 @@ from pathlib import Path
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.audit import python_files
 from probes.base import base_context
+from probes.suite import load_probe_file, run_probes, task_probes
 
 LOCALIZATION = Property(
     id="localization",
@@ -258,8 +259,6 @@ def localization_probe(task_library: bool = True, probe_files: list[str] | None 
     """A probe that runs the task's probes (and given files) and localizes any divergence."""
 
     def probe(ctx) -> list[ProbeResult]:
-        from probes.suite import load_probe_file, run_probes, task_probes
-
         probes = task_probes(ctx.task) if task_library else []
         for path in probe_files or []:
             probes.extend(load_probe_file(path))

@@ -28,6 +28,7 @@ import numpy as np
 
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
+from probes.layout import candidate_modules, import_roots
 
 DRIVER = Path(__file__).with_name("driver.py")
 OUTPUT_FILES = ("manifest.json", "error.json", "arrays.npz")
@@ -48,8 +49,6 @@ def slot(name: str) -> str:
 
 def candidate_roots(ctx: ProbeContext) -> list[str]:
     """The candidate's import roots under its task (declared or inferred), '' last."""
-    from probes.layout import import_roots
-
     return import_roots(ctx.candidate, ctx.task.settings.candidate_import_roots)
 
 
@@ -135,8 +134,6 @@ def run_side(
         ],
     }
     if mode == "imports":
-        from probes.layout import candidate_modules
-
         config["modules"] = candidate_modules(ctx.candidate, candidate_roots(ctx))
     config_file = f"{config_name or runs[0]['out'].replace('/', '_')}.json"
     (given / config_file).write_text(json.dumps(config))

@@ -28,7 +28,10 @@ from probes.base import Probe, not_established
 from probes.checks import audit_check, file_checks, imports_check
 from probes.context import ProbeContext, make_context
 from probes.differential import probe_file_probe
+from probes.interface_checks import declared_checks, interface_check
 from probes.probe_format import ProbeFileError, probe_names
+from probes.services.families import inferred_services
+from probes.services.probe_file import SearchBudget, read_services, service_probes
 
 LIBRARY = Path(__file__).with_name("library")
 PROBE_FILE_FORMAT = (
@@ -50,8 +53,6 @@ def builtin_checks(task: Task) -> list[Probe]:
 
     `probes.interface_checks.check_plan(task)` says which of the interface's checks run.
     """
-    from probes.interface_checks import declared_checks, interface_check
-
     checks = [_named(imports_check(), "imports"), _named(audit_check(), "audit")]
     if declared_checks(task):
         checks.append(_named(interface_check(), "interface"))
@@ -78,9 +79,6 @@ def task_probes(task: Task | str, budget=None) -> list[Probe]:
     Args:
         budget: a `probes.services.probe_file.SearchBudget` for its counterexample searches.
     """
-    from probes.services.families import inferred_services
-    from probes.services.probe_file import SearchBudget, read_services, service_probes
-
     files = library_files(task)
     probes = [probe for path in files for probe in load_probe_file(path, budget)]
     if isinstance(task, Task) and not any(read_services(path) for path in files):
@@ -102,8 +100,6 @@ def load_probe_file(path: Path | str, budget=None) -> list[Probe]:
     Raises:
         ProbeFileError: the file is missing or not a probe file (see `probes/README.md`).
     """
-    from probes.services.probe_file import SearchBudget, read_services, service_probes
-
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ProbeFileError(f"probe file not found: {path}")

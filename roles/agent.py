@@ -15,14 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.boundary import BoundaryViolation
-from harness.budget import BudgetExceeded
-from harness.errors import InfraFailure
-from harness.model import Model, ModelInfraError, ModelReply
-from harness.sandbox.base import SandboxError
+from harness.ground.boundary import BoundaryViolation
+from harness.ground.errors import BudgetExceeded, InfraFailure
+from harness.ground.model import Message, Model, ModelInfraError, ModelReply
+from harness.ground.sandbox import SandboxError
 from roles.tools import Tool, ToolError, ToolResult
 
-Message = dict[str, Any]
 MAX_ERROR_CHARS = 500
 
 

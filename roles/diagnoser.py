@@ -6,9 +6,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.model import Model
+from harness.ground.model import Model
 from roles import prompting
-from roles.agent import Agent, Submitted
+from roles.agent import Agent, AgentOutcome, Submitted
+from roles.role import RoundBrief
 from roles.schemas import Diagnosis
 from roles.tools import Tool, ToolError, Workbench, submit_tool, workbench_tools
 
@@ -49,37 +50,19 @@ class Diagnoser:
         tools["submit"] = diagnosis_submit_tool()
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
-    def run(
-        self,
-        *,
-        round: int,
-        instruction: str,
-        evidence: str,
-        regressions: str,
-        candidate_files: str,
-        objectives: list[tuple[str, str]] | None = None,
-        unchecked: list[tuple[str, str]] | None = None,
-        migrator_summary: str = "",
-    ) -> Diagnosis | None:
-        """Return the diagnosis, or None if the role ended without a valid one.
-
-        Args:
-            objectives: the previous diagnosis's objectives as (objective, 'done' or 'open ...').
-            unchecked: what the previous Verifier could not examine, as (property, why).
-            migrator_summary: what the previous Migrator said it changed (its own words).
-        """
-        outcome = self.agent.run(
+    def run(self, brief: RoundBrief) -> AgentOutcome:
+        """Diagnose `brief.round`; the output is the `Diagnosis`, or None if the role ended without a valid one."""
+        return self.agent.run(
             prompting.render("diagnoser_system"),
             prompting.render(
                 "diagnoser_task",
-                round=round,
-                instruction=instruction,
-                evidence=evidence,
-                regressions=regressions,
-                candidate_files=candidate_files,
-                objectives=objectives or [],
-                unchecked=unchecked or [],
-                migrator_summary=migrator_summary,
+                round=brief.round,
+                instruction=brief.instruction,
+                evidence=brief.evidence,
+                regressions=brief.regressions,
+                candidate_files=brief.candidate_files,
+                objectives=brief.objectives,
+                unchecked=brief.unchecked,
+                migrator_summary=brief.migrator_summary,
             ),
         )
-        return outcome.output

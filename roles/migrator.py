@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.model import Model
+from harness.ground.model import Model
 from roles import prompting
 from roles.agent import Agent, AgentOutcome, Submitted
+from roles.role import RoundBrief
 from roles.tools import Workbench, submit_tool, workbench_tools
 
 
@@ -29,14 +30,15 @@ class Migrator:
         tools["submit"] = summary_submit_tool("Finish this round with a summary of what you changed.")
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
-    def run(self, *, round: int, instruction: str, diagnosis: str, regressions: str) -> AgentOutcome:
+    def run(self, brief: RoundBrief) -> AgentOutcome:
+        """Work towards `brief.diagnosis`; the output is the Migrator's summary of what it changed."""
         return self.agent.run(
             prompting.render("migrator_system"),
             prompting.render(
                 "migrator_task",
-                round=round,
-                instruction=instruction,
-                diagnosis=diagnosis,
-                regressions=regressions,
+                round=brief.round,
+                instruction=brief.instruction,
+                diagnosis=brief.diagnosis,
+                regressions=brief.regressions,
             ),
         )

@@ -15,14 +15,13 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from harness.agent_tree import AgentFileError, read_regular
-from harness.boundary import Boundary
-from harness.candidate_repo import CandidateRepo
-from harness.sandbox.base import ExecResult, Sandbox
+from harness.ground.agent_tree import AgentFileError, read_regular
+from harness.ground.boundary import Boundary
+from harness.ground.sandbox import ExecResult, Sandbox
 
 MAX_READ_CHARS = 40_000
 MAX_READ_BYTES = 4 * MAX_READ_CHARS
@@ -251,7 +250,19 @@ def _write_file(host: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def diff_tool(repo: CandidateRepo) -> Tool:
+class RoundHistory(Protocol):
+    """The candidate's committed rounds, as the `diff` tool reads them (`harness.candidate_repo.CandidateRepo`)."""
+
+    def rounds(self) -> list[int]:
+        """Round numbers that have a snapshot, ascending."""
+        ...
+
+    def diff(self, a: int, b: int) -> str:
+        """The changes from round a to round b: a stat, then the patch."""
+        ...
+
+
+def diff_tool(repo: RoundHistory) -> Tool:
     """Read-only view of what a round changed in the candidate (round N against round N-1)."""
 
     def diff(round: Any = None) -> ToolResult:
@@ -299,7 +310,7 @@ class Workbench:
     candidate: Sandbox
     reference: Sandbox
     command_timeout_s: float = 600.0
-    repo: CandidateRepo | None = None
+    repo: RoundHistory | None = None
     """The round history, for the read-only `diff` tool (None: no history to show)."""
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from harness.model import Model
+from harness.ground.model import Model
 from roles import prompting
 from roles.agent import Agent, AgentOutcome, Submitted
+from roles.role import RoundBrief
 from roles.schemas import VerifierReport
 from roles.tools import Tool, ToolError, ToolResult, Workbench, submit_tool, workbench_tools
 
@@ -104,33 +105,21 @@ class Verifier:
         tools["submit"].required = ["summary"]
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
-    def run(
-        self,
-        *,
-        round: int,
-        instruction: str,
-        diagnosis: str,
-        evidence: str,
-        migrator_summary: str = "",
-        changed_files: list[str] | None = None,
-    ) -> AgentOutcome:
-        """Verify round `round`'s candidate.
+    def run(self, brief: RoundBrief) -> AgentOutcome:
+        """Verify round `brief.round`'s candidate; the output is the `VerifierReport`.
 
-        Args:
-            evidence: the evidence after the harness re-ran every earlier probe on this
-                round's candidate (it names the commit).
-            migrator_summary: what the Migrator said it changed (its own words).
-            changed_files: the round's diff stat against the previous round.
+        `brief.evidence` is the evidence after the harness re-ran every earlier probe on
+        this round's candidate (it names the commit).
         """
         return self.agent.run(
             prompting.render("verifier_system", probe_format=self.desk.probe_format()),
             prompting.render(
                 "verifier_task",
-                round=round,
-                instruction=instruction,
-                diagnosis=diagnosis,
-                evidence=evidence,
-                migrator_summary=migrator_summary,
-                changed_files=changed_files or [],
+                round=brief.round,
+                instruction=brief.instruction,
+                diagnosis=brief.diagnosis,
+                evidence=brief.evidence,
+                migrator_summary=brief.migrator_summary,
+                changed_files=brief.changed_files,
             ),
         )

@@ -7,7 +7,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from harness.errors import TwinError
+from harness.bench_dir import BenchDir
+from harness.bench_run import run_bench
+from harness.bench_schema import BenchConfig
+from harness.ground.errors import TwinError
+from harness.ledger import LedgerLimits
+from harness.report import write_report
+from harness.scaffolds import SCAFFOLDS
 
 
 def bench_command(
@@ -32,11 +38,6 @@ def bench_command(
     report: bool = typer.Option(True, "--report/--no-report", help="Write the report at the end."),
 ) -> None:
     """Run trials over tasks x models x scaffolds x seeds and grade every round."""
-    from harness.bench_run import run_bench
-    from harness.bench_schema import BenchConfig
-    from harness.ledger import LedgerLimits
-    from harness.scaffolds import SCAFFOLDS
-
     scaffolds = [s.strip() for s in scaffold.split(",") if s.strip()]
     unknown = set(scaffolds) - set(SCAFFOLDS)
     if unknown or not scaffolds:
@@ -69,9 +70,6 @@ def bench_command(
     done = sum(t.status == "ok" for t in results.trials.values())
     console.print(f"bench {config.name}: {done}/{len(results.trials)} trials scored — {benches_dir / config.name}")
     if report:
-        from harness.bench_dir import BenchDir
-        from harness.report import write_report
-
         console.print(f"report: {write_report(BenchDir(benches_dir / config.name))}")
 
 
@@ -81,8 +79,5 @@ def report_command(
     band: float = typer.Option(0.01, "--stable-band", help="|Δreward| up to this counts as stable."),
 ) -> None:
     """Write a markdown report with plots for a bench."""
-    from harness.bench_dir import BenchDir
-    from harness.report import write_report
-
     path = write_report(BenchDir.open(bench, benches_dir), band=band)
     Console().print(f"report: {path}")

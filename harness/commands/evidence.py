@@ -21,6 +21,8 @@ from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
 from evidence_store.views import CATEGORY_ORDER, Change, tally, tally_text
+from harness.run import RunDir
+from probes.rerun import rerun_record
 from probes.round_localization import render_localization
 
 app = typer.Typer(no_args_is_help=True)
@@ -242,8 +244,6 @@ def rerun_command(
     ),
 ) -> None:
     """Re-execute a record from what it kept and append the new result."""
-    from probes.rerun import rerun_record
-
     if round is not None and round < 0:
         raise EvidenceStoreError(f"round must be non-negative, not {round}")
     with _open(run) as store:
@@ -263,8 +263,6 @@ def rerun_command(
 
 def _run_defaults(run_dir: Path) -> tuple[str | None, str | None]:
     """The task and candidate of a run directory, where it records them."""
-    from harness.run import RunDir
-
     layout = RunDir(run_dir)
     task = None
     if layout.config_path.is_file():

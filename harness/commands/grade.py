@@ -8,8 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from benchmark_adapter.grader import oracle_copy, run_grader
 from harness.commands import options
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 
 def grade_command(
@@ -30,8 +31,6 @@ def grade_command(
     output_dir: options.OutputDir = None,
 ) -> None:
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
-    from benchmark_adapter.grader import oracle_copy, run_grader
-
     if oracle == (candidate is not None):
         raise TwinError("pass exactly one of --candidate DIR or --oracle")
     loaded = options.load_task_option(task, settings, original_dir, assets_dir, output_dir)

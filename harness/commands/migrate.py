@@ -10,8 +10,17 @@ import typer
 from rich.console import Console
 
 from harness.commands import options
-from harness.errors import InfraFailure, Interrupted, TwinError
+from harness.finish import RunGrades, closing_lines, export_final, grade_rounds, write_summary
+from harness.ground.errors import InfraFailure, Interrupted, TwinError
+from harness.ground.model import ModelInfraError, ModelStopped
+from harness.ground.sandbox import SandboxError
+from harness.model_factory import NOT_LIVE, check_model, model_kind
+from harness.progress import Progress, RunView
+from harness.replay import resume_position
 from harness.run import RunConfig, RunDir, Scaffold
+from harness.scaffolds import check_scaffold, make_scaffold
+from harness.session import open_session
+from harness.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from harness.session import RunInputs
@@ -59,9 +68,6 @@ def migrate_command(
     else:
         if task is None or model is None:
             raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
-        from harness.model_factory import check_model
-        from harness.scaffolds import check_scaffold
-
         check_scaffold(scaffold)
         settings = dict(
             task=task.expanduser().resolve(),
@@ -93,7 +99,6 @@ def migrate_command(
         check_model(run_config.model, wait_s=run_config.model_wait_s)
         inputs = RunInputs.create(runs_dir, run_config, loaded, run_id)
     outcome = run_migration(inputs, api_key=api_key, console=console)
-    from harness.finish import closing_lines
 
     for line in [outcome, *closing_lines(inputs.run, inputs.config, inputs.state)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -101,22 +106,12 @@ def migrate_command(
 
 def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Console | None = None) -> str:
     """Run (or resume) the migration of `inputs`, grade it, write the summary; return a one-line outcome."""
-    from harness.finish import export_final, grade_rounds, write_summary
-    from harness.model import ModelInfraError, ModelStopped
-    from harness.model_factory import NOT_LIVE, model_kind
-    from harness.progress import Progress, RunView
-    from harness.sandbox.base import SandboxError
-    from harness.scaffolds import make_scaffold
-    from harness.session import open_session
 
     console = console or Console()
     run, config, state = inputs.run, inputs.config, inputs.state
     kind = model_kind(config.model)
     replay_from = None
     if kind in ("replay", "inbox"):
-        from harness.replay import resume_position
-        from harness.trajectory import Trajectory
-
         done = {r.round: list(r.done) for r in state.rounds}
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(inputs, api_key=api_key, replay_from=replay_from)
@@ -203,8 +198,6 @@ def _override_wait(inputs: RunInputs, wait_s: float) -> RunInputs:
 
 
 def _load_grades(run: RunDir):
-    from harness.finish import RunGrades
-
     return RunGrades.model_validate_json(run.grades.read_text())
 
 

@@ -10,8 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evidence_store import reading
 from harness.commands import options
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
+from probes.localize import localize_divergence
+from probes.services.families import probe_families
+from probes.services.probe_file import SearchBudget
+from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
 
 _STYLE = {"established": "green", "violated": "bold red", "not_established": "yellow"}
 
@@ -57,9 +62,6 @@ def probe_command(
     output_dir: options.OutputDir = None,
 ) -> None:
     """Probe a candidate against the task's original and print what is established."""
-    from probes.services.probe_file import SearchBudget
-    from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
-
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
     if search_examples < 1 or search_seconds <= 0:
@@ -104,8 +106,6 @@ def probe_command(
 
 def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
     """The results with the divergence they localize, as JSON or as a table (the context still open)."""
-    from probes.localize import localize_divergence
-    from probes.services.families import probe_families
 
     found = localize_divergence(ctx, results)
     if found is not None:
@@ -135,8 +135,6 @@ def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
 
 def _deciding(result) -> str:
     """What decided a result: failing outputs as distance against tolerance, else why."""
-    from evidence_store import reading
-
     failing, passing, total = reading.failing_lines(result)
     if failing:
         shown = failing[: reading.FAILING_SHOWN]

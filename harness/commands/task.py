@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from harness.errors import TwinError
+from benchmark_adapter.authoring import new_task
+from harness.ground.errors import TwinError
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories.")
 
@@ -34,8 +35,6 @@ def new_command(
     timeout_s: float = typer.Option(600.0, "--timeout-s", help="Time limit of one probe file's side."),
 ) -> None:
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
-    from benchmark_adapter.authoring import new_task
-
     if refresh and any(v for v in (source, probe, assets, instruction, interface, oracle, name)):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = Console()

@@ -23,11 +23,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.boundary import SECRET_NAME, Boundary, Limits
-from harness.isolation import cache_root
-from harness.sandbox.base import ExecResult, SandboxError
-from harness.sandbox.presentation import Presenter
+from harness.ground.boundary import SECRET_NAME, Boundary, Limits
+from harness.ground.isolation import cache_root
+from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.presentation import Presenter
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.process import (
     SYSTEM_PATH,

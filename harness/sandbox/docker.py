@@ -27,8 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
-from harness.boundary import Boundary
-from harness.sandbox.base import ExecResult, SandboxError
+from harness.ground.boundary import Boundary
+from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import Presenter

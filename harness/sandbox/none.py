@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from harness.boundary import Boundary
-from harness.sandbox.base import ExecResult, SandboxError
+from harness.ground.boundary import Boundary
+from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
 from harness.sandbox.process import host_prlimit, limit_prefix, run_limited
 

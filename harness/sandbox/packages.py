@@ -20,7 +20,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from harness.isolation import cache_root
+from harness.ground.isolation import cache_root
 
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 

@@ -28,9 +28,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harness.boundary import Boundary, Mount
-from harness.isolation import cache_root, stage_root
-from harness.sandbox.base import SandboxError
+from harness.ground.boundary import Boundary, Mount
+from harness.ground.isolation import cache_root, stage_root
+from harness.ground.sandbox import SandboxError
 
 MAX_SNAPSHOT_ENTRIES = 50_000
 MAX_SNAPSHOT_COPY_BYTES = 256 << 20

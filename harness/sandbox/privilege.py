@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
-from harness.sandbox.base import SandboxError
+from harness.ground.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
+from harness.ground.sandbox import SandboxError
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 _MAX_ENTRIES = 500_000

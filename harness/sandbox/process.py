@@ -25,8 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-from harness.boundary import Limits
-from harness.sandbox.base import ExecResult, SandboxError
+from harness.ground.boundary import Limits
+from harness.ground.sandbox import ExecResult, SandboxError
 
 TIMEOUT_RETURNCODE = 124
 DISK_RETURNCODE = 125

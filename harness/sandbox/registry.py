@@ -1,18 +1,29 @@
 """Choosing a sandbox implementation by name.
 
-Implementations are imported only when chosen (the `docker` one needs the
-optional `docker` package).
+`SANDBOXES` maps each name to the class that builds it over a boundary; `auto`
+picks bubblewrap, never `none`. The `docker` implementation imports the optional
+`docker` package only when one is built.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
-from harness.boundary import Boundary
-from harness.sandbox.base import Sandbox, SandboxError
-from harness.sandbox.bwrap import bwrap_path
+from harness.ground.boundary import Boundary
+from harness.ground.sandbox import Sandbox, SandboxError
+from harness.sandbox.bwrap import BwrapSandbox, bwrap_path
+from harness.sandbox.docker import DockerSandbox
+from harness.sandbox.none import UnsandboxedProcess
 
-KNOWN = ("auto", "bwrap", "docker", "none")
+SANDBOXES: dict[str, Callable[[Boundary], Sandbox]] = {
+    "bwrap": BwrapSandbox,
+    "docker": DockerSandbox,
+    "none": UnsandboxedProcess,
+}
+"""Sandbox kinds by name (`--sandbox NAME`)."""
+
+KNOWN = ("auto", *SANDBOXES)
 
 
 def available_sandboxes() -> list[str]:
@@ -42,16 +53,6 @@ def make_sandbox(kind: str, boundary: Boundary) -> Sandbox:
                 "or pass --sandbox none explicitly to run without isolation"
             )
         kind = "bwrap"
-    if kind == "bwrap":
-        from harness.sandbox.bwrap import BwrapSandbox
-
-        return BwrapSandbox(boundary)
-    if kind == "docker":
-        from harness.sandbox.docker import DockerSandbox
-
-        return DockerSandbox(boundary)
-    if kind == "none":
-        from harness.sandbox.none import UnsandboxedProcess
-
-        return UnsandboxedProcess(boundary)
-    raise SandboxError(f"unknown sandbox {kind!r}; known: {', '.join(KNOWN)}")
+    if kind not in SANDBOXES:
+        raise SandboxError(f"unknown sandbox {kind!r}; known: {', '.join(KNOWN)}")
+    return SANDBOXES[kind](boundary)

@@ -25,7 +25,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from harness.sandbox.base import SandboxError
+from harness.ground.sandbox import SandboxError
 
 CLONE_NEWUSER = 0x10000000
 PROFILES = ("strict", "nested")

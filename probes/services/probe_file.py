@@ -29,6 +29,7 @@ from typing import Any
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.probe_format import ProbeFileError
+from probes.services.families import sides_for
 from probes.services.matched import LEVEL, Probe, matched_probe
 from probes.services.search import counterexample_probe
 
@@ -97,8 +98,6 @@ def _no_sides(names: list[str], why: str) -> list[ProbeResult]:
 
 def service_probes(path: Path, spec: dict[str, Any], budget: SearchBudget) -> list[Probe]:
     """The matched probe and the counterexample search a `SERVICES` literal states."""
-    from probes.services.families import sides_for
-
     kind = spec["kind"]
     cases, spaces = spec.get("cases", []), spec.get("spaces", {})
     comparison = spec.get("comparison") or {}

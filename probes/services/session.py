@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 DRIVER_FILES = {

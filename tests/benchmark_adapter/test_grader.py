@@ -218,7 +218,7 @@ def test_a_grader_reporting_its_own_machinery_failing_is_infrastructure(tmp_path
 
 def test_a_sandbox_that_never_reaches_test_sh_is_infrastructure(tmp_path, candidate, monkeypatch):
     from benchmark_adapter.grader import GraderInfraError
-    from harness.sandbox.base import ExecResult
+    from harness.ground.sandbox import ExecResult
     from harness.sandbox.none import UnsandboxedProcess
 
     def broken_exec(self, command, **kwargs):

@@ -6,7 +6,7 @@ import atexit
 import os
 from pathlib import Path
 
-from harness.agent_tree import remove_tree
+from harness.ground.agent_tree import remove_tree
 
 _CREATED: list[Path] = []
 

@@ -7,9 +7,9 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from harness.budget import Budget, BudgetExceeded, BudgetTracker, Spent
-from harness.errors import TwinError
-from harness.model import Usage
+from harness.budget import Budget, BudgetTracker, Spent
+from harness.ground.errors import BudgetExceeded, TwinError
+from harness.ground.model import Usage
 
 
 def test_unlimited_budget_never_stops():

@@ -7,9 +7,9 @@ import io
 import pytest
 from rich.console import Console
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
+from harness.ground.model import ModelStopped
 from harness.human import HumanModel
-from harness.model import ModelStopped
 from harness.model_factory import make_model
 from harness.trajectory import Trajectory
 from tests.harness.test_human_syntax import SUBMIT_SUMMARY, TOOLS

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from harness.budget import Budget, BudgetTracker
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
+from harness.ground.model import ModelStopped
 from harness.inbox import InboxModel, MalformedReply, parse_reply
-from harness.model import ModelStopped
 from harness.model_factory import make_model
 from harness.trajectory import Trajectory
 

@@ -4,9 +4,10 @@ import multiprocessing
 
 import pytest
 
-from harness.budget import Budget, BudgetExceeded, BudgetTracker
+from harness.budget import Budget, BudgetTracker
+from harness.ground.errors import BudgetExceeded
+from harness.ground.model import Usage
 from harness.ledger import LEDGER_ENV, Ledger, LedgerBudget, LedgerLimits, budget_for_run
-from harness.model import Usage
 
 
 def _charge_many(path, n):

@@ -129,7 +129,7 @@ def test_missing_package_is_a_clear_error(monkeypatch):
     import builtins
 
     from harness import mini_swe
-    from harness.errors import TwinError
+    from harness.ground.errors import TwinError
 
     real_import = builtins.__import__
 

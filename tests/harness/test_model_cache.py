@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.model import ModelReply, Usage
+from harness.ground.model import ModelReply, Usage
 from harness.model_cache import ResponseCache
 
 MESSAGES = [{"role": "user", "content": "hi"}]

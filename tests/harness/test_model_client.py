@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.budget import Budget, BudgetExceeded, BudgetTracker
+from harness.budget import Budget, BudgetTracker
+from harness.ground.errors import BudgetExceeded
+from harness.ground.model import ModelInfraError, ModelRequestError
 from harness.litellm_client import LiteLLMModel, _classify, _import_litellm
-from harness.model import ModelInfraError, ModelRequestError
 from harness.model_factory import make_model
 from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, error, text, tool_call, tool_calls

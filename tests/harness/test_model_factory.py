@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.budget import Budget, BudgetExceeded, BudgetTracker
-from harness.errors import TwinError
+from harness.budget import Budget, BudgetTracker
+from harness.ground.errors import BudgetExceeded, TwinError
+from harness.ground.model import ModelReply, ModelRequestError, Usage
 from harness.litellm_client import LiteLLMModel
-from harness.model import ModelReply, ModelRequestError, Usage
 from harness.model_factory import MeteredModel, make_model
 from harness.scripted import ScriptedModel
 from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.errors import TwinError
-from harness.model import ModelReply
+from harness.ground.errors import TwinError
+from harness.ground.model import ModelReply
 from harness.scripted import ScriptedModel, ScriptExhausted
 
 YAML_SCRIPT = """

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.errors import TwinError
-from harness.model import ReplayDivergence
+from harness.ground.errors import TwinError
+from harness.ground.model import ReplayDivergence
 from harness.model_factory import make_model
 from harness.replay import ReplayModel
 from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
@@ -183,7 +183,7 @@ def _script(tmp_path):
 
 
 def _call(index, role, messages, round=1):
-    from harness.model import ModelReply
+    from harness.ground.model import ModelReply
     from harness.trajectory import ModelRequest
 
     return ModelCallRecord(

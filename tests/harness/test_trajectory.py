@@ -7,7 +7,7 @@ import threading
 import pytest
 from pydantic import ValidationError
 
-from harness.model import ModelReply, ToolCall, Usage
+from harness.ground.model import ModelReply, ToolCall, Usage
 from harness.trajectory import (
     MAX_TOOL_RESULT_CHARS,
     SCHEMA_VERSION,

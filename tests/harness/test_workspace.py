@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_adapter.layout import grader_boundary
 from benchmark_adapter.task import load_task
+from harness.ground.isolation import python_mounts
 from harness.workspace import (
     WorkspaceError,
-    grader_boundary,
     prepare_workspace,
-    python_mounts,
     role_boundary,
 )
 from tests.harness.redteam.conftest import SECRET, make_task

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.budget import Budget, BudgetExceeded, BudgetTracker
+from harness.budget import Budget, BudgetTracker
+from harness.ground.errors import BudgetExceeded
 from harness.model_factory import MeteredModel
 from harness.scripted import ScriptedModel
 from roles.agent import Agent, Submitted

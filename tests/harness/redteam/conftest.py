@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.task import Task, load_task
-from harness.boundary import Boundary, Limits
+from harness.ground.boundary import Boundary, Limits
 from harness.sandbox.registry import make_sandbox
 from harness.workspace import Workspace, prepare_workspace, role_boundary
 

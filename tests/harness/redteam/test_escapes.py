@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.boundary import BoundaryViolation
+from harness.ground.boundary import BoundaryViolation
 from tests.conftest import requires_bwrap
 from tests.harness.redteam.conftest import API_KEY, SECRET
 
@@ -448,7 +448,7 @@ def test_mount_table_does_not_name_the_task_or_the_run(arena):
 def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
     """The pointer file the candidate repository leaves in /app shows nothing of the host."""
     from benchmark_adapter.task import load_task
-    from harness.boundary import Limits
+    from harness.ground.boundary import Limits
     from harness.sandbox.registry import make_sandbox
     from harness.workspace import prepare_workspace, role_boundary
     from tests.harness.redteam.conftest import make_task

@@ -14,7 +14,7 @@ import stat
 
 import pytest
 
-from harness.boundary import Limits
+from harness.ground.boundary import Limits
 from harness.sandbox.registry import make_sandbox
 from harness.workspace import role_boundary
 from tests.conftest import requires_bwrap

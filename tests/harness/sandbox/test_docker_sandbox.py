@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.boundary import Boundary, Limits, Mount
-from harness.sandbox.base import SandboxError
+from harness.ground.boundary import Boundary, Limits, Mount
+from harness.ground.sandbox import SandboxError
 from harness.sandbox.docker import LABEL, container_config, container_user
 from harness.sandbox.registry import make_sandbox
 
@@ -70,7 +70,7 @@ def test_user_is_never_root():
 def test_hidden_packages_are_replaced_by_a_pruned_site_packages(tmp_path):
     import sys
 
-    from harness.workspace import python_mounts
+    from harness.ground.isolation import python_mounts
 
     b = Boundary(name="c", mounts=python_mounts(), hidden_packages=["torch"])
     config = container_config(b, ["true"], workdir="/", env={}, image="img")
@@ -121,7 +121,7 @@ def test_local_base_image_is_built_without_a_registry():
 
 @pytest.mark.skipif(not _engine(), reason="no Docker engine")
 def test_docker_run_end_to_end(tmp_path):
-    from harness.workspace import python_mounts
+    from harness.ground.isolation import python_mounts
 
     sandbox = make_sandbox(
         "docker", boundary(tmp_path, mounts=[*python_mounts(), Mount(host=tmp_path, inside="/app")])
@@ -140,7 +140,7 @@ def test_closing_a_sandbox_leaves_another_with_the_same_boundary_name_running(tm
     """Parallel trials share boundary names; closing one must not reap the other's containers."""
     import threading
 
-    from harness.workspace import python_mounts
+    from harness.ground.isolation import python_mounts
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

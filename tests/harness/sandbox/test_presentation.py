@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.boundary import Boundary, Mount
+from harness.ground.boundary import Boundary, Mount
 from harness.sandbox.presentation import Presenter, recover_slots
 
 
@@ -96,7 +96,7 @@ def test_a_killed_harness_leaves_nothing_lost_the_next_sandbox_moves_the_root_ba
         f"""
         import os
         from pathlib import Path
-        from harness.boundary import Boundary, Mount
+        from harness.ground.boundary import Boundary, Mount
         from harness.sandbox.presentation import Presenter
         p = Presenter(Boundary(name="m", mounts=[Mount(host=Path({str(candidate)!r}), inside="/app", writable=True)]))
         p.enter()
@@ -112,7 +112,7 @@ def test_a_killed_harness_leaves_nothing_lost_the_next_sandbox_moves_the_root_ba
 
 
 def test_a_boundary_built_over_a_dead_slot_is_refused_and_the_root_moved_back(tmp_path, stage):
-    from harness.sandbox.base import SandboxError
+    from harness.ground.sandbox import SandboxError
 
     candidate, _source = tree(tmp_path)
     killed = Presenter(Boundary(name="m", mounts=[Mount(host=candidate, inside="/app", writable=True)]))

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from harness.isolation import SANDBOX_UID
+from harness.ground.isolation import SANDBOX_UID
 from harness.sandbox import privilege
 from harness.sandbox.privilege import Staging, reachable, settle_writable, unprivileged_prefix
 from harness.sandbox.seccomp import compile_filter, docker_profile, filter_file

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from harness.boundary import Limits
-from harness.sandbox.base import SandboxError
+from harness.ground.boundary import Limits
+from harness.ground.sandbox import SandboxError
 from harness.sandbox.process import HeadTail, PidsCgroup, limit_prefix, run_limited
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.boundary import Boundary, BoundaryViolation, Limits, Mount
-from harness.sandbox.base import SandboxError
+from harness.ground.boundary import Boundary, BoundaryViolation, Limits, Mount
+from harness.ground.sandbox import SandboxError
 from harness.sandbox.registry import available_sandboxes, make_sandbox
 
 
@@ -71,3 +71,19 @@ def test_none_kills_background_processes_and_times_out(tmp_path):
 
     time.sleep(1.5)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "docker", "none"])
+def test_each_name_builds_its_registered_class(tmp_path, kind):
+    from harness.sandbox.registry import KNOWN, SANDBOXES
+
+    assert KNOWN == ("auto", *SANDBOXES)
+    if kind == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    if kind == "docker":
+        pytest.importorskip("docker")
+    try:
+        sandbox = make_sandbox(kind, boundary(tmp_path))
+    except SandboxError:
+        pytest.skip(f"{kind} cannot run here")
+    assert type(sandbox) is SANDBOXES[kind]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from harness.boundary import Boundary, Mount
+from harness.ground.boundary import Boundary, Mount
+from harness.ground.isolation import python_mounts
 from harness.sandbox.registry import make_sandbox
-from harness.workspace import python_mounts
 from tests.conftest import requires_bwrap
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness.model import ModelReply, ToolCall, Usage
+from harness.ground.model import ModelReply, ToolCall, Usage
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from harness.boundary import Boundary, BoundaryViolation, Mount
+from harness.ground.boundary import Boundary, BoundaryViolation, Mount
 
 
 @pytest.fixture

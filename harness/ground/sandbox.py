@@ -12,7 +12,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 
 class SandboxError(TwinError):
@@ -44,7 +44,7 @@ class Sandbox(Protocol):
     Paths given to `exec(cwd=…)`, `read_file` and `write_file` are paths *inside*
     the sandbox (e.g. `/app/model.py`); the sandbox maps them to the host and
     checks them against the boundary first. A refused path raises
-    `harness.boundary.BoundaryViolation` and is written to the audit log.
+    `harness.ground.boundary.BoundaryViolation` and is written to the audit log.
     """
 
     def exec(

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 MAX_DEPTH = 64
 MAX_ENTRIES = 50_000

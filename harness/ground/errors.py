@@ -33,3 +33,26 @@ class InfraFailure(TwinError):
     """
 
     exit_code = 3
+
+
+class BudgetExceeded(TwinError):
+    """A budget limit was reached; the loop turns this into a clean stop.
+
+    Attributes:
+        kind: which limit: 'tokens', 'dollars', 'calls' or 'wall_time'.
+        limit: the configured limit.
+        used: how much was used when the check failed.
+    """
+
+    def __init__(self, kind: str, limit: float, used: float) -> None:
+        self.kind = kind
+        self.limit = limit
+        self.used = used
+        super().__init__(f"{kind} budget exhausted: used {_fmt(used)} of {_fmt(limit)}")
+
+    def __reduce__(self):  # keep it picklable across processes
+        return (type(self), (self.kind, self.limit, self.used))
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if isinstance(value, int) or float(value).is_integer() else f"{value:.4g}"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import isolation
-from harness.isolation import Layout, grader_boundary, probe_boundary, role_boundary
+from harness.ground import isolation
+from harness.ground.isolation import Layout, grader_boundary, probe_boundary, role_boundary
 
 MODULE = Path(isolation.__file__)
 
@@ -26,7 +26,7 @@ def test_policy_module_imports_nothing_above_the_ground_floor():
         for name in imported
         if name.split(".")[0] in {"harness", "roles", "probes", "benchmark_adapter", "evidence_store"}
     }
-    assert ours <= {"harness.boundary", "harness.errors"}, ours
+    assert ours <= {"harness.ground.boundary", "harness.ground.errors"}, ours
 
 
 @pytest.fixture()

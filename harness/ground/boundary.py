@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 # Environment variable names that may carry credentials; never copied into a sandbox.
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from harness.errors import TwinError
+from harness.ground.errors import TwinError
 
 Message = dict[str, Any]
 """One chat message in OpenAI format: `{"role": ..., "content": ..., ...}`."""

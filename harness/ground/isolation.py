@@ -9,8 +9,8 @@ sandbox (`SANDBOX_UID` whenever twin is root) and which kernel interfaces it may
 use are decided by the sandbox implementations from the boundary these functions
 return (`harness/sandbox/privilege.py`, `harness/sandbox/seccomp.py`).
 
-This module sits on the ground floor: it imports only `harness.boundary` and
-`harness.errors`, never the loop, the roles, the probes or the task loader.
+This module sits on the ground floor: it imports only `harness.ground.boundary` and
+`harness.ground.errors`, never the loop, the roles, the probes or the task loader.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.boundary import Boundary, Limits, Mount
-from harness.errors import TwinError
+from harness.ground.boundary import Boundary, Limits, Mount
+from harness.ground.errors import TwinError
 
 Side = Literal["reference", "candidate"]
 # The unprivileged host uid/gid every sandbox runs as when twin runs as root (nobody).

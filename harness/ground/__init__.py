@@ -1,0 +1,9 @@
+"""twin's ground floor: the contracts every other part builds on, importing nothing of twin's above.
+
+`errors` (the exception family), `model` (the Model protocol and message types),
+`sandbox` (the Sandbox protocol, `ExecResult`, `SandboxError`), `boundary` (what a
+command may see or do), `isolation` (the policy that builds every sandbox's boundary)
+and `agent_tree` (how agent-written trees are read, copied and removed without
+trusting them). Modules here import only each other; `tests/test_layers.py` holds
+every package to its floor.
+"""

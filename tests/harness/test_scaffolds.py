@@ -1,0 +1,41 @@
+"""Scaffolds by name: a registry of factories, each building a `Scaffold` over a session."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+
+from harness.base_scaffold import BaseScaffold
+from harness.ground.errors import TwinError
+from harness.loop import TwinLoop
+from harness.mini_swe import MiniSweAgentScaffold
+from harness.run import Scaffold as ScaffoldName
+from harness.scaffolds import SCAFFOLDS, check_scaffold, make_scaffold
+
+
+def test_registry_names_the_configs_scaffolds_and_their_factories():
+    assert set(SCAFFOLDS) == set(get_args(ScaffoldName))
+    assert SCAFFOLDS == {"twin": TwinLoop, "base": BaseScaffold, "mini-swe-agent": MiniSweAgentScaffold}
+    assert all(callable(getattr(factory, "run", None)) for factory in SCAFFOLDS.values())
+
+
+def test_unknown_scaffold_lists_the_known_ones():
+    with pytest.raises(TwinError, match="unknown scaffold 'swe': choose twin, base, mini-swe-agent"):
+        check_scaffold("swe")
+    with pytest.raises(TwinError, match="unknown scaffold"):
+        make_scaffold("swe", session=None, progress=None)  # type: ignore[arg-type]
+
+
+def test_make_scaffold_calls_the_registered_factory(monkeypatch):
+    built = []
+
+    class Fake:
+        def __init__(self, session, progress):
+            built.append((session, progress))
+
+        def run(self) -> None: ...
+
+    monkeypatch.setitem(SCAFFOLDS, "base", Fake)
+    assert isinstance(make_scaffold("base", "session", "progress"), Fake)
+    assert built == [("session", "progress")]

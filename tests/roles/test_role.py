@@ -1,0 +1,69 @@
+"""Every role takes a `RoundBrief` and returns an `AgentOutcome` whose output is its own record."""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+
+from harness.ground.boundary import Boundary, Mount
+from harness.scripted import ScriptedModel
+from roles.agent import AgentOutcome
+from roles.diagnoser import Diagnoser
+from roles.migrator import Migrator
+from roles.role import Role, RoundBrief
+from roles.schemas import Diagnosis, VerifierReport
+from roles.tools import Workbench
+from roles.verifier import Verifier
+
+DIAGNOSIS = {"summary": "nothing yet", "gaps": [], "complete": False}
+
+
+class Desk:
+    def write_probe(self, name: str, source: str) -> str:
+        return name
+
+    def run_probe(self, name: str) -> str:
+        return ""
+
+    def run_checks(self) -> str:
+        return ""
+
+    def probe_format(self) -> str:
+        return "PROBE-FORMAT"
+
+
+def submitting(arguments: dict) -> ScriptedModel:
+    return ScriptedModel([{"tool_calls": [{"name": "submit", "arguments": arguments}]}])
+
+
+def bench(tmp_path) -> Workbench:
+    (tmp_path / "app").mkdir()
+    boundary = Boundary(name="role", mounts=[Mount(host=tmp_path / "app", inside="/app")], workdir="/app")
+    return Workbench(boundary=boundary, candidate=SimpleNamespace(), reference=SimpleNamespace())
+
+
+CASES = [
+    ("diagnoser", lambda m, b: Diagnoser(m, b), {"diagnosis": DIAGNOSIS}, Diagnosis),
+    ("migrator", lambda m, b: Migrator(m, b), {"summary": "ported it"}, str),
+    ("verifier", lambda m, b: Verifier(m, b, Desk()), {"summary": "checked"}, VerifierReport),
+]
+
+
+@pytest.mark.parametrize("name,build,arguments,output_type", CASES, ids=[c[0] for c in CASES])
+def test_a_role_runs_on_a_round_brief(tmp_path, name, build, arguments, output_type):
+    role: Role = build(submitting(arguments), bench(tmp_path))
+    brief = RoundBrief(round=3, instruction="PORT-THIS-REPO", diagnosis="GAP-ONE", evidence="EVIDENCE-SO-FAR")
+    outcome = role.run(brief)
+    assert role.role == name
+    assert isinstance(outcome, AgentOutcome) and outcome.exit == "submitted"
+    assert isinstance(outcome.output, output_type)
+    task_prompt = outcome.messages[1]["content"]
+    assert "PORT-THIS-REPO" in task_prompt and "Round 3" in task_prompt
+
+
+@pytest.mark.parametrize("cls", [Diagnoser, Migrator, Verifier])
+def test_every_role_has_the_one_run_signature(cls):
+    assert list(inspect.signature(cls.run).parameters) == ["self", "brief"]
+    assert list(inspect.signature(Role.run).parameters) == ["self", "brief"]
