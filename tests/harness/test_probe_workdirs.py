@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+import harness.commands.probe
+import harness.probe_desk
 import probes.suite
 from benchmark_adapter.task import load_task
 from evidence_store.records import Outcome
@@ -31,7 +33,8 @@ def _interrupting(ctx):
 @pytest.fixture
 def interrupted_checks(monkeypatch):
     """The built-in checks replaced by a probe that is interrupted half-way."""
-    monkeypatch.setattr(probes.suite, "builtin_checks", lambda task: [_interrupting])
+    for module in (probes.suite, harness.probe_desk, harness.commands.probe):
+        monkeypatch.setattr(module, "builtin_checks", lambda task: [_interrupting])
 
 
 def _desk(tmp_path, store) -> RunProbeDesk:
