@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.bench_run import run_bench  # noqa: E402
-from harness.bench_schema import BenchConfig  # noqa: E402
+from harness.bench.run import run_bench  # noqa: E402
+from harness.bench.schema import BenchConfig  # noqa: E402
 from tests.harness import loop_scripts as plans  # noqa: E402
 
 

@@ -42,7 +42,7 @@ def probe(candidate: Path, args) -> dict:
     argv = [
         sys.executable,
         "-m",
-        "harness.cli",
+        "harness.cli.app",
         "probe",
         "--task",
         str(TASK),

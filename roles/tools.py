@@ -251,7 +251,7 @@ def _write_file(host: Path, data: bytes) -> None:
 
 
 class RoundHistory(Protocol):
-    """The candidate's committed rounds, as the `diff` tool reads them (`harness.candidate_repo.CandidateRepo`)."""
+    """The candidate's committed rounds, as the `diff` tool reads them (`harness.run.candidate_repo.CandidateRepo`)."""
 
     def rounds(self) -> list[int]:
         """Round numbers that have a snapshot, ascending."""

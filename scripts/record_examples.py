@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmark_adapter.defects import Defect  # noqa: E402
 from benchmark_adapter.task import load_task  # noqa: E402
-from harness.commands.migrate import run_migration  # noqa: E402
-from harness.run import RunConfig  # noqa: E402
-from harness.session import RunInputs  # noqa: E402
+from harness.cli.migrate import run_migration  # noqa: E402
+from harness.run.directory import RunConfig  # noqa: E402
+from harness.run.session import RunInputs  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"

@@ -17,7 +17,7 @@ from benchmark_adapter.defects import apply_defect
 from benchmark_adapter.grader import oracle_candidate, oracle_copy, run_grader
 from benchmark_adapter.sweep import load_defects, run_sweep
 from benchmark_adapter.task import TaskError, load_task
-from harness.cli import main
+from harness.cli.app import main
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the generated grader needs bwrap")
 

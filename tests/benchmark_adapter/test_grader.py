@@ -12,7 +12,7 @@ import pytest
 
 from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
 from benchmark_adapter.task import load_task
-from harness.cli import main
+from harness.cli.app import main
 
 requires_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap not installed"

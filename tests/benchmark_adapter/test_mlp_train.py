@@ -152,7 +152,7 @@ def test_twin_grade_oracle_prints_at_least_097(tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.cli",
+            "harness.cli.app",
             "grade",
             "--task",
             str(TASK_DIR),

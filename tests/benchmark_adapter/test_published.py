@@ -10,7 +10,7 @@ import pytest
 
 from benchmark_adapter.dockerfile import DockerfileError, read_dockerfile
 from benchmark_adapter.task import TaskError, load_task
-from harness.cli import main
+from harness.cli.app import main
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tasks" / "published" / "tiny-net"
@@ -216,7 +216,7 @@ def test_grade_takes_settings_and_lays_out_app(tmp_path):
 
 
 def test_a_settings_file_stands_for_its_task_in_benches(tmp_path):
-    from harness.bench_schema import TrialSpec
+    from harness.bench.schema import TrialSpec
 
     make_task(tmp_path / "t")
     side = tmp_path / "my-port.toml"

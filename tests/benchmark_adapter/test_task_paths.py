@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.task import TaskError, load_task
-from harness.cli import main
+from harness.cli.app import main
 
 
 def make_task(root: Path, twin: str = "") -> Path:

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from harness.bench_dir import BenchDir
-from harness.bench_run import run_bench
-from harness.bench_schema import BenchConfig, TrialSpec
-from harness.bench_trials import collect_trial
-from harness.cli import main
-from harness.ledger import LedgerLimits
+from harness.bench.directory import BenchDir
+from harness.bench.run import run_bench
+from harness.bench.schema import BenchConfig, TrialSpec
+from harness.bench.trials import collect_trial
+from harness.cli.app import main
+from harness.models.ledger import LedgerLimits
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="trials run in the bwrap sandbox")
@@ -98,7 +98,7 @@ def test_killed_bench_resumes_where_it_stopped(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "harness.cli",
+        "harness.cli.app",
         "bench",
         "--tasks",
         str(plans.TINY_TASK),

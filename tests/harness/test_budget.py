@@ -7,9 +7,9 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from harness.budget import Budget, BudgetTracker, Spent
 from harness.ground.errors import BudgetExceeded, TwinError
 from harness.ground.model import Usage
+from harness.models.budget import Budget, BudgetTracker, Spent
 
 
 def test_unlimited_budget_never_stops():

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from harness.candidate_repo import CandidateRepo, CandidateRepoError
+from harness.run.candidate_repo import CandidateRepo, CandidateRepoError
 from tests.fakes.trees import deep_chain
 
 

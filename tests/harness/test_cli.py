@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from harness import __version__
-from harness.cli import main
+from harness.cli.app import main
 
 
 def test_version_prints_and_exits_zero(capsys):

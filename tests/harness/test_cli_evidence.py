@@ -9,7 +9,7 @@ import pytest
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import STORE_FILENAME, EvidenceStore
-from harness.cli import main
+from harness.cli.app import main
 from probes import rerun
 from probes.suite import SuiteRun
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import STORE_FILENAME, EvidenceStore
-from harness.cli import main
+from harness.cli.app import main
 from probes.round_localization import localize_round
 
 TINY = Path(__file__).resolve().parents[1] / "probes" / "fixtures" / "tiny"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.app import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
 TINY = FIXTURES / "tiny"

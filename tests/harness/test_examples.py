@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench_run import run_bench
-from harness.bench_schema import BenchConfig
-from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs
+from harness.bench.run import run_bench
+from harness.bench.schema import BenchConfig
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -147,8 +147,8 @@ def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_pa
     assert len(results.trials) == 6 and all(t.status == "ok" for t in results.trials.values())
     for trial in results.trials.values():
         assert trial.rewards[2] >= 0.97, trial.trial_id
-    from harness.bench_dir import BenchDir
-    from harness.report import reward_by_round, write_report
+    from harness.bench.directory import BenchDir
+    from harness.bench.report import reward_by_round, write_report
 
     text = write_report(BenchDir(tmp_path / "bundled")).read_text()
     for by_round in reward_by_round(results).values():

@@ -9,9 +9,9 @@ from rich.console import Console
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelStopped
-from harness.human import HumanModel
-from harness.model_factory import make_model
-from harness.trajectory import Trajectory
+from harness.models.factory import make_model
+from harness.models.human import HumanModel
+from harness.run.trajectory import Trajectory
 from tests.harness.test_human_syntax import SUBMIT_SUMMARY, TOOLS
 
 SYSTEM = {"role": "system", "content": "You are the Migrator. SYSTEM-TEXT"}
@@ -110,7 +110,7 @@ def test_human_model_is_recorded_as_a_person_and_needs_a_terminal(tmp_path, monk
 
 
 def test_migrate_refuses_human_without_a_terminal_before_making_a_run(tmp_path, monkeypatch, capsys):
-    from harness.cli import main
+    from harness.cli.app import main
     from tests.harness import loop_scripts as plans
 
     monkeypatch.setattr("sys.stdin", io.StringIO(""))

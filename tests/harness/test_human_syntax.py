@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.human_syntax import AnswerError, Call, Command, Text, heredoc_tags, is_complete, parse_answer
+from harness.models.human_syntax import AnswerError, Call, Command, Text, heredoc_tags, is_complete, parse_answer
 
 
 def tool(name, properties, required=None):

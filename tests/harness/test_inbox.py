@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from harness.budget import Budget, BudgetTracker
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelStopped
-from harness.inbox import InboxModel, MalformedReply, parse_reply
-from harness.model_factory import make_model
-from harness.trajectory import Trajectory
+from harness.models.budget import Budget, BudgetTracker
+from harness.models.factory import make_model
+from harness.models.inbox import InboxModel, MalformedReply, parse_reply
+from harness.run.trajectory import Trajectory
 
 TOOLS = [
     {
@@ -253,7 +253,7 @@ def test_the_driver_in_the_docs_is_the_tested_example_driver():
 
 
 def test_migrate_refuses_an_unusable_inbox_before_making_a_run(tmp_path, capsys):
-    from harness.cli import main
+    from harness.cli.app import main
     from tests.harness import loop_scripts as plans
 
     (tmp_path / "file").write_text("")

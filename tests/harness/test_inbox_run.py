@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs
+from harness.cli.app import main
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,10 +4,10 @@ import multiprocessing
 
 import pytest
 
-from harness.budget import Budget, BudgetTracker
 from harness.ground.errors import BudgetExceeded
 from harness.ground.model import Usage
-from harness.ledger import LEDGER_ENV, Ledger, LedgerBudget, LedgerLimits, budget_for_run
+from harness.models.budget import Budget, BudgetTracker
+from harness.models.ledger import LEDGER_ENV, Ledger, LedgerBudget, LedgerLimits, budget_for_run
 
 
 def _charge_many(path, n):

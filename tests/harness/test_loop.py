@@ -8,10 +8,10 @@ import re
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.cli import main
-from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs
+from harness.cli.app import main
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(
@@ -170,7 +170,7 @@ def test_killed_run_resumes_from_its_last_complete_step(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "harness.cli",
+        "harness.cli.app",
         "migrate",
         "--task",
         str(plans.TINY_TASK),

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the loop's tests run the real bwrap sandbox")

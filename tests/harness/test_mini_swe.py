@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench_dir import BenchDir
-from harness.cli import main
-from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs
+from harness.bench.directory import BenchDir
+from harness.cli.app import main
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytest.importorskip("minisweagent", reason="mini-swe-agent not installed (pip install 'twin-harness[mini]')")
@@ -59,7 +59,7 @@ def records(run: RunDir, kind: str) -> list[dict]:
 
 
 def test_two_rounds_in_twins_sandbox_with_the_packages_templates_graded_like_base(tmp_path):
-    from harness.mini_swe import default_config
+    from harness.scaffolds.mini_swe import default_config
 
     run = run_tiny(tmp_path, mini_two_rounds())
     state = run.load_state()
@@ -128,8 +128,8 @@ def test_unknown_scaffold_is_one_line_and_exit_2(tmp_path, capsys):
 def test_missing_package_is_a_clear_error(monkeypatch):
     import builtins
 
-    from harness import mini_swe
     from harness.ground.errors import TwinError
+    from harness.scaffolds import mini_swe
 
     real_import = builtins.__import__
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from harness.ground.model import ModelReply, Usage
-from harness.model_cache import ResponseCache
+from harness.models.cache import ResponseCache
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "bash"}}]

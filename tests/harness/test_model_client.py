@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.budget import Budget, BudgetTracker
 from harness.ground.errors import BudgetExceeded
 from harness.ground.model import ModelInfraError, ModelRequestError
-from harness.litellm_client import LiteLLMModel, _classify, _import_litellm
-from harness.model_factory import make_model
-from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from harness.models.budget import Budget, BudgetTracker
+from harness.models.factory import make_model
+from harness.models.litellm_client import LiteLLMModel, _classify, _import_litellm
+from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, error, text, tool_call, tool_calls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,9 +239,9 @@ def test_response_cache_hits_skip_the_server(server, tmp_path):
 
 def test_litellm_is_imported_lazily_and_offline():
     probe = (
-        "import sys, os, harness.cli, harness.model_factory, harness.litellm_client;"
+        "import sys, os, harness.cli.app, harness.models.factory, harness.models.litellm_client;"
         "assert 'litellm' not in sys.modules and 'openai' not in sys.modules;"
-        "harness.litellm_client._import_litellm();"
+        "harness.models.litellm_client._import_litellm();"
         "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)

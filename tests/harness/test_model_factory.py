@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.budget import Budget, BudgetTracker
 from harness.ground.errors import BudgetExceeded, TwinError
 from harness.ground.model import ModelReply, ModelRequestError, Usage
-from harness.litellm_client import LiteLLMModel
-from harness.model_factory import MeteredModel, make_model
-from harness.scripted import ScriptedModel
-from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from harness.models.budget import Budget, BudgetTracker
+from harness.models.factory import MeteredModel, make_model
+from harness.models.litellm_client import LiteLLMModel
+from harness.models.scripted import ScriptedModel
+from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 
 
 def test_scripted_model_records_and_charges(tmp_path):
@@ -113,6 +113,6 @@ def test_metered_model_works_without_trajectory_or_budget():
     ],
 )
 def test_model_kind_selects_the_registry_entry(name, kind):
-    from harness.model_factory import MODEL_KINDS, model_kind
+    from harness.models.factory import MODEL_KINDS, model_kind
 
     assert model_kind(name) == kind and kind in MODEL_KINDS

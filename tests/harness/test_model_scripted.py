@@ -6,7 +6,7 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelReply
-from harness.scripted import ScriptedModel, ScriptExhausted
+from harness.models.scripted import ScriptedModel, ScriptExhausted
 
 YAML_SCRIPT = """
 - "I will read the source."

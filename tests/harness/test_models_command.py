@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli import main
-from harness.commands.models import PROVIDER_KEYS, provider_of, redact_url
+from harness.cli.app import main
+from harness.cli.models import PROVIDER_KEYS, provider_of, redact_url
 
 SECRET = "sk-this-value-must-never-be-printed-42"
 

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-import harness.commands.probe
-import harness.probe_desk
+import harness.cli.probe
+import harness.run.probe_desk
 import probes.suite
 from benchmark_adapter.task import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
-from harness.cli import main
-from harness.probe_desk import RunProbeDesk
+from harness.cli.app import main
+from harness.run.probe_desk import RunProbeDesk
 from tests.conftest import REPO_ROOT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
@@ -33,7 +33,7 @@ def _interrupting(ctx):
 @pytest.fixture
 def interrupted_checks(monkeypatch):
     """The built-in checks replaced by a probe that is interrupted half-way."""
-    for module in (probes.suite, harness.probe_desk, harness.commands.probe):
+    for module in (probes.suite, harness.run.probe_desk, harness.cli.probe):
         monkeypatch.setattr(module, "builtin_checks", lambda task: [_interrupting])
 
 
@@ -70,20 +70,20 @@ def test_twin_probe_removes_its_work_directory_when_interrupted(probe_workdirs, 
 
 
 def test_the_bench_post_run_checks_remove_their_work_directory(probe_workdirs, monkeypatch, tmp_path):
-    import harness.bench_checks
-    import harness.candidate_repo
+    import harness.bench.checks
+    import harness.run.candidate_repo
 
     run = SimpleNamespace(candidate=tmp_path / "c", candidate_git=tmp_path / "g",
                           load_state=lambda: SimpleNamespace(final_round=1))
-    monkeypatch.setattr(harness.bench_checks, "RunDir", lambda run_dir: run)
+    monkeypatch.setattr(harness.bench.checks, "RunDir", lambda run_dir: run)
 
     def export(self, round, dest):
         shutil.copytree(GOOD, dest)
         return dest
 
-    monkeypatch.setattr(harness.candidate_repo.CandidateRepo, "export", export)
+    monkeypatch.setattr(harness.run.candidate_repo.CandidateRepo, "export", export)
     spec = SimpleNamespace(task=str(TINY))
-    assert harness.bench_checks.post_run_failures(spec, tmp_path / "run", "none") == []
+    assert harness.bench.checks.post_run_failures(spec, tmp_path / "run", "none") == []
     assert len(probe_workdirs) == 1 and not probe_workdirs[0].exists()
 
 

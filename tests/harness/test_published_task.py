@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.bench_run import run_bench
-from harness.bench_schema import BenchConfig
-from harness.cli import main
-from harness.commands.migrate import run_migration
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs
+from harness.bench.run import run_bench
+from harness.bench.schema import BenchConfig
+from harness.cli.app import main
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the published layout is laid out by bwrap")
@@ -148,7 +148,7 @@ def test_grade_oracle_runs_a_solve_script(tmp_path, capsys, script, reward):
 def test_role_and_grader_boundaries_lay_out_app_as_the_dockerfile(tmp_path):
     from benchmark_adapter.layout import grader_boundary
     from benchmark_adapter.task import load_task
-    from harness.workspace import prepare_workspace, role_boundary
+    from harness.run.workspace import prepare_workspace, role_boundary
 
     task = load_task(TASK)
     ws = prepare_workspace(task, tmp_path / "ws")

@@ -8,9 +8,9 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ReplayDivergence
-from harness.model_factory import make_model
-from harness.replay import ReplayModel
-from harness.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from harness.models.factory import make_model
+from harness.models.replay import ReplayModel
+from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, text, tool_call
 
 SYSTEM = "You migrate PyTorch code to JAX."
@@ -158,7 +158,7 @@ def test_resumed_replay_continues_from_a_later_call(recording):
 
 
 def test_measured_numbers_in_user_text_may_differ_but_words_and_counts_may_not(tmp_path):
-    from harness.replay import request_difference
+    from harness.models.replay import request_difference
 
     path = tmp_path / "trajectory.jsonl"
     model = make_model(
@@ -184,7 +184,7 @@ def _script(tmp_path):
 
 def _call(index, role, messages, round=1):
     from harness.ground.model import ModelReply
-    from harness.trajectory import ModelRequest
+    from harness.run.trajectory import ModelRequest
 
     return ModelCallRecord(
         index=index, role=role, round=round, model="m", request=ModelRequest(messages=messages), reply=ModelReply()
@@ -192,7 +192,7 @@ def _call(index, role, messages, round=1):
 
 
 def test_a_resumed_runs_cut_off_turn_is_left_out_of_the_replay():
-    from harness.replay import kept_calls
+    from harness.models.replay import kept_calls
 
     start = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     later = [*start, {"role": "assistant", "content": "a"}, {"role": "tool", "tool_call_id": "1", "content": "t"}]
@@ -210,7 +210,7 @@ def test_a_resumed_runs_cut_off_turn_is_left_out_of_the_replay():
 
 
 def test_resume_position_counts_the_kept_calls_of_finished_steps():
-    from harness.replay import resume_position
+    from harness.models.replay import resume_position
 
     start = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     later = [*start, {"role": "assistant", "content": "a"}]

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.bench_dir import BenchDir
-from harness.bench_schema import BenchConfig, BenchResults, TrialResult
-from harness.report import paired_deltas, reward_by_round, round_transitions, write_report
+from harness.bench.directory import BenchDir
+from harness.bench.report import paired_deltas, reward_by_round, round_transitions, write_report
+from harness.bench.schema import BenchConfig, BenchResults, TrialResult
 
 REWARDS = {  # (task, scaffold, seed) -> rewards by round budget
     ("a", "twin", 0): {1: 0.5, 2: 0.8},

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.audit import read_refusals
-from harness.run import RunConfig, RunDir, RunError, RunState
+from harness.run.audit import read_refusals
+from harness.run.directory import RunConfig, RunDir, RunError, RunState
 
 
 def config(tmp_path, **kw):

@@ -6,12 +6,12 @@ from typing import get_args
 
 import pytest
 
-from harness.base_scaffold import BaseScaffold
 from harness.ground.errors import TwinError
-from harness.loop import TwinLoop
-from harness.mini_swe import MiniSweAgentScaffold
-from harness.run import Scaffold as ScaffoldName
-from harness.scaffolds import SCAFFOLDS, check_scaffold, make_scaffold
+from harness.run.directory import Scaffold as ScaffoldName
+from harness.run.loop import TwinLoop
+from harness.scaffolds.base import BaseScaffold
+from harness.scaffolds.mini_swe import MiniSweAgentScaffold
+from harness.scaffolds.registry import SCAFFOLDS, check_scaffold, make_scaffold
 
 
 def test_registry_names_the_configs_scaffolds_and_their_factories():

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 import benchmark_adapter.task
-from harness.cli import main
-from harness.run import RunConfig, RunDir, RunState
-from harness.session import RunInputs, open_session
+from harness.cli.app import main
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs, open_session
 from tests.harness import loop_scripts as plans
 
 needs_bwrap = pytest.mark.skipif(

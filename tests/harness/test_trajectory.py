@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from harness.ground.model import ModelReply, ToolCall, Usage
-from harness.trajectory import (
+from harness.run.trajectory import (
     MAX_TOOL_RESULT_CHARS,
     SCHEMA_VERSION,
     ModelCallRecord,

@@ -11,7 +11,7 @@ import pytest
 from benchmark_adapter.layout import grader_boundary
 from benchmark_adapter.task import load_task
 from harness.ground.isolation import python_mounts
-from harness.workspace import (
+from harness.run.workspace import (
     WorkspaceError,
     prepare_workspace,
     role_boundary,

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.budget import Budget, BudgetTracker
 from harness.ground.errors import BudgetExceeded
-from harness.model_factory import MeteredModel
-from harness.scripted import ScriptedModel
+from harness.models.budget import Budget, BudgetTracker
+from harness.models.factory import MeteredModel
+from harness.models.scripted import ScriptedModel
 from roles.agent import Agent, Submitted
 from roles.tools import Tool, ToolError, ToolResult, submit_tool
 

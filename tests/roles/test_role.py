@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.ground.boundary import Boundary, Mount
-from harness.scripted import ScriptedModel
+from harness.models.scripted import ScriptedModel
 from roles.agent import AgentOutcome
 from roles.diagnoser import Diagnoser
 from roles.migrator import Migrator

@@ -16,8 +16,8 @@ import pytest
 
 from benchmark_adapter.task import Task, load_task
 from harness.ground.boundary import Boundary, Limits
+from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.registry import make_sandbox
-from harness.workspace import Workspace, prepare_workspace, role_boundary
 
 SECRET = "TWIN-REDTEAM-SECRET-7f3a"
 API_KEY = "sk-redteam-0123456789abcdef"

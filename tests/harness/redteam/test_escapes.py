@@ -449,8 +449,8 @@ def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
     """The pointer file the candidate repository leaves in /app shows nothing of the host."""
     from benchmark_adapter.task import load_task
     from harness.ground.boundary import Limits
+    from harness.run.workspace import prepare_workspace, role_boundary
     from harness.sandbox.registry import make_sandbox
-    from harness.workspace import prepare_workspace, role_boundary
     from tests.harness.redteam.conftest import make_task
 
     task = load_task(make_task(tmp_path / "task"))

@@ -15,8 +15,8 @@ import stat
 import pytest
 
 from harness.ground.boundary import Limits
+from harness.run.workspace import role_boundary
 from harness.sandbox.registry import make_sandbox
-from harness.workspace import role_boundary
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]

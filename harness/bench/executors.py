@@ -1,0 +1,71 @@
+"""Where a bench's trials run: a local pool of processes or a Ray cluster.
+
+An executor takes the queue of pending trials, launches each while the bench's
+ledger has budget left, hands every finished trial to `record`, and queues again a
+trial that failed for infrastructure reasons, after a backoff that doubles, until it
+has had its retries.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from harness.bench.schema import BenchError, TrialSpec
+from harness.bench.trials import timed_trial_process
+from harness.ground.errors import TwinError
+from harness.models.ledger import Ledger
+
+
+def budget_left(ledger: Ledger) -> bool:
+    try:
+        ledger.check()
+    except TwinError:
+        return False
+    return True
+
+
+def run_locally(config, queue, launch, record, env, ledger) -> None:
+    running: dict[Future, tuple[TrialSpec, float]] = {}
+    with ThreadPoolExecutor(max_workers=config.jobs) as pool:
+        while queue or running:
+            while queue and len(running) < config.jobs and budget_left(ledger):
+                spec = queue.pop(0)
+                command, run_dir = launch(spec)
+                log = run_dir.with_suffix(".log")
+                running[pool.submit(timed_trial_process, command, log, env)] = (spec, time.monotonic())
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                spec, started = running.pop(future)
+                code, inner_s = future.result()
+                result = record(spec, code, started, inner_s)
+                if result.status == "infra_failed" and result.attempts <= config.infra_retries:
+                    delay = config.retry_backoff_s * (2 ** (result.attempts - 1))
+                    time.sleep(delay)
+                    queue.append(spec)
+
+
+def run_with_ray(config, queue, launch, record, env, ledger) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise BenchError("the ray executor needs the ray extra: pip install 'twin-harness[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=1)(timed_trial_process)
+    while queue:
+        batch = []
+        while queue and budget_left(ledger):
+            spec = queue.pop(0)
+            command, run_dir = launch(spec)
+            batch.append((spec, time.monotonic(), remote.remote(command, run_dir.with_suffix(".log"), env)))
+        if not batch:
+            break
+        for spec, started, ref in batch:
+            code, inner_s = ray.get(ref)
+            result = record(spec, code, started, inner_s)
+            if result.status == "infra_failed" and result.attempts <= config.infra_retries:
+                time.sleep(config.retry_backoff_s * (2 ** (result.attempts - 1)))
+                queue.append(spec)

@@ -1,0 +1,87 @@
+"""`twin bench`: every (task, model, scaffold, seed) trial is one `twin migrate` run.
+
+Finished trials are never re-run; an interrupted trial is resumed from its run
+directory; a trial that failed for infrastructure reasons is retried with backoff
+and, if it keeps failing, is marked so and left out of every average (never scored
+as 0). A grader that fails because of the candidate is reward 0. The layout of a
+bench's directory is in `harness.bench.directory`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.bench.checks import post_run_failures
+from harness.bench.directory import BenchDir
+from harness.bench.executors import run_locally, run_with_ray
+from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
+from harness.bench.trials import collect_trial, trial_command
+from harness.models.ledger import LEDGER_ENV, Ledger
+from harness.run.directory import write_text_atomic
+
+
+def run_bench(
+    config: BenchConfig,
+    benches_dir: Path = Path("benches"),
+    *,
+    on_trial: Callable[[TrialResult], None] | None = None,
+) -> BenchResults:
+    """Run (or resume) a bench; return its results."""
+    for task in config.tasks:
+        from benchmark_adapter.task import load_task
+
+        load_task(task)
+    bench = BenchDir(benches_dir / config.name)
+    bench.root.mkdir(parents=True, exist_ok=True)
+    if bench.results_path.is_file():
+        results = bench.load()
+        if results.config.model_dump(exclude={"jobs", "executor", "ray_address", "limits"}) != config.model_dump(
+            exclude={"jobs", "executor", "ray_address", "limits"}
+        ):
+            raise BenchError(f"bench {config.name} exists with another configuration; choose another --name")
+        results.config = config
+    else:
+        results = BenchResults(config=config)
+    write_text_atomic(bench.config_path, config.model_dump_json(indent=2))
+    bench.save(results)
+    ledger = Ledger.create(bench.ledger_path, config.limits)
+    env = {**os.environ, LEDGER_ENV: str(bench.ledger_path.resolve())}
+
+    def needs_run(previous: TrialResult | None) -> bool:
+        if previous is None or previous.status == "not_started":
+            return True
+        return previous.status == "infra_failed" and previous.attempts <= config.infra_retries
+
+    pending = [spec for spec in trials_of(config) if needs_run(results.trials.get(spec.trial_id))]
+    attempts_n = {
+        spec.trial_id: results.trials[spec.trial_id].attempts if spec.trial_id in results.trials else 0
+        for spec in pending
+    }
+
+    def launch(spec: TrialSpec) -> tuple[list[str], Path]:
+        run_dir = bench.runs / spec.trial_id
+        return trial_command(spec, config, run_dir.resolve()), run_dir
+
+    def record(spec: TrialSpec, code: int, started: float, model_and_grader_s: float) -> TrialResult:
+        # model_and_grader_s: time inside the trial's own process; the rest is the bench's
+        attempts_n[spec.trial_id] += 1
+        result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id])
+        if result.status == "ok":
+            result.failures = post_run_failures(spec, bench.runs / spec.trial_id, config.sandbox)
+        result.trial_wall_s = time.monotonic() - started
+        results.trials[spec.trial_id] = result
+        results.overhead_s[spec.trial_id] = max(0.0, result.trial_wall_s - model_and_grader_s)
+        bench.save(results)
+        if on_trial is not None:
+            on_trial(result)
+        return result
+
+    queue = list(pending)
+    if config.executor == "ray":
+        run_with_ray(config, queue, launch, record, env, ledger)
+    else:
+        run_locally(config, queue, launch, record, env, ledger)
+    return results

@@ -1,0 +1,106 @@
+"""One trial: its `twin migrate` command, the process that runs it, and the result read from its run directory.
+
+A trial whose run directory exists is resumed, never started again. How a trial ended
+is read from its run directory: an infrastructure failure (twin's own machinery:
+model provider, a sandbox that could not start, a grader reporting its own failure)
+is `infra_failed`, never scored; a run that stopped on an error of twin's is graded
+on what it committed (0 where nothing usable exists).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.bench.schema import BenchConfig, TrialResult, TrialSpec
+from harness.ground.errors import InfraFailure
+from harness.run.directory import RunDir
+
+
+def trial_command(spec: TrialSpec, config: BenchConfig, run_dir: Path) -> list[str]:
+    """The `twin migrate` command of a trial (a resume when its run directory exists)."""
+    base = [sys.executable, "-m", "harness.cli", "migrate"]
+    if (run_dir / "config.json").is_file():
+        return [*base, "--resume", str(run_dir)]
+    command = [
+        *base,
+        "--task",
+        str(spec.task),
+        "--model",
+        spec.model_name,
+        "--scaffold",
+        spec.scaffold,
+        "--rounds",
+        str(config.rounds),
+        "--seed",
+        str(spec.seed),
+        "--runs-dir",
+        str(run_dir.parent),
+        "--run-id",
+        run_dir.name,
+        "--sandbox",
+        config.sandbox,
+    ]
+    if config.api_base:
+        command += ["--api-base", config.api_base]
+    if config.model_retries is not None:
+        command += ["--model-retries", str(config.model_retries)]
+    return command
+
+
+def run_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> int:
+    """Run one trial's `twin migrate` with its output in `log_path`; return the exit code."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def timed_trial_process(command: list[str], log: Path, env: dict[str, str]) -> tuple[int, float]:
+    """Run a trial; return its exit code and the time spent in its process (model, sandbox, grader)."""
+    started = time.monotonic()
+    code = run_trial_process(command, log, env)
+    return code, time.monotonic() - started
+
+
+def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int) -> TrialResult:
+    """Read a finished trial's run directory into a `TrialResult`."""
+    from harness.run.finish import RunGrades
+
+    result = TrialResult(
+        trial_id=spec.trial_id,
+        task=spec.task_name,
+        model=spec.model,
+        scaffold=spec.scaffold,
+        seed=spec.seed,
+        status="ok",
+        attempts=attempts,
+    )
+    run = RunDir(run_dir)
+    if not run.state_path.is_file():
+        result.status = "infra_failed" if returncode == InfraFailure.exit_code else "failed"
+        result.error = f"twin migrate exited {returncode} before the run started"
+        return result
+    state = run.load_state()
+    result.stop_reason, result.final_round = state.stop_reason, state.final_round
+    spent = state.spent
+    result.cost_usd, result.tokens, result.calls, result.wall_s = spent.usd, spent.tokens, spent.calls, spent.wall_s
+    if returncode == InfraFailure.exit_code or state.stop_reason.startswith("infrastructure"):
+        result.status, result.error = "infra_failed", state.stop_reason
+        return result
+    if returncode != 0 or not run.grades.is_file():
+        result.status, result.error = "failed", f"twin migrate exited {returncode}"
+        return result
+    grades = RunGrades.model_validate_json(run.grades.read_text())
+    if any(g.error and g.reward is None for g in grades.rounds):
+        result.status = "infra_failed"
+        result.error = "; ".join(g.error for g in grades.rounds if g.error)
+    result.model_label = grades.model
+    result.snapshot_rewards = {g.round: g.reward for g in grades.rounds}
+    for r in range(1, run.load_config().rounds + 1):
+        chosen = state.choice_with_rounds(r)
+        result.rewards[r] = result.snapshot_rewards.get(chosen) if chosen else None
+        if result.rewards[r] is None and result.status == "ok" and state.stop_reason.startswith("error:"):
+            result.rewards[r] = 0.0  # the run stopped on twin's error before anything usable: scored, as 0
+    return result

@@ -1,0 +1,1 @@
+"""The `twin` command line: `app` registers one module per group of commands."""

@@ -1,0 +1,83 @@
+"""`twin bench` and `twin report`: compare scaffolds and rounds over tasks, models and seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from harness.bench.directory import BenchDir
+from harness.bench.report import write_report
+from harness.bench.run import run_bench
+from harness.bench.schema import BenchConfig
+from harness.ground.errors import TwinError
+from harness.models.ledger import LedgerLimits
+from harness.scaffolds.registry import SCAFFOLDS
+
+
+def bench_command(
+    tasks: list[Path] = typer.Option(..., "--tasks", help="Task directories (repeat the option)."),
+    model: list[str] = typer.Option(
+        ..., "--model", help="Model strings (repeat); {task}, {scaffold}, {seed} are filled in."
+    ),
+    scaffold: str = typer.Option("twin,base", "--scaffold", help="Comma-separated: twin,base,mini-swe-agent."),
+    rounds: int = typer.Option(2, "--rounds", min=1),
+    seeds: int = typer.Option(1, "--seeds", min=1),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Trials at once (local executor)."),
+    executor: str = typer.Option("local", "--executor", help="local or ray."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address."),
+    name: str = typer.Option(None, "--name", help="Bench name (directory under --benches-dir)."),
+    benches_dir: Path = typer.Option(Path("benches"), "--benches-dir", envvar="TWIN_BENCHES_DIR"),
+    max_usd: float = typer.Option(None, "--max-usd", help="Dollar budget of the whole bench."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget of the whole bench."),
+    sandbox: str = typer.Option("auto", "--sandbox"),
+    api_base: str = typer.Option(None, "--api-base"),
+    retries: int = typer.Option(2, "--infra-retries", min=0),
+    backoff: float = typer.Option(30.0, "--retry-backoff-s", min=0),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write the report at the end."),
+) -> None:
+    """Run trials over tasks x models x scaffolds x seeds and grade every round."""
+    scaffolds = [s.strip() for s in scaffold.split(",") if s.strip()]
+    unknown = set(scaffolds) - set(SCAFFOLDS)
+    if unknown or not scaffolds:
+        raise TwinError(f"unknown scaffold(s) {sorted(unknown)}: choose from {', '.join(SCAFFOLDS)}")
+    if executor not in ("local", "ray"):
+        raise TwinError(f"unknown executor {executor!r}: choose local or ray")
+    config = BenchConfig(
+        name=name or f"bench-{len(tasks)}t-{len(model)}m-r{rounds}-s{seeds}",
+        tasks=[t.expanduser().resolve() for t in tasks],
+        models=model,
+        scaffolds=scaffolds,
+        rounds=rounds,
+        seeds=seeds,
+        jobs=jobs,
+        executor=executor,
+        ray_address=address,
+        limits=LedgerLimits(max_usd=max_usd, max_tokens=max_tokens),
+        sandbox=sandbox,
+        api_base=api_base,
+        infra_retries=retries,
+        retry_backoff_s=backoff,
+    )
+    console = Console()
+
+    def show(result) -> None:
+        reward = "-" if result.reward is None else f"{result.reward:.4f}"
+        console.print(f"{result.trial_id}: {result.status} reward={reward} ${result.cost_usd:.4f}", highlight=False)
+
+    results = run_bench(config, benches_dir, on_trial=show)
+    done = sum(t.status == "ok" for t in results.trials.values())
+    console.print(f"bench {config.name}: {done}/{len(results.trials)} trials scored — {benches_dir / config.name}")
+    if report:
+        console.print(f"report: {write_report(BenchDir(benches_dir / config.name))}")
+
+
+def report_command(
+    bench: str = typer.Argument(..., help="Bench directory or name."),
+    benches_dir: Path = typer.Option(Path("benches"), "--benches-dir", envvar="TWIN_BENCHES_DIR"),
+    band: float = typer.Option(0.01, "--stable-band", help="|Δreward| up to this counts as stable."),
+) -> None:
+    """Write a markdown report with plots for a bench."""
+    path = write_report(BenchDir.open(bench, benches_dir), band=band)
+    Console().print(f"report: {path}")

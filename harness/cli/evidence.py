@@ -1,0 +1,274 @@
+"""`twin evidence …`: show, diff, export, import and re-run the evidence of a run.
+
+RUN is a run directory, or a run id under `./runs/`. Every bad input (no such run,
+no store, a round or kind the run does not have) is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evidence_store import numbers, reading
+from evidence_store.records import EvidenceRecord, Outcome
+from evidence_store.schema import EvidenceStoreError
+from evidence_store.store import EvidenceStore
+from evidence_store.views import CATEGORY_ORDER, Change, tally, tally_text
+from harness.run.directory import RunDir
+from probes.rerun import rerun_record
+from probes.round_localization import render_localization
+
+app = typer.Typer(no_args_is_help=True)
+
+_STYLE = {
+    Outcome.ESTABLISHED: "green",
+    Outcome.VIOLATED: "bold red",
+    Outcome.NOT_ESTABLISHED: "yellow",
+}
+
+
+def _open(run: str) -> EvidenceStore:
+    return EvidenceStore.open_run(run, create=False)
+
+
+def _check_round(store: EvidenceStore, round: int) -> None:
+    known = sorted(set(store.evidence_rounds()) | {r.round for r in store.rounds()})
+    if round not in known:
+        listed = ", ".join(map(str, known)) or "none"
+        raise EvidenceStoreError(f"{store.path} has no round {round} (rounds: {listed})")
+
+
+def _outcome(record: EvidenceRecord | None) -> str:
+    if record is None:
+        return "[dim]-[/]"
+    outcome = Outcome(record.outcome)
+    return f"[{_STYLE[outcome]}]{outcome.value}[/]"
+
+
+def _score(record: EvidenceRecord | None) -> str:
+    return "" if record is None or record.score is None else numbers.score(record.score)
+
+
+def _state(record: EvidenceRecord | None) -> str:
+    score = _score(record)
+    return _outcome(record) + (f" {score}" if score else "")
+
+
+def _detail(record: EvidenceRecord) -> str:
+    """The deciding numbers of a record that did not hold (distance against tolerance), else why."""
+    if record.outcome is not Outcome.ESTABLISHED:
+        failing, _, total = reading.failing_lines(record)
+        if failing:
+            more = f" (+{total - 2} more)" if total > 2 else ""
+            return "; ".join(failing[:2]) + more
+        return reading.reason(record) or record.property.description
+    return record.property.description
+
+
+def _records_table(title: str, records: list[EvidenceRecord]) -> Table:
+    table = Table(title=title, title_justify="left")
+    longest_id = max((len(r.property.id) for r in records), default=8)
+    for name in ("id", "round", "property", "kind", "L", "outcome", "score", "detail"):
+        wraps = name in ("property", "detail")
+        table.add_column(
+            name,
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            min_width=min(longest_id, 40) if name == "property" else None,
+            justify="right" if name in ("id", "round", "L", "score") else "left",
+        )
+    for r in records:
+        table.add_row(
+            str(r.record_id),
+            str(r.round),
+            r.property.id,
+            r.property.kind,
+            str(r.property.level),
+            _outcome(r),
+            _score(r),
+            _detail(r),
+        )
+    return table
+
+
+@app.command("show")
+def show_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    round: int | None = typer.Option(None, "--round", help="The state after this round."),
+    kind: str | None = typer.Option(None, "--kind", help="Only properties of this kind."),
+    every: bool = typer.Option(False, "--records", help="Every record, not the latest state."),
+) -> None:
+    """Show the latest outcome of every property (or every record), with counts."""
+    console = Console()
+    with _open(run) as store:
+        if round is not None:
+            _check_round(store, round)
+        if store.count() == 0:
+            console.print(f"{store.path}: no evidence recorded yet")
+            return
+        latest = store.latest(up_to_round=round)
+        if kind is not None and all(r.property.kind != kind for r in latest.values()):
+            kinds = ", ".join(sorted({r.property.kind for r in latest.values()}))
+            raise EvidenceStoreError(
+                f"{store.path} has no evidence of kind {kind!r} (kinds: {kinds})"
+            )
+        if every:
+            records = store.records(round=round, kind=kind)
+            title = f"records of round {round}" if round is not None else "all records"
+        else:
+            records = [r for r in latest.values() if kind is None or r.property.kind == kind]
+            title = "latest outcome per property" + (
+                f" after round {round}" if round is not None else ""
+            )
+        located = [r for r in store.records(property_id="localization") if round is None or r.round <= round]
+        if located:
+            console.print(render_localization(located[-1]).rstrip(), markup=False)
+        console.print(_records_table(title, records))
+        _print_rounds(console, store, round)
+        counts = tally(latest)
+        total = sum(counts.values())
+        console.print(f"{total} properties (latest outcome of each): {tally_text(counts)}", soft_wrap=True)
+
+
+def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> None:
+    """Per round: the candidate commit, the Migrator's summary and what the Verifier left unchecked."""
+    plain = {"highlight": False, "markup": False, "soft_wrap": True}
+    for info in store.rounds():
+        if up_to is not None and info.round > up_to:
+            continue
+        unchecked = store.records(round=info.round, kind="unchecked")
+        if not (info.candidate_commit or info.note or unchecked):
+            continue
+        commit = (info.candidate_commit or "-")[:10]
+        console.print(f"round {info.round}: candidate commit {commit}", **plain)
+        if info.note:
+            console.print(f"  Migrator's summary: {' '.join(info.note.split())}", **plain)
+        for record in unchecked:
+            name = record.property.id.removeprefix("unchecked:")
+            why = record.observations.get("reason", "")
+            console.print(f"  not examined by the Verifier: {name}: {why}", **plain)
+
+
+@app.command("diff")
+def diff_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    a: int = typer.Argument(..., help="Earlier round."),
+    b: int = typer.Argument(..., help="Later round."),
+    every: bool = typer.Option(False, "--all", help="Also list properties established in both."),
+) -> None:
+    """Compare the state after round A with the state after round B: regressions first."""
+    console = Console()
+    with _open(run) as store:
+        _check_round(store, a)
+        _check_round(store, b)
+        change = store.transitions(a, b)
+    table = Table(title=f"round {a} -> round {b}", title_justify="left")
+    table.add_column("change", no_wrap=True)
+    table.add_column("property", overflow="fold", min_width=12)
+    table.add_column(f"after round {a}", no_wrap=True)
+    table.add_column(f"after round {b}", no_wrap=True)
+    shown = 0
+    for category in CATEGORY_ORDER:
+        changes: list[Change] = getattr(change, category)
+        if category == "still_established" and not every:
+            continue
+        for c in changes:
+            table.add_row(
+                category.replace("_", " "), c.property_id, _state(c.before), _state(c.after)
+            )
+            shown += 1
+    if shown:
+        console.print(table)
+    counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in change.categories().items())
+    console.print(counts or "no evidence in either round")
+
+
+@app.command("export")
+def export_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    output_file: str | None = typer.Option(
+        None, "--output", "-o", help="File to write (default stdout)."
+    ),
+) -> None:
+    """Export rounds, diagnoses and evidence records as JSON Lines."""
+    with _open(run) as store:
+        if output_file is None:
+            store.export_jsonl(sys.stdout)
+            return
+        output = Path(output_file)
+        if not output.parent.is_dir():
+            raise EvidenceStoreError(f"cannot write {output}: {output.parent} is not a directory")
+        # Written beside the target and renamed, so a failed export leaves no half file.
+        fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+        try:
+            with os.fdopen(fd, "w") as out:
+                written = store.export_jsonl(out)
+            os.replace(tmp, output)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    Console(stderr=True).print(f"wrote {written} records to {output}")
+
+
+@app.command("import")
+def import_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    source_file: str = typer.Argument(..., help="JSON Lines written by `twin evidence export`."),
+) -> None:
+    """Append an exported file's rounds, diagnoses and records (all or nothing)."""
+    source = Path(source_file)
+    if not source.is_file():
+        raise EvidenceStoreError(f"no such file: {source}")
+    with EvidenceStore.open_run(run, create=True) as store, source.open() as src:
+        added = store.import_jsonl(src)
+    Console().print(f"imported {added} records into {store.path}")
+
+
+@app.command("rerun")
+def rerun_command(
+    run: str = typer.Argument(..., help="Run directory, or run id under ./runs/."),
+    record: int = typer.Argument(..., help="Record id to re-execute."),
+    round: int | None = typer.Option(None, "--round", help="File the result under this round."),
+    task: str | None = typer.Option(
+        None, "--task", help="Task directory (default: the record's, else the run's)."
+    ),
+    candidate: str | None = typer.Option(
+        None, "--candidate", help="Candidate to examine (default: the record's, else the run's)."
+    ),
+) -> None:
+    """Re-execute a record from what it kept and append the new result."""
+    if round is not None and round < 0:
+        raise EvidenceStoreError(f"round must be non-negative, not {round}")
+    with _open(run) as store:
+        original = store.get(record)
+        spec = original.context.get("rerun")
+        named = spec if isinstance(spec, dict) else {}
+        run_task, run_candidate = _run_defaults(store.path.parent)
+        new = rerun_record(
+            store,
+            record,
+            round=round,
+            task=task or (None if named.get("task") else run_task),
+            candidate=candidate or (None if named.get("candidate") else run_candidate),
+        )
+    Console().print(_records_table(f"record {record} re-run", [original, new]))
+
+
+def _run_defaults(run_dir: Path) -> tuple[str | None, str | None]:
+    """The task and candidate of a run directory, where it records them."""
+    layout = RunDir(run_dir)
+    task = None
+    if layout.config_path.is_file():
+        try:
+            task = json.loads(layout.config_path.read_text()).get("task")
+        except (OSError, ValueError, AttributeError):
+            task = None
+    candidate = str(layout.candidate.resolve()) if layout.candidate.is_dir() else None
+    return task, candidate

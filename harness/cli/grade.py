@@ -1,0 +1,83 @@
+"""`twin grade`: run a task's unchanged grader on a candidate (or on the task's oracle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from benchmark_adapter.grader import oracle_copy, run_grader
+from harness.cli import options
+from harness.ground.errors import TwinError
+
+
+def grade_command(
+    task: options.TaskDir,
+    candidate: Path = typer.Option(None, "--candidate", help="Candidate directory to grade."),
+    oracle: bool = typer.Option(False, "--oracle", help="Grade the task's own solution/app/."),
+    sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, docker, none or auto."),
+    out: Path = typer.Option(
+        None, "--out", help="Write the grade (reward, components, checks) as JSON here."
+    ),
+    keep_logs: Path = typer.Option(
+        None, "--keep-logs", help="Copy the grader's /logs/verifier here."
+    ),
+    audit_log: options.AuditLog = None,
+    settings: options.PublishedSettings = None,
+    original_dir: options.OriginalDir = None,
+    assets_dir: options.AssetsDir = None,
+    output_dir: options.OutputDir = None,
+) -> None:
+    """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
+    if oracle == (candidate is not None):
+        raise TwinError("pass exactly one of --candidate DIR or --oracle")
+    loaded = options.load_task_option(task, settings, original_dir, assets_dir, output_dir)
+    if out is not None and out.is_dir():
+        raise TwinError(f"--out must be a file path, {out} is a directory")
+    console = Console()
+    if oracle:
+        with oracle_copy(loaded) as target, console.status(f"grading {loaded.name} (oracle)"):
+            grade = run_grader(
+                loaded, target, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
+            )
+    else:
+        if not candidate.expanduser().is_dir():
+            raise TwinError(f"candidate directory not found: {candidate}")
+        with console.status(f"grading {loaded.name} ({candidate})"):
+            grade = run_grader(
+                loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
+            )
+    _print_grade(console, grade)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(grade.model_dump_json(indent=2))
+        tmp.replace(out)
+    if grade.error is not None:
+        raise TwinError(f"grader of {loaded.name} gave no reward: {grade.error}")
+
+
+def _print_grade(console: Console, grade) -> None:
+    table = Table(title=f"{grade.task}: reward {grade.reward:.4f}", show_header=True)
+    table.add_column("check / component")
+    table.add_column("score", justify="right")
+    table.add_column("detail", overflow="fold")
+    for name, value in grade.components.items():
+        table.add_row(f"[bold]{name}[/]", _fmt(value), "")
+    for name, check in sorted(grade.checks.items()):
+        if isinstance(check, dict):
+            table.add_row(name, _fmt(check.get("score")), str(check.get("detail", ""))[:120])
+    console.print(table)
+    console.print(
+        f"reward [bold]{grade.reward:.4f}[/] (from {grade.reward_file or 'nothing'}; "
+        f"grader exit {grade.returncode}, {grade.duration_s:.1f}s, sandbox {grade.sandbox})",
+        highlight=False,
+    )
+
+
+def _fmt(value) -> str:
+    return (
+        f"{value:.4f}" if isinstance(value, (int, float)) else "-" if value is None else str(value)
+    )

@@ -1,0 +1,175 @@
+"""`twin probe`: run differential probes and candidate-side checks on a candidate."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evidence_store import reading
+from harness.cli import options
+from harness.ground.errors import TwinError
+from probes.localize import localize_divergence
+from probes.services.families import probe_families
+from probes.services.probe_file import SearchBudget
+from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
+
+_STYLE = {"established": "green", "violated": "bold red", "not_established": "yellow"}
+
+
+def probe_command(
+    task: options.TaskDir,
+    candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
+    probe: list[Path] = typer.Option(
+        None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
+    ),
+    builtin: bool = typer.Option(
+        True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
+    ),
+    library: bool = typer.Option(
+        True, "--library/--no-library", help="Run the task's bundled probe library."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the results as JSON (one object) instead of a table."
+    ),
+    sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
+    device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
+    precision: str = typer.Option(
+        "highest", "--precision", help="highest, default or bf16 (both sides)."
+    ),
+    jobs: int = typer.Option(1, "--jobs", help="Probes run at once."),
+    search_examples: int = typer.Option(
+        100, "--search-examples", help="Counterexample search: inputs generated per request space."
+    ),
+    search_seconds: float = typer.Option(
+        60.0, "--search-seconds", help="Counterexample search: seconds per request space (shrinking included)."
+    ),
+    search_seed: int = typer.Option(0, "--search-seed", help="Counterexample search: seed of the drawn inputs."),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="Keep probe files, inputs and outputs here."
+    ),
+    keep: bool = typer.Option(
+        False, "--keep", help="Keep the temporary probe work directory after the run."
+    ),
+    audit_log: options.AuditLog = None,
+    settings: options.PublishedSettings = None,
+    original_dir: options.OriginalDir = None,
+    assets_dir: options.AssetsDir = None,
+    output_dir: options.OutputDir = None,
+) -> None:
+    """Probe a candidate against the task's original and print what is established."""
+    if jobs < 1:
+        raise TwinError("--jobs must be at least 1")
+    if search_examples < 1 or search_seconds <= 0:
+        raise TwinError("--search-examples must be at least 1 and --search-seconds positive")
+    budget = SearchBudget(max_examples=search_examples, seconds=search_seconds, seed=search_seed)
+    probe_files = list(probe or [])
+    for path in probe_files:
+        if not path.expanduser().is_file():
+            raise TwinError(f"probe file not found: {path}")
+    loaded = options.load_task_option(task, settings, original_dir, assets_dir, output_dir)
+    probes = builtin_checks(loaded) if builtin else []
+    if library:
+        probes += task_probes(loaded, budget)
+    for path in probe_files:
+        try:
+            probes += load_probe_file(path, budget)
+        except ValueError as exc:
+            raise TwinError(str(exc)) from None
+    if not probes:
+        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {loaded.name}")
+    console = Console(stderr=as_json)
+    context_options = {
+        "sandbox_kind": sandbox,
+        "device": device,
+        "precision": precision,
+        "workdir": workdir,
+        "audit_log": audit_log,
+        "keep": keep,
+    }
+    shown = candidate.expanduser().resolve()
+    with ExitStack() as stack:
+        with console.status(f"probing {shown} ({len(probes)} probes)") as status:
+
+            def progress(done: int, total: int, _results) -> None:
+                status.update(f"probing {shown}: {done}/{total}")
+
+            suite = stack.enter_context(
+                run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
+            )
+        _report(console, suite.ctx, suite.results, as_json=as_json)
+
+
+def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
+    """The results with the divergence they localize, as JSON or as a table (the context still open)."""
+
+    found = localize_divergence(ctx, results)
+    if found is not None:
+        results = [*results, found]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "task": ctx.task.name,
+                    "candidate": str(ctx.candidate),
+                    "workdir": str(ctx.workdir),
+                    "probe_families": probe_families(ctx.task),
+                    "results": [r.model_dump(mode="json") for r in results],
+                },
+                indent=2,
+            )
+        )
+        return
+    _print_table(console, ctx, results)
+    families = probe_families(ctx.task)
+    if families:
+        console.print(
+            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+            markup=False,
+        )
+
+
+def _deciding(result) -> str:
+    """What decided a result: failing outputs as distance against tolerance, else why."""
+    failing, passing, total = reading.failing_lines(result)
+    if failing:
+        shown = failing[: reading.FAILING_SHOWN]
+        more = [f"… {total - len(shown)} more failing"] if total > len(shown) else []
+        passes = [f"{passing} other output{'s' if passing != 1 else ''} pass"] if passing else []
+        return "\n".join(shown + more + passes)
+    if result.outcome.value != "established":
+        return reading.reason(result)
+    return f"all {passing} outputs pass" if passing > 1 else ""
+
+
+def _print_table(console: Console, ctx, results) -> None:
+    """A table on a terminal; plain lines, one property after another, anywhere else.
+
+    Piped output is never wrapped or cut: a property id or a detail stays whole on its line.
+    """
+    counts = {k: sum(r.outcome.value == k for r in results) for k in _STYLE}
+    title = f"{ctx.task.name}: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    if not console.is_terminal:
+        plain = {"highlight": False, "markup": False, "soft_wrap": True}
+        console.print(title, **plain)
+        for r in results:
+            console.print(f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", **plain)
+            for line in _deciding(r).splitlines():
+                console.print(f"    {line}", **plain)
+        console.print(f"probe files and outputs: {ctx.workdir}", **plain)
+        return
+    table = Table(title=title)
+    table.add_column("property", overflow="fold")
+    table.add_column("level", justify="right")
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("what decided it", overflow="fold")
+    for r in results:
+        outcome = f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]"
+        table.add_row(r.property.id, str(r.property.level), outcome, _deciding(r))
+    console.print(table)
+    if ctx.keep:
+        console.print(f"probe files and outputs: {ctx.workdir}")

@@ -1,1 +1,0 @@
-"""One module per group of CLI commands; `harness.cli` registers them."""

@@ -1,0 +1,262 @@
+"""The live model client: any litellm model string. The only module that imports litellm.
+
+litellm is imported on the first call, never at import time (it takes seconds),
+with its price map read from the installed package (never fetched) and its
+logging quiet. Retries are ours, not litellm's or the OpenAI SDK's, so that
+their number is known and each failure is classified exactly once:
+
+- rate limits, 5xx, timeouts and refused connections are retried with
+  exponential backoff (honouring `Retry-After`), then raised as `ModelInfraError`;
+- auth, permission, not-found, context-window and other bad requests are raised
+  at once as `ModelRequestError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import uuid
+from typing import Any
+
+from harness.ground.model import (
+    Message,
+    ModelInfraError,
+    ModelReply,
+    ModelRequestError,
+    ToolCall,
+    ToolSchema,
+    Usage,
+)
+from harness.models.cache import ResponseCache
+
+MAX_BACKOFF_S = 60.0
+_litellm: Any = None
+
+
+def _import_litellm() -> Any:
+    global _litellm
+    if _litellm is None:
+        # Read before import: otherwise litellm downloads its price map at import time.
+        os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+        os.environ.setdefault("LITELLM_LOG", "ERROR")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        litellm.set_verbose = False
+        litellm.telemetry = False
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        _litellm = litellm
+    return _litellm
+
+
+class LiteLLMModel:
+    """A live model through litellm.
+
+    Args:
+        name: a litellm model string: 'anthropic/claude-…', 'openai/gpt-…',
+            'ollama/qwen2.5-coder', or 'openai/<name>' with `api_base` for any
+            OpenAI-compatible server.
+        api_base: base URL override (e.g. 'http://127.0.0.1:8000/v1').
+        api_key: key override; otherwise litellm reads the provider's env var.
+        temperature: sampling temperature; provider default when None.
+        max_tokens: completion token limit; provider default when None.
+        timeout_s: seconds per attempt.
+        max_retries: retries after the first attempt, for infrastructure failures only.
+        backoff_s: first backoff; doubles each retry, with jitter, capped at 60 s.
+        cache: optional on-disk response cache.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout_s: float = 600,
+        max_retries: int = 5,
+        backoff_s: float = 2.0,
+        cache: ResponseCache | None = None,
+    ) -> None:
+        self.name = name
+        self.label = name
+        self.api_base = api_base
+        self._api_key = api_key
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.cache = cache
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LiteLLMModel({self.name!r}, api_base={self.api_base!r})"
+
+    def settings(self) -> dict[str, Any]:
+        """What besides the messages decides the answer (the cache key uses it)."""
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens}
+
+    def query(
+        self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
+    ) -> ModelReply:
+        """Ask the model; see `harness.ground.model.Model.query`."""
+        key = None
+        if self.cache is not None:
+            key = self.cache.key(self.name, self.api_base, messages, tools, self.settings())
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit
+        reply = self._query_live(messages, tools)
+        if self.cache is not None and key is not None:
+            self.cache.put(key, reply, model=self.name)
+        return reply
+
+    def _query_live(self, messages: list[Message], tools: list[ToolSchema] | None) -> ModelReply:
+        litellm = _import_litellm()
+        kwargs: dict[str, Any] = {
+            "model": self.name,
+            "messages": messages,
+            "timeout": self.timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,  # the OpenAI SDK under litellm retries twice by default
+            "drop_params": True,
+        }
+        if tools:
+            kwargs["tools"] = tools
+        optional = {
+            "api_base": self.api_base,
+            "api_key": self._api_key,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        kwargs.update({k: v for k, v in optional.items() if v is not None})
+        if self.api_base and "api_key" not in kwargs and _needs_placeholder_key(self.name):
+            # Local OpenAI-compatible servers (vLLM, llama.cpp, ollama) want no key, but the
+            # OpenAI SDK refuses to send a request without one.
+            kwargs["api_key"] = "no-key"
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = litellm.completion(**kwargs)
+                break
+            except Exception as exc:
+                verdict = _classify(litellm, exc)
+                if verdict is None:
+                    raise
+                if verdict == "refused":
+                    raise ModelRequestError(
+                        f"{self.name} refused the request: {_one_line(exc)}"
+                    ) from exc
+                if attempt > self.max_retries:
+                    raise ModelInfraError(
+                        f"{self.name}: infrastructure failure after {attempt} attempt(s) "
+                        f"({time.monotonic() - started:.1f} s): {_one_line(exc)}"
+                    ) from exc
+                time.sleep(self._backoff(attempt, _retry_after(exc)))
+        reply = _parse_response(response)
+        reply.cost_usd = _cost(litellm, response)
+        reply.latency_s = time.monotonic() - started
+        return reply
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), MAX_BACKOFF_S)
+        base = self.backoff_s * 2 ** (attempt - 1)
+        return min(base * (0.5 + random.random()), MAX_BACKOFF_S)
+
+
+def _needs_placeholder_key(name: str) -> bool:
+    provider = name.split("/", 1)[0] if "/" in name else ""
+    return provider in ("openai", "hosted_vllm") and not os.environ.get("OPENAI_API_KEY")
+
+
+def _classify(litellm: Any, exc: Exception) -> str | None:
+    """'retry' for infrastructure failures, 'refused' for bad requests, None for bugs."""
+    refused = (
+        litellm.AuthenticationError,
+        litellm.PermissionDeniedError,
+        litellm.NotFoundError,
+        litellm.BadRequestError,  # includes context window, content policy, unsupported params
+        litellm.UnprocessableEntityError,
+    )
+    retried = (
+        litellm.RateLimitError,
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+    )
+    if isinstance(exc, refused) or _missing_credentials(exc):
+        return "refused"
+    if isinstance(exc, retried):
+        return "retry"
+    import openai  # litellm's own dependency; its errors share the base class
+
+    if isinstance(exc, openai.APIError | litellm.APIError):
+        status = getattr(exc, "status_code", None)
+        if status is None or status >= 500 or status in (408, 409, 429):
+            return "retry"
+        return "refused"
+    return None
+
+
+def _missing_credentials(exc: Exception) -> bool:
+    """litellm reports a key that was never configured as a server error; it is a request error."""
+    text = str(exc).lower()
+    return "missing credentials" in text or ("api_key" in text and "must be set" in text)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """Seconds the provider asked us to wait, if it said."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _one_line(exc: Exception, limit: int = 400) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _parse_response(response: Any) -> ModelReply:
+    message = response.choices[0].message
+    calls = [
+        # Some local servers send no id; tool messages must answer a unique one.
+        ToolCall.from_raw(
+            call.id or f"call_{uuid.uuid4().hex[:12]}",
+            call.function.name or "",
+            call.function.arguments,
+        )
+        for call in getattr(message, "tool_calls", None) or []
+    ]
+    usage = getattr(response, "usage", None)
+    return ModelReply(
+        content=message.content or "",
+        tool_calls=calls,
+        usage=Usage(
+            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        ),
+    )
+
+
+def _cost(litellm: Any, response: Any) -> float:
+    """litellm's price for the call; 0.0 for models it has no price for (local, unknown)."""
+    try:
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:  # unknown model: litellm raises rather than returning 0
+        return 0.0
+    return float(cost or 0.0)

@@ -1,0 +1,217 @@
+"""Run configuration, run state and the run directory (DESIGN.md, "Run directory").
+
+`runs/<run-id>/` holds `config.json` (the whole configuration), `state.json` (which
+steps are complete, for resume), `trajectory.jsonl`, `evidence.sqlite`, `audit.log`,
+`candidate/` (+ `candidate.git`), `probes/` (the Verifier's probe files),
+`workspace/` (source and assets copies), `grades.json` and `summary.md`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from harness.ground.errors import TwinError
+from harness.models.budget import Budget, Spent
+
+STATE_VERSION = 1
+CONFIG_VERSION = 1
+Scaffold = Literal["twin", "base", "mini-swe-agent"]
+"""Scaffold names; `harness.scaffolds.registry.SCAFFOLDS` maps each to its implementation."""
+Step = Literal["diagnose", "migrate", "verify"]
+STEPS: tuple[Step, ...] = ("diagnose", "migrate", "verify")
+
+
+class RunError(TwinError):
+    """A run directory or configuration that cannot be used."""
+
+
+class RunConfig(BaseModel):
+    """Everything that defines a run; written whole to `config.json`."""
+
+    schema_version: int = Field(default=CONFIG_VERSION, description="config.json format version.")
+    task: Path = Field(description="The task directory (Harbor format).")
+    model: str = Field(description="litellm model string, or replay:PATH, scripted:PATH, inbox:DIR, human.")
+    scaffold: Scaffold = Field(
+        default="twin", description="'twin' (the loop), 'base' (one agent) or 'mini-swe-agent' (its default agent)."
+    )
+    rounds: int = Field(default=2, ge=1, le=20, description="Refinement rounds R.")
+    seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
+    api_base: str | None = Field(default=None, description="Base URL of an OpenAI-compatible server.")
+    temperature: float | None = Field(default=None, description="Sampling temperature.")
+    budget: Budget = Field(default_factory=Budget, description="Token, dollar, call and time limits.")
+    diagnoser_steps: int = Field(default=30, ge=1, description="Model calls per Diagnoser run.")
+    migrator_steps: int = Field(default=80, ge=1, description="Model calls per Migrator run.")
+    verifier_steps: int = Field(default=40, ge=1, description="Model calls per Verifier run.")
+    base_steps: int = Field(default=150, ge=1, description="Model calls per base-scaffold round.")
+    sandbox: str = Field(default="auto", description="Sandbox kind: auto, bwrap, docker or none.")
+    command_timeout_s: float = Field(default=600.0, gt=0, description="Limit of one agent command.")
+    evidence_chars: int = Field(default=6000, ge=500, description="Evidence budget in prompts.")
+    grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
+    cache_dir: Path | None = Field(default=None, description="On-disk model response cache.")
+    model_retries: int = Field(default=5, ge=0, description="Retries on rate limits, 5xx, time-outs.")
+    model_backoff_s: float = Field(default=2.0, ge=0, description="First retry delay (doubles).")
+    model_wait_s: float = Field(
+        default=3600.0, gt=0, description="inbox: seconds to wait for each reply before the run stops (resumable)."
+    )
+
+    @classmethod
+    def from_toml(cls, path: Path, **overrides: object) -> RunConfig:
+        """Read `[run]` of a TOML file (or its top level), then apply non-None overrides."""
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise RunError(f"cannot read config {path}: {exc}") from None
+        data = data.get("run", data)
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.build(**data)
+
+    @classmethod
+    def build(cls, **fields: object) -> RunConfig:
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RunError(f"bad run setting {where}: {first['msg']}") from None
+
+
+class RoundState(BaseModel):
+    """Progress of one round."""
+
+    round: int
+    done: list[Step] = Field(default_factory=list, description="Steps completed, in order.")
+    commit: str | None = Field(default=None, description="Candidate commit after the Migrator.")
+    model_calls: int = Field(default=0, description="Model calls made when the last step ended.")
+    note: str = Field(default="", description="E.g. 'diagnosis invalid: derived from evidence'.")
+    evidence_score: int | None = Field(
+        default=None, description="Established minus violated properties after verification."
+    )
+
+
+class RunState(BaseModel):
+    """What is complete; rewritten atomically after every step."""
+
+    schema_version: int = Field(default=STATE_VERSION)
+    run_id: str
+    status: Literal["running", "finished", "stopped", "failed"] = "running"
+    stop_reason: str = ""
+    rounds: list[RoundState] = Field(default_factory=list)
+    final_round: int | None = Field(default=None, description="Round chosen as the final candidate.")
+    final_choice: str = Field(default="", description="Why that round was chosen.")
+    spent: Spent = Field(default_factory=Spent, description="Budget spent so far (resume continues).")
+    started: float = Field(default_factory=time.time)
+    audit_offset: int = Field(default=0, description="Bytes of audit.log already turned into evidence.")
+
+    def round_state(self, round: int) -> RoundState:
+        for state in self.rounds:
+            if state.round == round:
+                return state
+        state = RoundState(round=round)
+        self.rounds.append(state)
+        return state
+
+    def choice_with_rounds(self, rounds: int) -> int | None:
+        """The candidate a run limited to `rounds` rounds would deliver.
+
+        The best verified round by evidence score (ties to the latest); without any
+        verified round, the latest committed one. Used for the final choice and for
+        the round ablation of a bench (one R-round run gives the 1..R-round results).
+        """
+        eligible = [r for r in self.rounds if r.round <= rounds and r.commit]
+        scored = [r for r in eligible if r.evidence_score is not None]
+        if scored:
+            return max(scored, key=lambda r: (r.evidence_score, r.round)).round
+        return max((r.round for r in eligible), default=None)
+
+    @property
+    def model_calls(self) -> int:
+        """Model calls made by the last completed step (where a resumed replay continues)."""
+        return max((r.model_calls for r in self.rounds if r.done), default=0)
+
+
+def new_run_id() -> str:
+    """A run id that sorts by start time: `20250101-120000-a1b2c3`."""
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def write_text_atomic(path: Path, data: str) -> None:
+    """Write a file so that a reader sees the old or the new content, never half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """Paths of one run directory and the reading and writing of its config and state."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    config_path = property(lambda self: self.root / "config.json")
+    state_path = property(lambda self: self.root / "state.json")
+    trajectory = property(lambda self: self.root / "trajectory.jsonl")
+    evidence = property(lambda self: self.root / "evidence.sqlite")
+    audit_log = property(lambda self: self.root / "audit.log")
+    candidate = property(lambda self: self.root / "candidate")
+    candidate_git = property(lambda self: self.root / "candidate.git")
+    probes = property(lambda self: self.root / "probes")
+    workspace = property(lambda self: self.root / "workspace")
+    grades = property(lambda self: self.root / "grades.json")
+    summary = property(lambda self: self.root / "summary.md")
+
+    @classmethod
+    def create(cls, runs_dir: Path, config: RunConfig, state: RunState) -> RunDir:
+        """Make a new run directory named after `state.run_id` and write its config and initial state."""
+        root = runs_dir / state.run_id
+        if root.exists():
+            raise RunError(f"run directory already exists: {root} (use --resume to continue it)")
+        root.mkdir(parents=True)
+        run = cls(root)
+        run.write_config(config)
+        run.save_state(state)
+        return run
+
+    @classmethod
+    def open(cls, run: str | Path, runs_dir: Path = Path("runs")) -> RunDir:
+        """Open an existing run by path or by id under `runs_dir`."""
+        root = Path(run)
+        if not (root / "config.json").is_file():
+            root = runs_dir / str(run)
+        if not (root / "config.json").is_file():
+            raise RunError(f"no run at {run}: expected a run directory with config.json")
+        return cls(root)
+
+    def load_config(self) -> RunConfig:
+        try:
+            data = json.loads(self.config_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunError(f"cannot read {self.config_path}: {exc}") from None
+        if data.get("schema_version", 0) > CONFIG_VERSION:
+            raise RunError(f"{self.config_path} was written by a newer twin; upgrade twin to resume it")
+        return RunConfig.build(**data)
+
+    def write_config(self, config: RunConfig) -> None:
+        write_text_atomic(self.config_path, config.model_dump_json(indent=2))
+
+    def load_state(self) -> RunState:
+        try:
+            state = RunState.model_validate_json(self.state_path.read_text())
+        except (OSError, ValidationError) as exc:
+            raise RunError(f"cannot read {self.state_path}: {str(exc).splitlines()[0]}") from None
+        if state.schema_version > STATE_VERSION:
+            raise RunError(f"{self.state_path} was written by a newer twin")
+        return state
+
+    def save_state(self, state: RunState) -> None:
+        write_text_atomic(self.state_path, state.model_dump_json(indent=2))

@@ -1,0 +1,196 @@
+"""After the run, never before: grade every round's snapshot with the task's unchanged grader.
+
+Nothing here reaches any role: the run is over when grading starts. Writes
+`grades.json` (typed, versioned) and `summary.md`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from benchmark_adapter.grader import run_grader
+from evidence_store.store import EvidenceStore
+from evidence_store.views import round_tally
+from harness.ground.errors import TwinError
+from harness.run.directory import RunConfig, RunDir, RunState, write_text_atomic
+
+GRADES_VERSION = 1
+
+
+class RoundGrade(BaseModel):
+    """The grade of one round's snapshot."""
+
+    round: int
+    commit: str | None = None
+    reward: float | None = Field(
+        default=None,
+        description="The grader's reward; 0 when it failed on the candidate; None only when twin's "
+        "own machinery failed (an infrastructure failure, retried by benches).",
+    )
+    components: dict[str, Any] = Field(default_factory=dict)
+    error: str = Field(
+        default="",
+        description="Why the reward is 0 (the grader failed on the candidate) or missing (infrastructure).",
+    )
+    duration_s: float = 0.0
+    same_as: int | None = Field(default=None, description="Round with an identical tree, grade reused.")
+
+
+class RunGrades(BaseModel):
+    """`grades.json`: every round's grade and the final candidate's."""
+
+    schema_version: int = GRADES_VERSION
+    run_id: str
+    task: str
+    scaffold: str
+    model: str
+    final_round: int | None
+    rounds: list[RoundGrade]
+
+    @property
+    def final(self) -> RoundGrade | None:
+        return next((g for g in self.rounds if g.round == self.final_round), None)
+
+
+def grade_rounds(session: Any, progress: Any) -> RunGrades:
+    """Grade each committed round (reusing the grade of an identical earlier tree)."""
+    s = session
+    grades: list[RoundGrade] = []
+    for rs in sorted(s.state.rounds, key=lambda r: r.round):
+        if not rs.commit:
+            continue
+        previous = grades[-1] if grades else None
+        if previous is not None and not s.repo.changed(previous.round, rs.round):
+            reused = previous.model_copy(update={"round": rs.round, "commit": rs.commit})
+            reused.same_as = previous.same_as or previous.round
+            grades.append(reused)
+            continue
+        progress.message(f"grading round {rs.round} with the task's own grader")
+        with tempfile.TemporaryDirectory(prefix="twin-grade-") as tmp:
+            snapshot = s.repo.export(rs.round, Path(tmp) / "candidate")
+            try:
+                grade = run_grader(s.task, snapshot, sandbox=s.config.sandbox, audit_log=s.run.audit_log)
+                grades.append(
+                    RoundGrade(
+                        round=rs.round,
+                        commit=rs.commit,
+                        reward=grade.reward,  # a grader failing on the candidate scores 0
+                        components=grade.components,
+                        duration_s=grade.duration_s,
+                        error=grade.error or "",
+                    )
+                )
+            except (TwinError, OSError) as exc:  # infrastructure: never scored as 0
+                grades.append(RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500]))
+    result = RunGrades(
+        run_id=s.state.run_id,
+        task=s.task.name,
+        scaffold=s.config.scaffold,
+        model=s.model_label,
+        final_round=s.state.final_round,
+        rounds=grades,
+    )
+    write_text_atomic(s.run.grades, result.model_dump_json(indent=2))
+    return result
+
+
+def write_summary(session: Any, grades: RunGrades | None) -> str:
+    """Write `summary.md` and return it."""
+    s = session
+    state, config = s.state, s.config
+    spent = s.budget.spent
+    lines = [
+        f"# twin run {state.run_id}",
+        "",
+        f"- task: `{s.task.name}`",
+        f"- scaffold: {config.scaffold}",
+        f"- model: {s.model_label}",
+        f"- rounds: {len(state.rounds)} of {config.rounds} ({state.stop_reason or state.status})",
+        f"- final candidate: round {state.final_round} — {state.final_choice}",
+        f"- spent: {spent.calls} model calls, {spent.tokens:,} tokens, ${spent.usd:.4f}, {spent.wall_s:.0f} s",
+        "",
+        "| round | commit | established | violated | not established | reward |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_round = {g.round: g for g in (grades.rounds if grades else [])}
+    tallies = evidence_tallies(s.run)
+    for rs in sorted(state.rounds, key=lambda r: r.round):
+        tally = tallies.get(rs.round, Counter())
+        grade = by_round.get(rs.round)
+        reward = "-" if grade is None else (f"{grade.reward:.4f}" if grade.reward is not None else "error")
+        lines.append(
+            f"| {rs.round} | {(rs.commit or '-')[:10]} | {tally['established']} | {tally['violated']} "
+            f"| {tally['not_established']} | {reward} |"
+        )
+    final = grades.final if grades else None
+    if final is not None and final.components:
+        lines += ["", f"## Grade of the final candidate (round {final.round})", ""]
+        lines += [f"- {name}: {value}" for name, value in sorted(final.components.items())]
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(s.run.summary, text)
+    return text
+
+
+FINAL_DIR = "final"
+"""The final candidate's snapshot inside a run directory."""
+
+REAL_MODEL_HINT = (
+    "with a real model: twin migrate --task {task} --model anthropic/claude-sonnet-4-5 --rounds {rounds} "
+    "(set ANTHROPIC_API_KEY; any litellm model works, see docs/models.md)"
+)
+
+
+def export_final(session: Any) -> Path | None:
+    """Write the final round's snapshot to `<run>/final/` (replacing an older one); None if none."""
+    import shutil
+
+    final_round = session.state.final_round
+    if final_round is None or final_round not in session.repo.rounds():
+        return None
+    import tarfile
+
+    dest = session.run.root / FINAL_DIR
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        return session.repo.export(final_round, dest)
+    except (TwinError, tarfile.ReadError):  # an empty tree archives to nothing tar can read
+        shutil.rmtree(dest, ignore_errors=True)
+        return None
+
+
+def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
+    """What a user wants to see when a run ends: every round's grade, the final candidate,
+    the run directory and, for a replayed or scripted run, how to run with a real model."""
+    lines = []
+    if run.grades.exists():
+        grades = RunGrades.model_validate_json(run.grades.read_text())
+        lines.append("grades (the task's own grader, after the run):")
+        for g in grades.rounds:
+            grade = f"{g.reward:.4f}" if g.reward is not None else f"grading failed: {g.error}"
+            same = f" (same tree as round {g.same_as})" if g.same_as else ""
+            lines.append(f"  round {g.round}: {grade}{same}")
+    else:
+        lines.append("not graded (--no-grade)")
+    final = run.root / FINAL_DIR
+    where = f"{final}" if final.is_dir() else "not exported"
+    lines.append(f"final candidate: round {state.final_round} — {where}")
+    lines.append(f"run directory: {run.root} (summary.md, trajectory.jsonl, evidence.sqlite)")
+    if config.model.startswith(("replay:", "scripted:")):
+        lines.append(REAL_MODEL_HINT.format(task=config.task, rounds=config.rounds))
+    return lines
+
+
+def evidence_tallies(run: RunDir) -> dict[int, Counter]:
+    """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts)."""
+    if not run.evidence.exists():
+        return {}
+    store = EvidenceStore(run.evidence, create=False)
+    try:
+        return {round: round_tally(store, round, candidate_only=True) for round in store.evidence_rounds()}
+    finally:
+        store.close()

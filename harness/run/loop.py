@@ -1,0 +1,321 @@
+"""The diagnose–migrate–verify loop: J_{t-1} → D_t → J_t → E_t, for up to R rounds.
+
+Each step is recorded in `state.json` when it completes, so a killed run resumes at
+the first incomplete step (a half-done Migrator step is discarded: the candidate
+goes back to the previous round's commit). Leaving the loop early is a `StopRun`
+carrying its reason; a budget running out is a `BudgetExceeded` from the model.
+"""
+
+from __future__ import annotations
+
+from evidence_store.records import EvidenceRecord, Outcome, Property
+from evidence_store.store import EvidenceStore
+from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
+from harness.ground.errors import BudgetExceeded
+from harness.run.audit import read_refusals
+from harness.run.probe_desk import RunProbeDesk
+from harness.run.progress import Progress
+from harness.run.session import Session
+from probes.round_localization import render_localization
+from roles.diagnoser import Diagnoser
+from roles.fence import fence_agent_text
+from roles.migrator import Migrator
+from roles.role import RoundBrief
+from roles.schemas import Diagnosis, Gap, VerifierReport
+from roles.verifier import Verifier
+
+
+class StopRun(Exception):
+    """The loop ends before R rounds; the message is the reason."""
+
+
+class TwinLoop:
+    """Drives the three roles over one session; see the module docstring."""
+
+    def __init__(self, session: Session, progress: Progress) -> None:
+        self.s = session
+        self.progress = progress
+        self.store = EvidenceStore(session.run.evidence)
+        self.store.record_run(session.state.run_id, session.config.model_dump(mode="json"))
+        self.desk = RunProbeDesk(
+            session.task,
+            session.run.candidate,
+            session.run.probes,
+            self.store,
+            run_id=session.state.run_id,
+            sandbox_kind=session.config.sandbox,
+            audit_log=session.run.audit_log,
+            commit=session.repo.head,
+            on_recorded=progress.evidence,
+        )
+        observers = {"on_tool": session.record_tool, "on_step": session.step_observer(progress)}
+        c = session.config
+        self.diagnoser = Diagnoser(
+            session.model, session.workbench("diagnoser", write=False), max_steps=c.diagnoser_steps, **observers
+        )
+        self.migrator = Migrator(
+            session.model, session.workbench("migrator", write=True), max_steps=c.migrator_steps, **observers
+        )
+        self.verifier = Verifier(
+            session.model,
+            session.workbench("verifier", write=False),
+            self.desk,
+            max_steps=c.verifier_steps,
+            **observers,
+        )
+
+    # ---- the loop, on one screen ------------------------------------------------------------------
+    def run(self) -> None:
+        state = self.s.state
+        try:
+            for t in range(1, self.s.config.rounds + 1):
+                self.round(t)
+                self.guard(t)
+            state.stop_reason = f"all {self.s.config.rounds} rounds done"
+        except BudgetExceeded as exc:
+            state.stop_reason = f"budget: {exc}"
+            self.finish_interrupted_round()
+        except StopRun as exc:
+            state.stop_reason = str(exc)
+        state.status = "finished"
+        self.choose_final()
+        self.s.save()
+
+    def round(self, t: int) -> None:
+        rs = self.s.state.round_state(t)
+        if "migrate" not in rs.done:
+            self.s.repo.reset_to(t - 1)  # discard a half-done Migrator step of a killed run
+        if "diagnose" not in rs.done:
+            self.complete(t, "diagnose", self.diagnose(t))
+        if "migrate" not in rs.done:
+            summary = self.migrate(t)
+            rs.commit = self.s.repo.commit_round(t, "migrator")
+            self.store.record_round(self.s.state.run_id, t, candidate_commit=rs.commit, note=summary)
+            self.complete(t, "migrate")
+        if "verify" not in rs.done:
+            self.verify(t)
+            rs.evidence_score = self.evidence_score(t)
+            self.complete(t, "verify")
+
+    def guard(self, t: int) -> None:
+        """Decide whether to go on after round t."""
+        if self.regressions(t):
+            self.progress.message(f"round {t} regressed: {', '.join(self.regressions(t))}")
+        latest = self.candidate_latest(t)
+        diagnosis = self.diagnosis(t)
+        if (
+            latest
+            and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
+            and (diagnosis is not None and diagnosis.complete)
+        ):
+            raise StopRun(f"every property established after round {t}")
+        repo = self.s.repo
+        if t >= 2 and not repo.changed(t - 2, t - 1) and not repo.changed(t - 1, t):
+            raise StopRun(f"rounds {t - 1} and {t} changed nothing")
+
+    # ---- the three steps ---------------------------------------------------------------------------
+    def diagnose(self, t: int) -> str:
+        self.enter(t, "diagnoser")
+        outcome = self.diagnoser.run(
+            RoundBrief(
+                round=t,
+                instruction=self.s.task.instruction,
+                evidence=fence_agent_text(
+                    "evidence",
+                    render_localization(self.desk.latest_localization(t - 1))
+                    + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
+                ),
+                regressions=self.regression_text(t - 1),
+                candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
+                objectives=self.objectives_status(t - 1),
+                unchecked=self.unchecked(t - 1),
+                migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t - 1)),
+            )
+        )
+        diagnosis, note = outcome.output, ""
+        if diagnosis is None:
+            diagnosis, note = self.fallback_diagnosis(t), "diagnosis invalid or missing: derived from evidence"
+        self.store.record_diagnosis(self.s.state.run_id, t, diagnosis)
+        return note
+
+    def migrate(self, t: int) -> str:
+        """Run the Migrator; return its summary of what it changed."""
+        self.enter(t, "migrator")
+        outcome = self.migrator.run(
+            RoundBrief(
+                round=t,
+                instruction=self.s.task.instruction,
+                diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
+                regressions=self.regression_text(t - 1),
+            )
+        )
+        return str(outcome.output or "")
+
+    def verify(self, t: int) -> None:
+        self.enter(t, "verifier")
+        self.desk.round = t
+        self.desk.rerun_all()
+        outcome = self.verifier.run(
+            RoundBrief(
+                round=t,
+                instruction=self.s.task.instruction,
+                diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
+                evidence=fence_agent_text(
+                    "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
+                ),
+                migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t)),
+                changed_files=self.s.repo.diff_stat(t - 1, t),
+            )
+        )
+        if isinstance(outcome.output, VerifierReport):
+            self.record_unchecked(t, outcome.output)
+        self.desk.localize()
+
+    # ---- bookkeeping -------------------------------------------------------------------------------
+    def enter(self, t: int, role: str) -> None:
+        self.s.trajectory.set_context(round=t, step=0)
+        self.progress.role(t, role)
+
+    def complete(self, t: int, step: str, note: str = "") -> None:
+        self.record_refusals(t)
+        rs = self.s.state.round_state(t)
+        rs.done.append(step)  # type: ignore[arg-type]
+        rs.model_calls = self.s.budget.spent.calls
+        rs.note = note or rs.note
+        self.s.save()
+
+    def record_refusals(self, t: int) -> None:
+        """Every refusal the boundary wrote to the audit log becomes evidence too."""
+        state = self.s.state
+        refusals, state.audit_offset = read_refusals(self.s.run.audit_log, state.audit_offset)
+        records = [
+            EvidenceRecord(
+                run_id=state.run_id,
+                round=t,
+                property=Property(
+                    id=f"boundary:{r.get('boundary', '?')}:{r.get('action', '?')}",
+                    kind="boundary",
+                    description="a role stayed inside its boundary",
+                ),
+                outcome=Outcome.VIOLATED,
+                observations=r,
+            )
+            for r in refusals
+        ]
+        if records:
+            self.store.append_many(records)
+
+    def record_unchecked(self, t: int, report: VerifierReport) -> None:
+        """What the Verifier could not examine is evidence too: not established, with its reason."""
+        records = [
+            EvidenceRecord(
+                run_id=self.s.state.run_id,
+                round=t,
+                property=Property(
+                    id=f"unchecked:{name}",
+                    kind="unchecked",
+                    description=f"the Verifier of round {t} could not examine {name}",
+                ),
+                outcome=Outcome.NOT_ESTABLISHED,
+                observations={"reason": why, "reported_by": "verifier"},
+            )
+            for name, why in report.unchecked_reasons()
+        ]
+        if records:
+            self.store.append_many(records)
+
+    def unchecked(self, t: int) -> list[tuple[str, str]]:
+        """(property, why) of what round t's Verifier reported it could not examine."""
+        return [
+            (r.property.id.removeprefix("unchecked:"), str(r.observations.get("reason", "")))
+            for r in self.store.records(round=t, kind="unchecked")
+        ]
+
+    def migrator_summary(self, t: int) -> str:
+        return next((r.note for r in self.store.rounds() if r.round == t and r.note), "")
+
+    def objectives_status(self, t: int) -> list[tuple[str, str]]:
+        """Round t's diagnosis objectives, each 'done' (every property it names is established
+        after round t) or 'open' (with the properties that are not)."""
+        if t < 1 or not self.store.diagnoses(round=t):
+            return []
+        latest = self.candidate_latest(t)
+        marked = []
+        for gap in self.diagnosis(t).gaps:
+            named = [pid for pid in gap.evidence if pid in latest]
+            left = [pid for pid in named if latest[pid].outcome is not Outcome.ESTABLISHED]
+            if not named:
+                status = "open: it names no property with evidence, so nothing shows it done"
+            else:
+                status = f"open: {', '.join(left)} not established" if left else "done"
+            marked.append((f"{gap.title}: {gap.objective}", status))
+        return marked
+
+    def finish_interrupted_round(self) -> None:
+        """After a budget stop mid-round, keep the Migrator's work as that round's snapshot."""
+        for rs in self.s.state.rounds:
+            if "diagnose" in rs.done and "migrate" not in rs.done:
+                rs.commit = self.s.repo.commit_round(rs.round, "migrator (stopped by budget)")
+                rs.note = "stopped by budget during migration; not verified"
+
+    def diagnosis(self, t: int) -> Diagnosis:
+        records = self.store.diagnoses(round=t)
+        return Diagnosis.model_validate(records[-1].diagnosis) if records else self.fallback_diagnosis(t)
+
+    def fallback_diagnosis(self, t: int) -> Diagnosis:
+        """Gaps from what the evidence shows is violated or unresolved."""
+        latest = self.candidate_latest(t - 1)
+        gaps = [
+            Gap(
+                title=f"{record.property.id} is {record.outcome.value}",
+                evidence=[record.property.id],
+                objective=f"make {record.property.description or record.property.id} hold",
+                probes=[record.property.id],
+            )
+            for record in latest.values()
+            if record.outcome is not Outcome.ESTABLISHED
+        ]
+        summary = "No diagnosis was produced; these gaps come from the evidence."
+        if not latest:
+            summary = "Nothing has been verified yet: migrate the whole repository."
+            gaps = [Gap(title="migrate the repository", objective="follow the task instruction")]
+        return Diagnosis(summary=summary, gaps=gaps[:20])
+
+    def candidate_latest(self, t: int) -> dict:
+        return {
+            pid: record
+            for pid, record in self.store.latest(up_to_round=t).items()
+            if record.property.kind not in NON_CANDIDATE_KINDS
+        }
+
+    def regressions(self, t: int) -> list[str]:
+        if t < 2:
+            return []
+        return sorted(c.property_id for c in self.store.transitions(t - 1, t).regressions)
+
+    def regression_text(self, t: int) -> str:
+        ids = self.regressions(t)
+        if not ids:
+            return ""
+        return (
+            f"Round {t} turned these established properties into violated ones (ids below). "
+            "Restore them before anything else.\n" + fence_agent_text("property ids", ", ".join(ids))
+        )
+
+    def evidence_score(self, t: int) -> int:
+        """Established minus violated in the state after round t (`views.round_tally`, as every view counts)."""
+        counts = round_tally(self.store, t, candidate_only=True)
+        return counts[Outcome.ESTABLISHED.value] - counts[Outcome.VIOLATED.value]
+
+    def choose_final(self) -> None:
+        """The final candidate is the best verified round by evidence; ties go to the latest."""
+        state = self.s.state
+        state.final_round = state.choice_with_rounds(self.s.config.rounds)
+        chosen = next((r for r in state.rounds if r.round == state.final_round), None)
+        if chosen is None or chosen.evidence_score is None:
+            state.final_choice = "no round was verified: the last committed round"
+        else:
+            state.final_choice = (
+                f"round {chosen.round}: best evidence score {chosen.evidence_score} "
+                "(established − violated; ties go to the latest)"
+            )

@@ -1,0 +1,171 @@
+"""Everything one run needs: its inputs (config, state, task), each read or built once, and the live
+objects built from them: model, budget, candidate repository, sandboxes, roles' workbenches.
+
+Both scaffolds (the twin loop and the base scaffold) are built here from the same
+parts, so a comparison between them differs only in the loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmark_adapter.task import Task, load_task
+from harness.ground.model import Model
+from harness.ground.sandbox import Sandbox
+from harness.models.budget import BudgetTracker
+from harness.models.factory import API_KEY_ENV, make_model
+from harness.models.ledger import LedgerBudget, budget_for_run
+from harness.run.candidate_repo import CandidateRepo
+from harness.run.directory import RunConfig, RunDir, RunState, new_run_id
+from harness.run.progress import Progress
+from harness.run.trajectory import ToolCallRecord, Trajectory
+from harness.run.workspace import Workspace, prepare_workspace, role_boundary
+from harness.sandbox.presentation import recover_presented
+from harness.sandbox.registry import make_sandbox
+from roles.tools import ToolResult, Workbench
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run is built from: its directory, configuration, state and task, each read or built once.
+
+    A new run writes its typed config and a fresh state into a new directory and reads
+    nothing back; a resumed run reads both from its directory. Either way the task is
+    loaded once, and the session shares these objects (its state is this state).
+    """
+
+    run: RunDir
+    config: RunConfig
+    state: RunState
+    task: Task
+
+    @classmethod
+    def create(cls, runs_dir: Path, config: RunConfig, task: Task, run_id: str | None = None) -> RunInputs:
+        """Start a new run: write `config` and a fresh state into `runs_dir/<run_id>`.
+
+        Raises:
+            RunError: the run directory exists already.
+        """
+        state = RunState(run_id=run_id or new_run_id())
+        return cls(RunDir.create(runs_dir, config, state), config, state, task)
+
+    @classmethod
+    def read(cls, run: RunDir) -> RunInputs:
+        """Resume a run: its config and state from its directory, then its task.
+
+        Raises:
+            RunError: config.json or state.json cannot be read.
+            TaskError: the task is gone or malformed.
+        """
+        config = run.load_config()
+        return cls(run, config, run.load_state(), load_task(config.task))
+
+
+@dataclass
+class Session:
+    """The live objects of one run."""
+
+    run: RunDir
+    config: RunConfig
+    state: RunState
+    task: Task
+    trajectory: Trajectory
+    budget: BudgetTracker | LedgerBudget
+    model: Model
+    repo: CandidateRepo
+    workspace: Workspace
+    sandboxes: list[Sandbox] = field(default_factory=list)
+
+    @property
+    def model_label(self) -> str:
+        return getattr(self.model, "label", None) or self.config.model
+
+    def workbench(self, role: str, *, write: bool) -> Workbench:
+        """The boundary and the two sandboxes of one role."""
+        benches = []
+        for side, writable in (("candidate", write), ("reference", False)):
+            boundary = role_boundary(
+                self.task,
+                self.workspace,
+                name=f"{role}:{side}",
+                write_candidate=writable,
+                side=side,
+                audit_log=self.run.audit_log,
+            )
+            benches.append((boundary, make_sandbox(self.config.sandbox, boundary)))
+        self.sandboxes.extend(sandbox for _, sandbox in benches)
+        (cand_boundary, cand_box), (_, ref_box) = benches
+        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s, repo=self.repo)
+
+    def record_tool(self, role: str, name: str, arguments: dict, result: ToolResult) -> None:
+        """Observer for the agent loop: every tool call goes into the trajectory."""
+        self.trajectory.append(
+            ToolCallRecord(
+                role=role,
+                round=self.trajectory.context.round,
+                step=self.trajectory.context.step,
+                tool=name,
+                arguments=arguments,
+                result=result.text,
+                ok=result.ok,
+                duration_s=result.duration_s,
+            )
+        )
+
+    def step_observer(self, progress: Progress) -> Callable[[str, int, object], None]:
+        """Observer for the agent loop: label the trajectory and update the progress view."""
+
+        def on_step(role: str, step: int, reply: object) -> None:
+            self.trajectory.set_context(step=step)
+            spent = self.budget.spent
+            progress.step(step, spent.tokens, spent.usd)
+
+        return on_step
+
+    def save(self) -> None:
+        self.state.spent = self.budget.spent
+        self.run.save_state(self.state)
+
+    def close(self) -> None:
+        for sandbox in self.sandboxes:
+            sandbox.close()
+
+
+def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: int | None = None) -> Session:
+    """Build the session of a new or resumed run from its inputs; reads neither config, state nor task again.
+
+    Args:
+        inputs: the run's directory, config, state and task.
+        api_key: provider key; never written anywhere (falls back to $TWIN_API_KEY).
+        replay_from: for a resumed run, its kept model calls of finished steps (where `replay:` continues and
+            `inbox:` counts from).
+    """
+    recover_presented()  # before any boundary resolves a root a killed run left in a slot
+
+    run, config, state, task = inputs.run, inputs.config, inputs.state, inputs.task
+    workspace = prepare_workspace(task, run.root)
+    repo = CandidateRepo(run.candidate, run.candidate_git, audit_log=run.audit_log)
+    repo.init()
+    trajectory = Trajectory(run.trajectory)
+    budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent))
+    model = make_model(
+        config.model,
+        trajectory=trajectory,
+        budget=budget,
+        api_base=config.api_base,
+        api_key=api_key or os.environ.get(API_KEY_ENV),
+        cache_dir=config.cache_dir,
+        temperature=config.temperature,
+        max_retries=config.model_retries,
+        backoff_s=config.model_backoff_s,
+        wait_s=config.model_wait_s,
+        **({"replay_start": replay_from} if replay_from else {}),
+    )
+    return Session(run, config, state, task, trajectory, budget, model, repo, workspace)
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("TWIN_RUNS_DIR", "runs"))

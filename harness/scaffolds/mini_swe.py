@@ -1,0 +1,242 @@
+"""`--scaffold mini-swe-agent`: mini-swe-agent's own agent, on twin's model client and sandbox.
+
+The agent is the package's `DefaultAgent` with the system and instance templates
+of its default configuration (`mini.yaml`, the one its `mini` command uses),
+unchanged; the task's instruction is its `{{task}}`. Two adapters, written against
+its `Model` and `Environment` protocols, are all that is twin's:
+
+- `TwinModelAdapter` sends its messages and its single `bash` tool through twin's
+  model client, so budgets, the trajectory, replay, `human` and `inbox:` apply, and
+  parses and formats tool calls with the package's own functions and templates;
+- `SandboxEnvironment` runs each command in twin's candidate-side sandbox (the
+  boundary: `/source` and `/assets` read-only, `/app` writable, nothing else,
+  torch absent, no network) and keeps the package's submit convention
+  (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`).
+
+Changed settings, and why: `step_limit` is the base scaffold's steps per round
+and `cost_limit` 0, because twin's budget governs the run; the command time limit
+is twin's; commands run in `/app`. Its `{{system}} {{release}} {{version}}
+{{machine}}` are 'Linux', '', '' and the machine type: the sandbox is Linux, and
+the host's kernel strings would make a recording unreplayable on another machine.
+Like the base scaffold it runs R rounds, each a fresh agent on the same /app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from harness.ground.errors import TwinError
+from harness.ground.model import Model
+from harness.run.progress import Progress
+from harness.run.session import Session
+from harness.scaffolds.base import BaseScaffold
+from roles.tools import MAX_COMMAND_BYTES, ToolError, ToolResult, check_text_argument
+
+ROLE = "agent"
+
+
+def _import_mini() -> Any:
+    """Import mini-swe-agent quietly, without reading the user's own mini-swe-agent settings.
+
+    Its global config (`.env` with keys, cost limits) is read at import time from
+    `MSWEA_GLOBAL_CONFIG_DIR`; twin points that at an empty folder of its own, since
+    twin's model client, keys and budget are the ones that apply.
+    """
+    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+    os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", str(Path(tempfile.gettempdir()) / "twin-mini-swe-agent"))
+    try:
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.config import builtin_config_dir
+        from minisweagent.environments.local import LocalEnvironment
+        from minisweagent.exceptions import FormatError
+        from minisweagent.models.utils.actions_toolcall import (
+            BASH_TOOL,
+            format_toolcall_observation_messages,
+            parse_toolcall_actions,
+        )
+        from minisweagent.models.utils.openai_multimodal import expand_multimodal_content
+    except ImportError:
+        raise TwinError(
+            "--scaffold mini-swe-agent needs the mini-swe-agent package: pip install 'twin-harness[mini]'"
+        ) from None
+    return SimpleNamespace(
+        DefaultAgent=DefaultAgent,
+        builtin_config_dir=builtin_config_dir,
+        LocalEnvironment=LocalEnvironment,
+        FormatError=FormatError,
+        BASH_TOOL=BASH_TOOL,
+        format_toolcall_observation_messages=format_toolcall_observation_messages,
+        parse_toolcall_actions=parse_toolcall_actions,
+        expand_multimodal_content=expand_multimodal_content,
+    )
+
+
+def default_config() -> dict[str, Any]:
+    """The package's default configuration (`mini.yaml`), as it ships."""
+    import yaml
+
+    mini = _import_mini()
+    return yaml.safe_load((mini.builtin_config_dir / "mini.yaml").read_text())
+
+
+class TwinModelAdapter:
+    """mini-swe-agent's `Model` protocol over a twin model.
+
+    Args:
+        model: twin's (metered, recorded) model.
+        config: the `model` section of mini-swe-agent's configuration (its templates).
+        on_reply: called with (step, reply) after each call (progress, trajectory labels).
+    """
+
+    def __init__(self, model: Model, config: dict[str, Any], on_reply: Any = None) -> None:
+        self.mini = _import_mini()
+        self.model = model
+        self.config = SimpleNamespace(
+            observation_template=config["observation_template"],
+            format_error_template=config["format_error_template"],
+            multimodal_regex=config.get("multimodal_regex", ""),
+        )
+        self.on_reply = on_reply
+        self.calls = 0
+
+    def query(self, messages: list[dict], **kwargs: Any) -> dict:
+        prepared = [{k: v for k, v in m.items() if k != "extra"} for m in messages]
+        reply = self.model.query(prepared, [self.mini.BASH_TOOL], role=ROLE)
+        self.calls += 1
+        if self.on_reply is not None:
+            self.on_reply(self.calls, reply)
+        calls = [
+            SimpleNamespace(
+                id=c.id,
+                function=SimpleNamespace(
+                    name=c.name, arguments=c.arguments_raw if c.arguments_raw is not None else json.dumps(c.arguments)
+                ),
+            )
+            for c in reply.tool_calls
+        ]
+        extra = {"cost": reply.cost_usd, "timestamp": time.time()}
+        try:
+            actions = self.mini.parse_toolcall_actions(
+                calls,
+                format_error_template=self.config.format_error_template,
+                # what a provider reports: 'tool_calls' when the reply calls tools, else 'stop'
+                template_kwargs={"finish_reason": "tool_calls" if calls else "stop"},
+            )
+        except self.mini.FormatError as exc:
+            exc.messages[0]["extra"].update(extra)
+            raise
+        message = reply.as_message()
+        message["extra"] = {"actions": actions, **extra}
+        return message
+
+    def format_message(self, **kwargs: Any) -> dict:
+        return self.mini.expand_multimodal_content(kwargs, pattern=self.config.multimodal_regex)
+
+    def format_observation_messages(
+        self, message: dict, outputs: list[dict], template_vars: dict | None = None
+    ) -> list[dict]:
+        return self.mini.format_toolcall_observation_messages(
+            actions=message.get("extra", {}).get("actions", []),
+            outputs=outputs,
+            observation_template=self.config.observation_template,
+            template_vars=template_vars,
+            multimodal_regex=self.config.multimodal_regex,
+        )
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        return {"model_name": self.model.name, **vars(self.config), **kwargs}
+
+    def serialize(self) -> dict:
+        return {"info": {"config": {"model": {"model_name": self.model.name}, "model_type": "twin"}}}
+
+
+def sandbox_environment(sandbox: Any, *, env: dict[str, str], timeout_s: float, on_command: Any) -> Any:
+    """A mini-swe-agent `Environment` whose commands run in twin's sandbox."""
+    mini = _import_mini()
+
+    class SandboxEnvironment(mini.LocalEnvironment):
+        def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+            command = action.get("command", "")
+            refused = _refuse_command(command)
+            if refused:  # a command no process can be given is the agent's error, shown to it
+                output = {"output": f"error: {refused}", "returncode": 2, "exception_info": refused}
+                on_command(command if isinstance(command, str) else repr(command)[:200], output)
+                return output
+            result = sandbox.exec(
+                command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=timeout or timeout_s
+            )
+            output = {
+                "output": result.stdout + result.stderr,
+                "returncode": result.returncode,
+                "exception_info": f"the command timed out after {timeout or timeout_s:g} s" if result.timed_out else "",
+            }
+            on_command(command, output)
+            self._check_finished(output)  # the package's own submit convention
+            return output
+
+        def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+            machine = {"system": "Linux", "release": "", "version": "", "machine": platform.machine()}
+            return {**self.config.model_dump(), **machine, **kwargs}
+
+    return SandboxEnvironment(cwd="/app", env=env, timeout=int(timeout_s))
+
+
+def _refuse_command(command: Any) -> str:
+    """Why a command cannot be run (not text, a NUL byte, text UTF-8 cannot hold, too long), or ""."""
+    try:
+        check_text_argument("command", command)
+    except ToolError as exc:
+        return str(exc)
+    if "\0" in command:
+        return "command contains a NUL byte"
+    if len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
+        return f"command is longer than {MAX_COMMAND_BYTES} bytes"
+    return ""
+
+
+class MiniSweAgentScaffold(BaseScaffold):
+    """R rounds of mini-swe-agent's `DefaultAgent`, committed and graded like the base scaffold."""
+
+    name = "mini-swe-agent"
+
+    def __init__(self, session: Session, progress: Progress) -> None:
+        self.s = session
+        self.progress = progress
+        self.mini = _import_mini()
+        self.config = default_config()
+        bench = session.workbench(ROLE, write=True)
+        self.sandbox = bench.candidate
+        self.timeout_s = bench.command_timeout_s
+        self.on_step = session.step_observer(progress)
+
+    def work(self, t: int) -> str:
+        """One run of the package's agent on the task's instruction; returns its exit status."""
+        model = TwinModelAdapter(
+            self.s.model, self.config["model"], lambda step, reply: self.on_step(ROLE, step, reply)
+        )
+        env = sandbox_environment(
+            self.sandbox,
+            env=self.config.get("environment", {}).get("env", {}),
+            timeout_s=self.timeout_s,
+            on_command=self._record,
+        )
+        agent_config = {
+            **self.config["agent"],
+            "step_limit": self.s.config.base_steps,
+            "cost_limit": 0,
+            "output_path": self.s.run.root / f"mini-swe-agent.round-{t}.traj.json",
+        }
+        agent = self.mini.DefaultAgent(model, env, **agent_config)
+        result = agent.run(self.s.task.instruction)
+        return f"mini-swe-agent exit: {result.get('exit_status', '?')}"
+
+    def _record(self, command: str, output: dict) -> None:
+        ok = output["returncode"] == 0 and not output["exception_info"]
+        self.s.record_tool(ROLE, "bash", {"command": command}, ToolResult(text=output["output"], ok=ok))
