@@ -194,7 +194,7 @@ def test_checker_resolves_relative_imports_and_twins_own_floors(tmp_path):
         tmp_path,
         {
             "harness/__init__.py": "",
-            "harness/run/session.py": "",
+            "harness/session.py": "",
             "harness/ground/__init__.py": "",
             "harness/ground/model.py": "from .. import session\n",
             "probes/__init__.py": "",
@@ -206,6 +206,6 @@ def test_checker_resolves_relative_imports_and_twins_own_floors(tmp_path):
     edges = import_graph(root, ("harness", "probes", "roles"))
     found = upward_imports(edges, allowed={})
     assert [line.split(" (")[0] for line in found] == [
-        "harness.ground.model:1 imports harness.run.session at module level",
+        "harness.ground.model:1 imports harness.session at module level",
         "probes.context:1 imports roles.agent at module level",
     ]
