@@ -153,11 +153,12 @@ def summarize_counts(
     )
 
 
-NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked", "localization"})
+NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked", "localization", "planted"})
 """Kinds of records that say something about the run, not about one property of the
 candidate: a role's refused access (`boundary`), what a verification reported it could
-not examine (`unchecked`) and where the evidence localizes a divergence (`localization`,
-rendered on its own). They are kept and shown, and never counted among the candidate's
+not examine (`unchecked`), where the evidence localizes a divergence (`localization`,
+rendered on its own) and a planted-fault copy of a probe, which examines the probe
+(`planted`). They are kept and shown, and never counted among the candidate's
 properties."""
 
 

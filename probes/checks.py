@@ -23,7 +23,7 @@ from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.layout import module_name
 from probes.outcomes import crash_result
-from probes.probe_format import probe_names
+from probes.probe_format import probe_names, property_of
 from probes.sides import DRIVER, candidate_roots, run_side
 
 IMPORTS = Property(
@@ -257,12 +257,8 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:
-    prop = Property(
-        id=str(meta.get("id") or f"{file.stem}.{name}"),
-        kind=str(meta.get("kind", "check")),
-        level=int(meta.get("level", 0)),
-        description=str(meta.get("description", "")),
-    )
+    pid, kind, level = property_of(file, name, meta, kind="check", level=0)
+    prop = Property(id=pid, kind=kind, level=level, description=str(meta.get("description", "")))
     context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
     context.update(
         {

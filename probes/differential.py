@@ -26,7 +26,7 @@ from harness.ground.agent_tree import remove_tree
 from probes.base import Probe, base_context
 from probes.context import ProbeContext
 from probes.outcomes import decide_matched
-from probes.probe_format import ProbeFileError, probe_names
+from probes.probe_format import ProbeFileError, probe_names, property_of
 from probes.reference_cache import reference_runs
 from probes.sides import DRIVER, run_side, slot
 
@@ -97,12 +97,8 @@ def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
 
 
 def _property(file: Path, name: str, meta: dict) -> Property:
-    return Property(
-        id=str(meta.get("id") or f"{file.stem}.{name}".rstrip(".")),
-        kind="differential",
-        level=int(meta.get("level", 1)),
-        description=str(meta.get("description", "")),
-    )
+    pid, kind, level = property_of(file, name, meta, kind="differential", level=1)
+    return Property(id=pid, kind=kind, level=level, description=str(meta.get("description", "")))
 
 
 def prepare_root(ctx: ProbeContext, file: Path, names: list[str]) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.audit import python_files
 from probes.base import base_context
+from probes.probe_format import PLANTED_KIND
 from probes.suite import load_probe_file, run_probes, task_probes
 
 LOCALIZATION = Property(
@@ -197,7 +198,7 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
             [_node_for(graph, u) or u for u in result.context.get("uses") or []],
         )
         for result in results
-        if result.context.get("component")
+        if result.context.get("component") and result.property.kind != PLANTED_KIND  # planted: about the probe
     ]
     # A probe that relies on other components besides its own (e.g. the checkpoint
     # converter, to build its inputs) declares them in `uses`: its divergence is

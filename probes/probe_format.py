@@ -68,3 +68,33 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
     if not names and not any(re.fullmatch(r"check(_\w+)?", f) for f in functions):
         raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
     return names
+
+
+PLANTED_KIND = "planted"
+"""The kind of a planted-fault copy's property: it examines the probe, not the candidate."""
+
+
+def property_of(file: Path, name: str, meta: dict[str, Any], *, kind: str, level: int) -> tuple[str, str, int]:
+    """(id, kind, level) of one probe's property, from its metadata.
+
+    A copy marked `"planted": True` (a fault planted to show the probe can fail) gets its
+    own id, `planted:<id>`, and the kind `planted`: its outcome never stands for the
+    property it copies, and no tally, regression or localization counts it.
+    """
+    default = f"{file.stem}.{name}"
+    pid = str(meta.get("id") or (default.rstrip(".") if kind == "differential" else default))
+    if meta.get("planted"):
+        return f"{PLANTED_KIND}:{pid.removeprefix(PLANTED_KIND + ':')}", PLANTED_KIND, int(meta.get("level", level))
+    return pid, str(meta.get("kind", kind)), int(meta.get("level", level))
+
+
+def stated_ids(path: Path) -> set[str]:
+    """The property ids a probe file states (matched probes and checks); empty if it cannot be read."""
+    ids: set[str] = set()
+    for checks, kind, level in ((False, "differential", 1), (True, "check", 0)):
+        try:
+            found = probe_names(path, checks=checks)
+        except ProbeFileError:
+            continue
+        ids.update(property_of(path, name, meta, kind=kind, level=level)[0] for name, meta in found.items())
+    return ids

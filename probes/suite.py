@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -34,10 +35,17 @@ from probes.services.families import inferred_services
 from probes.services.probe_file import SearchBudget, read_services, service_probes
 
 LIBRARY = Path(__file__).with_name("library")
-PROBE_FILE_FORMAT = (
-    (Path(__file__).with_name("README.md")).read_text() if (Path(__file__).with_name("README.md")).is_file() else ""
-)
-"""The probe-file format, as taught to whoever writes probes (the Verifier role)."""
+_PEOPLE_ONLY = re.compile(r"<!-- people -->\n.*?<!-- /people -->\n", re.S)
+
+
+def _probe_file_format() -> str:
+    readme = Path(__file__).with_name("README.md")
+    return _PEOPLE_ONLY.sub("", readme.read_text()) if readme.is_file() else ""
+
+
+PROBE_FILE_FORMAT = _probe_file_format()
+"""The probe-file format, as taught to whoever writes probes (the Verifier role): the
+README without its parts for people at a shell (between `<!-- people -->` markers)."""
 
 Progress = Callable[[int, int, list[ProbeResult]], None]
 

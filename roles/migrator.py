@@ -31,7 +31,7 @@ class Migrator:
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
     def run(self, brief: RoundBrief) -> AgentOutcome:
-        """Work towards `brief.diagnosis`; the output is the Migrator's summary of what it changed."""
+        """Work towards `brief.diagnosis` (with the evidence it rests on, from round 2); the output is the Migrator's summary of what it changed."""
         return self.agent.run(
             prompting.render("migrator_system"),
             prompting.render(
@@ -40,5 +40,6 @@ class Migrator:
                 instruction=brief.instruction,
                 diagnosis=brief.diagnosis,
                 regressions=brief.regressions,
+                evidence=brief.evidence,
             ),
         )

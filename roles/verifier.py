@@ -24,7 +24,8 @@ class ProbeDesk(Protocol):
     """Where the Verifier's probes are kept and run (outside the candidate)."""
 
     def write_probe(self, name: str, source: str) -> str:
-        """Store a probe file; return where it is kept."""
+        """Store a probe file (an empty source removes it); say what was done, and warn where the
+        file states a property another stored probe states."""
         ...
 
     def run_probe(self, name: str) -> str:
@@ -44,7 +45,7 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
     def write(name: str, source: str) -> ToolResult:
         if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
             raise ToolError("probe names are lowercase identifiers, e.g. forward_logits")
-        return ToolResult(text=f"stored probe {name} ({desk.write_probe(name, source)})")
+        return ToolResult(text=desk.write_probe(name, source))
 
     def run(name: str) -> ToolResult:
         if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
@@ -60,7 +61,7 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
             "Store a probe file: matched probe functions (reference side and candidate side), "
             "candidate-only checks, or a SERVICES literal of matched requests and request spaces to "
             "search for counterexamples; see the format in your instructions. It is kept outside the "
-            "candidate.",
+            "candidate and re-run every round; writing an empty source removes it.",
             {"name": {"type": "string"}, "source": {"type": "string"}},
             write,
         ),
@@ -98,7 +99,9 @@ class Verifier:
 
         tools["submit"] = submit_tool(
             "Finish verification with a summary and the properties you could not examine, "
-            "each as 'property: why' (they are recorded as not established, with your reason).",
+            "each as 'property: why' (they are recorded as not established, with your reason, beside "
+            "the probes' outcomes: they never replace one; to withdraw a probe you judge wrong, "
+            "rewrite it and run it again, or remove it).",
             {"summary": {"type": "string"}, "unchecked": {"type": "array", "items": {"type": "string"}}},
             accept,
         )

@@ -120,11 +120,7 @@ class TwinLoop:
             RoundBrief(
                 round=t,
                 instruction=self.s.task.instruction,
-                evidence=fence_agent_text(
-                    "evidence",
-                    render_localization(self.desk.latest_localization(t - 1))
-                    + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t - 1),
-                ),
+                evidence=self.evidence_text(t - 1),
                 regressions=self.regression_text(t - 1),
                 candidate_files=fence_agent_text("file names in /app", "\n".join(self.s.repo.files()[:300])),
                 objectives=self.objectives_status(t - 1),
@@ -138,6 +134,14 @@ class TwinLoop:
         self.store.record_diagnosis(self.s.state.run_id, t, diagnosis)
         return note
 
+    def evidence_text(self, t: int) -> str:
+        """The evidence after round t as the Diagnoser reads it (and the Migrator, from round 2)."""
+        return fence_agent_text(
+            "evidence",
+            render_localization(self.desk.latest_localization(t))
+            + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t),
+        )
+
     def migrate(self, t: int) -> str:
         """Run the Migrator; return its summary of what it changed."""
         self.enter(t, "migrator")
@@ -147,6 +151,7 @@ class TwinLoop:
                 instruction=self.s.task.instruction,
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
                 regressions=self.regression_text(t - 1),
+                evidence=self.evidence_text(t - 1) if t > 1 else "",
             )
         )
         return str(outcome.output or "")

@@ -21,6 +21,7 @@ from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Propert
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
 from probes.interface_checks import check_plan
+from probes.probe_format import stated_ids
 from probes.round_localization import localize_round
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
 
@@ -75,8 +76,22 @@ class RunProbeDesk:
     # ---- ProbeDesk ------------------------------------------------------------------------------
     def write_probe(self, name: str, source: str) -> str:
         path = self.probes_dir / f"{name}.py"
+        if not source.strip():
+            if not path.is_file():
+                return f"no stored probe named {name}: nothing removed"
+            path.unlink()
+            return f"removed probe {name}: it is no longer run"
         path.write_text(source)
-        return f"kept as probe {name}"
+        lines = [f"stored probe {name}"]
+        mine = stated_ids(path)
+        for other in sorted(self.probes_dir.glob("*.py")):
+            shared = sorted(mine & stated_ids(other)) if other != path else []
+            if shared:
+                lines.append(
+                    f"warning: probe {other.stem} states {', '.join(shared)} too: both record outcomes for the "
+                    'same property. Give a copy its own "id", or mark a planted-fault copy "planted": True.'
+                )
+        return "\n".join(lines)
 
     def run_probe(self, name: str) -> str:
         path = self.probes_dir / f"{name}.py"

@@ -244,6 +244,9 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     assert "- calc.cli: no entry point yet\n- calc.docs: no reason given" in diagnoser_2
     assert "VIOLATED (new) calc.ops" in diagnoser_2 or "VIOLATED calc.ops" in diagnoser_2
     assert re.search(r"distance [\d.e-]+ > tolerance [\d.e-]+ \(noise [\d.e-]+\)", diagnoser_2)
+    migrator_2 = _first_prompt(run, "migrator", 2)
+    assert "# Evidence after the previous round" in migrator_2 and "calc.ops" in migrator_2.split("# Evidence")[1]
+    assert "# Evidence" not in _first_prompt(run, "migrator", 1)
     verifier_2 = _first_prompt(run, "verifier", 2)
     assert "Since round 1:" in verifier_2 and "fixed (violated before, established now): calc.ops" in verifier_2
     # one set of counters: the prompt, the live line, summary.md and `twin evidence show`

@@ -61,6 +61,20 @@ def test_a_role_runs_on_a_round_brief(tmp_path, name, build, arguments, output_t
     assert isinstance(outcome.output, output_type)
     task_prompt = outcome.messages[1]["content"]
     assert "PORT-THIS-REPO" in task_prompt and "Round 3" in task_prompt
+    if name != "verifier":  # the Diagnoser and, from round 2, the Migrator read the evidence
+        assert "EVIDENCE-SO-FAR" in task_prompt
+
+
+def test_the_migrator_of_round_one_has_no_evidence_heading(tmp_path):
+    outcome = Migrator(submitting({"summary": "ported"}), bench(tmp_path)).run(
+        RoundBrief(round=1, instruction="PORT", diagnosis="GAP")
+    )
+    assert "# Evidence" not in outcome.messages[1]["content"]
+
+
+def test_the_verifier_submit_says_unchecked_entries_never_replace_an_outcome(tmp_path):
+    verifier = Verifier(submitting({"summary": "checked"}), bench(tmp_path), Desk())
+    assert "never replace" in verifier.agent.tools["submit"].description
 
 
 @pytest.mark.parametrize("cls", [Diagnoser, Migrator, Verifier])
