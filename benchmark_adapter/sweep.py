@@ -10,7 +10,6 @@ and that has a defect list (`tests/benchmark_adapter/defects/<task>.py`, `DEFECT
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.defects import Defect, apply_defect
 from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
 from benchmark_adapter.task import Task
+from harness.ground.agent_tree import discard_tree
 
 SCHEMA_VERSION = 1
 TRIP_MARGIN = 1e-6  # below the oracle by more than float noise of identical deterministic runs
@@ -144,7 +144,7 @@ def run_sweep(
                     for name, ref in oracle_scores.items()
                     if scores.get(name, 0.0) < ref - TRIP_MARGIN
                 ]
-                shutil.rmtree(candidate.parent, ignore_errors=True)
+                discard_tree(candidate.parent)
                 return DefectOutcome(
                     name=defect.name,
                     component=defect.component,

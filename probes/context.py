@@ -23,6 +23,7 @@ from typing import Literal
 
 from benchmark_adapter.layout import laid_out_mounts
 from benchmark_adapter.task import Task, load_task
+from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, scratch_dir
 from harness.sandbox.registry import make_sandbox
@@ -212,12 +213,7 @@ class ProbeContext:
 
 def _remove_workdir(workdir: Path) -> None:
     """Remove a probe work directory, however deep the sides wrote into it."""
-    from harness.ground.agent_tree import remove_tree
-
-    try:
-        remove_tree(workdir)
-    except OSError:
-        shutil.rmtree(workdir, ignore_errors=True)
+    discard_tree(workdir)
 
 
 def _contains(root: Path, path: Path) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.ground.agent_tree import remove_tree
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
 from probes.layout import candidate_modules, import_roots
@@ -82,7 +83,7 @@ def run_side(
     work, given = ctx.side_work(side) / rel, ctx.side_given(side) / rel
     for path in (work, given):
         if path.exists():
-            shutil.rmtree(path)
+            remove_tree(path)
     given.mkdir(parents=True)
     made = {run["inputs"] for run in runs if run.get("make_inputs") and "inputs" in run}
     for entry in root.iterdir():
@@ -92,7 +93,7 @@ def run_side(
         if "inputs" in run and run["inputs"] not in made:
             _hand_over(root / run["inputs"], given / run["inputs"])
         if (root / run["out"]).exists():
-            shutil.rmtree(root / run["out"])
+            remove_tree(root / run["out"])
     _readable(given)
     work.mkdir(parents=True)
     roots = ctx.roots(side)

@@ -13,7 +13,8 @@ goes through this module:
 - `copy_tree` copies regular files and directories (and symlinks that stay inside the
   tree) within caps on total size, file count and depth, drops setuid/setgid bits and
   refuses special files, sparse files and excluded names, listing every refusal;
-- `remove_tree` removes a tree iteratively (no recursion limit on a deep chain).
+- `remove_tree` removes a tree iteratively (no recursion limit on a deep chain);
+  `discard_tree` does the same as a best effort that never raises.
 """
 
 from __future__ import annotations
@@ -340,3 +341,16 @@ def remove_tree(root: Path, *, keep_root: bool = False) -> None:
         os.close(root_fd)
     if not keep_root:
         os.rmdir(root)
+
+
+def discard_tree(root: Path | str) -> None:
+    """Best-effort `remove_tree`: what cannot be removed stays, and nothing is raised.
+
+    The clean-up for trees an agent or a candidate may have written into. It replaces
+    `shutil.rmtree(..., ignore_errors=True)`, which recurses once per level and raises
+    RecursionError (not an OSError it would ignore) on a deep directory chain.
+    """
+    try:
+        remove_tree(Path(root))
+    except OSError:
+        pass

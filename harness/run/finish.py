@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grader import run_grader
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
+from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 from harness.run.directory import RunConfig, RunDir, RunState, write_text_atomic
 
@@ -147,19 +148,17 @@ REAL_MODEL_HINT = (
 
 def export_final(session: Any) -> Path | None:
     """Write the final round's snapshot to `<run>/final/` (replacing an older one); None if none."""
-    import shutil
-
     final_round = session.state.final_round
     if final_round is None or final_round not in session.repo.rounds():
         return None
     import tarfile
 
     dest = session.run.root / FINAL_DIR
-    shutil.rmtree(dest, ignore_errors=True)
+    discard_tree(dest)
     try:
         return session.repo.export(final_round, dest)
     except (TwinError, tarfile.ReadError):  # an empty tree archives to nothing tar can read
-        shutil.rmtree(dest, ignore_errors=True)
+        discard_tree(dest)
         return None
 
 

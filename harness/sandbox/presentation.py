@@ -28,6 +28,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Boundary, Mount
 from harness.ground.isolation import cache_root, stage_root
 from harness.ground.sandbox import SandboxError
@@ -135,7 +136,7 @@ class Presenter:
                 os.mkdir(slot.path, 0o755)
                 slot.signature = None
         for old in self._stale:
-            shutil.rmtree(old, ignore_errors=True)
+            discard_tree(old)
         self._stale.clear()
 
     def close(self) -> None:
@@ -144,7 +145,7 @@ class Presenter:
             self._running = 0
             self._settle()
             if self._dir is not None and not _holds_root(self._dir):
-                shutil.rmtree(self._dir, ignore_errors=True)
+                discard_tree(self._dir)
             self._dir = None
 
 
@@ -256,7 +257,7 @@ def recover_slots(base: Path) -> list[Path]:
                 except OSError:
                     continue
         if not _holds_root(folder):
-            shutil.rmtree(folder, ignore_errors=True)
+            discard_tree(folder)
     return recovered
 
 
@@ -336,7 +337,7 @@ def _snapshot(slot: _Slot, stale: list[Path]) -> bool:
                     shutil.copy2(path, target, follow_symlinks=False)
             # sockets, fifos and devices are left out: a read-only root has no use for them
     except OSError:
-        shutil.rmtree(fresh, ignore_errors=True)
+        discard_tree(fresh)
         return False
     old = Path(tempfile.mkdtemp(prefix=slot.path.name + ".old.", dir=slot.path.parent))
     os.rename(slot.path, old / "tree")

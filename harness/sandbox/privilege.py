@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.ground.agent_tree import discard_tree
 from harness.ground.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
 from harness.ground.sandbox import SandboxError
 
@@ -120,7 +121,7 @@ class Staging:
 
     def close(self) -> None:
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            discard_tree(self._dir)
             self._dir = None
 
 
@@ -138,7 +139,7 @@ def sweep_stale_staging(base: Path, max_age_s: float = _STALE_STAGING_S) -> None
                 and entry.is_dir(follow_symlinks=False)
                 and now - entry.stat(follow_symlinks=False).st_mtime > max_age_s
             ):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                discard_tree(entry.path)
         except OSError:
             continue
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -235,5 +236,5 @@ class DifferentialSession:
             driver.thread.join(timeout=10)
             if driver.reader is not None:
                 driver.reader.close()
-            shutil.rmtree(driver.host_dir, ignore_errors=True)
+            discard_tree(driver.host_dir)
         self.drivers.clear()

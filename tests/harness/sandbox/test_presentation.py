@@ -132,3 +132,26 @@ def test_slots_of_a_live_process_are_left_alone(tmp_path, stage):
     assert recover_slots(stage) == [] and candidate.is_symlink()
     presenter.leave()
     presenter.close()
+
+
+def test_a_deep_chain_in_a_read_only_root_is_snapshotted_and_settled_without_a_crash(tmp_path, stage):
+    from tests.fakes.trees import deep_chain
+
+    candidate, _source = tree(tmp_path)
+    deep_chain(candidate, 1200, name="d")  # deeper than the interpreter's recursion limit
+    presenter = Presenter(Boundary(name="v", mounts=[Mount(host=candidate, inside="/app")]))
+    presenter.enter()
+    presenter.leave()  # the snapshot of the chain is removed here
+    presenter.close()
+    assert not list(stage.iterdir()) and (candidate / "pkg" / "model.py").exists()
+
+
+def test_a_dead_slot_holding_a_deep_chain_is_removed_without_a_crash(tmp_path, stage):
+    from tests.fakes.trees import deep_chain
+
+    folder = stage / "pdead"
+    (folder / "0.done").mkdir(parents=True)
+    (folder / "owner").write_text("1 0")  # its process is gone
+    deep_chain(folder / "0.done", 1200, name="d")
+    assert recover_slots(stage) == []
+    assert not folder.exists()
