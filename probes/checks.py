@@ -258,7 +258,8 @@ def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> lis
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:
     pid, kind, level = property_of(file, name, meta, kind="check", level=0)
-    prop = Property(id=pid, kind=kind, level=level, description=str(meta.get("description", "")))
+    fallback = f"the candidate-only check {name or file.stem!r} ({kind}) holds on the candidate"
+    prop = Property(id=pid, kind=kind, level=level, description=str(meta.get("description") or fallback))
     context = base_context(ctx, "probes.checks:candidate_check", path=str(file), name=name)
     context.update(
         {

@@ -98,7 +98,13 @@ def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
 
 def _property(file: Path, name: str, meta: dict) -> Property:
     pid, kind, level = property_of(file, name, meta, kind="differential", level=1)
-    return Property(id=pid, kind=kind, level=level, description=str(meta.get("description", "")))
+    description = str(meta.get("description") or "")
+    if not description:  # every property gets a line a reader can act on
+        component = meta.get("component")
+        exercised = f" (exercises {component})" if component else ""
+        probe = name or file.stem
+        description = f"the candidate's outputs for probe {probe!r} match the original's on the same inputs{exercised}"
+    return Property(id=pid, kind=kind, level=level, description=description)
 
 
 def prepare_root(ctx: ProbeContext, file: Path, names: list[str]) -> Path:

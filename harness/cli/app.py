@@ -11,6 +11,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
         app(args=argv, standalone_mode=False)
     except TwinError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        line = Text("error:", style="bold red") + Text(f" {exc}")  # the message is never markup
+        Console(stderr=True).print(line, highlight=False, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

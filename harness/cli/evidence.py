@@ -20,7 +20,7 @@ from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
-from evidence_store.views import CATEGORY_ORDER, Change, tally, tally_text
+from evidence_store.views import CATEGORY_ORDER, NON_CANDIDATE_KINDS, candidate_latest, tally, tally_text
 from harness.run.directory import RunDir
 from probes.rerun import rerun_record
 from probes.round_localization import render_localization
@@ -56,20 +56,52 @@ def _score(record: EvidenceRecord | None) -> str:
     return "" if record is None or record.score is None else numbers.score(record.score)
 
 
+def _plain_state(record: EvidenceRecord | None) -> str:
+    if record is None:
+        return "-"
+    score = _score(record)
+    return Outcome(record.outcome).value + (f" {score}" if score else "")
+
+
 def _state(record: EvidenceRecord | None) -> str:
     score = _score(record)
     return _outcome(record) + (f" {score}" if score else "")
 
 
-def _detail(record: EvidenceRecord) -> str:
+def _detail_lines(record: EvidenceRecord) -> list[str]:
     """The deciding numbers of a record that did not hold (distance against tolerance), else why."""
     if record.outcome is not Outcome.ESTABLISHED:
         failing, _, total = reading.failing_lines(record)
         if failing:
-            more = f" (+{total - 2} more)" if total > 2 else ""
-            return "; ".join(failing[:2]) + more
-        return reading.reason(record) or record.property.description
-    return record.property.description
+            shown = failing[:reading.FAILING_SHOWN]
+            more = [f"(+{total - len(shown)} more failing outputs)"] if total > len(shown) else []
+            return shown + more
+        return [reading.reason(record) or record.property.description]
+    return [record.property.description]
+
+
+def _detail(record: EvidenceRecord) -> str:
+    return "; ".join(line for line in _detail_lines(record) if line)
+
+
+_SHOWN_APART = frozenset({"localization", "unchecked"})  # printed above and per round
+
+_PLAIN = {"highlight": False, "markup": False, "soft_wrap": True}
+
+
+def _print_records(console: Console, title: str, records: list[EvidenceRecord]) -> None:
+    """A table on a terminal; whole plain lines, one record after another, anywhere else."""
+    if console.is_terminal:
+        console.print(_records_table(title, records))
+        return
+    console.print(f"{title}:", **_PLAIN)
+    for r in records:
+        score = _score(r)
+        head = f"{Outcome(r.outcome).value:15} {r.property.id} ({r.property.kind}, L{r.property.level})"
+        console.print(f"{head} round {r.round} record {r.record_id}" + (f" score {score}" if score else ""), **_PLAIN)
+        for line in _detail_lines(r):
+            if line:
+                console.print(f"    {' '.join(line.split())}", **_PLAIN)
 
 
 def _records_table(title: str, records: list[EvidenceRecord]) -> Table:
@@ -119,18 +151,25 @@ def show_command(
             raise EvidenceStoreError(
                 f"{store.path} has no evidence of kind {kind!r} (kinds: {kinds})"
             )
+        about_run: list[EvidenceRecord] = []
         if every:
             records = store.records(round=round, kind=kind)
             title = f"records of round {round}" if round is not None else "all records"
         else:
-            records = [r for r in latest.values() if kind is None or r.property.kind == kind]
+            chosen = {pid: r for pid, r in latest.items() if kind is None or r.property.kind == kind}
+            records = list(candidate_latest(chosen).values())
             title = "latest outcome per property" + (
                 f" after round {round}" if round is not None else ""
             )
+            about_run = [
+                r for r in chosen.values() if r.property.kind in NON_CANDIDATE_KINDS - _SHOWN_APART
+            ]
         located = [r for r in store.records(property_id="localization") if round is None or r.round <= round]
         if located:
-            console.print(render_localization(located[-1]).rstrip(), markup=False)
-        console.print(_records_table(title, records))
+            console.print(render_localization(located[-1]).rstrip(), **_PLAIN)
+        _print_records(console, title, records)
+        if not every and about_run:
+            _print_records(console, "about the run, not counted among the candidate's properties", about_run)
         _print_rounds(console, store, round)
         counts = tally(latest)
         total = sum(counts.values())
@@ -139,7 +178,7 @@ def show_command(
 
 def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> None:
     """Per round: the candidate commit, the Migrator's summary and what the Verifier left unchecked."""
-    plain = {"highlight": False, "markup": False, "soft_wrap": True}
+    plain = _PLAIN
     for info in store.rounds():
         if up_to is not None and info.round > up_to:
             continue
@@ -174,17 +213,19 @@ def diff_command(
     table.add_column("property", overflow="fold", min_width=12)
     table.add_column(f"after round {a}", no_wrap=True)
     table.add_column(f"after round {b}", no_wrap=True)
-    shown = 0
-    for category in CATEGORY_ORDER:
-        changes: list[Change] = getattr(change, category)
-        if category == "still_established" and not every:
-            continue
-        for c in changes:
-            table.add_row(
-                category.replace("_", " "), c.property_id, _state(c.before), _state(c.after)
-            )
-            shown += 1
-    if shown:
+    rows = [
+        (category.replace("_", " "), c)
+        for category in CATEGORY_ORDER
+        if every or category != "still_established"
+        for c in getattr(change, category)
+    ]
+    for name, c in rows:
+        if console.is_terminal:
+            table.add_row(name, c.property_id, _state(c.before), _state(c.after))
+        else:
+            before, after = _plain_state(c.before), _plain_state(c.after)
+            console.print(f"{name:20} {c.property_id}: {before} -> {after}", **_PLAIN)
+    if rows and console.is_terminal:
         console.print(table)
     counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in change.categories().items())
     console.print(counts or "no evidence in either round")

@@ -296,7 +296,9 @@ class TwinLoop:
     def regressions(self, t: int) -> list[str]:
         if t < 2:
             return []
-        return sorted(c.property_id for c in self.store.transitions(t - 1, t).regressions)
+        moved = self.store.transitions(t - 1, t).regressions
+        # the localization, a planted fault or a refusal regressing says nothing about the candidate
+        return sorted(c.property_id for c in moved if c.after.property.kind not in NON_CANDIDATE_KINDS)
 
     def regression_text(self, t: int) -> str:
         ids = self.regressions(t)

@@ -31,3 +31,17 @@ def test_migrate_help_shows_the_config_table_name(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["migrate", "--help"]) == 0
     assert "TOML file with a [run] table." in capsys.readouterr().out
+
+
+def test_an_error_with_brackets_is_printed_whole(tmp_path, capsys):
+    from harness.cli.app import main
+
+    task = tmp_path / "t1"
+    task.mkdir()
+    (task / "task.toml").write_text('version = "1.0"\n')
+    (task / "instruction.md").write_text("port it\n")
+    (task / "tests").mkdir()
+    (task / "tests" / "test.sh").write_text("#!/bin/sh\n")
+    assert main(["grade", "--task", str(task), "--oracle"]) == 2
+    err = capsys.readouterr().err
+    assert "[metadata.twin]" in err and len(err.strip().splitlines()) == 1

@@ -195,3 +195,41 @@ def test_a_store_from_a_newer_twin_is_refused_by_the_cli(run_dir, capsys):
     conn.close()
     assert main(["evidence", "show", "r1"]) == 2
     assert "schema version 99, newer than" in " ".join(capsys.readouterr().err.split())
+
+
+def test_piped_show_prints_whole_lines_with_the_deciding_numbers(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    path = tmp_path / "runs" / "r2"
+    path.mkdir(parents=True)
+    outputs = {
+        f"logits_t{i}": {"measure": "tensor", "score": 0.5, "tolerance": 1e-6, "noise": 1e-8, "ok": False}
+        for i in range(7)
+    }
+    outputs["loss"] = {"measure": "scalar", "score": 1.0, "tolerance": 1e-6, "noise": 0.0, "ok": True}
+    long_id = "forward.a_property_id_long_enough_to_be_cut_by_an_eighty_column_table.logits"
+    with EvidenceStore(path / STORE_FILENAME) as store:
+        store.append_many(
+            [
+                _rec(long_id, "violated", 1, score=0.5, observations={"outputs": outputs}),
+                _rec(
+                    "localization",
+                    "violated",
+                    1,
+                    kind="localization",
+                    observations={"component": "pkg.model.MLP", "probes": [long_id], "round": 1},
+                ),
+                _rec("unchecked:grads", "not_established", 1, kind="unchecked"),
+            ]
+        )
+    assert main(["evidence", "show", "r2"]) == 0
+    out = capsys.readouterr().out
+    assert not any(ch in out for ch in "─│┃━┏")  # no table when piped
+    assert f"violated        {long_id} (differential, L1) round 1" in out
+    for i in range(5):
+        assert f"    logits_t{i}: tensor distance 0.5 > tolerance 1e-06 (noise 1e-08)" in out
+    assert "logits_t5" not in out and "(+2 more failing outputs)" in out
+    listed = [line.split()[1] for line in out.splitlines() if line.startswith(("violated ", "not_established "))]
+    assert listed == [long_id]  # the localization and what was left unchecked are shown apart, not counted
+    assert "Localization after round 1: the divergence starts at pkg.model.MLP of the original" in out
+    assert "1 properties (latest outcome of each): established=0 violated=1 not_established=0" in out

@@ -113,3 +113,28 @@ def test_mlp_train_round_two_diagnoser_names_the_defective_converter(tmp_path):
     first = localizations(run)[0]
     assert first.round == 1 and first.observations["component"] == "mlp_train.checkpoint.load_checkpoint"
     assert f"the divergence starts at {first.observations['component']}" in diagnoser_prompts(run)[2]
+
+
+def test_a_localization_that_turns_violated_is_no_regression_of_the_candidate(tmp_path):
+    from types import SimpleNamespace
+
+    from evidence_store.records import EvidenceRecord, Outcome, Property
+    from harness.run.loop import TwinLoop
+
+    def record(pid: str, kind: str, outcome: str, round: int) -> EvidenceRecord:
+        return EvidenceRecord(
+            run_id="r", round=round, outcome=Outcome(outcome), property=Property(id=pid, kind=kind, level=1)
+        )
+
+    with EvidenceStore(tmp_path / "e.sqlite") as store:
+        store.append_many(
+            [
+                record("localization", "localization", "established", 1),
+                record("calc.add", "differential", "established", 1),
+            ]
+        )
+        store.append_many(
+            [record("localization", "localization", "violated", 2), record("calc.add", "differential", "violated", 2)]
+        )
+        loop = SimpleNamespace(store=store)
+        assert TwinLoop.regressions(loop, 2) == ["calc.add"]  # the candidate's own regression only
