@@ -30,7 +30,7 @@ from harness.ground.sandbox import ExecResult, SandboxError
 
 TIMEOUT_RETURNCODE = 124
 DISK_RETURNCODE = 125
-DISK_POLL_S = 0.2
+DISK_POLL_S = 0.05
 _DISK_MAX_ENTRIES = 200_000
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")

@@ -7,6 +7,9 @@ flags a filter can inspect):
   command could otherwise be read by a later one, or by the graded candidate;
 - io_uring, BPF, `perf_event_open`, `userfaultfd`: large kernel attack surface;
 - `ptrace` and `process_vm_readv`/`writev`: no reading another process's memory;
+- `fallocate` (EOPNOTSUPP, so that libc's `posix_fallocate` falls back to writing): blocks
+  reserved without being written would reach any disk cap faster than its watcher can look;
+  with it refused, a command fills a writable root no faster than it can write;
 - `mount`, `umount2`, `pivot_root`, `move_mount`, `open_tree`, `fsopen`, `fsmount`,
   `fsconfig`, `fspick`, `setns`, and `unshare`/`clone` with `CLONE_NEWUSER`: no
   changing the view of the filesystem and no new user namespace with capabilities.
@@ -52,7 +55,7 @@ def filter_file(profile: str, cache: Path) -> Path:
     """
     if profile not in PROFILES:
         raise SandboxError(f"unknown seccomp profile {profile!r}")
-    target = cache / f"seccomp-{profile}-v1.bpf"
+    target = cache / f"seccomp-{profile}-v2.bpf"
     if target.is_file():
         return target
     program = compile_filter(profile)
@@ -78,6 +81,7 @@ def compile_filter(profile: str) -> bytes:
     flt = sc.SyscallFilter(defaction=sc.ALLOW)
     for name in _ALWAYS:
         _add(flt, deny, name)
+    _add(flt, sc.ERRNO(errno.EOPNOTSUPP), "fallocate")
     if profile == "strict":
         for name in _STRICT_ONLY:
             _add(flt, deny, name)
@@ -103,7 +107,10 @@ def docker_profile(profile: str) -> str:
     if profile not in PROFILES:
         raise SandboxError(f"unknown seccomp profile {profile!r}")
     names = list(_ALWAYS) + (list(_STRICT_ONLY) if profile == "strict" else [])
-    rules: list[dict] = [{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
+    rules: list[dict] = [
+        {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
+        {"names": ["fallocate"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EOPNOTSUPP},
+    ]
     if profile == "strict":
         new_user = {"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER}
         rules += [

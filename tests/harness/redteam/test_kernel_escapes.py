@@ -14,6 +14,7 @@ import stat
 
 import pytest
 
+from harness.ground.agent_tree import remove_tree
 from harness.ground.boundary import Limits
 from harness.run.workspace import role_boundary
 from harness.sandbox.registry import make_sandbox
@@ -178,3 +179,37 @@ def test_many_files_in_the_candidate_are_stopped(small, arena):
 
         shutil.rmtree(arena.ws.candidate / "fill", ignore_errors=True)
     assert small.exec("echo alive").ok
+
+
+def _allocated_mib(root) -> int:
+    return sum(os.lstat(p).st_blocks * 512 for p in root.rglob("*") if p.is_file() and not p.is_symlink()) >> 20
+
+
+def test_blocks_reserved_at_once_cannot_outrun_the_disk_cap(small, arena):
+    """fallocate reserves gigabytes in a moment; refused, a burst fills no faster than it writes."""
+    result = small.exec(
+        "mkdir -p /app/res; for i in $(seq 40); do fallocate -l 20M /app/res/$i 2>/dev/null && echo reserved; done;"
+        " python3 -c \"import os\nfor i in range(40):\n fd = os.open(f'/app/res/p{i}', os.O_CREAT | os.O_WRONLY)\n"
+        " os.posix_fallocate(fd, 0, 20 << 20)\"; echo finished"
+    )
+    try:
+        assert "reserved" not in result.stdout  # the system call itself is refused
+        assert result.exceeded is not None and result.exceeded.startswith("disk: /app"), result
+        assert "finished" not in result.stdout
+        # what a burst can put there between two looks of the watcher (800 MiB were asked for)
+        assert _allocated_mib(arena.ws.candidate / "res") < 24 + 400
+    finally:
+        remove_tree(arena.ws.candidate / "res")
+    assert small.exec("echo alive").ok
+
+
+def test_parallel_writers_are_stopped_near_the_disk_cap(small, arena):
+    result = small.exec(
+        "mkdir -p /app/par; for i in $(seq 40); do (head -c 20M /dev/zero > /app/par/$i &); done; wait; sleep 2;"
+        " echo finished"
+    )
+    try:
+        assert result.exceeded is not None and result.exceeded.startswith("disk: /app"), result
+        assert _allocated_mib(arena.ws.candidate / "par") < 24 + 400
+    finally:
+        remove_tree(arena.ws.candidate / "par")
