@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.layout import laid_out_mounts
+from benchmark_adapter.layout import task_layout
 from benchmark_adapter.task import Task
-from harness.ground.boundary import Boundary, Mount
 from harness.ground.errors import TwinError
-from harness.ground.isolation import default_limits, python_mounts
+from harness.ground.isolation import solve_boundary
 from harness.sandbox.registry import make_sandbox
 
 SOLVE_TIMEOUT_S = 600.0
@@ -43,24 +42,11 @@ def solve_into(task: Task, dest: Path, *, sandbox: str = "auto") -> Path:
         raise SolveError(f"task {task.name} has no solution/solve.sh")
     settings = task.settings
     dest.mkdir(parents=True, exist_ok=True)
-    mounts = [
-        *python_mounts(),
-        Mount(host=task.source_dir, inside=settings.source_mount),
-        *laid_out_mounts(task),
-        Mount(host=task.solution_dir, inside="/solution"),
-        Mount(host=dest, inside=settings.candidate_mount, writable=True),
-    ]
-    if task.assets_dir is not None and task.assets_dir.is_dir():
-        mounts.append(Mount(host=task.assets_dir, inside=settings.assets_mount))
-    boundary = Boundary(
-        name="solve",
-        mounts=mounts,
-        hidden=[task.tests_dir, task.root / "task.toml"],
-        hidden_packages=list(settings.forbidden_packages),
-        network=False,
-        env=task.environment.env if task.environment is not None else {},
-        limits=default_limits().model_copy(update={"wall_s": SOLVE_TIMEOUT_S}),
-        workdir=task.environment.workdir if task.environment is not None else settings.candidate_mount,
+    boundary = solve_boundary(
+        task_layout(task, dest, source=task.source_dir),
+        solution=task.solution_dir,
+        workdir=task.environment.workdir if task.environment is not None else None,
+        wall_s=SOLVE_TIMEOUT_S,
     )
     box = make_sandbox(sandbox, boundary)
     try:

@@ -1,6 +1,6 @@
 """The isolation policy: one set of functions that decides every sandbox's boundary.
 
-Role, probe-side and grader sandboxes are all built here, from the same parts:
+Role, probe-side, grader and solve.sh sandboxes are all built here, from the same parts:
 the interpreter and system roots (read-only, `/etc` from a snapshot), the task's
 visible roots at their mount points, one writable root at most, the hidden roots,
 the packages that must be physically absent, the network switch and the limits
@@ -107,9 +107,7 @@ def python_mounts() -> list[Mount]:
     roots (`/usr`, `/lib*`, `/bin`) and the parts of `/etc` programs need; never the
     repository around a venv that lives inside it, never the rest of `/etc`.
     """
-    roots: list[Path] = []
-    for prefix in {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parents[1])}:
-        roots.append(Path(prefix).resolve())
+    roots = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parents[1])}]
     mounts = [Mount(host=Path(p).resolve(), inside=p) for p in _SYSTEM_ROOTS if Path(p).exists()]
     covered = [m.host for m in mounts]
     for root in sorted(set(roots)):
@@ -129,12 +127,7 @@ def reachable(path: Path, uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> boo
             st = os.stat(parent)
         except OSError:
             return False
-        if st.st_uid == uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid == gid:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
+        bit = stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid == gid else stat.S_IXOTH
         if not st.st_mode & bit:
             return False
     return True
@@ -157,12 +150,8 @@ def _reachable_copy(root: Path) -> Path:
         return target
     skip = None
     if sys.prefix != sys.base_prefix and not _uses_system_site_packages():
-        skip = (
-            Path(sys.base_prefix).resolve()
-            / "lib"
-            / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-            / "site-packages"
-        )
+        version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        skip = Path(sys.base_prefix).resolve() / "lib" / version / "site-packages"
 
     def ignore(directory: str, names: list[str]) -> set[str]:
         return {n for n in names if skip is not None and Path(directory) / n == skip}
@@ -365,6 +354,33 @@ def grader_boundary(
         workdir=GRADER_TESTS,
         audit_log=audit_log,
         nested_sandbox=True,
+    )
+
+
+def solve_boundary(layout: Layout, *, solution: Path, workdir: str | None, wall_s: float) -> Boundary:
+    """A published task's `solve.sh`: the original, the assets and `/solution` read-only, the candidate writable.
+
+    Tests and `task.toml` stay hidden, the forbidden packages absent, the network off.
+    """
+    mounts = [*python_mounts()]
+    if layout.source is not None:
+        mounts.append(Mount(host=layout.source, inside=layout.source_mount))
+    mounts += [
+        *layout.laid_out,
+        Mount(host=solution, inside="/solution"),
+        Mount(host=layout.candidate, inside=layout.candidate_mount, writable=True),
+    ]
+    if layout.assets is not None:
+        mounts.append(Mount(host=layout.assets, inside=layout.assets_mount))
+    return Boundary(
+        name="solve",
+        mounts=mounts,
+        hidden=[h for h in layout.hidden if h.resolve() != solution.resolve()],
+        hidden_packages=list(layout.forbidden_packages),
+        network=False,
+        env=layout.env,
+        limits=default_limits().model_copy(update={"wall_s": wall_s}),
+        workdir=workdir or layout.candidate_mount,
     )
 
 

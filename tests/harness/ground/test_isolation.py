@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.ground import isolation
-from harness.ground.isolation import Layout, grader_boundary, probe_boundary, role_boundary
+from harness.ground.isolation import Layout, grader_boundary, probe_boundary, role_boundary, solve_boundary
 
 MODULE = Path(isolation.__file__)
 
@@ -73,6 +73,15 @@ def test_grader_boundary_writes_only_logs_and_may_nest(layout, tmp_path):
     assert [m.inside for m in b.mounts if m.writable] == ["/logs/verifier"]
     assert b.nested_sandbox and b.limits.wall_s == 9 and b.hidden_packages == ["torch"]
     assert not any(h == tmp_path / "task" / "tests" for h in b.hidden)
+
+
+def test_solve_boundary_sees_the_solution_never_the_tests(layout, tmp_path):
+    solution = tmp_path / "task" / "solution"
+    b = solve_boundary(layout, solution=solution, workdir=None, wall_s=7)
+    mounts = _inside(b)
+    assert [m.inside for m in b.mounts if m.writable] == ["/app"] and mounts["/solution"] is False
+    assert tmp_path / "task" / "tests" in b.hidden and solution not in b.hidden
+    assert not b.network and b.hidden_packages == ["torch"] and b.workdir == "/app" and b.limits.wall_s == 7
 
 
 def test_scratch_dirs_are_reachable_by_the_sandbox_uid():
