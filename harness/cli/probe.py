@@ -130,7 +130,26 @@ def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
         console.print(
             "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
             markup=False,
+            soft_wrap=True,
         )
+        for family, ran in _service_runs(families, results).items():
+            line = f"  {family}: {ran} propert{'y' if ran == 1 else 'ies'} examined"
+            if not ran:
+                line = (
+                    f"  {family}: nothing run: no request or request space stated for it"
+                    " (a probe file's SERVICES, probes/README.md)"
+                )
+            console.print(line, markup=False, soft_wrap=True)
+
+
+def _service_runs(families: dict[str, str], results) -> dict[str, int]:
+    """How many service properties each family's probes produced (`http:…`, `search:http:…`, …)."""
+    kinds = {family: "python_api" if family == "python" else family for family in families}
+    ids = [r.property.id for r in results]
+    return {
+        family: sum(i.split(":")[0] == kind or i.split(":")[1:2] == [kind] for i in ids)
+        for family, kind in kinds.items()
+    }
 
 
 def _deciding(result) -> str:

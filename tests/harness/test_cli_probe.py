@@ -127,3 +127,10 @@ def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
         for line in deciding
     ), deciding
     assert any(line == f"probe files and outputs: {tmp_path / 'w'}" for line in lines)
+
+
+def test_a_family_nothing_was_run_for_says_so(tmp_path):
+    proc = _cli("--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "; python (its modules define public functions" in proc.stdout
+    assert "  python: nothing run: no request or request space stated for it" in proc.stdout
