@@ -12,7 +12,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from harness.bench.schema import BenchError, TrialSpec
-from harness.bench.trials import timed_trial_process
+from harness.bench.trials import timed_trial_process, trial_log
 from harness.ground.errors import TwinError
 from harness.models.ledger import Ledger
 
@@ -32,7 +32,7 @@ def run_locally(config, queue, launch, record, env, ledger) -> None:
             while queue and len(running) < config.jobs and budget_left(ledger):
                 spec = queue.pop(0)
                 command, run_dir = launch(spec)
-                log = run_dir.with_suffix(".log")
+                log = trial_log(run_dir)
                 running[pool.submit(timed_trial_process, command, log, env)] = (spec, time.monotonic())
             if not running:
                 break
@@ -60,7 +60,7 @@ def run_with_ray(config, queue, launch, record, env, ledger) -> None:
         while queue and budget_left(ledger):
             spec = queue.pop(0)
             command, run_dir = launch(spec)
-            batch.append((spec, time.monotonic(), remote.remote(command, run_dir.with_suffix(".log"), env)))
+            batch.append((spec, time.monotonic(), remote.remote(command, trial_log(run_dir), env)))
         if not batch:
             break
         for spec, started, ref in batch:

@@ -50,6 +50,11 @@ def trial_command(spec: TrialSpec, config: BenchConfig, run_dir: Path) -> list[s
     return command
 
 
+def trial_log(run_dir: Path) -> Path:
+    """`runs/<trial-id>.log`, the id whole: it may hold dots (`gpt-4.1`, `….jsonl`), and no two trials share a log."""
+    return run_dir.with_name(f"{run_dir.name}.log")
+
+
 def run_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> int:
     """Run one trial's `twin migrate` with its output in `log_path`; return the exit code."""
     log_path.parent.mkdir(parents=True, exist_ok=True)

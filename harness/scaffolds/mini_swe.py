@@ -23,12 +23,14 @@ Like the base scaffold it runs R rounds, each a fresh agent on the same /app.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -45,12 +47,17 @@ ROLE = "agent"
 def _import_mini() -> Any:
     """Import mini-swe-agent quietly, without reading the user's own mini-swe-agent settings.
 
-    Its global config (`.env` with keys, cost limits) is read at import time from
-    `MSWEA_GLOBAL_CONFIG_DIR`; twin points that at an empty folder of its own, since
-    twin's model client, keys and budget are the ones that apply.
+    At import time the package loads `.env` (keys, model name, cost and call limits)
+    from `MSWEA_GLOBAL_CONFIG_DIR` (else the user's config folder) into the process
+    environment, where twin's model client would see it too. twin's model client,
+    keys and budget are the ones that apply, so the package is imported with that
+    variable pointing at a fresh, private, empty folder; the variable is put back as
+    it was afterwards, since the package reads it only at import. A package that
+    something else in the process imported first is used as it is.
     """
-    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
-    os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", str(Path(tempfile.gettempdir()) / "twin-mini-swe-agent"))
+    settings = {"MSWEA_SILENT_STARTUP": "1", "MSWEA_GLOBAL_CONFIG_DIR": _empty_config_dir()}
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         from minisweagent.agents.default import DefaultAgent
         from minisweagent.config import builtin_config_dir
@@ -66,6 +73,12 @@ def _import_mini() -> Any:
         raise TwinError(
             "--scaffold mini-swe-agent needs the mini-swe-agent package: pip install 'twin-harness[mini]'"
         ) from None
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return SimpleNamespace(
         DefaultAgent=DefaultAgent,
         builtin_config_dir=builtin_config_dir,
@@ -76,6 +89,14 @@ def _import_mini() -> Any:
         parse_toolcall_actions=parse_toolcall_actions,
         expand_multimodal_content=expand_multimodal_content,
     )
+
+
+@functools.cache
+def _empty_config_dir() -> str:
+    """A folder of this process's own (mode 0700, removed at exit), so nobody else can put a `.env` in it."""
+    path = tempfile.mkdtemp(prefix="twin-mini-swe-agent-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def default_config() -> dict[str, Any]:

@@ -5,8 +5,12 @@ Scripted replies drive the runs (labelled as such); what is tested is the wiring
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +22,14 @@ from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs
 from tests.harness import loop_scripts as plans
 
-pytest.importorskip("minisweagent", reason="mini-swe-agent not installed (pip install 'twin-harness[mini]')")
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="runs use the bwrap sandbox")
+pytestmark = [
+    # found without importing it: twin's own import is the first, with twin's settings
+    pytest.mark.skipif(
+        importlib.util.find_spec("minisweagent") is None,
+        reason="mini-swe-agent not installed (pip install 'twin-harness[mini]')",
+    ),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="runs use the bwrap sandbox"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 WRITE_CALC = (
@@ -209,3 +219,75 @@ def test_commands_no_process_can_take_are_errors_shown_to_the_agent(tmp_path):
     refused = [r for r in records(run, "tool_call") if not r["ok"]]
     assert [r["result"].split(":")[0] for r in refused[:3]] == ["error"] * 3
     assert json.loads(run.grades.read_text())["rounds"][0]["reward"] is not None
+
+
+POISONED = {
+    "MSWEA_MODEL_NAME": "poisoned/model",
+    "MSWEA_GLOBAL_COST_LIMIT": "0.000001",
+    "MSWEA_GLOBAL_CALL_LIMIT": "1",
+    "OPENAI_API_BASE": "http://poisoned.invalid/v1",
+}
+SETTINGS_SEEN = [*POISONED, "MSWEA_GLOBAL_CONFIG_DIR", "MSWEA_CONFIG_DIR", "MSWEA_SILENT_STARTUP"]
+RUN_THEN_SHOW_SETTINGS = f"""
+import json, os, sys
+from pathlib import Path
+from harness.cli.migrate import run_migration
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.session import RunInputs
+
+task, model, runs = sys.argv[1:]
+assert "minisweagent" not in sys.modules
+config = RunConfig.build(task=task, model=model, scaffold="mini-swe-agent", rounds=2)
+run = RunDir.create(Path(runs), config, RunState(run_id="run"))
+run_migration(RunInputs.read(run))
+import minisweagent
+env = {{name: os.environ.get(name) for name in {SETTINGS_SEEN!r}}}
+print(json.dumps({{"run": str(run.root), "package_dir": str(minisweagent.global_config_dir), "env": env}}))
+"""
+
+
+def test_a_users_own_mini_swe_agent_settings_have_no_effect(tmp_path):
+    """A user's config folder with another model, cost and call limits, a base URL and its
+    own `mini.yaml`: none of it reaches the run or twin's process, and the user's variable
+    is as it was afterwards. A fresh process, since the package reads them at import."""
+    user = tmp_path / "user-mini-config"
+    user.mkdir()
+    (user / ".env").write_text("".join(f"{name}='{value}'\n" for name, value in POISONED.items()))
+    (user / "mini.yaml").write_text(
+        "agent:\n  system_template: POISONED\n  instance_template: POISONED\n  step_limit: 1\n"
+        "  cost_limit: 0.000001\nmodel:\n  model_name: poisoned/model\n"
+    )
+    before = sorted(p.name for p in user.iterdir())
+    model = plans.write_script(tmp_path / "script.json", mini_two_rounds())
+    env = {k: v for k, v in os.environ.items() if k not in POISONED and not k.startswith("MSWEA_")}
+    env |= {"MSWEA_GLOBAL_CONFIG_DIR": str(user), "MSWEA_CONFIG_DIR": str(user)}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_THEN_SHOW_SETTINGS, str(plans.TINY_TASK), model, str(tmp_path / "runs")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+
+    run = RunDir(Path(seen["run"]))
+    state = run.load_state()
+    assert state.status == "finished" and [r.note for r in state.rounds] == ["mini-swe-agent exit: Submitted"] * 2
+    assert [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]] == [0.5, 1.0]
+    calls = records(run, "model_call")
+    assert len(calls) == len(mini_two_rounds()) and all(c["label"] == "scripted" for c in calls)
+    from harness.scaffolds.mini_swe import default_config
+
+    assert calls[0]["request"]["messages"][0]["content"] == default_config()["agent"]["system_template"].rstrip("\n")
+    assert "POISONED" not in run.trajectory.read_text()
+
+    assert Path(seen["package_dir"]) != user and user not in Path(seen["package_dir"]).parents
+    assert seen["env"] == {
+        **dict.fromkeys(POISONED),
+        "MSWEA_GLOBAL_CONFIG_DIR": str(user),  # the user's variable, as it was
+        "MSWEA_CONFIG_DIR": str(user),
+        "MSWEA_SILENT_STARTUP": None,
+    }
+    assert sorted(p.name for p in user.iterdir()) == before
