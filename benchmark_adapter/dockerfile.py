@@ -1,10 +1,11 @@
-"""Reading a published task's `environment/Dockerfile` as twin honours it without docker.
+"""Reading a published task's `environment/Dockerfile`: the files twin lays out, and what it honours.
 
-twin does not build the image. It reads what decides the agent's files — COPY and
-ADD (from the build context), WORKDIR and ENV, with ARG and ENV expansion — and
-lays the same files out in its own sandbox. Every other instruction is either
-harmless to skip (one note), or cannot be honoured without docker (one-line
-refusal, `DockerfileError`). What is accepted:
+twin reads what decides the agent's files — COPY and ADD (from the build context),
+WORKDIR and ENV, with ARG and ENV expansion — and lays the same files out in its own
+sandbox. Every other instruction is either harmless to skip (one note), or cannot be
+honoured without docker (one-line refusal, `DockerfileError`). When the docker sandbox
+built the task's image (`harness/sandbox/task_image.py`), `read_dockerfile` is given it
+and every RUN is honoured by the image, with a note. What is accepted without an image:
 
 | instruction | how |
 |---|---|
@@ -53,16 +54,26 @@ PIP_VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-lin
 class DockerfileError(TaskError):
     """The Dockerfile asks for something twin cannot lay out without docker."""
 
+    def prefixed(self, prefix: str) -> DockerfileError:
+        """The same refusal, its line starting with `prefix` (e.g. `task T`)."""
+        return type(self)(f"{prefix}: {self}")
 
-def read_dockerfile(path: Path, *, ignore_run: bool = False) -> EnvironmentLayout:
+
+class RunRefused(DockerfileError):
+    """A RUN twin cannot honour without docker; an image built from the Dockerfile honours it."""
+
+
+def read_dockerfile(path: Path, *, ignore_run: bool = False, image: str | None = None) -> EnvironmentLayout:
     """Read a Dockerfile into the files it lays out, its WORKDIR, ENV and notes.
 
     Args:
         path: the Dockerfile; its directory is the build context.
         ignore_run: accept a RUN twin cannot honour, with a note, instead of refusing it.
+        image: the image built from this Dockerfile, which honours every RUN (with a note).
 
     Raises:
-        DockerfileError: an instruction twin cannot honour (one line, with the line number).
+        DockerfileError: an instruction twin cannot honour (one line, with the line number);
+            `RunRefused` for a RUN.
     """
     context = path.parent.resolve()
     try:
@@ -82,7 +93,12 @@ def read_dockerfile(path: Path, *, ignore_run: bool = False) -> EnvironmentLayou
             stages += 1
             if stages > 1:
                 raise DockerfileError(f"{where}: multi-stage builds (a second FROM) need docker")
-            layout.notes.append(f"{where}: FROM {value}: twin runs with its own environment")
+            if image is None:
+                layout.notes.append(f"{where}: FROM {value}: twin runs with its own environment")
+            else:
+                layout.notes.append(
+                    f"{where}: FROM {value}: built as {image}; commands run in it with twin's own interpreter"
+                )
         elif instruction == "ARG":
             for key, val in extract_key_values(True, args, layout.env, value):
                 args.setdefault(key, val)
@@ -100,7 +116,7 @@ def read_dockerfile(path: Path, *, ignore_run: bool = False) -> EnvironmentLayou
         elif instruction in ("COPY", "ADD"):
             layout.copies += _copy(instruction, value, args, layout, context, where)
         elif instruction == "RUN":
-            _run(value, args, layout, context, where, ignore_run)
+            _run(value, args, layout, context, where, ignore_run, image)
         elif instruction in SKIPPED:
             layout.notes.append(f"{where}: {instruction} skipped (no effect on the files laid out)")
         else:
@@ -112,15 +128,22 @@ def read_dockerfile(path: Path, *, ignore_run: bool = False) -> EnvironmentLayou
 
 def _words(value: str, args: dict[str, str], env: dict[str, str]) -> list[str]:
     """Split an instruction's arguments (JSON exec form or shell words), expanding variables."""
-    stripped = value.strip()
-    if stripped.startswith("["):
-        try:
-            words = json.loads(stripped)
-        except ValueError:
-            words = None
-        if isinstance(words, list) and all(isinstance(w, str) for w in words):
-            return [" ".join(WordSplitter(w, args=args, envs=env).split()) for w in words]
+    words = _exec_form(value)
+    if words is not None:
+        return [" ".join(WordSplitter(w, args=args, envs=env).split()) for w in words]
     return list(WordSplitter(value, args=args, envs=env).split())
+
+
+def _exec_form(value: str) -> list[str] | None:
+    """The words of an instruction in JSON exec form (`RUN ["a", "b"]`), else None."""
+    stripped = value.strip()
+    if not stripped.startswith("["):
+        return None
+    try:
+        words = json.loads(stripped)
+    except ValueError:
+        return None
+    return words if isinstance(words, list) and all(isinstance(w, str) for w in words) else None
 
 
 def _absolute(dest: str, workdir: str) -> str:
@@ -167,10 +190,13 @@ def _copy(instruction, value, args, layout, context: Path, where: str) -> list[L
     return out
 
 
-def _run(value: str, args, layout: EnvironmentLayout, context: Path, where: str, ignore_run: bool) -> None:
-    """Accept a RUN twin's environment already satisfies (pip install, mkdir), else refuse it."""
+def _run(
+    value: str, args, layout: EnvironmentLayout, context: Path, where: str, ignore_run: bool, image: str | None
+) -> None:
+    """Accept a RUN twin's environment already satisfies (pip install, mkdir) or `image` honours, else refuse it."""
+    exec_form = _exec_form(value)
     try:
-        tokens = shlex.split(value.replace("\\\n", " "))
+        tokens = exec_form if exec_form is not None else shlex.split(value.replace("\\\n", " "))
     except ValueError:
         tokens = None
     commands: list[list[str]] = [[]]
@@ -185,7 +211,12 @@ def _run(value: str, args, layout: EnvironmentLayout, context: Path, where: str,
     if tokens is None:
         problems.append("cannot be split into commands")
     for command in commands:
-        packages = _pip_packages(command, layout, context)
+        try:
+            packages = _pip_packages(command, layout, context, where)
+        except RunRefused:
+            if image is None:
+                raise
+            packages = None  # a requirements file an earlier RUN made: the image has it
         system = _apt_packages(command)
         if system is not None:
             for name in system:
@@ -201,17 +232,26 @@ def _run(value: str, args, layout: EnvironmentLayout, context: Path, where: str,
                     problems.append(f"pip package {name} is not installed in twin's environment")
         elif command[0] not in NOOP_COMMANDS:
             problems.append(f"`{' '.join(command)[:60]}` cannot run without docker")
-    if problems and not ignore_run:
-        raise DockerfileError(
+    if image is not None:
+        installed = [p for p in problems if "is not installed" in p]
+        if installed:  # installed into the image, whose interpreter twin's own covers
+            layout.notes.append(
+                f"{where}: RUN ran in {image}, but commands use twin's interpreter and system directories: "
+                f"{installed[0]}"
+            )
+        elif problems:
+            layout.notes.append(f"{where}: RUN honoured in {image}")
+    elif problems and not ignore_run:
+        raise RunRefused(
             f"{where}: RUN {problems[0]} (use a docker sandbox, install it, or set ignore_run = true in --settings)"
         )
-    if problems:
+    elif problems:
         layout.notes.append(f"{where}: RUN not honoured (ignore_run): {problems[0]}")
     if present:
         layout.notes.append(f"{where}: RUN install accepted: {', '.join(present)} already in twin's environment")
 
 
-def _pip_packages(command: list[str], layout: EnvironmentLayout, context: Path) -> list[str] | None:
+def _pip_packages(command: list[str], layout: EnvironmentLayout, context: Path, where: str) -> list[str] | None:
     """The distribution names a `pip install` command asks for (None: not a pip install)."""
     words = command
     if len(words) >= 3 and re.fullmatch(r"python[\d.]*", words[0]) and words[1:3] == ["-m", "pip"]:
@@ -222,7 +262,7 @@ def _pip_packages(command: list[str], layout: EnvironmentLayout, context: Path) 
     rest = iter(words[2:])
     for word in rest:
         if word in ("-r", "--requirement"):
-            names += _requirements_file(next(rest, ""), layout, context)
+            names += _requirements_file(next(rest, ""), layout, context, where)
         elif word in PIP_VALUE_OPTIONS:
             next(rest, None)
         elif not word.startswith("-"):
@@ -253,7 +293,7 @@ def _system_installed(name: str) -> bool:
     return shutil.which(name) is not None
 
 
-def _requirements_file(inside: str, layout: EnvironmentLayout, context: Path) -> list[str]:
+def _requirements_file(inside: str, layout: EnvironmentLayout, context: Path, where: str) -> list[str]:
     """Requirement names of a requirements file the Dockerfile copied in (or one in the context)."""
     inside = _absolute(inside, layout.workdir)
     host = None
@@ -263,7 +303,7 @@ def _requirements_file(inside: str, layout: EnvironmentLayout, context: Path) ->
             host = copy.host / inside_pure.relative_to(pure) if copy.host.is_dir() else copy.host
             break
     if host is None or not host.is_file():
-        raise DockerfileError(f"RUN pip install -r {inside}: the file is not laid out by a COPY before it")
+        raise RunRefused(f"{where}: RUN pip install -r {inside}: the file is not laid out by a COPY before it")
     lines = [line.split("#")[0].strip() for line in host.read_text().splitlines()]
     return [_distribution_name(line) for line in lines if line and not line.startswith("-")]
 

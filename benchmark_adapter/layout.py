@@ -5,18 +5,20 @@ the original and the assets lie and appear, what is hidden, which packages are
 absent); `grader_boundary` hands that layout to `harness.ground.isolation`.
 `copy_without_history` copies an original without its version-control state, so
 that nothing can be read out of old commits, reflogs or packed refs.
+`command_workdir` is where a published task's commands start (its WORKDIR).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from benchmark_adapter.task import Task
 from harness.ground import isolation
 from harness.ground.boundary import Boundary, Mount
 from harness.ground.isolation import Layout
+from harness.sandbox.task_image import remembered_task_image
 
 # Names never copied from the source repository: version-control state and pointers elsewhere.
 VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})
@@ -73,3 +75,30 @@ def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: P
 def laid_out_mounts(task: Task) -> list[Mount]:
     """A published task's files besides the original and the assets, read-only where its Dockerfile puts them."""
     return [Mount(host=laid.host, inside=laid.inside) for laid in task.extra_layout]
+
+
+def command_workdir(task: Task) -> str | None:
+    """Where a published task's commands start: its Dockerfile's last WORKDIR, as under Harbor.
+
+    Harbor runs the agent's commands and `tests/test.sh` in the image's working directory,
+    which is the last WORKDIR. twin starts there too where its sandbox has that directory:
+    the task's image was built, or the WORKDIR is the output, holds the output or something
+    the Dockerfile lays out, or lies inside a directory it lays out.
+
+    Returns:
+        The WORKDIR, or None: twin's own layout, no WORKDIR, or one the sandbox would lack.
+    """
+    env = task.environment
+    if env is None or env.workdir == "/":
+        return None
+    if remembered_task_image(task.root) is not None:
+        return env.workdir
+    workdir = PurePosixPath(env.workdir)
+    for place in [task.settings.candidate_mount, *(c.inside for c in env.copies)]:
+        if workdir == PurePosixPath(place) or workdir in PurePosixPath(place).parents:
+            return env.workdir
+    for laid in env.copies:
+        inside = PurePosixPath(laid.inside)
+        if inside in workdir.parents and (laid.host / workdir.relative_to(inside)).is_dir():
+            return env.workdir
+    return None

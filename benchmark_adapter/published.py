@@ -25,7 +25,8 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from benchmark_adapter.dockerfile import read_dockerfile
+from benchmark_adapter.dockerfile import DockerfileError, read_dockerfile
+from benchmark_adapter.layout import command_workdir
 from benchmark_adapter.task import (
     EnvironmentLayout,
     LaidOut,
@@ -35,6 +36,7 @@ from benchmark_adapter.task import (
     check_task_paths,
     task_name,
 )
+from harness.sandbox.task_image import remembered_task_image
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".npz", ".npy", ".h5", ".msgpack", ".gguf")
 # top-level directories an instruction names that are never the output (system, grader, oracle)
@@ -123,7 +125,11 @@ def load_published_task(
         raise TaskError(
             f"task {root.name}: no [metadata.twin] and no environment/Dockerfile: cannot tell where the original is"
         )
-    layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run)
+    try:
+        # an image the docker sandbox built from this Dockerfile honours its RUN steps
+        layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run, image=remembered_task_image(root))
+    except DockerfileError as exc:
+        raise exc.prefixed(f"task {root.name}") from None
     if not layout.copies:
         raise TaskError(f"task {root.name}: the Dockerfile copies nothing into the image (no original)")
     original = _find_original(root, layout, settings)
@@ -148,7 +154,7 @@ def load_published_task(
         allow_network=False,
     )
     check_task_paths(root, twin, dockerfile)  # the same containment as twin's own layout
-    return Task(
+    task = Task(
         root=root,
         name=task_name(config, root),
         instruction=instruction,
@@ -157,6 +163,11 @@ def load_published_task(
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
         environment=layout,
     )
+    if layout.workdir != "/" and command_workdir(task) is None:
+        layout.notes.append(
+            f"WORKDIR {layout.workdir}: nothing is laid out there; commands start in {output} instead"
+        )
+    return task
 
 
 def _relative(root: Path, host: Path) -> Path:

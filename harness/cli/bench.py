@@ -60,6 +60,10 @@ def bench_command(
         infra_retries=retries,
         retry_backoff_s=backoff,
     )
+    from benchmark_adapter.task_environment import load_task_for_sandbox
+
+    for task in config.tasks:  # under docker each task's image built once; its notes on stderr
+        load_task_for_sandbox(task, sandbox)
     console = Console()
 
     def show(result) -> None:

@@ -55,11 +55,12 @@ def migrate_command(
     resume: str = typer.Option(None, "--resume", help="Continue a killed run (id or directory)."),
 ) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
+    from benchmark_adapter.task_environment import load_task_for_sandbox
     from harness.run.session import RunInputs
 
     console = Console()
     if resume:
-        inputs = RunInputs.read(RunDir.open(resume, runs_dir))
+        inputs = _read_resumed(RunDir.open(resume, runs_dir))
         if rounds is not None and inputs.state.status == "finished":
             console.print(_finished_line(inputs, rounds), highlight=False, markup=False, soft_wrap=True)
             return
@@ -93,15 +94,33 @@ def migrate_command(
             if config
             else RunConfig.build(**{k: v for k, v in settings.items() if v is not None})
         )
-        from benchmark_adapter.task import load_task
-
-        loaded = load_task(run_config.task)  # refuse a malformed task before anything is written
+        # refuse a malformed task before anything is written; under docker its image built; its notes on stderr
+        loaded = load_task_for_sandbox(run_config.task, run_config.sandbox)
         check_model(run_config.model, wait_s=run_config.model_wait_s)
         inputs = RunInputs.create(runs_dir, run_config, loaded, run_id)
     outcome = run_migration(inputs, api_key=api_key, console=console)
 
     for line in [outcome, *closing_lines(inputs.run, inputs.config, inputs.state)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _read_resumed(run: RunDir) -> RunInputs:
+    """A resumed run's inputs; under docker its task's image built (or reused); the task's notes on stderr."""
+    from benchmark_adapter.dockerfile import RunRefused
+    from benchmark_adapter.task_environment import load_task_for_sandbox, show_notes
+    from harness.run.session import RunInputs
+
+    try:
+        inputs = RunInputs.read(run)
+    except RunRefused:  # a RUN only the task's image honours: read again once it is built (or refuse)
+        config = run.load_config()
+        load_task_for_sandbox(config.task, config.sandbox)
+        return RunInputs.read(run)
+    if inputs.config.sandbox == "docker":
+        load_task_for_sandbox(inputs.config.task, "docker")
+    else:
+        show_notes(inputs.task)
+    return inputs
 
 
 def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Console | None = None) -> str:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.layout import copy_without_history, task_layout
+from benchmark_adapter.layout import command_workdir, copy_without_history, task_layout
 from benchmark_adapter.task import Task
 from harness.ground import isolation
 from harness.ground.boundary import Boundary, Limits, Mount
@@ -86,7 +86,7 @@ def role_boundary(
     layout = task_layout(task, ws.candidate, source=ws.source).model_copy(
         update={"assets": ws.assets, "role_aliases": _role_aliases(task, ws)}
     )
-    return isolation.role_boundary(
+    boundary = isolation.role_boundary(
         layout,
         name=name,
         write_candidate=write_candidate,
@@ -96,6 +96,8 @@ def role_boundary(
         extra_mounts=extra_mounts,
         limits=limits,
     )
+    workdir = command_workdir(task)  # a published task's commands start in its WORKDIR, as under Harbor
+    return boundary if workdir is None else boundary.model_copy(update={"workdir": workdir})
 
 
 

@@ -12,7 +12,8 @@ removes any a killed harness left behind.
 The interpreter and system roots come from the host (the boundary mounts them at
 the same paths, site-packages as the pruned copy), so the image only has to provide
 an empty root; it is `$TWIN_DOCKER_IMAGE`, else `twin-base:local`, which twin builds
-once with `docker import` from an empty root filesystem (no registry is needed). The seccomp filter is the bwrap
+once with `docker import` from an empty root filesystem (no registry is needed); a
+published task whose image twin built runs on that image (`task_image.py`). The seccomp filter is the bwrap
 sandbox's (`seccomp.docker_profile`); writable roots are handed to the container's
 uid before each command and lose setuid/setgid bits after it.
 """
@@ -31,7 +32,7 @@ from harness.ground.boundary import Boundary
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.presentation import Presenter
+from harness.sandbox.presentation import Presenter, RootOverCaps
 from harness.sandbox.privilege import settle_writable
 from harness.sandbox.process import (
     DISK_POLL_S,
@@ -160,7 +161,11 @@ class DockerSandbox:
 
     def __init__(self, boundary: Boundary, image: str | None = None) -> None:
         self.boundary = boundary
-        self.image = image or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
+        # -- the image built from a published task's environment/ (harness/sandbox/task_image.py), if any --
+        from harness.sandbox.task_image import task_image_for
+
+        self.image = image or task_image_for(boundary) or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
+        # -- end of the task image hook --
         self._client = _client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)
@@ -179,7 +184,10 @@ class DockerSandbox:
         timeout_s: float | None = None,
         stdin: str | None = None,
     ) -> ExecResult:
-        """Run `command` (argv list, or a string run by `bash -c`) in a new container."""
+        """Run `command` (argv list, or a string run by `bash -c`) in a new container.
+
+        A read-only root over the snapshot caps fails the command without starting one.
+        """
         if self._closed:
             raise SandboxError(f"sandbox {self.boundary.name} is closed")
         workdir = posixpath.join(self.boundary.workdir, cwd or ".")
@@ -188,7 +196,10 @@ class DockerSandbox:
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         wall = timeout_s if timeout_s is not None else self.boundary.limits.wall_s
         bound = self._presenter.boundary()  # roots from their neutral slots
-        self._presenter.enter()
+        try:
+            self._presenter.enter()
+        except RootOverCaps as over:  # the agent's tree grew over the caps: this command fails
+            return over.result()
         try:
             return self._exec_entered(bound, argv, workdir, env, wall, stdin)
         finally:

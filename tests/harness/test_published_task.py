@@ -93,7 +93,8 @@ def test_migrate_scripted_round_sees_the_layout_and_is_graded(tmp_path):
     calls = [json.loads(line) for line in run.trajectory.read_text().splitlines()]
     tools = [c for c in calls if c.get("tool") in ("read_file", "bash")]
     assert "class TinyNet" in tools[0]["result"]  # the original at the Dockerfile's path
-    assert "model.safetensors" in tools[1]["result"] and "/app/jax_repo" in tools[1]["result"]
+    # the assets at the Dockerfile's path; commands start in its WORKDIR (/app), as under Harbor
+    assert "model.safetensors" in tools[1]["result"] and tools[1]["result"].endswith("\n/app\n")
     assert outcomes == [(1, "violated")]
     assert 0.0 < rewards[1] < 1.0  # the unchanged grader sees the same defect
 
