@@ -11,8 +11,9 @@ goes through this module:
   entries, saying so (`Walk.capped`): a caller checking a property must treat a
   capped walk as a violation (code hidden from a check has not passed it);
 - `copy_tree` copies regular files and directories (and symlinks that stay inside the
-  tree) within caps on total size, file count and depth, drops setuid/setgid bits and
-  refuses special files, sparse files and excluded names, listing every refusal;
+  tree, by `link_refusal`'s rule) within caps on total size, file count and depth, drops
+  setuid/setgid bits and refuses special files, sparse files and excluded names, listing
+  every refusal;
 - `remove_tree` removes a tree iteratively (no recursion limit on a deep chain);
   `discard_tree` does the same as a best effort that never raises.
 """
@@ -23,7 +24,7 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,6 +180,37 @@ def walk(
     return found
 
 
+def link_refusal(rel: str, target: str, kinds: Mapping[str, int]) -> str | None:
+    """Why a symlink at `rel` pointing at `target` may not be kept in a copy of its tree, or None.
+
+    The rule, simple enough to check without following anything: the target is relative
+    and, read one component at a time from the link's own directory, never climbs above
+    the tree and passes through no other symlink of the tree (only its last component may
+    be one, itself kept by this rule). Each component before the last is then a real
+    directory (or absent), where `..` means what it says, so the link resolves inside the
+    tree however the kernel follows it: `m -> sub/l/..` with `sub/l -> ..` is refused.
+
+    Args:
+        rel: the link's path relative to the tree's root.
+        target: the link's text.
+        kinds: `st_mode` of the tree's entries by relative path (an absent path is no link).
+    """
+    if not target or target.startswith("/"):
+        return f"symbolic link out of the tree ({target})"
+    where = [part for part in posixpath.dirname(rel).split("/") if part]
+    parts = [part for part in target.split("/") if part not in ("", ".")]
+    for i, part in enumerate(parts):
+        if part == "..":
+            if not where:
+                return f"symbolic link out of the tree ({target})"
+            where.pop()
+            continue
+        where.append(part)
+        if i < len(parts) - 1 and stat.S_ISLNK(kinds.get("/".join(where), 0)):
+            return f"symbolic link through another link of the tree ({target})"
+    return None
+
+
 @dataclass
 class CopyReport:
     """What `copy_tree` copied and what it refused (relative path: reason)."""
@@ -206,8 +238,8 @@ def copy_tree(
 ) -> CopyReport:
     """Copy an agent-controlled tree into a new directory `dst`, within caps; see the module docstring.
 
-    Symlinks are copied as symlinks when their target, read lexically, stays inside
-    the tree (nothing is followed); others are refused. Modes keep their permission
+    Symlinks are copied as symlinks when `link_refusal` keeps them (nothing is
+    followed); others are refused. Modes keep their permission
     bits only (no setuid, setgid or sticky). Sizes count apparent bytes, so a sparse
     file cannot expand past `max_bytes`; a sparse file over 1 MiB is refused.
     """
@@ -219,6 +251,7 @@ def copy_tree(
         report.refused[message.split(":", 1)[0]] = message.split(":", 1)[-1].strip()
     dst.mkdir(parents=True)
     dropped: list[str] = []
+    kinds = {entry.rel: entry.st.st_mode for entry in found.entries}
     for entry in found.entries:
         rel, mode = entry.rel, entry.st.st_mode
         if any(rel == d or rel.startswith(d + "/") for d in dropped):
@@ -233,9 +266,9 @@ def copy_tree(
             continue
         if stat.S_ISLNK(mode):
             link = os.readlink(src / rel)
-            inside = posixpath.normpath(posixpath.join(posixpath.dirname(rel), link))
-            if link.startswith("/") or inside == ".." or inside.startswith("../"):
-                report.refused[rel] = f"symbolic link out of the tree ({link})"
+            refused = link_refusal(rel, link, kinds)
+            if refused:
+                report.refused[rel] = refused
                 continue
             os.symlink(link, target)
             continue

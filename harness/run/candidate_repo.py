@@ -8,20 +8,32 @@ git never runs on the tree the Migrator wrote. A commit copies that tree first
 (`harness.ground.agent_tree.copy_tree`: no nested `.git`, `.gitmodules` or `.gitattributes`,
 no symlinks followed or pointing out, no special files, bounded in size, count and
 depth) and commits the copy; git itself runs with system, global and per-user
-configuration, hooks, fsmonitor, attributes and submodule recursion switched off.
-What the copy refused is one line in the audit log. So nothing an agent wrote is
-configuration, a hook, a filter or a repository to git.
+configuration, hooks, fsmonitor, attributes and submodule recursion switched off,
+and adds every file of the copy (`--force`: a `.gitignore` the agent wrote leaves
+nothing out of the committed and graded snapshot). What the copy refused is one line
+in the audit log. So nothing an agent wrote is configuration, a hook, a filter, an
+ignore list or a repository to git.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import tarfile
 import time
 from pathlib import Path
 
-from harness.ground.agent_tree import MAX_DEPTH, MAX_ENTRIES, MAX_TOTAL_BYTES, copy_tree, remove_tree, walk
+from harness.ground.agent_tree import (
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_TOTAL_BYTES,
+    copy_tree,
+    link_refusal,
+    remove_tree,
+    walk,
+)
 from harness.ground.errors import TwinError
 
 # Names never committed, at any depth: another repository's state, or instructions to git.
@@ -109,7 +121,7 @@ class CandidateRepo:
                     f"{len(refused)} entries not committed: {_summary(refused)}"
                     + (f"; cap: {report.capped}" if report.capped else ""),
                 )
-            self._git("add", "-A", ".")
+            self._git("add", "--all", "--force", ".")  # every file of the copy, whatever a .gitignore says
             self._git("commit", "-q", "--allow-empty", "--no-verify", "-m", f"round {round}: {message}")
             self._git("tag", "-f", f"round-{round}")
         finally:
@@ -163,7 +175,10 @@ class CandidateRepo:
     def export(self, round: int, dest: Path) -> Path:
         """Write the snapshot of round `round` to `dest` (no git metadata), within size caps.
 
-        A member the extraction refuses (a link out, over a cap) is skipped and audited.
+        Directories and files are extracted first and symlinks last, each kept only by
+        the rule copies keep (`link_refusal`: judged against the whole tree, so no link
+        extracted early can lead a later one out). A member the extraction refuses (a link
+        out, over a cap) is skipped and audited.
         """
         if not self._git("tag", "--list", f"round-{round}"):
             raise CandidateRepoError(f"git archive failed: round {round} has no snapshot (rounds: {self.rounds()})")
@@ -186,12 +201,19 @@ class CandidateRepo:
         )
         refused: dict[str, str] = {}
         total = files = 0
+        kinds: dict[str, int] = {}
+        links: list[tarfile.TarInfo] = []
         assert proc.stdout is not None
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
                 for member in tar:
                     if member.name.count("/") >= MAX_DEPTH:
                         refused[member.name] = "too deep"
+                        continue
+                    name = member.name.rstrip("/")
+                    kinds[name] = stat.S_IFLNK if member.issym() else stat.S_IFDIR if member.isdir() else stat.S_IFREG
+                    if member.issym():
+                        links.append(member)  # made once the tree stands, by the rule copies keep
                         continue
                     if member.isfile():
                         total, files = total + member.size, files + 1
@@ -208,6 +230,16 @@ class CandidateRepo:
             proc.stdout.close()
             if proc.wait() != 0:
                 raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
+        for member in links:
+            name = member.name.rstrip("/")
+            why = link_refusal(name, member.linkname, kinds)
+            if why is None:
+                try:
+                    os.symlink(member.linkname, dest / name)
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+            if why is not None:
+                refused[member.name] = why
         if refused:
             self._audit(round, f"{len(refused)} entries not exported: {_summary(refused)}")
         return dest

@@ -27,7 +27,7 @@ from harness.ground.boundary import SECRET_NAME, Boundary, Limits
 from harness.ground.isolation import cache_root
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.presentation import Presenter
+from harness.sandbox.presentation import Presenter, RootOverCaps
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.process import (
     SYSTEM_PATH,
@@ -223,7 +223,11 @@ class BwrapSandbox:
         timeout_s: float | None = None,
         stdin: str | None = None,
     ) -> ExecResult:
-        """Run `command` (argv list, or a string run by `bash -c`) inside the sandbox."""
+        """Run `command` (argv list, or a string run by `bash -c`) inside the sandbox.
+
+        A read-only root that grew over the snapshot caps since the sandbox was built is the
+        command's failure: it does not run, and the result says which root (`exceeded`).
+        """
         if self._closed:
             raise SandboxError(f"sandbox {self.boundary.name} is closed")
         workdir = posixpath.join(self.boundary.workdir, cwd or ".")
@@ -238,7 +242,10 @@ class BwrapSandbox:
         wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
         writable_mounts = [m for m in self._bound.mounts if m.writable]
         writable = [m.host for m in writable_mounts]
-        self._presenter.enter()
+        try:
+            self._presenter.enter()
+        except RootOverCaps as over:  # the agent's tree grew over the caps: this command fails
+            return over.result()
         seccomp = None
         try:
             for root in writable:

@@ -15,8 +15,13 @@ directories is presented to the sandbox from a slot, `<stage_root>/p…/<n>`:
   without its hidden paths, and removed when no command runs (so no extra link outlives a
   command: a file with several links is one the harness will not write or hand over).
 
-A root that cannot be presented (a writable root on another filesystem than the staging
-directory, or a mount point; a snapshot over its caps) is bound as it is.
+A root that cannot be presented when the sandbox is built (a writable root on another
+filesystem than the staging directory, or a mount point; a read-only root already over the
+snapshot caps) is bound as it is. A read-only root that grows over the caps afterwards (only
+an agent's tree changes during a run: the candidate, read-only to the Verifier or to a
+probe side) refuses each command until it shrinks again: `enter` raises `RootOverCaps`, and
+the sandbox returns it as the command's failed result (`RootOverCaps.result`), so the
+agent's own tree fails its command, never the sandbox or the trial.
 """
 
 from __future__ import annotations
@@ -30,17 +35,49 @@ from pathlib import Path
 
 from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Boundary, Mount
+from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root, stage_root
-from harness.ground.sandbox import SandboxError
+from harness.ground.sandbox import ExecResult, SandboxError
+from harness.sandbox.process import DISK_RETURNCODE
 
 MAX_SNAPSHOT_ENTRIES = 50_000
 MAX_SNAPSHOT_COPY_BYTES = 256 << 20
+OVER_CAPS = "snapshot"
+"""The kind that `ExecResult.exceeded` starts with when a read-only root over the caps refused a command."""
 _OWNER = "owner"
 
 
+class RootOverCaps(TwinError):
+    """A read-only root grew over the snapshot caps: the command is refused, the sandbox is fine.
+
+    Attributes:
+        exceeded: `snapshot: <root inside> holds more than … entries` (the root by its path inside).
+    """
+
+    def __init__(self, inside: str, why: str) -> None:
+        self.exceeded = f"{OVER_CAPS}: {inside} {why}"
+        self.line = f"twin: the command did not run: the read-only root {inside} {why}, over the snapshot cap"
+        super().__init__(self.exceeded)
+
+    def result(self) -> ExecResult:
+        """The refused command as a failed result: it did not run, and stderr says why in one line."""
+        return ExecResult(
+            returncode=DISK_RETURNCODE,
+            stderr=f"{self.line} (remove files there to bring it under)\n",
+            exceeded=self.exceeded,
+        )
+
+
+def refused_over_caps(result: ExecResult) -> str | None:
+    """Why a command did not run because a read-only root of its sandbox is over the caps, or None."""
+    exceeded = result.exceeded or ""
+    return exceeded if exceeded.startswith(f"{OVER_CAPS}: ") else None
+
+
 class _Slot:
-    def __init__(self, origin: Path, path: Path, writable: bool, hidden: list[Path]) -> None:
+    def __init__(self, origin: Path, path: Path, writable: bool, hidden: list[Path], inside: str) -> None:
         self.origin, self.path, self.writable, self.hidden = origin, path, writable, hidden
+        self.inside = inside
         self.signature: tuple | None = None
         self.moved = False  # a writable root is in its slot
 
@@ -79,7 +116,7 @@ class Presenter:
         path = self._dir / str(len(self._slots))
         path.mkdir(mode=0o755)
         hidden = [h for h in self._source.hidden if h == host or host in h.parents]
-        slot = _Slot(host, path, mount.writable, hidden)
+        slot = _Slot(host, path, mount.writable, hidden, mount.inside)
         if mount.writable:
             (self._dir / f"{len(self._slots)}.origin").write_text(str(host))
         elif _signature(slot) is None:  # over the caps: bound as it is
@@ -99,14 +136,18 @@ class Presenter:
 
         Commands of one sandbox may run at once: the first in moves a writable root, the
         last out moves it back, and a replaced snapshot is removed once none runs.
+
+        Raises:
+            RootOverCaps: a read-only root grew over the snapshot caps (nothing was entered).
+            SandboxError: a root cannot be presented.
         """
         with self._lock:
             for slot in self._slots:
-                if not slot.writable and not _snapshot(slot, self._stale):
-                    raise SandboxError(
-                        f"a read-only root of {self._source.name} grew over {MAX_SNAPSHOT_ENTRIES} entries"
-                        f" or {MAX_SNAPSHOT_COPY_BYTES >> 20} MiB of copies"
-                    )
+                if slot.writable:
+                    continue
+                over = _snapshot(slot, self._stale)
+                if over is not None:
+                    raise RootOverCaps(slot.inside, over)
             if self._running == 0:
                 try:
                     for slot in self._slots:
@@ -114,7 +155,8 @@ class Presenter:
                             _move_in(slot)
                 except OSError as exc:
                     self._settle()
-                    raise SandboxError(f"cannot present a writable root of {self._source.name}: {exc.strerror}") from None
+                    why = f"cannot present a writable root of {self._source.name}: {exc.strerror}"
+                    raise SandboxError(why) from None
             self._running += 1
 
     def leave(self) -> None:
@@ -309,13 +351,17 @@ def _signature(slot: _Slot) -> tuple | None:
     return tuple(entries)
 
 
-def _snapshot(slot: _Slot, stale: list[Path]) -> bool:
-    """Bring the slot's snapshot up to date; False where the tree is over the caps."""
+def _snapshot(slot: _Slot, stale: list[Path]) -> str | None:
+    """Bring the slot's snapshot up to date; where the tree is over a cap, say which.
+
+    Raises:
+        SandboxError: the snapshot cannot be written (twin's side: disk, permissions).
+    """
     signature = _signature(slot)
     if signature is None:
-        return False
+        return f"holds more than {MAX_SNAPSHOT_ENTRIES} entries"
     if signature == slot.signature:
-        return True
+        return None
     fresh = Path(tempfile.mkdtemp(prefix=slot.path.name + ".", dir=slot.path.parent))
     try:
         os.chmod(fresh, stat.S_IMODE(os.stat(slot.origin).st_mode))
@@ -333,15 +379,16 @@ def _snapshot(slot: _Slot, stale: list[Path]) -> bool:
                 except OSError:
                     copied += size
                     if copied > MAX_SNAPSHOT_COPY_BYTES:
-                        raise
+                        discard_tree(fresh)
+                        return f"needs more than {MAX_SNAPSHOT_COPY_BYTES >> 20} MiB of copies"
                     shutil.copy2(path, target, follow_symlinks=False)
             # sockets, fifos and devices are left out: a read-only root has no use for them
-    except OSError:
+    except OSError as exc:
         discard_tree(fresh)
-        return False
+        raise SandboxError(f"cannot snapshot the read-only root {slot.inside}: {exc.strerror or exc}") from None
     old = Path(tempfile.mkdtemp(prefix=slot.path.name + ".old.", dir=slot.path.parent))
     os.rename(slot.path, old / "tree")
     os.rename(fresh, slot.path)
     stale.append(old)
     slot.signature = signature
-    return True
+    return None

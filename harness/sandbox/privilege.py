@@ -151,8 +151,9 @@ def settle_writable(root: Path) -> None:
     it (nothing leaves the sandbox with a setuid or setgid bit). The walk goes through
     directory file descriptors, so a path swapped for a symbolic link while it runs
     (another command of the same sandbox may be running) is never followed; other
-    filesystems are not entered, and a regular file with several links is left alone
-    (it could be another file's name). It is iterative and stops after `_MAX_ENTRIES`.
+    filesystems are not entered. A regular file with several links keeps its owner (it
+    could be another file's name) but loses its setuid/setgid bits like every other
+    file: stripping them never grants anything. It is iterative and stops after `_MAX_ENTRIES`.
     """
     owner = SANDBOX_UID if dropping_root() else None
     try:
@@ -219,18 +220,27 @@ def _settle_name(dir_fd: int, name: str, owner: int | None) -> None:
         st = os.lstat(name, dir_fd=dir_fd)
     except OSError:
         return
-    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-        return
     try:
-        if owner is not None and st.st_uid != owner:
+        shared = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+        if owner is not None and st.st_uid != owner and not shared:
             os.chown(name, owner, SANDBOX_GID, dir_fd=dir_fd, follow_symlinks=False)
         if stat.S_ISREG(st.st_mode) and st.st_mode & _SETID:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-            try:
-                now = os.fstat(fd)
-                if stat.S_ISREG(now.st_mode) and now.st_ino == st.st_ino:
-                    os.fchmod(fd, stat.S_IMODE(now.st_mode) & ~_SETID)
-            finally:
-                os.close(fd)
+            _strip_setid(dir_fd, name, st.st_ino)
     except OSError:
         pass
+
+
+def _strip_setid(dir_fd: int, name: str, ino: int) -> None:
+    """Clear the setuid/setgid bits of the regular file `name`, never through a link.
+
+    The file is opened as a path only (`O_PATH | O_NOFOLLOW`: no read permission needed,
+    a link is opened as the link itself) and changed through its descriptor, so a name
+    swapped meanwhile is never followed.
+    """
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        now = os.fstat(fd)
+        if stat.S_ISREG(now.st_mode) and now.st_ino == ino and now.st_mode & _SETID:
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(now.st_mode) & ~_SETID)
+    finally:
+        os.close(fd)

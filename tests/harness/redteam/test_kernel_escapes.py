@@ -122,10 +122,12 @@ def test_candidate_mount_is_nosuid_and_nodev(arena):
 def test_setuid_bits_do_not_leave_the_candidate(arena):
     result = arena.sandbox.exec(
         "cp /bin/true /app/suid && chmod 6755 /app/suid && mkdir -p /app/sgid && chmod 2775 /app/sgid"
+        " && cp /bin/true /app/linked && chmod 6755 /app/linked && ln /app/linked /app/linked2"
         " && stat -c %a /app/suid"
     )
     assert result.returncode == 0, result
-    for name in ("suid", "sgid"):
+    assert os.lstat(arena.ws.candidate / "linked").st_nlink == 2
+    for name in ("suid", "sgid", "linked", "linked2"):
         mode = os.lstat(arena.ws.candidate / name).st_mode
         assert not mode & (stat.S_ISUID | stat.S_ISGID), f"{name}: {oct(mode)}"
 
