@@ -22,12 +22,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.layout import grader_boundary
+from benchmark_adapter.layout import command_workdir, grader_boundary
 from benchmark_adapter.solve import solve_into, solve_script
 from benchmark_adapter.task import Task
 from harness.ground.agent_tree import AgentFileError, copy_tree, read_regular_text, remove_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import scratch_dir
+from harness.sandbox.presentation import refused_over_caps
 from harness.sandbox.registry import make_sandbox
 
 SCHEMA_VERSION = 1
@@ -95,7 +96,8 @@ def run_grader(
     Returns:
         The `Grade`. Whatever the grader does once it runs is the candidate's outcome: a
         grader that crashes, times out, exits or writes no valid reward (because of what
-        the candidate did) yields reward 0 with the reason in `error`.
+        the candidate did) yields reward 0 with the reason in `error`; so does a grader the
+        sandbox refused to start because the candidate's tree is over the snapshot caps.
 
     Raises:
         GraderError: the candidate directory is missing.
@@ -123,19 +125,23 @@ def run_grader(
             # The marker shows test.sh was reached: without it the sandbox failed, not the candidate.
             result = box.exec(
                 ["bash", "-c", f'echo {STARTED} >&2; exec bash "$0"', script],
-                cwd="/tests",
+                cwd=(command_workdir(task) if sandbox != "none" else None) or "/tests",  # Harbor: WORKDIR
                 env=env,
                 timeout_s=task.verifier_timeout_s,
             )
             duration = time.monotonic() - started
         finally:
             box.close()
-        if STARTED not in result.stderr:
+        refused = refused_over_caps(result)
+        if refused is not None:  # a read-only root (the candidate) grew over the caps: the candidate's doing
+            grade: dict[str, Any] = {"reward": 0.0, "error": f"the grader did not run: {refused}"}
+        elif STARTED not in result.stderr:
             raise GraderInfraError(
                 f"the grader's sandbox did not start test.sh (exit {result.returncode}): "
                 f"{(result.stderr or result.stdout).strip()[-300:]}"
             )
-        grade = _read_reward(logs_dir)
+        else:
+            grade = _read_reward(logs_dir)
         grade.update(
             task=task.name,
             candidate=str(candidate),

@@ -95,12 +95,12 @@ def imports_check() -> Probe:
             if f.kind == "forbidden_import"
         ]
         if not run["ok"]:
-            trace = run["trace"]
+            # a run the candidate ended or broke has not passed either half (probes.outcomes)
             return [
-                not_established(IMPORTS, "the import check could not run", trace=trace, context=context),
+                crash_result(IMPORTS, run, context, not_fitting="the import check could not run ({blame})"),
                 _independence(ctx, static, [], context, "")
                 if static  # what the files show statically does not need the run
-                else not_established(INDEPENDENCE, "the import check could not run", trace=trace, context=context),
+                else crash_result(INDEPENDENCE, run, context, not_fitting="the import check could not run ({blame})"),
             ]
         modules = run["report"]["modules"]
         failed = {name: m for name, m in modules.items() if not m["ok"]}

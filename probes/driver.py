@@ -8,9 +8,9 @@ working dtype, the device and the precision policy. It writes into `out_dir`:
 - `manifest.json`: the structure of the named outputs (names, containers and their
   types, shapes, dtypes, JSON values) plus timing and forbidden-import attempts;
 - `arrays.npz`: the arrays, keyed by their index in the manifest;
-- `error.json` instead, when the side crashed: the traceback, its frames and who is
-  to blame (`candidate` when the innermost frame in known code is the candidate's,
-  `probe` when it is the probe's).
+- `error.json` instead, when the side crashed: the traceback and its frames, from which
+  twin decides the blame itself (`probes.outcomes`: the candidate's code runs in this
+  process and can write here too). Before the first run, `STARTED` goes to stdout.
 
 The reference side also draws the inputs (when the probe defines `inputs`) and saves
 them to `inputs_dir`, from where the candidate side loads the very same values.
@@ -33,6 +33,7 @@ from types import SimpleNamespace
 import numpy as np
 
 MAX_DEPTH = 12
+STARTED = "twin-probe-driver-started-5d0c"
 FORBIDDEN_ATTEMPTS: list[dict] = []
 
 
@@ -388,6 +389,7 @@ def main(config_path: str) -> int:
     if config.get("cwd"):
         os.chdir(config["cwd"])
     status = 0
+    os.write(1, f"{STARTED}\n".encode())  # unbuffered: no later exit can take it back
     for run in config.get("runs") or [{}]:
         status = max(status, run_one({**config, **run}))
     return status

@@ -1,8 +1,12 @@
 """How a probe's runs become an outcome (DESIGN.md, "Probes and outcomes").
 
-- `crash_outcome(blame)`: the one rule for a side that crashed: a crash blamed on the
-  candidate's code (or its running out of time) is violated; one blamed on the probe's
-  own code, or on no known code, is not_established: the probe could not tell.
+- `record_blame` and `ended_blame`: the one blame rule, decided here from what a side
+  left behind: an error record's frames (never the record's own claim: the driver runs
+  in the candidate's process, which can write that file), or how its process ended.
+- `crash_outcome(blame)`: what a candidate-side failure says. Only a failure located in
+  the probe's own code, or a side whose driver never started, is not_established;
+  everything else the candidate side can do to fail (crash in its code, run out of
+  time, end its process without a record, strip its traceback) is violated.
 - `crash_result`: that rule as a result, for matched probes and candidate checks alike.
 - `decide_matched`: the outcome of a matched differential probe from its reference,
   noise and candidate runs (structure first, numbers second, forbidden imports).
@@ -11,27 +15,88 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evidence_store.records import Outcome, ProbeResult, Property
+from harness.ground.sandbox import ExecResult
 from probes.base import not_established
 from probes.compare import compare_outputs
 from probes.context import ProbeContext
+from probes.driver import STARTED
 
-CANDIDATE_BLAME = frozenset({"candidate", "timeout"})
-"""Who a crash can be blamed on for it to say something about the candidate."""
+NOT_THE_CANDIDATE = frozenset({"probe", "not_started"})
+"""Blames of a candidate-side failure that say nothing about the candidate."""
+
+CRASH_MESSAGES = {
+    "candidate": "the candidate crashed (candidate)",
+    "timeout": "the candidate crashed (timeout)",
+    "ended": "the candidate side ended without producing its outputs ({status})",
+    "unknown": "the candidate side failed with a traceback that names no probe code",
+}
+"""What a violated result says, per blame of the candidate-side failure."""
+
+
+def record_blame(error: dict, *, candidate_root: str | None, probe_file: str | None) -> str:
+    """Who the failure an error record (`error.json`) describes is blamed on, from its frames.
+
+    'candidate' when any frame, or the importer of a refused forbidden import, is in the
+    candidate's code; else 'probe' when a frame is in the probe file; else 'unknown'. A
+    probe frame reached through candidate code (a callback, a code object compiled under
+    the probe's name and called from the candidate) is the candidate's. The record's own
+    `blame` field is not read.
+
+    Args:
+        error: the parsed record (written in the side's process: any shape).
+        candidate_root: the candidate's root as the side saw it (None on the reference side).
+        probe_file: the probe file's path as the side saw it.
+    """
+    frames = error.get("frames")
+    files = [f.get("file") for f in frames if isinstance(f, dict)] if isinstance(frames, list) else []
+    files = [os.path.normpath(f) for f in files if isinstance(f, str) and f]
+    attempts = error.get("forbidden_imports")
+    if error.get("type") == "ModuleNotFoundError" and isinstance(attempts, list) and attempts:
+        importer = attempts[-1].get("importer") if isinstance(attempts[-1], dict) else None
+        if isinstance(importer, dict) and isinstance(importer.get("file"), str):
+            files.append(os.path.normpath(importer["file"]))
+    if candidate_root:
+        root = os.path.normpath(candidate_root).rstrip("/") + "/"
+        if any(f.startswith(root) for f in files):
+            return "candidate"
+    if probe_file and os.path.normpath(probe_file) in files:
+        return "probe"
+    return "unknown"
+
+
+def ended_blame(result: ExecResult | None) -> tuple[str, str]:
+    """(blame, status) of a side run that left neither its outputs nor an error record.
+
+    'timeout' when the time limit killed it; 'not_started' when the driver never wrote
+    its start line (the sandbox or the interpreter failed before any probe or candidate
+    code ran); else 'ended': the process ended (an exit, a signal, a limit) after probe
+    and candidate code began. A probe does not end its own process, and the probe file
+    is the same on both sides, so on the candidate side that is the candidate's doing.
+    """
+    if result is None:  # a cached reference run without its record
+        return "unknown", "no record"
+    if result.timed_out:
+        return "timeout", f"timed out after {result.duration_s:.0f}s"
+    code = result.returncode
+    status = result.exceeded or (f"signal {-code}" if code < 0 else f"exit {code}")
+    return ("ended" if STARTED in result.stdout else "not_started"), status
 
 
 def crash_outcome(blame: str) -> Outcome:
-    """The outcome of a side run that crashed, from who is to blame for it.
+    """The outcome of a candidate-side run that failed, from who is to blame for it.
 
     Args:
-        blame: 'candidate', 'timeout', 'probe' or 'unknown' (as `probes.sides.run_side` reports it).
+        blame: as `record_blame`/`ended_blame` decide it ('candidate', 'timeout', 'ended',
+            'unknown', 'probe', 'not_started').
     """
-    return Outcome.VIOLATED if blame in CANDIDATE_BLAME else Outcome.NOT_ESTABLISHED
+    return Outcome.NOT_ESTABLISHED if blame in NOT_THE_CANDIDATE else Outcome.VIOLATED
 
 
 def crash_result(
@@ -48,18 +113,22 @@ def crash_result(
         prop: the property examined.
         run: the failed run (`blame`, `trace`).
         context: the result's context.
-        not_fitting: the message of a crash that is not the candidate's, with `{blame}`.
+        not_fitting: the message of a crash in the probe's own code, with `{blame}`.
         **observations: further observations of a violated result.
     """
     if crash_outcome(run["blame"]) is Outcome.VIOLATED:
+        message = CRASH_MESSAGES.get(run["blame"], CRASH_MESSAGES["unknown"])
         return ProbeResult(
             property=prop,
             outcome=Outcome.VIOLATED,
             score=0.0,
             context=context,
             trace=run["trace"],
-            observations={"message": f"the candidate crashed ({run['blame']})", **observations},
+            observations={"message": message.format(status=run.get("status", "?")), **observations},
         )
+    if run["blame"] == "not_started":
+        why = f"the candidate side did not start ({run.get('status', '?')}): nothing was examined"
+        return not_established(prop, why, trace=run["trace"], context=context)
     return not_established(prop, not_fitting.format(blame=run["blame"]), trace=run["trace"], context=context)
 
 

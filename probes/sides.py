@@ -27,9 +27,12 @@ from typing import Any
 import numpy as np
 
 from harness.ground.agent_tree import remove_tree
+from harness.sandbox.presentation import refused_over_caps
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
+from probes.driver import STARTED
 from probes.layout import candidate_modules, import_roots
+from probes.outcomes import ended_blame, record_blame
 
 DRIVER = Path(__file__).with_name("driver.py")
 OUTPUT_FILES = ("manifest.json", "error.json", "arrays.npz")
@@ -75,7 +78,11 @@ def run_side(
 
     Returns:
         Per run: {"ok": True, "output": SideOutput, "report": manifest} on success,
-        else {"ok": False, "blame": 'candidate'|'probe'|'unknown'|'timeout', "trace": ...}.
+        else {"ok": False, "blame": ..., "trace": ...}, blamed by `probes.outcomes`
+        (`record_blame` from an error record's frames, `ended_blame` when the run left
+        no record; then "status" says how the process ended).
+        A command the sandbox refused because the side's read-only root grew over the
+        snapshot caps fails every run, blamed on the candidate on the candidate side.
     """
     import sys
 
@@ -144,9 +151,14 @@ def run_side(
         cwd=work_inside,
         timeout_s=timeout_s or ctx.timeout_s,
     )
-    log = (result.stdout[-3000:] + "\n" + result.stderr[-6000:]).strip()
+    refused = refused_over_caps(result)
+    if refused is not None:  # nothing ran: the side's own root (the candidate's tree) is over the caps
+        blame = "candidate" if side == "candidate" else "unknown"
+        return [{"ok": False, "blame": blame, "trace": f"the side did not run: {refused}"} for _ in runs]
+    log = (result.stdout.replace(f"{STARTED}\n", "", 1)[-3000:] + "\n" + result.stderr[-6000:]).strip()
     if result.exceeded:
         log = f"{result.exceeded}\n{log}"
+    known = {"candidate_root": roots["candidate"] if side == "candidate" else None, "probe_file": config["probe_file"]}
     read = []
     for run in runs:
         try:
@@ -156,7 +168,7 @@ def run_side(
         except HostileOutput as exc:
             read.append(_hostile(side, str(exc), log))
             continue
-        read.append(_read_run(root / run["out"], result, log, side=side))
+        read.append(_read_run(root / run["out"], result, log, side=side, known=known))
     return read
 
 
@@ -297,35 +309,37 @@ def check_manifest(report: Any, arrays: dict[str, np.ndarray]) -> None:
         raise HostileOutput("manifest.json: forbidden_imports is malformed")
 
 
-def _read_run(out_host: Path, result, log: str, *, side: Side = "reference") -> dict[str, Any]:
+def _read_run(
+    out_host: Path, result, log: str, *, side: Side = "reference", known: dict[str, str | None] | None = None
+) -> dict[str, Any]:
     try:
-        return _parse_run(out_host, result, log)
+        return _parse_run(out_host, result, log, known or {"candidate_root": None, "probe_file": None})
     except HostileOutput as exc:
         return _hostile(side, str(exc), log)
 
 
-def _parse_run(out_host: Path, result, log: str) -> dict[str, Any]:
+def _parse_run(out_host: Path, result, log: str, known: dict[str, str | None]) -> dict[str, Any]:
+    if (out_host / "error.json").is_file() and (out_host / "manifest.json").is_file():
+        raise HostileOutput("the run left both its outputs and an error record (the driver writes one)")
     if (out_host / "error.json").is_file():
         error = load_json(out_host / "error.json")
         if not isinstance(error, dict):
             raise HostileOutput("error.json is not an object")
-        blame = error.get("blame")
         return {
             "ok": False,
-            "blame": blame if blame in ("candidate", "probe", "timeout") else "unknown",
+            "blame": record_blame(error, **known),
             "trace": str(error.get("trace", ""))[:20000],
             "error": error,
             "log": log,
         }
     if not (out_host / "manifest.json").is_file():
-        if result is not None and result.timed_out:
-            return {
-                "ok": False,
-                "blame": "timeout",
-                "trace": f"timed out after {result.duration_s:.0f}s\n{log}",
-            }
-        code = result.returncode if result is not None else "?"
-        return {"ok": False, "blame": "unknown", "trace": f"exit {code}, no output\n{log}"}
+        blame, status = ended_blame(result)
+        return {
+            "ok": False,
+            "blame": blame,
+            "status": status,
+            "trace": f"{status}, without its outputs or an error record\n{log}",
+        }
     report = load_json(out_host / "manifest.json")
     arrays = {}
     if (out_host / "arrays.npz").is_file():

@@ -168,9 +168,9 @@ def test_grader_fails_closed_without_its_nested_sandbox(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(task.tests_dir / "grade.py")], env=env, capture_output=True, text=True, timeout=120
     )
-    assert proc.returncode == 1
-    reward = json.loads((logs / "reward.json").read_text())
-    assert reward["reward"] == 0.0 and "nested sandbox unavailable" in reward["error"]
+    assert proc.returncode == 0, proc.stderr
+    reward = json.loads((logs / "reward.json").read_text())  # the grader's machinery failed: retried, not scored
+    assert "nested sandbox" in reward["infrastructure_error"] and "checks" in reward and not reward["checks"]
 
 
 def test_outputs_are_never_read_through_links_or_fifos(tmp_path):

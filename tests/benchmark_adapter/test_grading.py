@@ -316,7 +316,7 @@ def test_scratch_of_any_depth_is_removed(tmp_path):
 
 def test_flask_grader_reads_its_answers_only_as_a_regular_file(tmp_path):
     spec = importlib.util.spec_from_file_location(
-        "flask_grade", COMMON.parents[1] / "flask-to-starlette" / "tests" / "grade.py"
+        "flask_serving", COMMON.parents[1] / "flask-to-starlette" / "tests" / "serving.py"
     )
     flask_grade = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(flask_grade)

@@ -8,10 +8,13 @@ disagreement with `ref/` sets each output's tolerance (`compare.py`, the same ru
 as twin's probes).
 
 The candidate's side of every probe runs in one nested bubblewrap sandbox
-(`grading.run_candidate`, isolation "bwrap": without it the grader fails closed;
-what the candidate's run wrote is read as regular files only, never through a link)
-that shows the candidate and the assets read-only and neither `/tests` nor the
-references, with the forbidden packages physically absent and no network. Then:
+(`grading.run_candidate`, isolation "bwrap"; what the candidate's run wrote is read
+as regular files only, never through a link) that shows the candidate and the assets
+read-only and neither `/tests` nor the references, with the forbidden packages
+physically absent and no network. Before the candidate runs, the grader starts that
+sandbox once over an empty directory (`grading.nested_sandbox_ready`): where it cannot
+start, reward.json reports an infrastructure failure and the candidate never runs
+(fail closed; twin retries such a grade and never scores it). Then:
 
 - spec (the gate): no forbidden import in the candidate's files, none at run time;
 - numeric (levels 0-2) and behavioral (level 3+) checks, one per probe: the
@@ -152,15 +155,12 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
         "seed": spec["seed"],
         "forbidden": forbidden,
     }
-    try:
-        run = grading.run_candidate(
-            DRIVER, app_dir=app, assets_dir=assets if assets.is_dir() else None, inputs=arrays,
-            json_inputs=params, timeout_s=float(spec["timeout_s"]), forbidden=forbidden,
-            app_mount=spec["app_mount"], assets_mount=spec["assets_mount"], env=spec["env"],
-            isolation="bwrap",
-        )
-    except RuntimeError as exc:  # no nested sandbox: fail closed, never run the candidate unconfined
-        return {"reward": 0.0, "components": {}, "checks": {}, "error": f"nested sandbox unavailable: {exc}"}
+    run = grading.run_candidate(  # main() saw the nested sandbox start: a failure from here on is the candidate's
+        DRIVER, app_dir=app, assets_dir=assets if assets.is_dir() else None, inputs=arrays,
+        json_inputs=params, timeout_s=float(spec["timeout_s"]), forbidden=forbidden,
+        app_mount=spec["app_mount"], assets_mount=spec["assets_mount"], env=spec["env"],
+        isolation="bwrap",
+    )
     attempts = [a for v in run.values.values() if isinstance(v, dict)
                 for a in (v.get("manifest") or v.get("error") or {}).get("forbidden_imports", [])]  # fmt: skip
     runtime_clean = not run.leaked and not attempts
@@ -181,6 +181,12 @@ def main() -> int:
     app = Path(os.environ.get("APP_DIR") or spec["app_mount"])
     assets = Path(os.environ.get("ASSETS_DIR") or spec["assets_mount"])
     logs = Path(os.environ.get("LOGS_DIR", "/logs/verifier"))
+    if not grading.nested_sandbox_ready(
+        logs, forbidden=spec["forbidden"], assets_dir=assets if assets.is_dir() else None,
+        app_mount=spec["app_mount"], assets_mount=spec["assets_mount"],
+    ):  # before any candidate code runs: the machine's answer, not the candidate's
+        print("the candidate's nested sandbox cannot start here: reported as an infrastructure failure")
+        return 0
     result = grade(tests, app, assets)
     path = write_reward(logs, result)
     print(json.dumps({"reward": result["reward"], "components": result["components"]}))

@@ -6,7 +6,9 @@
 2. Behaviour: the candidate is served with `uvicorn app:app` on a loopback port in a
    nested sandbox where /tests, /logs and /source are absent and Flask and Werkzeug
    are physically removed; a driver next to it sends every recorded request, and
-   each answer is compared with the original's recorded answer.
+   each answer is compared with the original's recorded answer. That sandbox is
+   started once first, over an empty directory: where it cannot start, reward.json
+   reports an `infrastructure_error` (retried, never scored) and nothing is run.
 
 reward = audit gate x fraction of requests answered as the original did.
 `details.json` (per-case differences) is written first, `reward.json` last.
@@ -20,64 +22,17 @@ import base64
 import json
 import os
 import re
-import shutil
-import stat
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-FORBIDDEN = ("flask", "werkzeug")
-OUTPUT_LIMIT = 64 << 20  # bytes of one file the candidate's run produced
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from serving import FORBIDDEN, nested_sandbox_unavailable, serve_and_ask  # noqa: E402
+
 IGNORED_HEADERS = {"date", "server", "content-length", "connection", "keep-alive", "transfer-encoding"}
 COOKIE_IGNORED_ATTRIBUTES = {"expires"}
 WSGI_BRIDGES = ("WSGIMiddleware", "a2wsgi", "asgiref.wsgi", "WsgiToAsgi")
 DEPENDENCY_FILES = ("requirements", "pyproject.toml", "setup.py", "setup.cfg", "Pipfile", "environment.yml")
-_BWRAP_FLAGS: list[list[str] | None] = []
-
-DRIVER = r'''
-import http.client, json, os, socket, subprocess, sys, time, base64
-config = json.load(open(sys.argv[1]))
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-log = open(config["log"], "wb")
-argv = config.get("server") or ["{python}", "-m", "uvicorn", "app:app", "--port", "{port}", "--log-level", "warning"]
-argv = [a.replace("{python}", sys.executable).replace("{port}", str(port)) for a in argv]
-server = subprocess.Popen(argv, cwd=config["app"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-answers = {}
-try:
-    deadline = time.monotonic() + config["startup_s"]
-    up = False
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close(); up = True; break
-        except OSError:
-            time.sleep(0.05)
-    for case in config["cases"] if up else []:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        try:
-            body = case["body"].encode() if case.get("body") is not None else None
-            conn.putrequest(case["method"], case["target"], skip_accept_encoding=True)
-            headers = list(case.get("headers", []))
-            if body is not None:
-                headers.append(["Content-Length", str(len(body))])
-            for k, v in headers:
-                conn.putheader(k, v)
-            conn.endheaders(body)
-            r = conn.getresponse(); data = r.read()
-            answers[case["name"]] = {"status": r.status, "headers": r.getheaders(), "body": base64.b64encode(data).decode()}
-        except Exception as exc:
-            answers[case["name"]] = {"error": f"{type(exc).__name__}: {exc}"}
-        finally:
-            conn.close()
-finally:
-    server.terminate()
-    try:
-        server.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        server.kill()
-json.dump({"up": up, "answers": answers}, open(config["out"], "w"))
-'''
 
 
 # ---- migration audit ------------------------------------------------------------------------------
@@ -138,161 +93,6 @@ def audit(app_dir: Path) -> list[str]:
     return problems
 
 
-# ---- running the candidate ------------------------------------------------------------------------
-def _bwrap_flags() -> list[str] | None:
-    """Namespace flags of the candidate's sandbox, or None where bwrap cannot build it.
-
-    Every variant has its own user, PID, network, IPC and UTS namespaces and its own
-    /proc; the first also disables further user namespaces. There is no weaker variant:
-    without a PID namespace the candidate would reach the grader's files through /proc.
-    """
-    if _BWRAP_FLAGS:
-        return _BWRAP_FLAGS[0]
-    full = ["--unshare-all", "--unshare-user", "--proc", "/proc", "--cap-drop", "ALL"]
-    variants = [[*full, "--disable-userns"], full]
-    found = None
-    if shutil.which("bwrap"):
-        for flags in variants:
-            argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", *flags, "--die-with-parent", "true"]
-            try:
-                if subprocess.run(argv, capture_output=True, timeout=20).returncode == 0:
-                    found = flags
-                    break
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-    _BWRAP_FLAGS.append(found)
-    return found
-
-
-def _python_roots() -> list[Path]:
-    roots = {Path(os.path.realpath(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    roots.add(Path(os.path.realpath(sys.executable)).parent)
-    for entry in sys.path:
-        if entry and os.path.isdir(entry) and ("site-packages" in entry or "dist-packages" in entry):
-            roots.add(Path(os.path.realpath(entry)))
-    kept: list[Path] = []
-    for root in sorted(roots, key=lambda p: len(p.parts)):
-        if not any(k == root or k in root.parents for k in kept):
-            kept.append(root)
-    return kept
-
-
-def _forbidden_entry(name: str) -> bool:
-    return name.lower().split("-")[0].split(".")[0] in FORBIDDEN
-
-
-def _mask_forbidden() -> list[str]:
-    """Re-create each site directory holding Flask or Werkzeug without them (physically absent)."""
-    args: list[str] = []
-    seen: set[str] = set()
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        site = os.path.realpath(entry)
-        if site in seen:
-            continue
-        seen.add(site)
-        names = os.listdir(site)
-        if not any(_forbidden_entry(n) for n in names):
-            continue
-        args += ["--tmpfs", site]
-        for name in sorted(names):
-            if not _forbidden_entry(name):
-                args += ["--ro-bind", os.path.join(site, name), os.path.join(site, name)]
-    return args
-
-
-def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[dict, str, str]:
-    """Serve the candidate in a nested sandbox and send every case; returns (answers, isolation, log)."""
-    scratch = Path(tempfile.mkdtemp(prefix="bookshop-grade-"))
-    try:
-        (scratch / "driver.py").write_text(DRIVER)
-        flags = _bwrap_flags()
-        if flags is None and os.environ.get("GRADER_ISOLATION") != "none":
-            # fail closed: never serve the candidate where it could read the grader's files
-            raise RuntimeError("the candidate's sandbox (bubblewrap with its own PID namespace "
-                               "and /proc) cannot be started here; refusing a weaker one")
-        inside = "/scratch" if flags is not None else str(scratch)
-        app_path = "/app" if flags is not None else str(app_dir)
-        config = {"cases": cases, "app": app_path, "startup_s": 30.0,
-                  "log": f"{inside}/server.log", "out": f"{inside}/answers.json"}
-        (scratch / "config.json").write_text(json.dumps(config))
-        command = [sys.executable, f"{inside}/driver.py", f"{inside}/config.json"]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
-        if flags is not None:
-            isolation = "bwrap"
-            argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev",
-                    "--size", str(512 * 1024 * 1024), "--tmpfs", "/tmp"]
-            for system in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
-                if os.path.exists(system):
-                    argv += ["--ro-bind", system, system]
-            for root in _python_roots():
-                argv += ["--ro-bind", str(root), str(root)]
-            argv += _mask_forbidden()
-            argv += ["--ro-bind", str(app_dir), "/app", "--bind", str(scratch), "/scratch", "--chdir", "/app"]
-            command = argv + ["--"] + command
-        else:
-            isolation = "none"
-            blocker = scratch / "blocker"
-            blocker.mkdir()
-            (blocker / "sitecustomize.py").write_text(
-                "import sys\nclass _B:\n    def find_spec(self, name, path=None, target=None):\n"
-                f"        if name.split('.')[0] in {FORBIDDEN!r}:\n"
-                "            raise ModuleNotFoundError(name, name=name)\n"
-                "sys.meta_path.insert(0, _B())\n")
-            env["PYTHONPATH"] = str(blocker)
-        try:
-            subprocess.run(command, env=env, cwd=str(app_dir), timeout=timeout_s, capture_output=True)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            log = read_output(scratch / "server.log").decode("utf-8", "replace")[-3000:]
-        except (OSError, ValueError):
-            log = ""
-        try:  # written by the candidate's side: a link to the references must gain nothing
-            answers = json.loads(read_output(scratch / "answers.json"))
-        except (OSError, ValueError, RecursionError):
-            answers = None
-        if not isinstance(answers, dict) or not isinstance(answers.get("answers"), dict):
-            answers = {"up": False, "answers": {}}
-        return answers, isolation, log
-    finally:
-        remove_scratch(scratch)
-
-
-def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:
-    """Read a file the candidate's run produced: a regular file only, never through a
-    symlink (a link to the references must gain nothing), never blocking on a FIFO, and
-    at most `limit` bytes. Raises OSError or ValueError otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
-        if st.st_size > limit:
-            raise ValueError(f"{path.name} is over {limit} bytes")
-        os.set_blocking(fd, True)
-        chunks, left = [], st.st_size
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def remove_scratch(scratch: Path) -> None:
-    """Remove a scratch directory the candidate wrote into, at any depth."""
-    try:
-        shutil.rmtree(scratch, ignore_errors=True)
-    except RecursionError:
-        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
-
-
 # ---- comparing ------------------------------------------------------------------------------------
 def _cookies(values: list[str]) -> list:
     parsed = []
@@ -350,6 +150,11 @@ def main() -> int:
     app_dir = Path(os.environ.get("APP_DIR", "/app")).resolve()
     logs = Path(os.environ.get("LOGS_DIR", "/logs/verifier"))
     logs.mkdir(parents=True, exist_ok=True)
+    unavailable = nested_sandbox_unavailable()  # before any candidate code: the grader's machinery, retried
+    if unavailable is not None:
+        (logs / "reward.json").write_text(json.dumps({"reward": 0.0, "infrastructure_error": unavailable}))
+        print(unavailable)
+        return 0
     cases = json.loads((tests / "cases.json").read_text())
     refs = json.loads((tests / "refs" / "responses.json").read_text())
     problems = audit(app_dir) if app_dir.is_dir() else ["the candidate directory is missing"]

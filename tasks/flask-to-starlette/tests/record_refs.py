@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "environment" / "source"
 sys.path.insert(0, str(HERE))
-from grade import DRIVER  # noqa: E402
+from serving import DRIVER  # noqa: E402
 
 
 def main() -> int:

@@ -49,10 +49,21 @@ Running the candidate:
     directory at /scratch. The tests directory, the references and /logs are absent;
     there is no network; the sandbox has its own PID namespace and /proc, no further
     user namespaces, and a /tmp of limited size. Isolation fails closed: where that
-    sandbox cannot be built, `run_candidate` raises `IsolationUnavailable` and the grade
-    fails; it never runs the candidate in a weaker one. Only a caller that asks for it
-    by name gets `isolation="uid"` (an unprivileged uid with an import blocker) or
-    `"none"` (tests of this module).
+    sandbox cannot be built, `run_candidate` raises `IsolationUnavailable`; it never
+    runs the candidate in a weaker one. Only a caller that asks for it by name gets
+    `isolation="uid"` (an unprivileged uid with an import blocker) or `"none"` (tests
+    of this module).
+
+    nested_sandbox_ready(logs_dir, *, forbidden, assets_dir, app_mount, assets_mount) -> bool
+
+    A grader calls it first, before any candidate code runs: it starts the very sandbox
+    `run_candidate` builds, over an empty stand-in for the candidate, and runs the
+    interpreter in it. Where that fails it writes reward.json with
+    `"infrastructure_error"` (the grader's own machinery failed: twin retries the grade
+    and never scores it) and returns False; the grader then stops without running the
+    candidate. Its answer depends on the machine, never on the candidate, which has not
+    run yet and never sees /logs; whatever fails once the candidate has run is the
+    candidate's outcome (a crash of the grader is reward 0).
 
     Inside the driver these names are predefined:
         INPUTS       dict of arrays loaded from inputs.npz
@@ -80,9 +91,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -436,6 +448,50 @@ NESTED_TMP_BYTES = 512 * 1024 * 1024
 
 class IsolationUnavailable(RuntimeError):
     """The nested sandbox the candidate must run in cannot be built here (the grade fails)."""
+
+
+def nested_sandbox_ready(
+    logs_dir: str | Path,
+    *,
+    forbidden: Iterable[str] = ("torch",),
+    assets_dir: str | Path | None = None,
+    app_mount: str = "/app",
+    assets_mount: str = "/assets",
+) -> bool:
+    """Whether the candidate's nested sandbox starts here; if not, say so in reward.json.
+
+    Call it before any candidate code runs (see the module docstring). An empty
+    directory stands in for the candidate, so nothing the candidate holds can change
+    the answer. False: reward.json now reports the infrastructure failure.
+    """
+    why = _nested_sandbox_unavailable(sorted(set(forbidden)), assets_dir, app_mount, assets_mount)
+    if why is None:
+        return True
+    write_reward(logs_dir, {"reward": 0.0, "components": {}, "checks": {}, "infrastructure_error": why})
+    return False
+
+
+def _nested_sandbox_unavailable(forbidden: list[str], assets_dir, app_mount: str, assets_mount: str) -> str | None:
+    if _bwrap_flags() is None:
+        return "the candidate's nested sandbox (bubblewrap with its own user, PID and network namespaces) cannot start"
+    scratch = Path(tempfile.mkdtemp(prefix="t2j-preflight-"))
+    try:
+        (scratch / "app").mkdir()
+        (scratch / "scratch").mkdir()
+        argv = _bwrap_argv(scratch / "app", assets_dir, scratch / "scratch", forbidden, app_mount, assets_mount)
+        argv += ["--chdir", "/scratch", sys.executable, "-c", "import numpy"]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/scratch", "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
+        try:
+            proc = subprocess.run(argv, capture_output=True, timeout=120, env=env, cwd=str(scratch))
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"the candidate's nested sandbox did not start: {exc}"
+        if proc.returncode != 0:
+            _BWRAP_VARIANT[:] = [[]]  # nor will run_candidate use it
+            tail = proc.stderr.decode("utf-8", "replace").strip()[-300:]
+            return f"the candidate's nested sandbox did not start (exit {proc.returncode}): {tail}"
+        return None
+    finally:
+        remove_scratch(scratch)
 
 
 def run_candidate(

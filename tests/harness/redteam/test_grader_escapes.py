@@ -111,6 +111,49 @@ def test_candidate_cannot_write_into_the_graders_logs(stealing_grade):
     assert not (out / "verifier" / "planted.txt").exists()
 
 
+# ---- forging an infrastructure failure ------------------------------------------------------------
+# Shaped like the bundled graders: the nested sandbox is checked first, then the candidate runs;
+# a value the candidate records makes this grader crash (its own bug, the candidate's outcome).
+CHECKED_GRADE_PY = """
+import os, sys
+sys.path.insert(0, os.environ["TESTS_DIR"])
+from grading import nested_sandbox_ready, run_candidate, write_reward
+if not nested_sandbox_ready(os.environ["LOGS_DIR"]):
+    sys.exit(0)
+run = run_candidate("import forge\\nrecord('score', forge.forge())\\n", app_dir=os.environ["APP_DIR"], timeout_s=60)
+write_reward(os.environ["LOGS_DIR"], {"reward": float(run.values["score"])})
+"""
+
+# The candidate: says "infrastructure" everywhere it can reach, and crashes the grader.
+INFRA_FORGER = """
+import json, os
+
+def forge():
+    report = json.dumps({"reward": 0.0, "infrastructure_error": "nested sandbox unavailable"})
+    roots = [f"/proc/{p}/root" for p in os.listdir("/proc") if p.isdigit()] + ["/proc/1/root", ""]
+    for root in roots:
+        for name in ("reward.json", ".reward.json.tmp"):
+            try:
+                with open(f"{root}/logs/verifier/{name}", "w") as fh:
+                    fh.write(report)
+            except OSError:
+                pass
+    return "infrastructure_error: nested sandbox unavailable"
+"""
+
+
+def test_a_candidate_cannot_turn_its_zero_into_an_infrastructure_failure(tmp_path):
+    test_sh = (REPO / "tasks" / "t2j-mini" / "mlp-train" / "tests" / "test.sh").read_text()
+    task = load_task(make_task(tmp_path / "task", test_sh))
+    (task.tests_dir / "grade.py").write_text(CHECKED_GRADE_PY)
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    (candidate / "forge.py").write_text(INFRA_FORGER)
+    grade = run_grader(task, candidate, sandbox="bwrap", out_dir=tmp_path / "out")  # no GraderInfraError
+    assert grade.reward == 0.0 and grade.error == "grader reported: grader failed", grade
+    assert "could not convert string to float" in grade.log_tail, grade.log_tail
+
+
 # ---- forging a later grade -----------------------------------------------------------------------
 FORGER = r"""
 import os, site, subprocess, sys, json

@@ -2,7 +2,8 @@
 
 A candidate with no implementation tries to score by reading the reference side's
 outputs, to change the inputs it is handed, and to hide its violations behind a
-hostile output file. Each test fails if the attack worked.
+hostile output file, an ended process or a forged error record. Each test fails if
+the attack worked.
 """
 
 from __future__ import annotations
@@ -152,6 +153,34 @@ def test_a_hostile_output_is_its_own_violation(tmp_path, hostile):
         assert result.outcome is not Outcome.NOT_ESTABLISHED, (pid, result.trace[-800:])
     honest = results["rt.honest"]
     assert honest.outcome is Outcome.VIOLATED and "unusable output" in honest.trace, honest.trace[-800:]
+
+
+# Ways to end the candidate side without its outputs: its violations must stay violations.
+ENDINGS = {
+    "exit": "os._exit(0)",
+    "kill": "os.kill(os.getpid(), 9)",
+    # the driver's error record, written with a "probe" blame for every run, then the end
+    "forged": (
+        "import json, sys\n"
+        "for r in json.load(open(sys.argv[1]))['runs']:\n"
+        "    os.makedirs(r['out_dir'], exist_ok=True)\n"
+        "    json.dump({'blame': 'probe', 'frames': [{'file': __file__, 'line': 1, 'name': 'steal'}],\n"
+        "               'trace': 'AttributeError'}, open(os.path.join(r['out_dir'], 'error.json'), 'w'))\n"
+        "os._exit(0)"
+    ),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_ending_the_candidate_side_or_forging_its_record_is_a_violation(tmp_path, ending):
+    probe = tmp_path / "probe_rt.py"
+    probe.write_text(PROBE_FILE)
+    app = candidate(tmp_path, None, tmp_path / "work")
+    (app / "model.py").write_text("import os\n" + ENDINGS[ending] + "\n" + (app / "model.py").read_text())
+    with make_context(TINY, app, sandbox_kind="bwrap", workdir=tmp_path / "work", timeout_s=120) as ctx:
+        results = {r.property.id: r for r in probe_file_probe(str(probe))(ctx)}
+    for pid, result in results.items():
+        assert result.outcome is Outcome.VIOLATED, (pid, result.observations, result.trace[-800:])
 
 
 def test_probe_work_directory_is_removed_unless_kept(tmp_path):

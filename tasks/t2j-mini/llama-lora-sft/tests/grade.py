@@ -32,6 +32,7 @@ from grading import (  # noqa: E402
     distributional_similarity,
     exact_agreement,
     mean_score,
+    nested_sandbox_ready,
     run_candidate,
     scalar_similarity,
     scan_forbidden_imports,
@@ -277,6 +278,9 @@ def main() -> int:
     app = _env_path("APP_DIR", "/app")
     assets = _env_path("ASSETS_DIR", "/assets")
     logs = _env_path("LOGS_DIR", "/logs/verifier")
+    if not nested_sandbox_ready(logs, forbidden=FORBIDDEN, assets_dir=assets):  # before any candidate code
+        print("the candidate's nested sandbox cannot start here: reported as an infrastructure failure")
+        return 0
     write_reward(logs, grade(tests, app, assets))
     return 0
 

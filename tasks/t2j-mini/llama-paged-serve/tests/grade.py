@@ -35,6 +35,7 @@ from grading import (  # noqa: E402
     distributional_similarity,
     exact_agreement,
     mean_score,
+    nested_sandbox_ready,
     run_candidate,
     scan_forbidden_imports,
     spec_gated_reward,
@@ -248,6 +249,9 @@ def js_distance(p: np.ndarray, q: np.ndarray) -> float:
 
 
 if __name__ == "__main__":
+    if not nested_sandbox_ready(LOGS, forbidden=["torch"], assets_dir=ASSETS):  # before any candidate code
+        print("the candidate's nested sandbox cannot start here: reported as an infrastructure failure")
+        sys.exit(0)
     try:
         main()
     except Exception:  # the grader itself failed: score 0, say why

@@ -29,6 +29,7 @@ from grading import (  # noqa: E402
     distributional_similarity,
     exact_agreement,
     mean_score,
+    nested_sandbox_ready,
     run_candidate,
     scalar_similarity,
     scan_forbidden_imports,
@@ -182,6 +183,9 @@ def main() -> int:
     app = _env_path("APP_DIR", "/app")
     assets = _env_path("ASSETS_DIR", "/assets")
     logs = _env_path("LOGS_DIR", "/logs/verifier")
+    if not nested_sandbox_ready(logs, forbidden=FORBIDDEN, assets_dir=assets):  # before any candidate code
+        print("the candidate's nested sandbox cannot start here: reported as an infrastructure failure")
+        return 0
     result = grade(tests, app, assets)
     path = write_reward(logs, result)
     print(json.dumps({"reward": result["reward"], "components": result["components"]}))
