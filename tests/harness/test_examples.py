@@ -6,11 +6,13 @@ then diverges and says where. `scripts/record_examples.py` records them again.
 All six replay in the default suite (no grading: the replay is what goes stale); one of
 them also replays with numbers from "another machine" (noise floors three times larger,
 scores off in their last digits). Grading every round against the recorded grades is in
-the slow suite.
+the slow suite, except for one bench of the three scaffolds over mlp-train, graded and
+reported in the default suite.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -153,3 +155,49 @@ def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_pa
     text = write_report(BenchDir(tmp_path / "bundled")).read_text()
     for by_round in reward_by_round(results).values():
         assert f"{by_round[2][0]:.4f} ± {by_round[2][1]:.4f}" in text
+
+
+REWARD_ROW = re.compile(r"\| (?P<model>[^|]+) \| (?P<scaffold>[^|]+) \| (?P<cells>.+) \| \$\S+ \|")
+
+
+def test_bench_of_three_scaffolds_on_a_bundled_task_reports_each_at_its_recorded_grades(tmp_path):
+    """`twin bench --scaffold twin,base,mini-swe-agent` over the bundled mlp-train, each scaffold
+    replaying its own recording (`{scaffold}` in the model string), graded by the task's grader;
+    then `twin report`: the three side by side, each at the grades its recording was made with."""
+    if importlib.util.find_spec("minisweagent") is None:  # finds it without importing it
+        pytest.skip("mini-swe-agent not installed (pip install 'twin-harness[mini]')")
+    from harness.bench.directory import BenchDir
+    from harness.bench.trials import trial_log
+    from harness.cli.app import main
+
+    scaffolds = ["twin", "base", "mini-swe-agent"]
+    model = f"replay:{EXAMPLES}/{{task}}/{{scaffold}}.jsonl"
+    bench = ["--name", "three", "--benches-dir", str(tmp_path)]
+    code = main(
+        ["bench", "--tasks", str(TASKS / "mlp-train"), "--model", model, "--scaffold", ",".join(scaffolds)]
+        + ["--rounds", "2", "--retry-backoff-s", "0", "--no-report", *bench]
+    )
+    assert code == 0
+    assert main(["report", *bench[1:]]) == 0
+
+    recorded = {s: json.loads((EXAMPLES / "mlp-train" / f"{s}.grades.json").read_text()) for s in scaffolds}
+    trials = {t.scaffold: t for t in BenchDir(tmp_path / "three").load().trials.values()}
+    assert sorted(trials) == sorted(scaffolds)
+    for scaffold, trial in trials.items():
+        log = trial_log(tmp_path / "three" / "runs" / trial.trial_id).read_text()
+        assert log.count("model: replayed from ") == 1 and f"/{scaffold}.jsonl — not a live model" in log
+        assert trial.status == "ok", (trial.trial_id, trial.error, log[-2000:])
+        assert trial.model_label.startswith("replayed from") and trial.model_label.endswith(f"{scaffold}.jsonl")
+        got = {str(r): reward for r, reward in trial.snapshot_rewards.items()}
+        # the tolerance of `test_example_replays_to_its_recorded_grades`: grades recorded on another CPU
+        assert got == pytest.approx(recorded[scaffold], abs=0.02), (scaffold, got, recorded[scaffold])
+
+    report = (tmp_path / "three" / "report.md").read_text()
+    assert "> Models in this bench are replayed or scripted, not live: replayed from " in report
+    rows = {m["scaffold"]: m["cells"].split(" | ") for m in map(REWARD_ROW.fullmatch, report.splitlines()) if m}
+    assert sorted(rows) == sorted(scaffolds)
+    for scaffold, cells in rows.items():
+        means = {str(r): float(cell.split(" ± ")[0]) for r, cell in enumerate(cells, start=1)}
+        assert means == pytest.approx(recorded[scaffold], abs=0.02), (scaffold, cells, recorded[scaffold])
+    assert "## Harness − base, paired per task (R=2)" in report
+    assert "## Harness − mini-swe-agent, paired per task (R=2)" in report
