@@ -54,6 +54,17 @@ class Limits(BaseModel):
         default=2048,
         description="Disk a writable root may hold, and the largest file a command may write.",
     )
+    file_mb: int | None = Field(
+        default=None,
+        description=(
+            "Largest file one command may write (default `disk_mb`). The sandboxes lower it to what"
+            " is left under the disk cap before each command, so a root over its cap cannot grow."
+        ),
+    )
+
+    def file_bytes(self) -> int:
+        """The per-file size cap (`RLIMIT_FSIZE`) in bytes."""
+        return (self.disk_mb if self.file_mb is None else self.file_mb) << 20
 
 
 class Boundary(BaseModel):

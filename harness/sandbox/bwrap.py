@@ -236,10 +236,6 @@ class BwrapSandbox:
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise SandboxError("empty command")
-        limits = self._limits(timeout_s)
-        # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
-        # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
-        wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
         writable_mounts = [m for m in self._bound.mounts if m.writable]
         writable = [m.host for m in writable_mounts]
         try:
@@ -248,6 +244,11 @@ class BwrapSandbox:
             return over.result()
         seccomp = None
         try:
+            disk = DiskWatch(writable, self.boundary.limits.disk_mb, [m.inside for m in writable_mounts])
+            limits = disk.budgeted(self._limits(timeout_s)) if writable else self._limits(timeout_s)
+            # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
+            # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
+            wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
             for root in writable:
                 settle_writable(root)
             seccomp = os.open(self._seccomp, os.O_RDONLY)
@@ -269,7 +270,7 @@ class BwrapSandbox:
                 stdin=stdin,
                 rlimits_in_argv=bool(wrapper),
                 pass_fds=(seccomp,),
-                disk=DiskWatch(writable, limits.disk_mb, [m.inside for m in writable_mounts]) if writable else None,
+                disk=disk if writable else None,
             )
         finally:
             if seccomp is not None:

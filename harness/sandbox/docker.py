@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from harness.ground.boundary import Boundary
+from harness.ground.boundary import Boundary, Limits
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
@@ -40,6 +40,7 @@ from harness.sandbox.process import (
     TIMEOUT_RETURNCODE,
     DiskWatch,
     HeadTail,
+    file_cap_reached,
 )
 from harness.sandbox.seccomp import docker_profile
 
@@ -135,7 +136,7 @@ def container_config(
         ulimits=[
             {"Name": "as", "Soft": limits.memory_mb << 20, "Hard": limits.memory_mb << 20},
             {"Name": "core", "Soft": 0, "Hard": 0},
-            {"Name": "fsize", "Soft": limits.disk_mb << 20, "Hard": limits.disk_mb << 20},
+            {"Name": "fsize", "Soft": limits.file_bytes(), "Hard": limits.file_bytes()},
         ],
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
@@ -211,6 +212,12 @@ class DockerSandbox:
             if stdin is not None:
                 stdin_file = Path(scratch) / "stdin"
                 stdin_file.write_text(stdin)
+            writable_mounts = [m for m in bound.mounts if m.writable]
+            disk = DiskWatch(
+                [m.host for m in writable_mounts], bound.limits.disk_mb, [m.inside for m in writable_mounts]
+            )
+            if writable_mounts:  # the per-file cap is what is left under the disk cap
+                bound = bound.model_copy(update={"limits": disk.budgeted(bound.limits)})
             config = container_config(
                 bound,
                 argv,
@@ -225,7 +232,7 @@ class DockerSandbox:
             for root in writable:
                 settle_writable(root)
             try:
-                return self._run(config, wall, [m for m in bound.mounts if m.writable])
+                return self._run(config, wall, disk, bound.limits)
             finally:
                 for root in writable:
                     settle_writable(root)
@@ -253,13 +260,10 @@ class DockerSandbox:
                 time.sleep(START_RETRY_S * attempt)
         raise AssertionError("unreachable")
 
-    def _run(self, config: dict, wall: float, writable: list) -> ExecResult:
+    def _run(self, config: dict, wall: float, disk: DiskWatch, limits: Limits) -> ExecResult:
         start = time.monotonic()
         container = self._start(config)
         timed_out = False
-        disk = DiskWatch(
-            [m.host for m in writable], self.boundary.limits.disk_mb, [m.inside for m in writable]
-        )
         over: list[str] = []
         finished = threading.Event()
 
@@ -274,7 +278,7 @@ class DockerSandbox:
                         pass
                     return
 
-        if writable:
+        if disk.roots:
             threading.Thread(target=watch_disk, daemon=True).start()
         try:
             try:
@@ -295,7 +299,8 @@ class DockerSandbox:
         finally:
             finished.set()
             _remove(container)
-        exceeded = over[0] if over else (disk.over() if writable else None)
+        exceeded = over[0] if over else (disk.over() if disk.roots else None)
+        exceeded = exceeded or file_cap_reached(returncode, limits)
         stderr = err.text()
         if exceeded is not None:
             returncode = DISK_RETURNCODE

@@ -139,7 +139,9 @@ class DiskWatch:
     Polled while the command runs (the command is killed once a root holds more than
     the cap) and once more when it ends. Usage counts allocated blocks, so a sparse
     file costs what it really takes; a tree of more than `_DISK_MAX_ENTRIES` entries
-    counts as over the cap too (inodes are disk as well).
+    counts as over the cap too (inodes are disk as well). A root that was already over
+    before the command (`budgeted` measured it) only counts as over when it grows: a
+    command that removes files must be able to run to its end.
     """
 
     def __init__(self, roots: list[Path], cap_mb: int, labels: list[str] | None = None) -> None:
@@ -147,14 +149,30 @@ class DiskWatch:
         self.labels = labels or ["a writable root"] * len(roots)
         self.cap = cap_mb * 1024 * 1024
         self.cap_mb = cap_mb
+        self._before: dict[Path, tuple[int, int]] = {}
+
+    def budgeted(self, limits: Limits) -> Limits:
+        """`limits` with the per-file cap lowered to what the fullest root has left under its cap.
+
+        Measures the roots before the command. A command can still write several files
+        at once, which the watch stops; once a root is over its cap, the next command can
+        write no byte into any file until files are removed (removing still works).
+        """
+        self._before = {root: _usage(root) for root in self.roots}
+        used = max((u for u, _ in self._before.values()), default=0)
+        left = -(-max(0, self.cap - used) // (1 << 20))  # rounded up: a file can still reach the cap
+        ceiling = limits.disk_mb if limits.file_mb is None else limits.file_mb
+        return limits.model_copy(update={"file_mb": min(left, ceiling)})
 
     def over(self) -> str | None:
         """Why a root is over its cap (naming the root as seen inside), or None."""
         for root, label in zip(self.roots, self.labels, strict=True):
             used, entries = _usage(root)
-            if entries > _DISK_MAX_ENTRIES:
+            used_before, entries_before = self._before.get(root, (0, 0))
+            if entries > max(_DISK_MAX_ENTRIES, entries_before):
                 return f"disk: {label} holds more than {_DISK_MAX_ENTRIES} entries"
-            if used >= self.cap:  # at the cap, writes were refused: no file may reach it
+            if used >= self.cap and (used_before < self.cap or used > used_before):
+                # at the cap, writes were refused: no file may reach it
                 mib = used // (1024 * 1024)
                 return f"disk: {label} holds {mib} MiB, reaching its cap of {self.cap_mb} MiB"
         return None
@@ -194,8 +212,7 @@ def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[st
     if prlimit is None:
         return []
     memory = limits.memory_mb * 1024 * 1024
-    fsize = limits.disk_mb * 1024 * 1024
-    args = [prlimit, f"--as={memory}", "--core=0", f"--fsize={fsize}"]
+    args = [prlimit, f"--as={memory}", "--core=0", f"--fsize={limits.file_bytes()}"]
     if nproc:
         args.append(f"--nproc={limits.max_procs}")
     return [*args, "--"]
@@ -240,7 +257,7 @@ def run_limited(
     if cgroup is not None:
         # One small shell joins the group and sets the rlimits, then becomes the command
         # (ulimit -v counts KiB, -f counts 512-byte blocks, as POSIX sh does).
-        kib, blocks = limits.memory_mb * 1024, limits.disk_mb * 2048
+        kib, blocks = limits.memory_mb * 1024, limits.file_bytes() // 512
         join = (
             f'echo $$ > "$0" && ulimit -v {kib} && ulimit -c 0 && ulimit -f {blocks} && exec "$@"'
         )
@@ -315,8 +332,7 @@ def run_limited(
         threading.Thread(target=cgroup.remove, daemon=True).start()
     returncode = TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode
     exceeded = over[0] if over else (disk.over() if disk is not None else None)
-    if exceeded is None and returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-        exceeded = f"disk: a file reached the size cap of {limits.disk_mb} MiB"
+    exceeded = exceeded or file_cap_reached(returncode, limits)
     stderr = err.text()
     if exceeded is not None:
         returncode = DISK_RETURNCODE
@@ -332,10 +348,19 @@ def run_limited(
     )
 
 
+def file_cap_reached(returncode: int, limits: Limits) -> str | None:
+    """Why a command that died of SIGXFSZ stopped (the per-file cap), else None."""
+    if returncode not in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        return None
+    why = f"disk: a file reached the size cap of {limits.file_bytes() >> 20} MiB"
+    if limits.file_mb is not None and limits.file_mb < limits.disk_mb:
+        why += f" (what was left under the writable roots' cap of {limits.disk_mb} MiB: remove files first)"
+    return why
+
+
 def _rlimits_setter(limits: Limits):
     memory = limits.memory_mb * 1024 * 1024
-
-    fsize = limits.disk_mb * 1024 * 1024
+    fsize = limits.file_bytes()
 
     def set_limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))

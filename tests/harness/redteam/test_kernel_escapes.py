@@ -215,3 +215,22 @@ def test_parallel_writers_are_stopped_near_the_disk_cap(small, arena):
         assert _allocated_mib(arena.ws.candidate / "par") < 24 + 400
     finally:
         remove_tree(arena.ws.candidate / "par")
+
+
+def test_a_root_over_its_cap_cannot_grow_in_later_commands(small, arena):
+    """Each command's overshoot would add up; once over the cap, no later command can write a byte."""
+    burst = "mkdir -p /app/rep; for i in $(seq 40); do (head -c 20M /dev/zero > /app/rep/$i &); done; wait; sleep 2"
+    try:
+        first = small.exec(burst)
+        assert first.exceeded is not None and first.exceeded.startswith("disk: /app"), first
+        after_first = _allocated_mib(arena.ws.candidate / "rep")
+        for _ in range(3):  # each burst's writers are refused their first byte
+            small.exec(burst.replace("/rep/$i", "/rep/again$i"))
+        assert _allocated_mib(arena.ws.candidate / "rep") == after_first  # not one block more
+        refused = small.exec("echo hello > /app/rep/note; echo rc=$?")
+        assert "rc=0" not in refused.stdout and refused.exceeded is not None, refused
+        assert small.exec("rm -rf /app/rep").ok  # removing files still works
+        assert small.exec("echo hello > /app/note && cat /app/note").stdout.strip() == "hello"
+    finally:
+        remove_tree(arena.ws.candidate / "rep")
+        (arena.ws.candidate / "note").unlink(missing_ok=True)
