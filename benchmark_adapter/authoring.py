@@ -233,18 +233,22 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
     if not (dest / "tests" / "spec.json").is_file():
         raise TaskError(f"{dest} is not a task made by twin task new (no tests/spec.json)")
     task = load_task(dest)
-    copy_grader_library(task.tests_dir)
     old = json.loads((task.tests_dir / "spec.json").read_text())
+    # the grader files a failed refresh must put back as they were
+    grader_files = {path: path.read_bytes() for path in grader_library(task.tests_dir) if path.is_file()}
     backup = Path(tempfile.mkdtemp(prefix=".refs-", dir=task.tests_dir))
     (task.tests_dir / "refs").mkdir(exist_ok=True)
     shutil.move(task.tests_dir / "refs", backup / "refs")
     try:
+        copy_grader_library(task.tests_dir)
         spec = record_references(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))
         oracle_reward = _grade_oracle(task, sandbox) if task.solution_dir is not None else None
     except BaseException:
         shutil.rmtree(task.tests_dir / "refs", ignore_errors=True)
         shutil.move(backup / "refs", task.tests_dir / "refs")
         (task.tests_dir / "spec.json").write_text(json.dumps(old, indent=2))
+        for path, data in grader_files.items():
+            path.write_bytes(data)
         shutil.rmtree(backup, ignore_errors=True)
         raise
     shutil.rmtree(backup, ignore_errors=True)

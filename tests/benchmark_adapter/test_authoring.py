@@ -211,8 +211,12 @@ def test_refresh_keeps_the_references_when_recording_fails(tmp_path):
     before = json_files(refs)
     model = task_dir / "environment" / "torch_orig" / "tiny_net" / "model.py"
     model.write_text(model.read_text().replace("def load_model", "def renamed_load_model"))
+    grade = task_dir / "tests" / "grade.py"
+    grade.write_text(grade.read_text() + "# the task author's own line\n")  # a grader file refresh rewrites
+    kept = grade.read_bytes()
     assert main(["task", "new", str(task_dir), "--refresh"]) == 2
     assert json_files(refs) == before
+    assert grade.read_bytes() == kept  # a failed refresh leaves the grader as it was
     assert main(["task", "new", str(MLP), "--refresh"]) == 2  # not a task made by twin task new
 
 
