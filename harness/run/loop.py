@@ -140,7 +140,13 @@ class TwinLoop:
             "evidence",
             render_localization(self.desk.latest_localization(t))
             + self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t),
+            limit=self.evidence_limit,
         )
+
+    @property
+    def evidence_limit(self) -> int:
+        """The fence never cuts what the renderer already kept whole within its budget."""
+        return max(20_000, 2 * self.s.config.evidence_chars)
 
     def migrate(self, t: int) -> str:
         """Run the Migrator; return its summary of what it changed."""
@@ -166,7 +172,9 @@ class TwinLoop:
                 instruction=self.s.task.instruction,
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
                 evidence=fence_agent_text(
-                    "evidence", self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t)
+                    "evidence",
+                    self.store.render_for_prompt(self.s.config.evidence_chars, up_to_round=t),
+                    limit=self.evidence_limit,
                 ),
                 migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t)),
                 changed_files=self.s.repo.diff_stat(t - 1, t),
