@@ -56,6 +56,18 @@ def noise(value: float) -> str:
     return significant(value, NOISE_DIGITS)
 
 
+def reward(value: float) -> str:
+    """A grader's reward to four decimals, saying by how much it falls short of 1 when those hide it.
+
+    `0.99998777` reads `1.0000 (1 - 1.2e-05)`: a repair that moves a reward from there to
+    `0.99999995` must not read as no change at all.
+    """
+    text = f"{value:.4f}"
+    if text == "1.0000" and value < 1.0:
+        text += f" (1 - {significant(1.0 - value, 2)})"
+    return text
+
+
 def commit(sha: str) -> str:
     """A candidate commit, as `commit 0123456789`."""
     return f"commit {sha[:10]}"

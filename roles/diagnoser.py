@@ -64,5 +64,6 @@ class Diagnoser:
                 objectives=brief.objectives,
                 unchecked=brief.unchecked,
                 migrator_summary=brief.migrator_summary,
+                verifier_summary=brief.verifier_summary,
             ),
         )

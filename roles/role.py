@@ -39,6 +39,8 @@ class RoundBrief:
     """What the Migrator said it changed, in its own words (Diagnoser: the previous round's)."""
     changed_files: list[str] = field(default_factory=list)
     """The round's diff stat against the previous round (Verifier)."""
+    verifier_summary: str = ""
+    """What the previous Verifier reported it checked and found, in its own words (Diagnoser)."""
 
 
 class Role(Protocol):

@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,7 +52,8 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     function: Callable[..., ToolResult]
-    required: list[str] = field(default_factory=list)
+    required: list[str] | None = None
+    """The parameters a call must give (None: all of them)."""
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -63,7 +64,7 @@ class Tool:
                 "parameters": {
                     "type": "object",
                     "properties": self.parameters,
-                    "required": self.required or list(self.parameters),
+                    "required": list(self.parameters) if self.required is None else self.required,
                 },
             },
         }

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from evidence_store import numbers
 from harness.bench.directory import BenchDir
 from harness.bench.report import write_report
 from harness.bench.run import run_bench
@@ -67,7 +68,7 @@ def bench_command(
     console = Console()
 
     def show(result) -> None:
-        reward = "-" if result.reward is None else f"{result.reward:.4f}"
+        reward = "-" if result.reward is None else numbers.reward(result.reward)
         console.print(f"{result.trial_id}: {result.status} reward={reward} ${result.cost_usd:.4f}", highlight=False)
 
     results = run_bench(config, benches_dir, on_trial=show)

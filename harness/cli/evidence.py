@@ -84,7 +84,7 @@ def _detail(record: EvidenceRecord) -> str:
     return "; ".join(line for line in _detail_lines(record) if line)
 
 
-_SHOWN_APART = frozenset({"localization", "unchecked"})  # printed above and per round
+_SHOWN_APART = frozenset({"localization", "unchecked", "report"})  # printed above and per round
 
 _PLAIN = {"highlight": False, "markup": False, "soft_wrap": True}
 
@@ -183,12 +183,16 @@ def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> 
         if up_to is not None and info.round > up_to:
             continue
         unchecked = store.records(round=info.round, kind="unchecked")
-        if not (info.candidate_commit or info.note or unchecked):
+        reports = store.records(round=info.round, kind="report")
+        if not (info.candidate_commit or info.note or unchecked or reports):
             continue
         commit = (info.candidate_commit or "-")[:10]
         console.print(f"round {info.round}: candidate commit {commit}", **plain)
         if info.note:
             console.print(f"  Migrator's summary: {' '.join(info.note.split())}", **plain)
+        for record in reports:
+            summary = " ".join(str(record.observations.get("summary", "")).split())
+            console.print(f"  Verifier's summary: {summary}", **plain)
         for record in unchecked:
             name = record.property.id.removeprefix("unchecked:")
             why = record.observations.get("reason", "")

@@ -11,6 +11,7 @@ from rich.table import Table
 from benchmark_adapter.grader import oracle_copy, run_grader
 from benchmark_adapter.published import setting_flags
 from benchmark_adapter.task_environment import load_task_for_sandbox
+from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
 
@@ -74,7 +75,7 @@ def _print_grade(console: Console, grade) -> None:
             table.add_row(name, _fmt(check.get("score")), str(check.get("detail", ""))[:120])
     console.print(table)
     console.print(
-        f"reward [bold]{grade.reward:.4f}[/] (from {grade.reward_file or 'nothing'}; "
+        f"reward [bold]{numbers.reward(grade.reward)}[/] (from {grade.reward_file or 'nothing'}; "
         f"grader exit {grade.returncode}, {grade.duration_s:.1f}s, sandbox {grade.sandbox})",
         highlight=False,
     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import InfraFailure, Interrupted, TwinError
 from harness.ground.model import ModelInfraError, ModelStopped
@@ -179,7 +180,9 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
     reward = (
         "not graded"
         if final is None
-        else (f"reward {final.reward:.4f}" if final.reward is not None else f"grading failed: {final.error}")
+        else f"reward {numbers.reward(final.reward)}"
+        if final.reward is not None
+        else f"grading failed: {final.error}"
     )
     return (
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from benchmark_adapter.grader import run_grader
+from evidence_store import numbers
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
 from harness.ground.agent_tree import discard_tree
@@ -123,7 +124,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
     for rs in sorted(state.rounds, key=lambda r: r.round):
         tally = tallies.get(rs.round, Counter())
         grade = by_round.get(rs.round)
-        reward = "-" if grade is None else (f"{grade.reward:.4f}" if grade.reward is not None else "error")
+        reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "error")
         lines.append(
             f"| {rs.round} | {(rs.commit or '-')[:10]} | {tally['established']} | {tally['violated']} "
             f"| {tally['not_established']} | {reward} |"
@@ -170,7 +171,7 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
         grades = RunGrades.model_validate_json(run.grades.read_text())
         lines.append("grades (the task's own grader, after the run):")
         for g in grades.rounds:
-            grade = f"{g.reward:.4f}" if g.reward is not None else f"grading failed: {g.error}"
+            grade = numbers.reward(g.reward) if g.reward is not None else f"grading failed: {g.error}"
             same = f" (same tree as round {g.same_as})" if g.same_as else ""
             lines.append(f"  round {g.round}: {grade}{same}")
     else:

@@ -126,6 +126,7 @@ class TwinLoop:
                 objectives=self.objectives_status(t - 1),
                 unchecked=self.unchecked(t - 1),
                 migrator_summary=fence_agent_text("summary by the Migrator", self.migrator_summary(t - 1)),
+                verifier_summary=fence_agent_text("summary by the Verifier", self.verifier_summary(t - 1)),
             )
         )
         diagnosis, note = outcome.output, ""
@@ -166,6 +167,7 @@ class TwinLoop:
         self.enter(t, "verifier")
         self.desk.round = t
         self.desk.rerun_all()
+        self.progress.role(t, "verifier")  # the live counts after the re-run, as the Verifier reads them
         outcome = self.verifier.run(
             RoundBrief(
                 round=t,
@@ -182,6 +184,7 @@ class TwinLoop:
         )
         if isinstance(outcome.output, VerifierReport):
             self.record_unchecked(t, outcome.output)
+            self.record_report(t, outcome.output)
         self.desk.localize()
 
     # ---- bookkeeping -------------------------------------------------------------------------------
@@ -237,6 +240,24 @@ class TwinLoop:
         if records:
             self.store.append_many(records)
 
+    def record_report(self, t: int, report: VerifierReport) -> None:
+        """The Verifier's own summary, kept for the next Diagnoser (a record about the run)."""
+        if report.summary.strip():
+            self.store.append_many(
+                [
+                    EvidenceRecord(
+                        run_id=self.s.state.run_id,
+                        round=t,
+                        property=Property(id="report:verifier", kind="report", description="the Verifier's summary"),
+                        outcome=Outcome.NOT_ESTABLISHED,
+                        observations={"summary": report.summary, "reported_by": "verifier"},
+                    )
+                ]
+            )
+
+    def verifier_summary(self, t: int) -> str:
+        return next((str(r.observations.get("summary", "")) for r in self.store.records(round=t, kind="report")), "")
+
     def unchecked(self, t: int) -> list[tuple[str, str]]:
         """(property, why) of what round t's Verifier reported it could not examine."""
         return [
@@ -255,7 +276,7 @@ class TwinLoop:
         latest = self.candidate_latest(t)
         marked = []
         for gap in self.diagnosis(t).gaps:
-            named = [pid for pid in gap.evidence if pid in latest]
+            named = [pid for pid in dict.fromkeys([*gap.evidence, *gap.probes]) if pid in latest]
             left = [pid for pid in named if latest[pid].outcome is not Outcome.ESTABLISHED]
             if not named:
                 status = "open: it names no property with evidence, so nothing shows it done"

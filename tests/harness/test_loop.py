@@ -242,6 +242,8 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     diagnoser_2 = _first_prompt(run, "diagnoser", 2)
     assert "- [open] port calc.ops: write /app/calc (calc.ops not established)" in diagnoser_2
     assert "- calc.cli: no entry point yet\n- calc.docs: no reason given" in diagnoser_2
+    assert "# What the previous Verifier reported" in diagnoser_2
+    assert "[summary by the Verifier: " in diagnoser_2 and "```data\nprobed calc.ops\n```" in diagnoser_2
     assert "VIOLATED (new) calc.ops" in diagnoser_2 or "VIOLATED calc.ops" in diagnoser_2
     assert re.search(r"distance [\d.e-]+ > tolerance [\d.e-]+ \(noise [\d.e-]+\)", diagnoser_2)
     migrator_2 = _first_prompt(run, "migrator", 2)
@@ -264,6 +266,7 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     assert tally in shown
     assert "Migrator's summary: fixed scale" in shown
     assert "not examined by the Verifier: calc.cli: no entry point yet" in shown
+    assert "Verifier's summary: probed calc.ops" in shown and "report:verifier" not in shown
     store = EvidenceStore(run.evidence, create=False)
     try:
         [unchecked] = [r for r in store.records(kind="unchecked") if r.property.id == "unchecked:calc.cli"]

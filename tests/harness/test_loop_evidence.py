@@ -15,3 +15,39 @@ def test_a_large_evidence_budget_is_never_cut_by_the_fence():
     fenced = fence_agent_text("evidence", rendered, limit=limit)
     assert "(cut:" not in fenced and rendered.strip() in fenced
     assert "(cut:" in fence_agent_text("evidence", rendered)  # the default limit would have cut it
+
+
+def test_an_objective_whose_probe_id_is_established_shows_done(tmp_path):
+    """In round 1 no property exists yet: the id a gap asks a new probe to carry is what marks it done."""
+    from evidence_store.records import EvidenceRecord, Outcome, Property
+    from evidence_store.store import EvidenceStore
+    from evidence_store.views import candidate_latest
+    from roles.schemas import Diagnosis, Gap
+
+    diagnosis = Diagnosis(
+        summary="nothing migrated",
+        gaps=[
+            Gap(title="gelu", objective="use the exact GELU", probes=["forward.block.gelu"]),
+            Gap(title="data", objective="port the loader", probes=["a check of the batches"]),
+        ],
+    )
+    with EvidenceStore(tmp_path / "e.sqlite") as store:
+        store.record_diagnosis("r", 1, diagnosis)
+        store.append_many(
+            [
+                EvidenceRecord(
+                    run_id="r",
+                    round=1,
+                    outcome=Outcome.ESTABLISHED,
+                    property=Property(id="forward.block.gelu", kind="differential", level=1),
+                )
+            ]
+        )
+        loop = SimpleNamespace(
+            store=store,
+            candidate_latest=lambda t: candidate_latest(store.latest(up_to_round=t)),
+            diagnosis=lambda t: Diagnosis.model_validate(store.diagnoses(round=t)[-1].diagnosis),
+        )
+        marked = dict(TwinLoop.objectives_status(loop, 1))
+    assert marked["gelu: use the exact GELU"] == "done"
+    assert marked["data: port the loader"].startswith("open: it names no property")

@@ -21,6 +21,7 @@ VARIABLES = dict(
     objectives=[("OBJ", "done"), ("OBJ2", "open: p not established")],
     unchecked=[("UNCH", "WHY")],
     migrator_summary="MIGSUM",
+    verifier_summary="VERSUM",
     changed_files=["CHANGED.py (+1 -0)"],
 )
 
@@ -65,12 +66,15 @@ def test_the_diagnoser_sees_objectives_marked_unchecked_properties_and_the_migra
     assert "- [done] OBJ\n- [open] OBJ2 (p not established)" in text
     assert "- UNCH: WHY" in text
     assert "Migrator reported (its own words, not verified)\nMIGSUM" in text
+    assert "Verifier reported (its own words, not verified; its outcomes are the evidence above)\nVERSUM" in text
 
 
 def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
     text = prompting.render("verifier_task", **VARIABLES)
     assert "- CHANGED.py (+1 -0)" in text and "(its words, not verified):\nMIGSUM" in text
     assert "re-ran the built-in checks and every probe written in earlier rounds" in text
+    first = " ".join(prompting.render("verifier_task", **{**VARIABLES, "round": 1}).split())
+    assert "every probe written" not in first and "no probe was written in an earlier round" in first
 
 
 @pytest.mark.parametrize("name", ["diagnoser_system", "verifier_system"])

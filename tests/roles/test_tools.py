@@ -196,6 +196,13 @@ def test_diff_shows_the_latest_round(bench):
     assert "+a = 1" in outcome.messages[3]["content"]
 
 
+def test_the_diff_schema_lets_a_model_leave_out_the_round_as_its_description_says():
+    from roles.tools import diff_tool
+
+    schema = diff_tool(object()).schema()["function"]
+    assert "Without `round`" in schema["description"] and schema["parameters"]["required"] == []
+
+
 def test_writing_then_reading_works(bench):
     outcome, _ = run_calls(
         bench,
