@@ -207,3 +207,11 @@ def test_the_store_renders_the_commit_and_leaves_out_what_is_not_about_the_candi
     text = store.render_for_prompt(4000)
     assert "on candidate commit feedbeeffe" in text
     assert "1 properties" in text and "boundary" not in text
+
+
+def test_a_reward_that_rounds_to_one_says_how_far_short_it_is():
+    from evidence_store import numbers
+
+    assert numbers.reward(1.0) == "1.0000" and numbers.reward(0.69174164) == "0.6917"
+    assert numbers.reward(0.99998777) == "1.0000 (1 - 1.2e-05)"  # a repair from here must show
+    assert numbers.reward(0.99999995) != numbers.reward(0.99998777)
