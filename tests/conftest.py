@@ -19,6 +19,17 @@ def repo_root() -> Path:
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 
 
+def docker_engine() -> bool:
+    """Whether a Docker engine answers here (tests that need one skip in one line without it)."""
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
 @pytest.fixture
 def probe_workdirs(monkeypatch, tmp_path) -> list[Path]:
     """Every probe work directory twin makes during the test (made under tmp_path, recorded here)."""

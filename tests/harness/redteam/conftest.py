@@ -18,6 +18,7 @@ from benchmark_adapter.task import Task, load_task
 from harness.ground.boundary import Boundary, Limits
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.registry import make_sandbox
+from tests.conftest import docker_engine
 
 SECRET = "TWIN-REDTEAM-SECRET-7f3a"
 API_KEY = "sk-redteam-0123456789abcdef"
@@ -72,17 +73,6 @@ def make_task(root: Path) -> Path:
     subprocess.run([*git, "gc", "-q"], check=True)
     (source / ".gitmodules").write_text('[submodule "x"]\n\tpath = x\n\turl = ../../tests\n')
     return root
-
-
-def docker_engine() -> bool:
-    """Whether a Docker engine answers here (then every attack also runs through docker)."""
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return True
-    except Exception:
-        return False
 
 
 SANDBOX_KINDS = [

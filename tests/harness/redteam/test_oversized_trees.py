@@ -32,7 +32,7 @@ from harness.sandbox.registry import make_sandbox
 from probes.checks import imports_check
 from probes.context import make_context
 from probes.differential import probe_file_probe
-from tests.conftest import requires_bwrap
+from tests.conftest import docker_engine, requires_bwrap
 from tests.harness import loop_scripts as plans
 
 pytestmark = [requires_bwrap]
@@ -55,16 +55,6 @@ def candidate(tree: Path) -> Path:
     (tree / "calc" / "__init__.py").write_text(plans.INIT)
     (tree / "calc" / "ops.py").write_text(plans.OPS_GOOD)
     return tree
-
-
-def docker_engine() -> bool:
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return True
-    except Exception:
-        return False
 
 
 @pytest.mark.parametrize("kind", ["bwrap", "docker"])

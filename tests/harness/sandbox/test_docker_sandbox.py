@@ -11,6 +11,7 @@ from harness.ground.boundary import Boundary, Limits, Mount
 from harness.ground.sandbox import SandboxError
 from harness.sandbox.docker import LABEL, container_config, container_user
 from harness.sandbox.registry import make_sandbox
+from tests.conftest import docker_engine
 
 
 def boundary(tmp_path: Path, **kwargs) -> Boundary:
@@ -89,18 +90,8 @@ def test_stdin_goes_through_a_mounted_file(tmp_path):
     assert config["volumes"][str(stdin)]["mode"] == "ro"
 
 
-def _engine() -> bool:
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return True
-    except Exception:
-        return False
-
-
 def test_without_engine_make_sandbox_says_so(tmp_path):
-    if _engine():
+    if docker_engine():
         pytest.skip("a Docker engine is running here")
     with pytest.raises(SandboxError, match="Docker"):
         make_sandbox("docker", boundary(tmp_path))
@@ -108,7 +99,7 @@ def test_without_engine_make_sandbox_says_so(tmp_path):
 
 def test_local_base_image_is_built_without_a_registry():
     """The default image is imported from an empty root: nothing is pulled."""
-    if not _engine():
+    if not docker_engine():
         pytest.skip("no Docker engine running here")
     import docker
 
@@ -119,7 +110,7 @@ def test_local_base_image_is_built_without_a_registry():
     assert client.images.get(DEFAULT_IMAGE).attrs["RootFS"]["Layers"]
 
 
-@pytest.mark.skipif(not _engine(), reason="no Docker engine")
+@pytest.mark.skipif(not docker_engine(), reason="no Docker engine")
 def test_docker_run_end_to_end(tmp_path):
     from harness.ground.isolation import python_mounts
 
@@ -135,7 +126,7 @@ def test_docker_run_end_to_end(tmp_path):
         sandbox.close()
 
 
-@pytest.mark.skipif(not _engine(), reason="no Docker engine")
+@pytest.mark.skipif(not docker_engine(), reason="no Docker engine")
 def test_closing_a_sandbox_leaves_another_with_the_same_boundary_name_running(tmp_path):
     """Parallel trials share boundary names; closing one must not reap the other's containers."""
     import threading

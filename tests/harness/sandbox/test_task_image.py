@@ -24,6 +24,7 @@ from harness.sandbox.task_image import (
     task_image_for,
     write_context,
 )
+from tests.conftest import docker_engine
 
 # A RUN that writes a file, runnable in an image FROM twin-base:local (an empty root): the host's
 # dash and the libraries it needs are copied into the context and started through their loader.
@@ -33,17 +34,7 @@ RUN_WRITES_A_FILE = (
 )
 
 
-def _engine() -> bool:
-    try:
-        import docker
-
-        docker.from_env().ping()
-        return True
-    except Exception:
-        return False
-
-
-needs_engine = pytest.mark.skipif(not _engine(), reason="no Docker engine")
+needs_engine = pytest.mark.skipif(not docker_engine(), reason="no Docker engine")
 needs_sdk = pytest.mark.skipif(importlib.util.find_spec("docker") is None, reason="needs the docker package")
 
 
