@@ -21,7 +21,7 @@ from benchmark_adapter.task import Task, TaskError
 from probes.context import make_context
 from probes.differential import prepare_root
 from probes.probe_format import probe_names
-from probes.reference_cache import reference_runs
+from probes.reference_cache import reference_runs, reseeded
 from probes.sides import slot
 
 
@@ -72,7 +72,7 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
         if pairs[name].get("noise", "float64") == "float64":
             runs.append({"out": f"{slot}/ref64", "dtype": "float64", "name": name, "inputs": f"{slot}/inputs"})
     timeout = ctx.timeout_s + sum(float(m.get("timeout_s") or 0) for m in pairs.values())
-    results = reference_runs(ctx, root, file, names, runs, timeout)
+    results = reference_runs(ctx, root, file, names, runs, timeout, reseeded(pairs))
     entries = []
     for name in names:
         ref, noise_key = results[(name, "ref")], "ref64"
@@ -99,7 +99,7 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
                     copy.write_text(json.dumps({"outputs": outputs}, indent=1, sort_keys=True))
                 elif origin.is_file():
                     shutil.copy2(origin, copy)
-        entry["noise"] = "float64" if noise_key == "ref64" else "rerun"
+        entry["noise"] = "float64" if noise_key == "ref64" else pairs[name].get("noise", "rerun")
         entries.append(entry)
     return entries
 

@@ -27,7 +27,7 @@ from probes.base import Probe, base_context
 from probes.context import ProbeContext
 from probes.outcomes import decide_matched
 from probes.probe_format import ProbeFileError, probe_names, property_of
-from probes.reference_cache import reference_runs
+from probes.reference_cache import reference_runs, reseeded
 from probes.sides import DRIVER, run_side, slot
 
 
@@ -156,7 +156,7 @@ def run_matched_probes(
                     "inputs": f"{here}/inputs",
                 }
             )
-    reference = reference_runs(ctx, root, file, names, runs, timeout)
+    reference = reference_runs(ctx, root, file, names, runs, timeout, reseeded(probes))
     ok_names = [n for n in names if reference[(n, "ref")]["ok"]]
     cand_runs = [
         {"out": f"{slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{slot(n)}/inputs"} for n in ok_names
@@ -186,7 +186,7 @@ def run_matched_probes(
         noise = reference.get((name, "ref64")) if name in wants_f64 else None
         if noise is None or not noise["ok"]:
             noise = reference.get((name, "ref2"))
-            context["noise_source"] = "rerun"
+            context["noise_source"] = "reseed" if meta.get("noise") == "reseed" else "rerun"
         else:
             context["noise_source"] = "float64"
         results.append(

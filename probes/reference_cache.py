@@ -30,8 +30,29 @@ def _tree_digest(root: Path | None) -> str:
     return h.hexdigest()
 
 
-def reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str], runs: list[dict], timeout) -> dict:
+RESEED_OFFSET = 1
+"""A `"noise": "reseed"` probe's second reference run uses the seed plus this."""
+
+
+def reseeded(probes: dict[str, dict]) -> frozenset[str]:
+    """The probes whose noise floor is a second run with another seed (`"noise": "reseed"`)."""
+    return frozenset(name for name, meta in probes.items() if meta.get("noise") == "reseed")
+
+
+def reference_runs(
+    ctx: ProbeContext,
+    root: Path,
+    file: Path,
+    names: list[str],
+    runs: list[dict],
+    timeout,
+    reseed: frozenset[str] = frozenset(),
+) -> dict:
     """The reference side's runs (and the inputs they drew), from `ctx.reference_cache` when it holds them.
+
+    Where there is no float64 run, the reference runs a second time at its working dtype:
+    with the same seed, or with another one for the probes in `reseed` (their noise floor
+    is then the spread of what they draw at random: dropout, sampling).
 
     The reference does not depend on the candidate: a defect sweep or a later round
     re-uses it. The cache key covers the probe file, the names, seed, dtype, precision,
@@ -69,6 +90,7 @@ def reference_runs(ctx: ProbeContext, root: Path, file: Path, names: list[str], 
                     "dtype": ctx.dtype,
                     "name": n,
                     "inputs": f"{slot(n)}/inputs",
+                    **({"seed": ctx.seed + RESEED_OFFSET} if n in reseed else {}),
                 }
                 for n in again_names
             ]

@@ -129,6 +129,7 @@ def run_side(
                 "dtype": run["dtype"],
                 "make_inputs": run.get("make_inputs", False),
                 **({"name": run["name"]} if "name" in run else {}),
+                **({"seed": int(run["seed"])} if "seed" in run else {}),  # a reseeded noise run
                 **(
                     {
                         "inputs_dir": f"{work_inside if run['inputs'] in made else given_inside}"

@@ -166,3 +166,53 @@ def test_reference_cache_is_reused_across_candidates(tmp_path):
     assert not list((tmp_path / "b" / "probes").glob("*/reference.json"))
     assert good.outcome is Outcome.ESTABLISHED and wrong.outcome is Outcome.VIOLATED
     assert wrong.observations["noise_floor"] == good.observations["noise_floor"]
+
+
+RESEED_PROBE = '''
+PROBES = {
+    "mask_same": {"id": "drop.rerun", "compare": {"kept": "banded"}, "noise": "rerun"},
+    "mask_reseed": {"id": "drop.reseed", "compare": {"kept": "banded"}, "noise": "reseed"},
+    "mask_wrong": {"id": "drop.wrong", "compare": {"kept": "banded"}, "noise": "reseed"},
+}
+import numpy as np
+
+
+def _kept(seed, rate):  # a dropout mask's kept share: its own generator, as each framework has
+    return float((np.random.default_rng(seed).random(4000) >= rate).mean())
+
+
+def reference_mask_same(env):
+    return {"kept": _kept(env.seed, 0.1)}
+
+
+def candidate_mask_same(env):
+    return {"kept": _kept(env.seed + 1000, 0.1)}  # same rate, other draws
+
+
+def reference_mask_reseed(env):
+    return {"kept": _kept(env.seed, 0.1)}
+
+
+def candidate_mask_reseed(env):
+    return {"kept": _kept(env.seed + 1000, 0.1)}
+
+
+def reference_mask_wrong(env):
+    return {"kept": _kept(env.seed, 0.1)}
+
+
+def candidate_mask_wrong(env):
+    return {"kept": _kept(env.seed + 1000, 0.5)}  # the wrong rate
+'''
+
+
+def test_a_reseeded_noise_floor_lets_random_statistics_compare_across_generators(tmp_path):
+    probe = tmp_path / "drop.py"
+    probe.write_text(RESEED_PROBE)
+    results = _run("good", tmp_path, probe)
+    # the same seed twice has no spread: a correct dropout whose draws differ cannot pass
+    assert results["drop.rerun"].outcome is Outcome.VIOLATED
+    reseeded = results["drop.reseed"]
+    assert reseeded.outcome is Outcome.ESTABLISHED, reseeded.observations
+    assert reseeded.context["noise_source"] == "reseed" and reseeded.observations["noise_floor"] > 0
+    assert results["drop.wrong"].outcome is Outcome.VIOLATED  # a wrong rate is far outside the band
