@@ -53,7 +53,7 @@ class Diagnoser:
     def run(self, brief: RoundBrief) -> AgentOutcome:
         """Diagnose `brief.round`; the output is the `Diagnosis`, or None if the role ended without a valid one."""
         return self.agent.run(
-            prompting.render("diagnoser_system"),
+            prompting.render("diagnoser_system", candidate_dir=brief.candidate_dir),
             prompting.render(
                 "diagnoser_task",
                 round=brief.round,
@@ -65,5 +65,6 @@ class Diagnoser:
                 unchecked=brief.unchecked,
                 migrator_summary=brief.migrator_summary,
                 verifier_summary=brief.verifier_summary,
+                candidate_dir=brief.candidate_dir,
             ),
         )

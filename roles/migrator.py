@@ -33,7 +33,7 @@ class Migrator:
     def run(self, brief: RoundBrief) -> AgentOutcome:
         """Work towards `brief.diagnosis` (with the evidence it rests on, from round 2); the output is the Migrator's summary of what it changed."""
         return self.agent.run(
-            prompting.render("migrator_system"),
+            prompting.render("migrator_system", candidate_dir=brief.candidate_dir),
             prompting.render(
                 "migrator_task",
                 round=brief.round,

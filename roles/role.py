@@ -41,6 +41,8 @@ class RoundBrief:
     """The round's diff stat against the previous round (Verifier)."""
     verifier_summary: str = ""
     """What the previous Verifier reported it checked and found, in its own words (Diagnoser)."""
+    candidate_dir: str = "/app"
+    """Where the candidate lies inside every sandbox (the task's candidate mount)."""
 
 
 class Role(Protocol):

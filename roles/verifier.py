@@ -115,7 +115,9 @@ class Verifier:
         this round's candidate (it names the commit).
         """
         return self.agent.run(
-            prompting.render("verifier_system", probe_format=self.desk.probe_format()),
+            prompting.render(
+                "verifier_system", probe_format=self.desk.probe_format(), candidate_dir=brief.candidate_dir
+            ),
             prompting.render(
                 "verifier_task",
                 round=brief.round,

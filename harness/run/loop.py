@@ -119,6 +119,7 @@ class TwinLoop:
         outcome = self.diagnoser.run(
             RoundBrief(
                 round=t,
+                candidate_dir=self.s.task.settings.candidate_mount,
                 instruction=self.s.task.instruction,
                 evidence=self.evidence_text(t - 1),
                 regressions=self.regression_text(t - 1),
@@ -155,6 +156,7 @@ class TwinLoop:
         outcome = self.migrator.run(
             RoundBrief(
                 round=t,
+                candidate_dir=self.s.task.settings.candidate_mount,
                 instruction=self.s.task.instruction,
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
                 regressions=self.regression_text(t - 1),
@@ -171,6 +173,7 @@ class TwinLoop:
         outcome = self.verifier.run(
             RoundBrief(
                 round=t,
+                candidate_dir=self.s.task.settings.candidate_mount,
                 instruction=self.s.task.instruction,
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
                 evidence=fence_agent_text(

@@ -70,7 +70,12 @@ class BaseScaffold:
     def work(self, t: int) -> str:
         """Round t's agent run, from a fresh conversation; returns a note for the round ('' if none)."""
         self.agent.run(
-            prompting.render("base_system"),
-            prompting.render("base_task", round=t, instruction=self.s.task.instruction),
+            prompting.render("base_system", candidate_dir=self.s.task.settings.candidate_mount),
+            prompting.render(
+                "base_task",
+                round=t,
+                instruction=self.s.task.instruction,
+                candidate_dir=self.s.task.settings.candidate_mount,
+            ),
         )
         return ""

@@ -97,6 +97,9 @@ def test_migrate_scripted_round_sees_the_layout_and_is_graded(tmp_path):
     assert "model.safetensors" in tools[1]["result"] and tools[1]["result"].endswith("\n/app\n")
     assert outcomes == [(1, "violated")]
     assert 0.0 < rewards[1] < 1.0  # the unchanged grader sees the same defect
+    migrator = next(c for c in calls if c.get("role") == "migrator" and c.get("type") == "model_call")
+    system = migrator["request"]["messages"][0]["content"]
+    assert "- `/app/jax_repo`: the candidate repository being built." in system  # where the task puts it
 
 
 @pytest.mark.slow

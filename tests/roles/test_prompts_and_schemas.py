@@ -81,3 +81,10 @@ def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
 def test_the_tolerance_rule_is_explained_to_the_roles_that_read_evidence(name):
     text = prompting.render(name, **VARIABLES)
     assert "T = 10 × max(N, 2^-23)" in text and "distance D > tolerance T (noise N)" in text
+
+
+@pytest.mark.parametrize("name", ["diagnoser_system", "migrator_system", "verifier_system", "base_system"])
+def test_the_environment_names_the_candidate_where_the_task_puts_it(name):
+    published = prompting.render(name, **{**VARIABLES, "candidate_dir": "/app/jax_repo"})
+    assert "- `/app/jax_repo`: the candidate repository being built." in published
+    assert "- `/app`: the candidate repository being built." in prompting.render(name, **VARIABLES)
