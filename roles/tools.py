@@ -330,7 +330,8 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             bench.reference,
             name="bash_reference",
             description="Run a shell command on the reference side, where the original in /source "
-            "runs with torch (e.g. `cd /source && python -c ...`). /app is read-only here.",
+            "runs with torch (e.g. `cd /source && python -c ...`). /app is read-only here, and /tmp is "
+            "fresh for every command: nothing written on this side outlives it, so print what you need.",
             timeout_s=bench.command_timeout_s,
         ),
     ]
