@@ -65,26 +65,9 @@ def _inside(path: str, root: str | None) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def blame(exc: BaseException, config: dict) -> tuple[str, list[dict]]:
-    """Who the innermost frame in known code belongs to: 'candidate', 'probe' or 'unknown'."""
-    frames = [
-        {"file": f.filename, "line": f.lineno, "name": f.name}
-        for f in traceback.extract_tb(exc.__traceback__)
-    ]
-    candidate_root = config["roots"].get("candidate")
-    probe_file = os.path.realpath(config.get("probe_file") or "")
-    # An import of a forbidden package by candidate code fails in importlib frames
-    # whose importer is recorded; that is the candidate's doing.
-    if isinstance(exc, ModuleNotFoundError) and FORBIDDEN_ATTEMPTS:
-        importer = FORBIDDEN_ATTEMPTS[-1].get("importer") or {}
-        if _inside(importer.get("file", ""), candidate_root):
-            return "candidate", frames
-    for frame in reversed(frames):
-        if _inside(frame["file"], candidate_root):
-            return "candidate", frames
-        if probe_file and os.path.realpath(frame["file"]) == probe_file:
-            return "probe", frames
-    return "unknown", frames
+def frames_of(exc: BaseException) -> list[dict]:
+    """The traceback's frames (file, line, name): what the host decides the blame from."""
+    return [{"file": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_tb(exc.__traceback__)]
 
 
 # ---- output encoding ------------------------------------------------------------------------
@@ -322,7 +305,7 @@ def _innermost_candidate_file(frames: list[dict], root: str) -> str | None:
 
 
 def run_imports(config: dict) -> dict:
-    """Import every module of the candidate; record each failure with who is to blame."""
+    """Import every module of the candidate; record each failure with its frames."""
     root = Path(config["roots"]["candidate"])
     modules = {}
     # The host names every module the way the task imports it (probes.layout).
@@ -333,12 +316,11 @@ def run_imports(config: dict) -> dict:
             importlib.import_module(name)
             modules[name] = {"ok": True, "file": str(rel), "seconds": time.perf_counter() - start}
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a script counts too
-            who, frames = blame(exc, config)
+            frames = frames_of(exc)
             modules[name] = {
                 "ok": False,
                 "file": str(rel),
                 "where": _innermost_candidate_file(frames, str(root)) or str(rel),
-                "blame": who,
                 "error": f"{type(exc).__name__}: {exc}",
                 "trace": "".join(traceback.format_exception(exc))[-4000:],
             }
@@ -361,12 +343,10 @@ def run_one(config: dict) -> int:
         else:
             result = run_side(config, out_dir)
     except BaseException as exc:  # noqa: BLE001 - every failure is data for the host
-        who, frames = blame(exc, config)
         error = {
             "type": type(exc).__name__,
             "message": str(exc)[:2000],
-            "blame": who,
-            "frames": frames[-30:],
+            "frames": frames_of(exc)[-30:],
             "trace": "".join(traceback.format_exception(exc))[-8000:],
             "forbidden_imports": list(FORBIDDEN_ATTEMPTS),
         }
