@@ -236,16 +236,15 @@ class BwrapSandbox:
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise SandboxError("empty command")
-        writable_mounts = [m for m in self._bound.mounts if m.writable]
-        writable = [m.host for m in writable_mounts]
+        writable = [m.host for m in self._bound.mounts if m.writable]
         try:
             self._presenter.enter()
         except RootOverCaps as over:  # the agent's tree grew over the caps: this command fails
             return over.result()
         seccomp = None
         try:
-            disk = DiskWatch(writable, self.boundary.limits.disk_mb, [m.inside for m in writable_mounts])
-            limits = disk.budgeted(self._limits(timeout_s)) if writable else self._limits(timeout_s)
+            disk = DiskWatch.of(self._bound.mounts, self.boundary.limits.disk_mb)
+            limits = disk.budgeted(self._limits(timeout_s))
             # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
             # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
             wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)

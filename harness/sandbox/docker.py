@@ -43,6 +43,7 @@ from harness.sandbox.process import (
     file_cap_reached,
 )
 from harness.sandbox.seccomp import docker_profile
+from harness.sandbox.task_image import task_image_for
 
 LABEL = "twin.sandbox"
 DEFAULT_IMAGE = "twin-base:local"
@@ -162,11 +163,8 @@ class DockerSandbox:
 
     def __init__(self, boundary: Boundary, image: str | None = None) -> None:
         self.boundary = boundary
-        # -- the image built from a published task's environment/ (harness/sandbox/task_image.py), if any --
-        from harness.sandbox.task_image import task_image_for
-
+        # a published task whose image twin built runs on it (harness/sandbox/task_image.py)
         self.image = image or task_image_for(boundary) or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
-        # -- end of the task image hook --
         self._client = _client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)
@@ -212,12 +210,8 @@ class DockerSandbox:
             if stdin is not None:
                 stdin_file = Path(scratch) / "stdin"
                 stdin_file.write_text(stdin)
-            writable_mounts = [m for m in bound.mounts if m.writable]
-            disk = DiskWatch(
-                [m.host for m in writable_mounts], bound.limits.disk_mb, [m.inside for m in writable_mounts]
-            )
-            if writable_mounts:  # the per-file cap is what is left under the disk cap
-                bound = bound.model_copy(update={"limits": disk.budgeted(bound.limits)})
+            disk = DiskWatch.of(bound.mounts, bound.limits.disk_mb)  # the per-file cap: what is left under it
+            bound = bound.model_copy(update={"limits": disk.budgeted(bound.limits)})
             config = container_config(
                 bound,
                 argv,
@@ -228,13 +222,12 @@ class DockerSandbox:
                 scratch=Path(scratch),
             )
             config["labels"][f"{LABEL}.instance"] = self._instance
-            writable = [m.host for m in bound.mounts if m.writable]
-            for root in writable:
+            for root in disk.roots:
                 settle_writable(root)
             try:
                 return self._run(config, wall, disk, bound.limits)
             finally:
-                for root in writable:
+                for root in disk.roots:
                     settle_writable(root)
 
     def _start(self, config: dict):

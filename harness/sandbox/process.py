@@ -151,6 +151,12 @@ class DiskWatch:
         self.cap_mb = cap_mb
         self._before: dict[Path, tuple[int, int]] = {}
 
+    @classmethod
+    def of(cls, mounts: list, cap_mb: int) -> DiskWatch:
+        """The watch over a boundary's writable mounts (host paths, labelled by their paths inside)."""
+        writable = [m for m in mounts if m.writable]
+        return cls([m.host for m in writable], cap_mb, [m.inside for m in writable])
+
     def budgeted(self, limits: Limits) -> Limits:
         """`limits` with the per-file cap lowered to what the fullest root has left under its cap.
 
