@@ -45,27 +45,20 @@ def _check_round(store: EvidenceStore, round: int) -> None:
         raise EvidenceStoreError(f"{store.path} has no round {round} (rounds: {listed})")
 
 
-def _outcome(record: EvidenceRecord | None) -> str:
+def _outcome(record: EvidenceRecord | None, *, plain: bool = False) -> str:
     if record is None:
-        return "[dim]-[/]"
+        return "-" if plain else "[dim]-[/]"
     outcome = Outcome(record.outcome)
-    return f"[{_STYLE[outcome]}]{outcome.value}[/]"
+    return outcome.value if plain else f"[{_STYLE[outcome]}]{outcome.value}[/]"
 
 
 def _score(record: EvidenceRecord | None) -> str:
     return "" if record is None or record.score is None else numbers.score(record.score)
 
 
-def _plain_state(record: EvidenceRecord | None) -> str:
-    if record is None:
-        return "-"
+def _state(record: EvidenceRecord | None, *, plain: bool = False) -> str:
     score = _score(record)
-    return Outcome(record.outcome).value + (f" {score}" if score else "")
-
-
-def _state(record: EvidenceRecord | None) -> str:
-    score = _score(record)
-    return _outcome(record) + (f" {score}" if score else "")
+    return _outcome(record, plain=plain) + (f" {score}" if score else "")
 
 
 def _detail_lines(record: EvidenceRecord) -> list[str]:
@@ -97,7 +90,7 @@ def _print_records(console: Console, title: str, records: list[EvidenceRecord]) 
     console.print(f"{title}:", **_PLAIN)
     for r in records:
         score = _score(r)
-        head = f"{Outcome(r.outcome).value:15} {r.property.id} ({r.property.kind}, L{r.property.level})"
+        head = f"{_outcome(r, plain=True):15} {r.property.id} ({r.property.kind}, L{r.property.level})"
         console.print(f"{head} round {r.round} record {r.record_id}" + (f" score {score}" if score else ""), **_PLAIN)
         for line in _detail_lines(r):
             if line:
@@ -178,7 +171,6 @@ def show_command(
 
 def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> None:
     """Per round: the candidate commit, the Migrator's summary and what the Verifier left unchecked."""
-    plain = _PLAIN
     for info in store.rounds():
         if up_to is not None and info.round > up_to:
             continue
@@ -187,16 +179,16 @@ def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> 
         if not (info.candidate_commit or info.note or unchecked or reports):
             continue
         commit = (info.candidate_commit or "-")[:10]
-        console.print(f"round {info.round}: candidate commit {commit}", **plain)
+        console.print(f"round {info.round}: candidate commit {commit}", **_PLAIN)
         if info.note:
-            console.print(f"  Migrator's summary: {' '.join(info.note.split())}", **plain)
+            console.print(f"  Migrator's summary: {' '.join(info.note.split())}", **_PLAIN)
         for record in reports:
             summary = " ".join(str(record.observations.get("summary", "")).split())
-            console.print(f"  Verifier's summary: {summary}", **plain)
+            console.print(f"  Verifier's summary: {summary}", **_PLAIN)
         for record in unchecked:
             name = record.property.id.removeprefix("unchecked:")
             why = record.observations.get("reason", "")
-            console.print(f"  not examined by the Verifier: {name}: {why}", **plain)
+            console.print(f"  not examined by the Verifier: {name}: {why}", **_PLAIN)
 
 
 @app.command("diff")
@@ -227,7 +219,7 @@ def diff_command(
         if console.is_terminal:
             table.add_row(name, c.property_id, _state(c.before), _state(c.after))
         else:
-            before, after = _plain_state(c.before), _plain_state(c.after)
+            before, after = _state(c.before, plain=True), _state(c.after, plain=True)
             console.print(f"{name:20} {c.property_id}: {before} -> {after}", **_PLAIN)
     if rows and console.is_terminal:
         console.print(table)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import EvidenceStore
-from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
+from evidence_store.views import NON_CANDIDATE_KINDS, candidate_latest, round_tally
 from harness.ground.errors import BudgetExceeded
 from harness.run.audit import read_refusals
 from harness.run.probe_desk import RunProbeDesk
@@ -319,11 +319,7 @@ class TwinLoop:
         return Diagnosis(summary=summary, gaps=gaps[:20])
 
     def candidate_latest(self, t: int) -> dict:
-        return {
-            pid: record
-            for pid, record in self.store.latest(up_to_round=t).items()
-            if record.property.kind not in NON_CANDIDATE_KINDS
-        }
+        return candidate_latest(self.store.latest(up_to_round=t))
 
     def regressions(self, t: int) -> list[str]:
         if t < 2:
