@@ -9,8 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmark_adapter.grader import oracle_copy, run_grader
-from benchmark_adapter.published import setting_flags
-from benchmark_adapter.task_environment import load_task_for_sandbox
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
@@ -36,8 +34,7 @@ def grade_command(
     """Grade a candidate (or the task's oracle solution) with the task's own, unchanged grader."""
     if oracle == (candidate is not None):
         raise TwinError("pass exactly one of --candidate DIR or --oracle")
-    # the task as its sandbox gives it (under docker, its image built), its notes on stderr
-    loaded = load_task_for_sandbox(task, sandbox, settings, setting_flags(original_dir, assets_dir, output_dir))
+    loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     if out is not None and out.is_dir():
         raise TwinError(f"--out must be a file path, {out} is a directory")
     console = Console()

@@ -37,6 +37,7 @@ OutputDir = Annotated[
 
 def load_task_option(
     task: Path,
+    sandbox: str | None,
     settings: Path | None,
     original_dir: str | None,
     assets_dir: str | None,
@@ -44,10 +45,13 @@ def load_task_option(
 ) -> Task:
     """The task named by `--task`, with a published task's `--settings` file and flags applied.
 
+    Loaded for the sandbox its commands run in (under docker, its image built) and its
+    notes said on stderr (`benchmark_adapter.task_environment`).
+
     Raises:
         TaskError: the task is malformed, or a setting is.
     """
     from benchmark_adapter.published import setting_flags
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.task_environment import load_task_for_sandbox
 
-    return load_task(task, settings, setting_flags(original_dir, assets_dir, output_dir))
+    return load_task_for_sandbox(task, sandbox, settings, setting_flags(original_dir, assets_dir, output_dir))

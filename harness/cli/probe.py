@@ -10,8 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from benchmark_adapter.published import setting_flags
-from benchmark_adapter.task_environment import load_task_for_sandbox
 from evidence_store import reading
 from harness.cli import options
 from harness.ground.errors import TwinError
@@ -73,8 +71,7 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
-    # the task as its sandbox gives it (under docker, its image built), its notes on stderr
-    loaded = load_task_for_sandbox(task, sandbox, settings, setting_flags(original_dir, assets_dir, output_dir))
+    loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     probes = builtin_checks(loaded) if builtin else []
     if library:
         probes += task_probes(loaded, budget)
