@@ -1,7 +1,9 @@
 """Loading and rendering the prompt templates of `prompts/`.
 
 Templates are Jinja2 files (`<name>.md.j2`), rendered with `StrictUndefined` so a
-missing variable is an error, not an empty string.
+missing variable is an error, not an empty string. The one variable with a default is
+`candidate_dir`, where the candidate lies inside the sandboxes: `/app` unless the task
+puts it elsewhere (a published task's `/app/jax_repo`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ import jinja2
 import prompts
 
 PROMPTS_DIR = Path(prompts.__file__).parent
+CANDIDATE_DIR = "/app"
 
 
 @cache
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=False,
         autoescape=False,
     )
+    env.globals["candidate_dir"] = CANDIDATE_DIR
+    return env
 
 
 def render(name: str, **variables: Any) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from roles.agent import AgentOutcome
+from roles.prompting import CANDIDATE_DIR
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class RoundBrief:
     """The round's diff stat against the previous round (Verifier)."""
     verifier_summary: str = ""
     """What the previous Verifier reported it checked and found, in its own words (Diagnoser)."""
-    candidate_dir: str = "/app"
+    candidate_dir: str = CANDIDATE_DIR
     """Where the candidate lies inside every sandbox (the task's candidate mount)."""
 
 
