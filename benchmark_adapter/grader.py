@@ -221,11 +221,12 @@ def _read_reward(logs_dir: Path) -> dict[str, Any]:
 
 
 def _keep(grade: Grade, logs_dir: Path, out_dir: Path) -> None:
-    """Copy the grader's log directory and the grade into `out_dir` (replacing an earlier copy)."""
+    """Copy the grader's log directory, its output's tail and the grade into `out_dir` (replacing earlier ones)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "verifier"
     remove_tree(target)
     copy_tree(logs_dir, target, max_bytes=64 << 20)  # written where candidate code ran: no links, capped
+    (out_dir / "grader-output.txt").write_text(grade.log_tail)  # test.sh's stdout and stderr (tail)
     tmp = out_dir / ".grade.json.tmp"
     tmp.write_text(grade.model_dump_json(indent=2))
     tmp.replace(out_dir / "grade.json")

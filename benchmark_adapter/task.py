@@ -73,6 +73,12 @@ class TwinTaskSettings(BaseModel):
             "candidate's layout (probes.layout)."
         ),
     )
+    oracle_min_reward: float = Field(
+        default=0.97,
+        ge=0.0,
+        le=1.0,
+        description="The least reward the task's oracle must get from its grader (`twin task check`).",
+    )
 
 
 class LaidOut(BaseModel):

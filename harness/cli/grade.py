@@ -51,6 +51,8 @@ def grade_command(
                 loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
             )
     _print_grade(console, grade)
+    if grade.reward == 0.0 or grade.error is not None:
+        explain_zero(console, grade, loaded, None if oracle else candidate)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
@@ -76,6 +78,34 @@ def _print_grade(console: Console, grade) -> None:
         f"grader exit {grade.returncode}, {grade.duration_s:.1f}s, sandbox {grade.sandbox})",
         highlight=False,
     )
+
+
+def explain_zero(console: Console, grade, task, candidate: Path | None) -> None:
+    """Why a grade is zero, in the grader's own words: its output's last lines, never markup.
+
+    For a published task it also says when `--candidate` holds the expected output folder
+    one level down (`X/jax_repo`): the grader sees `--candidate` itself at the output path.
+    """
+    tail = grade_output_tail(grade.log_tail)
+    if tail:
+        console.print(f"the grader's last output lines ({grade.task}):", highlight=False)
+        console.print(tail, markup=False, highlight=False)
+    if grade.error:
+        console.print(f"grader error: {grade.error}", markup=False, highlight=False)
+    output = Path(task.settings.candidate_mount).name
+    if candidate is not None and task.environment is not None and (candidate / output).is_dir():
+        console.print(
+            f"note: {candidate} holds {output}/; the grader sees --candidate itself at "
+            f"{task.settings.candidate_mount}: did you mean --candidate {candidate / output}?",
+            markup=False,
+            highlight=False,
+        )
+
+
+def grade_output_tail(log_tail: str, lines: int = 20) -> str:
+    """The last `lines` non-empty lines of a grader's output."""
+    kept = [line for line in log_tail.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
 
 
 def _fmt(value) -> str:

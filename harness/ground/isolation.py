@@ -9,8 +9,12 @@ sandbox (`SANDBOX_UID` whenever twin is root) and which kernel interfaces it may
 use are decided by the sandbox implementations from the boundary these functions
 return (`harness/sandbox/privilege.py`, `harness/sandbox/seccomp.py`).
 
-This module sits on the ground floor: it imports only `harness.ground.boundary` and
-`harness.ground.errors`, never the loop, the roles, the probes or the task loader.
+What a task gives a sandbox read-only (tests/, the original, the assets, the laid-out
+files, the solution) is mounted from a view the sandbox uid can read, as Harbor's root
+could (`harness.ground.views`); the candidate keeps its own modes.
+
+This module sits on the ground floor: it imports only `harness.ground.boundary`,
+`harness.ground.views` and `harness.ground.errors`, never the loop, the roles, the probes or the task loader.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from harness.ground.boundary import Boundary, Limits, Mount
 from harness.ground.errors import TwinError
+from harness.ground.views import readable_mounts
 
 Side = Literal["reference", "candidate"]
 # The unprivileged host uid/gid every sandbox runs as when twin runs as root (nobody).
@@ -246,13 +251,18 @@ def role_boundary(
         side: "candidate" hides the forbidden packages (torch); "reference" hides none.
         run_files: the run's own files (evidence, trajectories, logs): never visible.
     """
-    mounts = [*python_mounts()]
+    given = []
     if layout.source is not None:
-        mounts.append(Mount(host=layout.source, inside=layout.source_mount))
+        given.append(Mount(host=layout.source, inside=layout.source_mount))
     if layout.assets is not None:
-        mounts.append(Mount(host=layout.assets, inside=layout.assets_mount))
-    mounts.append(Mount(host=layout.candidate, inside=layout.candidate_mount, writable=write_candidate))
-    mounts += [*layout.laid_out, *layout.role_aliases, *extra_mounts]
+        given.append(Mount(host=layout.assets, inside=layout.assets_mount))
+    mounts = [
+        *python_mounts(),
+        *_given(given, layout.hidden),
+        Mount(host=layout.candidate, inside=layout.candidate_mount, writable=write_candidate),
+        *_given([*layout.laid_out, *layout.role_aliases], layout.hidden),
+        *extra_mounts,
+    ]
     return Boundary(
         name=name,
         mounts=mounts,
@@ -294,11 +304,13 @@ def probe_boundary(
         Mount(host=given, inside=PROBE_GIVEN if isolated else str(given)),
     ]
     if own is not None:
-        mounts.append(Mount(host=own, inside=own_mount))
+        mount = Mount(host=own, inside=own_mount)
+        mounts += _given([mount], layout.hidden) if side == "reference" and isolated else [mount]
     if layout.assets is not None:
-        mounts.append(Mount(host=layout.assets, inside=layout.assets_mount if isolated else str(layout.assets)))
+        mount = Mount(host=layout.assets, inside=layout.assets_mount if isolated else str(layout.assets))
+        mounts += _given([mount], layout.hidden) if isolated else [mount]
     if isolated:
-        mounts = [*python_mounts(), *mounts, *layout.laid_out]
+        mounts = [*python_mounts(), *mounts, *_given(layout.laid_out, layout.hidden)]
     return Boundary(
         name=f"probe:{side}",
         mounts=mounts,
@@ -329,18 +341,18 @@ def grader_boundary(
     may create a user namespace, nothing more.
     """
     logs.mkdir(parents=True, exist_ok=True)
+    hidden = [p for p in layout.hidden if p.resolve() != tests.resolve()]
+    given = [Mount(host=tests, inside=GRADER_TESTS)]
+    if layout.assets is not None:
+        given.append(Mount(host=layout.assets, inside=layout.assets_mount))
+    if layout.source is not None:  # a published task: /app as its Dockerfile lays it out
+        given.append(Mount(host=layout.source, inside=layout.source_mount))
     mounts = [
         *python_mounts(),
         Mount(host=layout.candidate, inside=layout.candidate_mount),
-        Mount(host=tests, inside=GRADER_TESTS),
         Mount(host=logs, inside=GRADER_LOGS, writable=True),
+        *_given([*given, *layout.laid_out], hidden),
     ]
-    if layout.assets is not None:
-        mounts.append(Mount(host=layout.assets, inside=layout.assets_mount))
-    if layout.source is not None:  # a published task: /app as its Dockerfile lays it out
-        mounts.append(Mount(host=layout.source, inside=layout.source_mount))
-    mounts += layout.laid_out
-    hidden = [p for p in layout.hidden if p.resolve() != tests.resolve()]
     if audit_log is not None:
         hidden.append(audit_log)
     return Boundary(
@@ -362,20 +374,20 @@ def solve_boundary(layout: Layout, *, solution: Path, workdir: str | None, wall_
 
     Tests and `task.toml` stay hidden, the forbidden packages absent, the network off.
     """
-    mounts = [*python_mounts()]
-    if layout.source is not None:
-        mounts.append(Mount(host=layout.source, inside=layout.source_mount))
-    mounts += [
-        *layout.laid_out,
-        Mount(host=solution, inside="/solution"),
+    hidden = [h for h in layout.hidden if h.resolve() != solution.resolve()]
+    given = [] if layout.source is None else [Mount(host=layout.source, inside=layout.source_mount)]
+    given += [*layout.laid_out, Mount(host=solution, inside="/solution")]
+    if layout.assets is not None:
+        given.append(Mount(host=layout.assets, inside=layout.assets_mount))
+    mounts = [
+        *python_mounts(),
+        *_given(given, hidden),
         Mount(host=layout.candidate, inside=layout.candidate_mount, writable=True),
     ]
-    if layout.assets is not None:
-        mounts.append(Mount(host=layout.assets, inside=layout.assets_mount))
     return Boundary(
         name="solve",
         mounts=mounts,
-        hidden=[h for h in layout.hidden if h.resolve() != solution.resolve()],
+        hidden=hidden,
         hidden_packages=list(layout.forbidden_packages),
         network=False,
         env=layout.env,
@@ -392,6 +404,14 @@ def scratch_dir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=stage_root()))
     path.chmod(0o711)  # traversable by the sandbox uid, listable by no one else
     return path
+
+
+def _given(mounts: Sequence[Mount], hidden: Sequence[Path]) -> list[Mount]:
+    """What a task gives a sandbox, each from a view its uid can read (`harness.ground.views`)."""
+    try:
+        return readable_mounts(mounts, hidden, cache=cache_root(), uid=SANDBOX_UID, gid=SANDBOX_GID)
+    except OSError as exc:
+        raise IsolationError(f"cannot make the task's files readable to the sandbox in {cache_root()}: {exc}") from None
 
 
 def _contains(root: Path, path: Path) -> bool:

@@ -1,0 +1,214 @@
+"""`twin task check`: the oracle run a Harbor user does before trusting a task, through twin's sandbox.
+
+A task whose grader cannot score its own oracle grades every candidate 0, and a run
+on it spends its model calls for nothing. So a task is checked by grading, with its
+unchanged grader in twin's sandbox (as `twin grade` and a run's grading do):
+
+- its oracle, which must reach the task's `oracle_min_reward` (0.97 unless
+  `[metadata.twin]` says otherwise) with no error;
+- an empty candidate, which must score 0;
+- where asked, each seeded defect (`benchmark_adapter.defects`), which must score below
+  the oracle.
+
+`ensure_task_checked` runs the first two once per task content and sandbox kind before
+a run (`twin migrate`, `twin bench`) and remembers a pass under twin's cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from benchmark_adapter.defects import Defect, apply_defect
+from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
+from benchmark_adapter.task import Task
+from harness.ground.agent_tree import discard_tree
+from harness.ground.errors import TwinError
+from harness.ground.isolation import cache_root
+
+SCHEMA_VERSION = 1
+TRIP_MARGIN = 0.01
+_HASHED_BYTES = 8 << 20  # larger files (checkpoints) enter the key by size and modification time
+GradeFn = Callable[[Task, Path], Grade]
+
+
+class TaskCheckFailed(TwinError):
+    """The task's grader does not pass its own oracle or empty candidate (or a defect slips through)."""
+
+
+class CheckRow(BaseModel):
+    """One candidate the check graded."""
+
+    name: str = Field(description="'oracle', 'empty candidate' or 'defect <name>'.")
+    expected: str = Field(description="What the reward must be, e.g. '>= 0.97'.")
+    reward: float | None = Field(default=None, description="The reward (None: no grade was made).")
+    passed: bool = Field(description="Whether the reward is what was expected, with no error.")
+    error: str | None = Field(default=None, description="The grade's error field, or why no grade was made.")
+    output_tail: str = Field(default="", description="The grader's last output lines.")
+
+
+class TaskCheck(BaseModel):
+    """The outcome of checking one task."""
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Record format version.")
+    task: str = Field(description="Task name.")
+    content_hash: str = Field(description="`task_content_hash` of the task checked.")
+    sandbox: str = Field(description="Sandbox kind the grader ran in.")
+    rows: list[CheckRow] = Field(default_factory=list, description="One row per graded candidate.")
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.rows)
+
+    def failure_line(self) -> str:
+        """One line naming what failed, with the first failing row's error."""
+        failed = [row for row in self.rows if not row.passed]
+        if not failed:
+            return f"task {self.task}: check passed"
+        first = failed[0]
+        got = "no grade" if first.reward is None else f"reward {first.reward:.4f}"
+        why = f": {first.error}" if first.error else ""
+        names = ", ".join(row.name for row in failed)
+        return f"task {self.task}: check failed ({names}): {first.name} got {got}, expected {first.expected}{why}"
+
+
+def task_content_hash(task: Task) -> str:
+    """A digest of every file of the task (names and contents; big files by size and mtime)."""
+    digest = hashlib.sha256(b"task-check-v1")
+    root = task.root
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".git"))
+        for name in sorted(files):
+            path = Path(folder) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            digest.update(f"\0{path.relative_to(root)}\0{st.st_size}".encode())
+            if path.is_symlink():
+                digest.update(os.readlink(path).encode())
+            elif st.st_size > _HASHED_BYTES:
+                digest.update(str(st.st_mtime_ns).encode())
+            else:
+                try:
+                    digest.update(path.read_bytes())
+                except OSError:
+                    digest.update(b"unreadable")
+    return digest.hexdigest()
+
+
+def check_task(
+    task: Task,
+    *,
+    sandbox: str = "auto",
+    defects: list[Defect] | None = None,
+    grade_fn: GradeFn | None = None,
+) -> TaskCheck:
+    """Grade the oracle, an empty candidate and (if given) each seeded defect; never raises on a failed row.
+
+    Args:
+        task: the loaded task.
+        sandbox: sandbox kind of the grader.
+        defects: seeded defects to apply to the oracle (None or empty: none).
+        grade_fn: `(task, candidate) -> Grade`; defaults to `run_grader` in `sandbox`.
+    """
+    grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
+    minimum = task.settings.oracle_min_reward
+    check = TaskCheck(task=task.name, content_hash=task_content_hash(task), sandbox=sandbox)
+    oracle_reward: float | None = None
+    try:
+        with oracle_copy(task) as oracle_dir:
+            row = _row("oracle", f">= {minimum:g}", lambda: grade(task, oracle_dir), lambda r: r >= minimum)
+            check.rows.append(row)
+            oracle_reward = row.reward
+            for defect in defects or []:
+                check.rows.append(_defect_row(task, defect, oracle_dir, oracle_reward, grade))
+    except TwinError as exc:  # no oracle, or its solve.sh failed
+        check.rows.append(CheckRow(name="oracle", expected=f">= {minimum:g}", passed=False, error=str(exc)))
+    with tempfile.TemporaryDirectory(prefix="twin-empty-") as tmp:
+        empty = Path(tmp) / "app"
+        empty.mkdir()
+        check.rows.insert(1, _row("empty candidate", "= 0", lambda: grade(task, empty), lambda r: r == 0.0, empty=True))
+    return check
+
+
+def _row(name: str, expected: str, run: Callable[[], Grade], ok: Callable[[float], bool], *, empty=False) -> CheckRow:
+    """Grade one candidate; a grader that cannot run (twin's side) is a failed row, not a crash."""
+    try:
+        result = run()
+    except TwinError as exc:
+        return CheckRow(name=name, expected=expected, passed=False, error=str(exc))
+    # an empty candidate's grader may well say why it scored 0: that is not a failure
+    error = None if empty else result.error
+    return CheckRow(
+        name=name,
+        expected=expected,
+        reward=result.reward,
+        passed=ok(result.reward) and error is None,
+        error=result.error,
+        output_tail=result.log_tail[-2000:],
+    )
+
+
+def _defect_row(task: Task, defect: Defect, oracle_dir: Path, oracle: float | None, grade: GradeFn) -> CheckRow:
+    name = f"defect {defect.name}"
+    if oracle is None:
+        return CheckRow(name=name, expected="< oracle", passed=False, error="the oracle was not graded")
+    expected = f"< {oracle - TRIP_MARGIN:.4f}"
+    with tempfile.TemporaryDirectory(prefix="twin-defect-") as tmp:
+        try:
+            candidate = apply_defect(oracle_dir, defect, Path(tmp) / "app")
+        except TwinError as exc:
+            return CheckRow(name=name, expected=expected, passed=False, error=str(exc))
+        row = _row(name, expected, lambda: grade(task, candidate), lambda r: r < oracle - TRIP_MARGIN, empty=True)
+        discard_tree(Path(tmp) / "app")
+    return row
+
+
+def default_defects(task: Task) -> Path | None:
+    """twin's own defect list for a bundled task (`tests/benchmark_adapter/defects/<name>.py`), if any."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "benchmark_adapter" / "defects"
+    path = path / f"{task.name.replace('-', '_')}.py"
+    return path if path.is_file() else None
+
+
+def _passed_marker(task_hash: str, sandbox: str) -> Path:
+    return cache_root() / "task-checks" / f"{task_hash[:32]}-{sandbox}.json"
+
+
+def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None] | None = None) -> TaskCheck | None:
+    """Check `task` (oracle and empty candidate) unless this content passed in this sandbox kind before.
+
+    Returns:
+        The new check, or None when a remembered pass was used.
+
+    Raises:
+        TaskCheckFailed: the check failed (one line: what failed and the grader's error).
+    """
+    marker = _passed_marker(task_content_hash(task), sandbox)
+    if marker.is_file():
+        return None
+    if on_start is not None:
+        on_start()
+    check = check_task(task, sandbox=sandbox)
+    if not check.passed:
+        raise TaskCheckFailed(
+            f"{check.failure_line()} — before any model call; see `twin task check {task.root}`"
+            " (or skip the check with --skip-task-check)"
+        )
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
+        tmp.write_text(check.model_dump_json(indent=2))
+        tmp.replace(marker)
+    except OSError:
+        pass  # not remembered: the next run checks again
+    return check
+
+
+__all__ = ["CheckRow", "TaskCheck", "TaskCheckFailed", "check_task", "ensure_task_checked", "GraderError"]
