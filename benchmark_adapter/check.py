@@ -8,7 +8,7 @@ unchanged grader in twin's sandbox (as `twin grade` and a run's grading do):
   `[metadata.twin]` says otherwise) with no error;
 - an empty candidate, which must score 0;
 - where asked, each seeded defect (`benchmark_adapter.defects`), which must score below
-  the oracle.
+  the oracle (by more than float noise, as `benchmark_adapter.sweep` counts it caught).
 
 `ensure_task_checked` runs the first two once per task content and sandbox kind before
 a run (`twin migrate`, `twin bench`) and remembers a pass under twin's cache directory.
@@ -26,13 +26,13 @@ from pydantic import BaseModel, Field
 
 from benchmark_adapter.defects import Defect, apply_defect
 from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
+from benchmark_adapter.sweep import TRIP_MARGIN
 from benchmark_adapter.task import Task
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root
 
 SCHEMA_VERSION = 1
-TRIP_MARGIN = 0.01
 _HASHED_BYTES = 8 << 20  # larger files (checkpoints) enter the key by size and modification time
 GradeFn = Callable[[Task, Path], Grade]
 
@@ -159,7 +159,7 @@ def _defect_row(task: Task, defect: Defect, oracle_dir: Path, oracle: float | No
     name = f"defect {defect.name}"
     if oracle is None:
         return CheckRow(name=name, expected="< oracle", passed=False, error="the oracle was not graded")
-    expected = f"< {oracle - TRIP_MARGIN:.4f}"
+    expected = f"< {oracle:.4f} (oracle)"
     with tempfile.TemporaryDirectory(prefix="twin-defect-") as tmp:
         try:
             candidate = apply_defect(oracle_dir, defect, Path(tmp) / "app")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -272,4 +274,15 @@ def oracle_copy(task: Task) -> Iterator[Path]:
             solve_into(task, dest)
         else:
             shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        readable_to_all(dest)  # as Harbor's root reads it, whatever the solution's modes on disk
         yield dest
+
+
+def readable_to_all(root: Path) -> None:
+    """Let everyone read `root`'s files and enter its folders (the oracle copy; never links followed)."""
+    for folder, dirs, files in os.walk(root):
+        os.chmod(folder, stat.S_IMODE(os.stat(folder).st_mode) | 0o555)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | 0o444)

@@ -45,3 +45,10 @@ def probe_workdirs(monkeypatch, tmp_path) -> list[Path]:
 
     monkeypatch.setattr(probes.context, "scratch_dir", scratch_dir)
     return made
+
+
+@pytest.fixture(autouse=True)
+def _skip_task_check(monkeypatch):
+    """`twin migrate` and `twin bench` check their task first (benchmark_adapter.check); tests of
+    anything else skip that (tests/benchmark_adapter/test_check.py removes this to test it)."""
+    monkeypatch.setenv("TWIN_SKIP_TASK_CHECK", "1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -37,6 +38,9 @@ def bench_command(
     retries: int = typer.Option(2, "--infra-retries", min=0),
     backoff: float = typer.Option(30.0, "--retry-backoff-s", min=0),
     report: bool = typer.Option(True, "--report/--no-report", help="Write the report at the end."),
+    skip_task_check: bool = typer.Option(
+        False, "--skip-task-check", envvar="TWIN_SKIP_TASK_CHECK", help="Do not grade each task's oracle first."
+    ),
 ) -> None:
     """Run trials over tasks x models x scaffolds x seeds and grade every round."""
     scaffolds = [s.strip() for s in scaffold.split(",") if s.strip()]
@@ -62,9 +66,12 @@ def bench_command(
         retry_backoff_s=backoff,
     )
     from benchmark_adapter.task_environment import load_task_for_sandbox
+    from harness.cli.task import SKIP_CHECK_ENV, check_before_run
 
     for task in config.tasks:  # under docker each task's image built once; its notes on stderr
-        load_task_for_sandbox(task, sandbox)
+        check_before_run(load_task_for_sandbox(task, sandbox), sandbox, skip=skip_task_check)
+    if skip_task_check:
+        os.environ[SKIP_CHECK_ENV] = "1"  # the trials' own `twin migrate` skip it too
     console = Console()
 
     def show(result) -> None:

@@ -90,6 +90,8 @@ def explain_zero(console: Console, grade, task, candidate: Path | None) -> None:
     if tail:
         console.print(f"the grader's last output lines ({grade.task}):", highlight=False)
         console.print(tail, markup=False, highlight=False)
+    else:
+        console.print(f"the grader of {grade.task} printed nothing", highlight=False)
     if grade.error:
         console.print(f"grader error: {grade.error}", markup=False, highlight=False)
     output = Path(task.settings.candidate_mount).name

@@ -54,6 +54,9 @@ def migrate_command(
     run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every round after the run."),
     resume: str = typer.Option(None, "--resume", help="Continue a killed run (id or directory)."),
+    skip_task_check: bool = typer.Option(
+        False, "--skip-task-check", envvar="TWIN_SKIP_TASK_CHECK", help="Do not grade the task's oracle first."
+    ),
 ) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
     from benchmark_adapter.task_environment import load_task_for_sandbox
@@ -98,6 +101,9 @@ def migrate_command(
         # refuse a malformed task before anything is written; under docker its image built; its notes on stderr
         loaded = load_task_for_sandbox(run_config.task, run_config.sandbox)
         check_model(run_config.model, wait_s=run_config.model_wait_s)
+        from harness.cli.task import check_before_run
+
+        check_before_run(loaded, run_config.sandbox, skip=skip_task_check)  # before any model call
         inputs = RunInputs.create(runs_dir, run_config, loaded, run_id)
     outcome = run_migration(inputs, api_key=api_key, console=console)
 

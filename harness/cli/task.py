@@ -1,4 +1,4 @@
-"""`twin task new`: make a Harbor task (published layout, self-contained grader) from your own repository."""
+"""`twin task new` makes a Harbor task from your own repository; `twin task check` proves a task can be graded."""
 
 from __future__ import annotations
 
@@ -6,11 +6,15 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from benchmark_adapter.authoring import new_task
+from benchmark_adapter.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
+from harness.cli import options
 from harness.ground.errors import TwinError
 
-app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories.")
+app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories, and check them.")
+SKIP_CHECK_ENV = "TWIN_SKIP_TASK_CHECK"
 
 
 @app.command("new")
@@ -59,3 +63,68 @@ def new_command(
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
+
+
+@app.command("check")
+def check_command(
+    task: Path = typer.Argument(..., help="The task directory."),
+    sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, docker, none or auto."),
+    defects: Path = typer.Option(
+        None, "--defects", help="A defect list (DEFECTS: list[Defect]); default: twin's own for a bundled task."
+    ),
+    no_defects: bool = typer.Option(False, "--no-defects", help="Grade only the oracle and the empty candidate."),
+    settings: options.PublishedSettings = None,
+    original_dir: options.OriginalDir = None,
+    assets_dir: options.AssetsDir = None,
+    output_dir: options.OutputDir = None,
+) -> None:
+    """Grade the task's oracle (>= 0.97), an empty candidate (0) and its seeded defects, as a run would."""
+    from benchmark_adapter.sweep import load_defects
+
+    loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
+    path = None if no_defects else defects or default_defects(loaded)
+    seeded = load_defects(path) if path is not None else []
+    console = Console()
+    with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects"):
+        check = check_task(loaded, sandbox=sandbox, defects=seeded)
+    print_check(console, check)
+    if not check.passed:
+        raise TaskCheckFailed(check.failure_line())
+
+
+def print_check(console: Console, check: TaskCheck) -> None:
+    """The check's table; under it, each failed row's error and the grader's last output lines."""
+    table = Table(title=f"task check: {check.task} (sandbox {check.sandbox})")
+    for column in ("candidate", "expected", "reward", "result"):
+        table.add_column(column, justify="right" if column == "reward" else "left")
+    for row in check.rows:
+        reward = "-" if row.reward is None else f"{row.reward:.4f}"
+        table.add_row(row.name, row.expected, reward, "ok" if row.passed else "FAILED")
+    console.print(table)
+    for row in check.rows:
+        if row.passed:
+            continue
+        console.print(f"{row.name}: {row.error or 'reward outside what was expected'}", markup=False, highlight=False)
+        tail = "\n".join(line for line in row.output_tail.splitlines() if line.strip())
+        if tail:
+            console.print("  the grader's last output lines:", highlight=False)
+            console.print("\n".join(tail.splitlines()[-20:]), markup=False, highlight=False)
+
+
+def check_before_run(task, sandbox: str, *, skip: bool) -> None:
+    """Before a run's first model call: the task's check (oracle and empty candidate), once per content.
+
+    Raises:
+        TaskCheckFailed: one line naming what failed.
+    """
+    err = Console(stderr=True)
+    if skip:
+        err.print(
+            f"warning: the task check of {task.name} is skipped: a grader that cannot score its own "
+            "oracle grades every round 0 (check it with `twin task check`)",
+            markup=False,
+            highlight=False,
+        )
+        return
+    announce = f"checking {task.name} once: its grader on its oracle and on an empty candidate"
+    ensure_task_checked(task, sandbox, on_start=lambda: err.print(announce, markup=False, highlight=False))

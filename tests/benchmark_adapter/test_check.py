@@ -1,0 +1,205 @@
+"""`twin task check` and the check before a run; grading a task whose files are 0600/0700 (as Harbor would)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark_adapter import check as check_module
+from benchmark_adapter.check import check_task, ensure_task_checked, task_content_hash
+from benchmark_adapter.defects import Defect
+from benchmark_adapter.grader import Grade
+from benchmark_adapter.task import load_task
+from harness.cli.app import main
+
+requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+REPO = Path(__file__).resolve().parents[2]
+
+# A grader that reads its references (a 0600 file in a 0700 folder) and runs the candidate's main.py.
+GRADER = r"""#!/usr/bin/env bash
+set -u
+TESTS_DIR="${TESTS_DIR:-/tests}"; APP_DIR="${APP_DIR:-/app}"; LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
+python3 - <<'PY'
+import json, os, subprocess, sys, traceback
+logs = os.environ["LOGS_DIR"]
+try:
+    expected = open(os.path.join(os.environ["TESTS_DIR"], "refs", "refs.txt")).read().strip()
+    main = os.path.join(os.environ["APP_DIR"], "main.py")
+    if not os.path.exists(main):
+        reward, error = 0.0, None
+    else:
+        run = subprocess.run([sys.executable, main], capture_output=True, text=True)
+        sys.stderr.write(run.stderr)
+        reward, error = (1.0 if run.stdout.strip() == expected else 0.0), None
+        if run.returncode != 0:
+            error = "the candidate raised"
+except Exception:
+    traceback.print_exc()
+    reward, error = 0.0, "grader failed"
+json.dump({"reward": reward, "error": error}, open(os.path.join(logs, "reward.json"), "w"))
+PY
+"""
+
+
+def make_task(root: Path, *, oracle: str = "print(42)\n", name: str = "modes") -> Path:
+    """A task as `numpy.savez` and a careful author leave it: references 0600 in a 0700 folder, original 0700."""
+    task = root / name
+    (task / "environment" / "source").mkdir(parents=True)
+    (task / "environment" / "source" / "main.py").write_text("print(42)\n")
+    (task / "tests" / "refs").mkdir(parents=True)
+    (task / "tests" / "refs" / "refs.txt").write_text("42\n")
+    (task / "tests" / "test.sh").write_text(GRADER)
+    (task / "solution" / "app").mkdir(parents=True)
+    (task / "solution" / "app" / "main.py").write_text(oracle)
+    (task / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n')
+    (task / "instruction.md").write_text("Port main.py.\n")
+    (task / "tests" / "refs" / "refs.txt").chmod(0o600)
+    (task / "solution" / "app" / "main.py").chmod(0o600)
+    for folder in ("tests/refs", "tests", "environment/source", "solution/app", "solution"):
+        (task / folder).chmod(0o700)
+    (task / "tests" / "test.sh").chmod(0o700)
+    return task
+
+
+def broken_copy(root: Path) -> Path:
+    return make_task(root, oracle='raise RuntimeError("oracle broken 4711")\n', name="broken")
+
+
+@pytest.fixture()
+def check_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TWIN_SKIP_TASK_CHECK", raising=False)
+    return tmp_path / "cache"
+
+
+@requires_bwrap
+def test_oracle_of_a_0600_0700_task_grades_full_through_twin_grade(tmp_path, capsys):
+    task = make_task(tmp_path)
+    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(tmp_path / "g.json")]) == 0
+    assert json.loads((tmp_path / "g.json").read_text())["reward"] == 1.0
+    assert oct(os.stat(task / "tests" / "refs" / "refs.txt").st_mode & 0o777) == "0o600"  # the task is untouched
+
+
+@requires_bwrap
+def test_task_check_passes_a_good_task(tmp_path, check_cache, capsys):
+    assert main(["task", "check", str(make_task(tmp_path)), "--sandbox", "bwrap"]) == 0
+    out = capsys.readouterr().out
+    assert "oracle" in out and "empty candidate" in out and "FAILED" not in out
+
+
+@requires_bwrap
+def test_task_check_fails_naming_the_oracle_with_the_graders_own_error(tmp_path, check_cache, capsys):
+    assert main(["task", "check", str(broken_copy(tmp_path)), "--sandbox", "bwrap"]) != 0
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.out and "oracle broken 4711" in captured.out  # the grader's stderr tail
+    assert "the candidate raised" in captured.out  # its details file's error field
+    assert "check failed (oracle)" in captured.err
+
+
+@requires_bwrap
+def test_migrate_on_a_broken_task_stops_before_any_model_call(tmp_path, check_cache, capsys):
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    runs = tmp_path / "runs"
+    code = main(["migrate", "--task", str(broken_copy(tmp_path)), "--model", f"scripted:{script}",
+                 "--sandbox", "bwrap", "--runs-dir", str(runs)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "check failed (oracle)" in err and "before any model call" in err
+    assert "oracle broken 4711" not in err.splitlines()[-1] or len(err.splitlines()[-1]) < 600
+    assert not runs.exists()  # no run directory, so no model call was made
+
+
+def test_skipping_the_check_says_so_loudly(tmp_path, check_cache, capsys, monkeypatch):
+    monkeypatch.setattr(check_module, "check_task", lambda *a, **k: pytest.fail("the check ran"))
+    from harness.cli.task import check_before_run
+
+    check_before_run(load_task(broken_copy(tmp_path)), "none", skip=True)
+    assert "task check of broken is skipped" in capsys.readouterr().err
+
+
+def _grade(reward: float, error: str | None = None) -> Grade:
+    return Grade(task="t", candidate="c", reward=reward, returncode=0, duration_s=0.0, sandbox="none", error=error)
+
+
+def test_check_is_remembered_per_content_and_sandbox(tmp_path, check_cache, monkeypatch):
+    task = load_task(make_task(tmp_path))
+    calls: list[str] = []
+
+    def fake_check(t, *, sandbox, defects=None, grade_fn=None):
+        calls.append(sandbox)
+        return check_module.TaskCheck(task=t.name, content_hash=task_content_hash(t), sandbox=sandbox, rows=[
+            check_module.CheckRow(name="oracle", expected=">= 0.97", reward=1.0, passed=True)])  # fmt: skip
+
+    monkeypatch.setattr(check_module, "check_task", fake_check)
+    assert ensure_task_checked(task, "bwrap") is not None
+    assert ensure_task_checked(task, "bwrap") is None  # remembered
+    assert ensure_task_checked(task, "docker") is not None  # another sandbox kind is checked again
+    (task.root / "tests" / "test.sh").write_text(GRADER + "\n# edited\n")
+    assert ensure_task_checked(task, "bwrap") is not None  # edited content is checked again
+    assert calls == ["bwrap", "docker", "bwrap"]
+
+
+def test_a_failed_check_is_not_remembered(tmp_path, check_cache):
+    task = load_task(make_task(tmp_path))
+    grades = iter([_grade(0.5), _grade(0.0)] * 2)
+    result = check_task(task, grade_fn=lambda t, c: next(grades))
+    assert not result.passed and result.failure_line().startswith("task modes: check failed (oracle)")
+
+
+@pytest.mark.parametrize(
+    ("rewards", "failed"),
+    [
+        ([1.0, 0.9999, 0.0], []),  # oracle, defect, empty: all as expected
+        ([1.0, 1.0, 0.0], ["defect d"]),  # the defect slips through
+        ([1.0, 0.2, 0.3], ["empty candidate"]),  # an empty candidate scores
+        ([0.9, 0.2, 0.0], ["oracle"]),  # the oracle falls short of 0.97
+    ],
+)
+def test_rows_fail_where_the_grader_is_wrong(tmp_path, rewards, failed):
+    task = load_task(make_task(tmp_path))
+    grades = iter(_grade(r) for r in rewards)
+    defect = Defect(name="d", file="main.py", old="42", new="43", component="main")
+    result = check_task(task, defects=[defect], grade_fn=lambda t, c: next(grades))
+    assert [r.name for r in result.rows] == ["oracle", "empty candidate", "defect d"]
+    assert [r.name for r in result.rows if not r.passed] == failed
+
+
+def test_an_oracle_grade_with_an_error_field_fails(tmp_path):
+    task = load_task(make_task(tmp_path))
+    grades = iter([_grade(1.0, error="grader reported: refs unreadable"), _grade(0.0)])
+    result = check_task(task, grade_fn=lambda t, c: next(grades))
+    assert not result.rows[0].passed and "refs unreadable" in result.failure_line()
+
+
+@requires_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become another user")
+def test_oracle_grades_full_as_a_non_root_user(tmp_path):
+    """twin run by an ordinary user who owns the 0600/0700 task (setpriv makes this test that user)."""
+    from harness.ground.isolation import reachable
+
+    if not reachable(Path(sys.base_prefix).resolve() / "bin", 4242, 4242):
+        pytest.skip(f"this interpreter ({sys.base_prefix}) is closed to an ordinary user")
+    base = Path("/var/tmp") / f"twin-user-test-{os.getpid()}"
+    base.mkdir(mode=0o755)
+    try:
+        task = make_task(base)
+        home = base / "home"
+        home.mkdir()
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, 4242, 4242, follow_symlinks=False)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TWIN_STAGE_DIR": str(home / "stage")}
+        argv = ["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", sys.executable, "-m", "harness.cli.app",
+                "grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(home / "g.json")]  # fmt: skip
+        proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        if "setting up uid map" in proc.stderr or "No permissions to create new namespace" in proc.stderr:
+            pytest.skip("unprivileged user namespaces are not available to an ordinary user here")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads((home / "g.json").read_text())["reward"] == 1.0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
