@@ -179,10 +179,16 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
     final = run.root / FINAL_DIR
     where = f"{final}" if final.is_dir() else "not exported"
     lines.append(f"final candidate: round {state.final_round} — {where}")
-    lines.append(f"run directory: {run.root} (summary.md, trajectory.jsonl, evidence.sqlite)")
+    lines.append(f"run directory: {run.root} ({', '.join(run_files(run))})")
     if config.model.startswith(("replay:", "scripted:")):
         lines.append(REAL_MODEL_HINT.format(task=config.task, rounds=config.rounds))
     return lines
+
+
+def run_files(run: RunDir) -> list[str]:
+    """The run's main files that it has (a base-scaffold run has no evidence, audit log or probes)."""
+    paths = [run.summary, run.trajectory, run.evidence, run.grades, run.audit_log, run.probes]
+    return [p.name + ("/" if p.is_dir() else "") for p in paths if p.exists()]
 
 
 def evidence_tallies(run: RunDir) -> dict[int, Counter]:

@@ -101,6 +101,10 @@ def test_base_scaffold_runs_continuation_rounds_without_evidence(tmp_path):
     grades = json.loads(run.grades.read_text())
     assert [g["reward"] for g in grades["rounds"]] == [0.5, 1.0]
     assert state.final_round == 2
+    from harness.run.finish import closing_lines
+
+    (listed,) = [line for line in closing_lines(run, run.load_config(), state) if line.startswith("run directory")]
+    assert "evidence.sqlite" not in listed and "summary.md" in listed  # only the files it has
 
 
 def test_refused_requests_land_in_the_audit_log_and_the_evidence(tmp_path):
@@ -286,7 +290,9 @@ def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp
     run_root = runs / "demo"
     assert "  round 1: 0.5000" in lines and "  round 2: 1.0000" in lines
     assert f"final candidate: round 2 — {run_root / 'final'}" in lines
-    assert f"run directory: {run_root} (summary.md, trajectory.jsonl, evidence.sqlite)" in lines
+    listed = next(line for line in lines if line.startswith(f"run directory: {run_root} ("))
+    assert "summary.md, trajectory.jsonl, evidence.sqlite, grades.json" in listed
+    assert all((run_root / name.rstrip("/")).exists() for name in listed.split("(")[1].rstrip(")").split(", "))
     assert lines[-1].startswith("with a real model: twin migrate --task ")
     assert (run_root / "final" / "calc" / "ops.py").is_file()
     # plain progress lines never break inside a field
