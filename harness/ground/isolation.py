@@ -351,7 +351,7 @@ def grader_boundary(
         *python_mounts(),
         Mount(host=layout.candidate, inside=layout.candidate_mount),
         Mount(host=logs, inside=GRADER_LOGS, writable=True),
-        *_given([*given, *layout.laid_out], hidden),
+        *_given([*given, *layout.laid_out], hidden, closed=(GRADER_TESTS,)),
     ]
     if audit_log is not None:
         hidden.append(audit_log)
@@ -406,10 +406,16 @@ def scratch_dir(prefix: str) -> Path:
     return path
 
 
-def _given(mounts: Sequence[Mount], hidden: Sequence[Path]) -> list[Mount]:
-    """What a task gives a sandbox, each from a view its uid can read (`harness.ground.views`)."""
+def _given(mounts: Sequence[Mount], hidden: Sequence[Path], closed: Sequence[str] = ()) -> list[Mount]:
+    """What a task gives a sandbox, each from a view its uid can read (`harness.ground.views`).
+
+    A grader's tests are always a closed copy: a grader that drops its candidate's side to
+    another uid (in a container, where its nested bubblewrap cannot start) relies on that.
+    """
     try:
-        return readable_mounts(mounts, hidden, cache=cache_root(), uid=SANDBOX_UID, gid=SANDBOX_GID)
+        return readable_mounts(
+            mounts, hidden, cache=cache_root(), uid=SANDBOX_UID, gid=SANDBOX_GID, closed=closed
+        )
     except OSError as exc:
         raise IsolationError(f"cannot make the task's files readable to the sandbox in {cache_root()}: {exc}") from None
 

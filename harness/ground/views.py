@@ -75,7 +75,9 @@ def _entries(root: Path, hidden: Sequence[Path]) -> list[tuple[str, os.stat_resu
     return out
 
 
-def readable_view(root: Path, hidden: Sequence[Path], *, cache: Path, uid: int, gid: int) -> Path:
+def readable_view(
+    root: Path, hidden: Sequence[Path], *, cache: Path, uid: int, gid: int, closed: bool = False
+) -> Path:
     """`root`, or a copy of it under `cache` that `uid`/`gid` can read in full.
 
     Nothing changes when twin is not root (its sandboxes run as its own uid), when
@@ -86,6 +88,8 @@ def readable_view(root: Path, hidden: Sequence[Path], *, cache: Path, uid: int, 
         hidden: the sandbox's hidden roots; those inside `root` are left out of a copy.
         cache: twin's cache directory (the copy goes under `cache/views`).
         uid, gid: who runs the sandbox.
+        closed: copy even a readable tree, so that no one but root and `gid` can enter it (a
+            grader's `tests/`: the candidate's side a grader drops to another uid must not).
 
     Returns:
         The directory to mount in place of `root`.
@@ -96,6 +100,8 @@ def readable_view(root: Path, hidden: Sequence[Path], *, cache: Path, uid: int, 
     root = Path(os.path.realpath(root))
     if os.geteuid() != 0:
         return root
+    if root.is_file() and closed:
+        raise OSError(f"{root}: only a folder can be given as a closed view")
     if root.is_file() and not root.is_dir():
         return _file_view(root, cache=cache, uid=uid, gid=gid)
     if not root.is_dir():
@@ -106,12 +112,12 @@ def readable_view(root: Path, hidden: Sequence[Path], *, cache: Path, uid: int, 
     entries = _entries(root, inside)
     if entries is None:
         return root  # too large to copy: the sandbox's own limits decide what it may read
-    if readable_by(top, uid, gid, directory=True) and all(
+    if not closed and readable_by(top, uid, gid, directory=True) and all(
         stat.S_ISLNK(st.st_mode) or readable_by(st, uid, gid, directory=stat.S_ISDIR(st.st_mode))
         for _name, st in entries
     ):
         return root
-    digest = hashlib.sha256(f"view-v1\0{root}\0{uid}\0{gid}".encode())
+    digest = hashlib.sha256(f"view-v1\0{root}\0{uid}\0{gid}\0{closed}".encode())
     tree_key = digest.hexdigest()[:16]
     for name, st in entries:
         digest.update(f"\0{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}".encode())
@@ -192,11 +198,25 @@ def _remove_stale(views: Path, tree_key: str, *, keep: Path) -> None:
 
 
 def readable_mounts(
-    mounts: Sequence[Mount], hidden: Sequence[Path], *, cache: Path, uid: int, gid: int
+    mounts: Sequence[Mount],
+    hidden: Sequence[Path],
+    *,
+    cache: Path,
+    uid: int,
+    gid: int,
+    closed: Sequence[str] = (),
 ) -> list[Mount]:
-    """`mounts` (read-only ones a task gives) with each host replaced by its readable view."""
+    """`mounts` (read-only ones a task gives) with each host replaced by its readable view.
+
+    Mounts whose point inside is in `closed` always get a closed copy (`readable_view`).
+    """
     out = []
     for mount in mounts:
-        view = mount.host if mount.writable else readable_view(mount.host, hidden, cache=cache, uid=uid, gid=gid)
+        shut = mount.inside in closed
+        view = (
+            mount.host
+            if mount.writable
+            else readable_view(mount.host, hidden, cache=cache, uid=uid, gid=gid, closed=shut)
+        )
         out.append(mount if view == Path(os.path.realpath(mount.host)) else mount.model_copy(update={"host": view}))
     return out

@@ -4,8 +4,9 @@ Each command runs in a fresh container that is removed when the command ends
 (so nothing outlives it), built from the boundary like the bubblewrap sandbox:
 only the boundary's roots are bind-mounted (read-only unless writable), hidden
 packages are removed from site-packages, the root filesystem is read-only with
-a private `/tmp`, the network is `none` unless allowed, the user is not root,
-every capability is dropped, privileges cannot be regained, and processes and
+a private `/tmp`, the network is `none` unless allowed, the user is not root
+(except the grader's, root with the few capabilities a uid drop takes, as under Harbor),
+every other capability is dropped, privileges cannot be regained, and processes and
 memory are capped. Containers carry the label `twin.sandbox`; `reap_containers`
 removes any a killed harness left behind.
 
@@ -77,6 +78,20 @@ def container_user() -> str:
     return f"{uid}:{gid}" if uid != 0 else "65534:65534"
 
 
+# The grader's test.sh as Harbor runs it: root in its container, so that where its nested bubblewrap
+# cannot start (Docker's seccomp profile, no user namespaces) it can drop the candidate's side to
+# another uid; only the capabilities that takes, none of the rest (no CAP_SYS_ADMIN, no mounts).
+GRADER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+
+
+def _user_and_caps(boundary: Boundary) -> dict:
+    """Who a command runs as: roles and probes as `container_user()` with no capability; the grader
+    (twin as root) as the container's root with `GRADER_CAPS`, as under Harbor."""
+    if boundary.nested_sandbox and os.getuid() == 0:
+        return {"user": "0:0", "cap_drop": ["ALL"], "cap_add": GRADER_CAPS}
+    return {"user": container_user(), "cap_drop": ["ALL"]}
+
+
 def container_config(
     boundary: Boundary,
     argv: list[str],
@@ -125,8 +140,7 @@ def container_config(
         environment=env,
         volumes=volumes,
         network_mode="bridge" if boundary.network else "none",
-        user=container_user(),
-        cap_drop=["ALL"],
+        **_user_and_caps(boundary),
         security_opt=[
             "no-new-privileges",
             "seccomp=" + docker_profile("nested" if boundary.nested_sandbox else "strict"),

@@ -8,12 +8,14 @@ disagreement with `ref/` sets each output's tolerance (`compare.py`, the same ru
 as twin's probes).
 
 The candidate's side of every probe runs in one nested bubblewrap sandbox
-(`grading.run_candidate`, isolation "bwrap"; what the candidate's run wrote is read
+(`grading.run_candidate`, isolation "bwrap"; in a default Docker container, where it
+cannot start, the candidate runs under a dropped uid that cannot reach `/tests` and relies on
+the container's network policy, isolation "uid"; what the candidate's run wrote is read
 as regular files only, never through a link) that shows the candidate and the assets
 read-only and neither `/tests` nor the references, with the forbidden packages
 physically absent and no network. Before the candidate runs, the grader starts that
-sandbox once over an empty directory (`grading.nested_sandbox_ready`): where it cannot
-start, reward.json reports an infrastructure failure and the candidate never runs
+sandbox once over an empty directory (`grading.nested_sandbox_ready`): where neither it
+nor the uid drop can start, reward.json reports an infrastructure failure and the candidate never runs
 (fail closed; twin retries such a grade and never scores it). Then:
 
 - spec (the gate): no forbidden import in the candidate's files, none at run time;
@@ -159,7 +161,7 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
         DRIVER, app_dir=app, assets_dir=assets if assets.is_dir() else None, inputs=arrays,
         json_inputs=params, timeout_s=float(spec["timeout_s"]), forbidden=forbidden,
         app_mount=spec["app_mount"], assets_mount=spec["assets_mount"], env=spec["env"],
-        isolation="bwrap",
+        isolation="auto",
     )
     attempts = [a for v in run.values.values() if isinstance(v, dict)
                 for a in (v.get("manifest") or v.get("error") or {}).get("forbidden_imports", [])]  # fmt: skip

@@ -155,7 +155,11 @@ def nested_sandbox_unavailable() -> str | None:
         return None
     flags = _bwrap_flags()
     if flags is None:
-        return "the candidate's sandbox (bubblewrap with its own PID namespace and /proc) cannot start here"
+        why = uid_fallback_unavailable()
+        if why is None:
+            return None  # a default Docker container, as Harbor runs graders: the candidate runs as CANDIDATE_UID
+        return ("the candidate's sandbox (bubblewrap with its own PID namespace and /proc) cannot start here, "
+                f"nor a uid drop: {why}")
     scratch = Path(tempfile.mkdtemp(prefix="bookshop-preflight-"))
     try:
         (scratch / "app").mkdir()
@@ -176,10 +180,11 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
     try:
         (scratch / "driver.py").write_text(DRIVER)
         flags = _bwrap_flags()
-        if flags is None and os.environ.get("GRADER_ISOLATION") != "none":
+        drop = flags is None and os.environ.get("GRADER_ISOLATION") != "none"
+        if drop and uid_fallback_unavailable() is not None:
             # fail closed: never serve the candidate where it could read the grader's files
             raise RuntimeError("the candidate's sandbox (bubblewrap with its own PID namespace "
-                               "and /proc) cannot be started here; refusing a weaker one")
+                               "and /proc) cannot be started here, nor a uid drop; refusing a weaker one")
         inside = "/scratch" if flags is not None else str(scratch)
         app_path = "/app" if flags is not None else str(app_dir)
         config = {"cases": cases, "app": app_path, "startup_s": 30.0,
@@ -192,7 +197,7 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
             isolation = "bwrap"
             command = _sandbox_argv(flags, app_dir, scratch) + ["--"] + command
         else:
-            isolation = "none"
+            isolation = "uid" if drop else "none"
             blocker = scratch / "blocker"
             blocker.mkdir()
             (blocker / "sitecustomize.py").write_text(
@@ -201,8 +206,12 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
                 "            raise ModuleNotFoundError(name, name=name)\n"
                 "sys.meta_path.insert(0, _B())\n")
             env["PYTHONPATH"] = str(blocker)
+            if drop:
+                for path in [scratch, *scratch.rglob("*")]:
+                    os.chown(path, CANDIDATE_UID, CANDIDATE_GID)
         try:
-            subprocess.run(command, env=env, cwd=str(app_dir), timeout=timeout_s, capture_output=True)
+            subprocess.run(command, env=env, cwd=str(app_dir), timeout=timeout_s, capture_output=True,
+                           preexec_fn=_drop_privileges if drop else None)
         except subprocess.TimeoutExpired:
             pass
         try:
@@ -218,6 +227,57 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
         return answers, isolation, log
     finally:
         remove_scratch(scratch)
+
+
+CANDIDATE_UID = CANDIDATE_GID = 65532  # neither root nor the uid twin's sandboxes run as (65534)
+_UID_FALLBACK: list[str | None] = []
+_UID_PROBE = r"""
+import os, sys
+logs, tests = sys.argv[1], sys.argv[2]
+if logs and os.access(logs, os.W_OK):
+    print("writable: " + logs); sys.exit(3)
+if os.access(tests, os.X_OK) or os.access(tests, os.R_OK):
+    print("reachable: " + tests); sys.exit(3)
+"""
+
+
+def _drop_privileges() -> None:
+    os.setgroups([])
+    os.setgid(CANDIDATE_GID)
+    os.setuid(CANDIDATE_UID)
+
+
+def uid_fallback_unavailable() -> str | None:
+    """Why the candidate cannot be served under a dropped uid here (None: it can), where bwrap cannot start.
+
+    In a default Docker container (root, Docker's seccomp profile, no user namespaces), as
+    Harbor runs graders, the candidate runs as `CANDIDATE_UID` with no groups and no
+    capabilities, relying on the container's network policy; only where a child dropped to
+    that uid cannot enter this `tests/` folder nor write `$LOGS_DIR` (the grader first closes
+    folders it owns to others).
+    """
+    if _UID_FALLBACK:
+        return _UID_FALLBACK[0]
+    tests, logs = Path(__file__).resolve().parent, os.environ.get("LOGS_DIR", "")
+    why = None
+    if os.geteuid() != 0:
+        why = "the grader is not root, so it cannot run the candidate as another uid"
+    else:
+        for root in [tests, *([Path(logs)] if logs else [])]:
+            try:
+                if root.stat().st_uid == 0:
+                    os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
+            except OSError:
+                pass  # a read-only mount: the check below decides
+        try:
+            proc = subprocess.run([sys.executable, "-c", _UID_PROBE, logs, str(tests)], capture_output=True,
+                                  timeout=60, preexec_fn=_drop_privileges, cwd="/")
+            if proc.returncode:
+                why = f"uid {CANDIDATE_UID}: {(proc.stdout or proc.stderr).decode(errors='replace').strip()[-200:]}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"a child cannot drop to uid {CANDIDATE_UID}: {exc}"
+    _UID_FALLBACK.append(why)
+    return why
 
 
 def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:

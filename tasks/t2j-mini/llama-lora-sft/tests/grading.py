@@ -473,7 +473,13 @@ def nested_sandbox_ready(
 
 def _nested_sandbox_unavailable(forbidden: list[str], assets_dir, app_mount: str, assets_mount: str) -> str | None:
     if _bwrap_flags() is None:
-        return "the candidate's nested sandbox (bubblewrap with its own user, PID and network namespaces) cannot start"
+        why = uid_fallback_unavailable()
+        if why is None:
+            return None  # run_candidate drops the candidate to CANDIDATE_UID (a default Docker container)
+        return (
+            "the candidate's nested sandbox (bubblewrap with its own user, PID and network namespaces) "
+            f"cannot start, and no uid drop is possible either: {why}"
+        )
     scratch = Path(tempfile.mkdtemp(prefix="t2j-preflight-"))
     try:
         (scratch / "app").mkdir()
@@ -519,8 +525,9 @@ def run_candidate(
         timeout_s: wall-time limit; the whole process tree is killed after it.
         forbidden: top-level packages that must be absent for the candidate.
         env: extra environment variables for the driver.
-        isolation: "auto" or "bwrap" (the nested sandbox, else `IsolationUnavailable`),
-            "uid" or "none" (only when asked for by name: tests of this module).
+        isolation: "auto" (the nested sandbox; where it cannot start, the uid drop of
+            `uid_fallback_unavailable`; else `IsolationUnavailable`), "bwrap" (only the nested
+            sandbox), "uid" or "none" (only when asked for by name: tests of this module).
 
     Returns:
         A `CandidateRun`; failures of the candidate are data, never raised.
@@ -573,8 +580,8 @@ def run_candidate(
             preexec = _drop_privileges if mode == "uid" else None
             if mode == "uid":
                 for path in scratch.rglob("*"):
-                    os.chown(path, 65534, 65534)
-                os.chown(scratch, 65534, 65534)
+                    os.chown(path, CANDIDATE_UID, CANDIDATE_GID)
+                os.chown(scratch, CANDIDATE_UID, CANDIDATE_GID)
         started = time.monotonic()
         timed_out = False
         proc = subprocess.Popen(
@@ -665,8 +672,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def _drop_privileges() -> None:
     os.setgroups([])
-    os.setgid(65534)
-    os.setuid(65534)
+    os.setgid(CANDIDATE_GID)
+    os.setuid(CANDIDATE_UID)
 
 
 def _choose_isolation(requested: str) -> str:
@@ -675,11 +682,71 @@ def _choose_isolation(requested: str) -> str:
     if requested in ("uid", "none"):
         return requested
     if _bwrap_flags() is None:
+        why = uid_fallback_unavailable() if requested == "auto" else "bwrap was asked for by name"
+        if why is None:
+            return "uid"
         raise IsolationUnavailable(
             "the candidate's sandbox (bubblewrap with its own user, PID and network namespaces "
-            "and /proc) cannot be started here; refusing to run the candidate in a weaker one"
+            f"and /proc) cannot be started here, nor a uid drop ({why}); refusing a weaker one"
         )
     return "bwrap"
+
+
+CANDIDATE_UID = CANDIDATE_GID = 65532  # neither root nor the uid twin's sandboxes run as (65534)
+_UID_FALLBACK: list[str | None] = []  # cached answer of uid_fallback_unavailable
+_UID_PROBE = r"""
+import os, sys
+logs, closed = sys.argv[1], sys.argv[2:]
+if logs and os.access(logs, os.W_OK):
+    print("writable: " + logs); sys.exit(3)
+for root in closed:  # not even traversable: a file reached by its (known) name is as bad as a listed one
+    if os.access(root, os.X_OK) or os.access(root, os.R_OK):
+        print("reachable: " + root); sys.exit(3)
+import numpy
+"""
+
+
+def uid_fallback_unavailable(protect: Iterable[str | Path] | None = None) -> str | None:
+    """Why the candidate cannot run under a dropped uid here (None: it can), where bwrap cannot start.
+
+    In a default Docker container (root, Docker's seccomp profile, no user namespaces), as
+    Harbor runs graders, the candidate's side runs as `CANDIDATE_UID` with no groups and no
+    capabilities instead; the network is the container's (Harbor tasks set
+    `allow_internet = false`). That is only allowed when a child dropped to that uid can
+    neither enter this `tests/` folder (not even to open a file by its name) nor write
+    `$LOGS_DIR`, and can still import numpy; the grader first closes those folders to
+    others where it owns them. `protect` overrides the folders that must stay closed (tests).
+    """
+    if protect is None and _UID_FALLBACK:
+        return _UID_FALLBACK[0]
+    closed = [Path(p) for p in (protect or [Path(__file__).resolve().parent])]
+    logs = os.environ.get("LOGS_DIR", "")
+    why = _uid_fallback_check(Path(logs) if logs and Path(logs).is_dir() else None, [r for r in closed if r.exists()])
+    if protect is None:
+        _UID_FALLBACK.append(why)
+    return why
+
+
+def _uid_fallback_check(logs: Path | None, closed: list[Path]) -> str | None:
+    if os.geteuid() != 0:
+        return "the grader is not root, so it cannot run the candidate as another uid"
+    for root in [*closed, *([logs] if logs else [])]:
+        try:
+            if root.stat().st_uid == 0:
+                os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
+        except OSError:
+            pass  # a read-only mount: what the check below finds decides
+    argv = [sys.executable, "-c", _UID_PROBE, str(logs or ""), *map(str, closed)]
+    try:
+        proc = subprocess.run(argv, capture_output=True,
+                              timeout=60, preexec_fn=_drop_privileges, cwd="/")  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"a child cannot drop to uid {CANDIDATE_UID}: {exc}"
+    if proc.returncode == 3:
+        return f"uid {CANDIDATE_UID} could reach the grader's files ({proc.stdout.decode(errors='replace').strip()})"
+    if proc.returncode != 0:
+        return f"the interpreter does not run as uid {CANDIDATE_UID}: {proc.stderr.decode(errors='replace')[-200:]}"
+    return None
 
 
 def _unprivileged_python_works() -> bool:
