@@ -1,0 +1,60 @@
+"""Graders in twin's docker sandbox, as Harbor runs them: root in the container, the candidate's side under
+a dropped uid where the nested bubblewrap cannot start (needs a Docker engine; skips in one line without one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmark_adapter.grader import oracle_copy, run_grader
+from benchmark_adapter.task import load_task
+from harness.cli.app import main
+from tests.benchmark_adapter.test_check import make_task
+from tests.conftest import docker_engine
+
+REPO = Path(__file__).resolve().parents[3]
+TINY_NET = REPO / "tasks" / "published" / "tiny-net"
+
+pytestmark = [
+    pytest.mark.skipif(not docker_engine(), reason="no Docker engine here"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="twin runs the grader's container as root only when it is root"),
+]
+
+# Stops the port unless it can reach the grader's files: a candidate that could would pass.
+CHEAT = '''import os as _os
+for _p in PATHS:
+    try:
+        _os.listdir(_p)
+    except OSError:
+        raise SystemExit("cannot reach " + _p)
+'''
+
+
+@pytest.mark.heavy
+def test_a_0600_0700_task_grades_its_oracle_in_docker(tmp_path):
+    task = make_task(tmp_path)
+    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "docker", "--out", str(tmp_path / "g.json")]) == 0
+    assert json.loads((tmp_path / "g.json").read_text())["reward"] == 1.0
+
+
+@pytest.mark.heavy
+def test_generated_grader_drops_the_candidate_and_the_references_stay_out_of_reach(tmp_path):
+    task = load_task(TINY_NET)
+    with oracle_copy(task) as oracle:
+        good = run_grader(task, oracle, sandbox="docker", out_dir=tmp_path / "good")
+        cheat = tmp_path / "cheat"
+        shutil.copytree(oracle, cheat)
+    control = tmp_path / "control"
+    shutil.copytree(cheat, control)
+    for tree, paths in ((cheat, ("/tests", "/tests/refs", "/logs/verifier")), (control, ("/usr", "/tmp"))):
+        init = tree / "tiny_net" / "__init__.py"
+        init.write_text(CHEAT.replace("PATHS", repr(paths)) + init.read_text())
+    details = json.loads((tmp_path / "good" / "verifier" / "reward.json").read_text())
+    assert good.reward >= 0.97 and details["meta"]["isolation"] == "uid", good.log_tail[-2000:]
+    assert run_grader(task, control, sandbox="docker").reward >= 0.97  # what it can reach, it lists
+    bad = run_grader(task, cheat, sandbox="docker")
+    assert bad.reward == 0.0, bad.log_tail[-2000:]
