@@ -326,3 +326,62 @@ def test_flask_grader_reads_its_answers_only_as_a_regular_file(tmp_path):
         flask_grade.read_output(tmp_path / "answers.json")
     (tmp_path / "plain.json").write_text('{"up": true}')
     assert flask_grade.read_output(tmp_path / "plain.json") == b'{"up": true}'
+
+
+# ---- where the nested bubblewrap cannot start: the uid drop (a default Docker container) ----
+needs_root = pytest.mark.skipif(
+    __import__("os").geteuid() != 0 or not g._unprivileged_python_works(),
+    reason="only root can drop a child to another uid, and this interpreter must run as that uid",
+)
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="only root can drop a child to another uid")
+def test_uid_drop_fails_closed_where_the_interpreter_does_not_run_as_that_uid(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOGS_DIR", raising=False)
+    monkeypatch.setattr(g.sys, "executable", str(tmp_path / "no-python"))
+    assert "cannot drop" in g.uid_fallback_unavailable([tmp_path])
+
+
+@needs_root
+def test_uid_drop_is_refused_while_the_tests_folder_stays_reachable(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delenv("LOGS_DIR", raising=False)
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    os.chown(tests, 65534, 65534)  # not root's, so the grader cannot close it: the check decides
+    tests.chmod(0o755)
+    assert "reachable" in g.uid_fallback_unavailable([tests])
+    tests.chmod(0o750)
+    assert g.uid_fallback_unavailable([tests]) is None
+
+
+@needs_root
+def test_uid_drop_closes_the_graders_own_folders_first(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o777)
+    logs.chmod(0o777)
+    tests = tmp_path / "tests"
+    tests.mkdir(mode=0o755)
+    monkeypatch.setenv("LOGS_DIR", str(logs))
+    assert g.uid_fallback_unavailable([tests]) is None
+    assert stat.S_IMODE(os.stat(tests).st_mode) == 0o700 and stat.S_IMODE(os.stat(logs).st_mode) == 0o700
+
+
+def test_uid_drop_is_refused_to_a_grader_that_is_not_root(tmp_path, monkeypatch):
+    monkeypatch.setattr(g.os, "geteuid", lambda: 1000)
+    assert "not root" in g.uid_fallback_unavailable([tmp_path])
+
+
+def test_auto_isolation_falls_back_to_the_uid_drop_and_fails_closed_without_it(monkeypatch):
+    monkeypatch.setattr(g, "_BWRAP_VARIANT", [[]])  # bubblewrap cannot start here
+    monkeypatch.setattr(g, "_UID_FALLBACK", [None])
+    assert g._choose_isolation("auto") == "uid"
+    with pytest.raises(g.IsolationUnavailable):
+        g._choose_isolation("bwrap")
+    monkeypatch.setattr(g, "_UID_FALLBACK", ["uid 65532 could reach the grader's files"])
+    with pytest.raises(g.IsolationUnavailable, match="nor a uid drop"):
+        g._choose_isolation("auto")

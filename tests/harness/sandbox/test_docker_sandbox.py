@@ -68,6 +68,21 @@ def test_user_is_never_root():
         assert user == f"{os.getuid()}:{os.getgid()}"
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_only_the_graders_container_is_root_with_the_caps_of_a_uid_drop(tmp_path, monkeypatch, nested):
+    import harness.sandbox.docker as docker_module
+
+    monkeypatch.setattr(docker_module.os, "getuid", lambda: 0)
+    b = boundary(tmp_path, nested_sandbox=nested)
+    config = container_config(b, ["true"], workdir="/app", env={}, image="img")
+    assert config["cap_drop"] == ["ALL"] and "no-new-privileges" in config["security_opt"]
+    if nested:  # the grader, as Harbor runs it
+        assert config["user"] == "0:0"
+        assert set(config["cap_add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
+    else:
+        assert config["user"] == "65534:65534" and "cap_add" not in config
+
+
 def test_hidden_packages_are_replaced_by_a_pruned_site_packages(tmp_path):
     import sys
 
