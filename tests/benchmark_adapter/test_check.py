@@ -203,3 +203,33 @@ def test_oracle_grades_full_as_a_non_root_user(tmp_path):
         assert json.loads((home / "g.json").read_text())["reward"] == 1.0
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _port_script(tmp_path: Path) -> str:
+    calls = [
+        {"name": "write_file", "arguments": {"path": "/app/main.py", "content": "print(42)\n"}},
+        {"name": "submit", "arguments": {"summary": "ported"}},
+    ]
+    replies = [{"tool_calls": [c], "usage": {"prompt_tokens": 10, "completion_tokens": 5}} for c in calls]
+    (tmp_path / "port.json").write_text(json.dumps(replies))
+    return f"scripted:{tmp_path / 'port.json'}"
+
+
+@requires_bwrap
+@pytest.mark.heavy
+def test_migrate_and_bench_check_then_grade_a_0600_0700_task_in_full(tmp_path, check_cache, capsys):
+    task, model = make_task(tmp_path), _port_script(tmp_path)
+    runs = tmp_path / "runs"
+    code = main(["migrate", "--task", str(task), "--model", model, "--scaffold", "base", "--rounds", "1",
+                 "--sandbox", "bwrap", "--runs-dir", str(runs), "--run-id", "r"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "checking modes once" in captured.err  # the check ran (and passed) before the run
+    assert json.loads((runs / "r" / "grades.json").read_text())["rounds"][0]["reward"] == 1.0
+    assert list((check_cache / "task-checks").glob("*-bwrap.json"))  # remembered for the next run
+    benches = tmp_path / "benches"
+    assert main(["bench", "--tasks", str(task), "--model", model, "--scaffold", "base", "--rounds", "1",
+                 "--sandbox", "bwrap", "--benches-dir", str(benches), "--name", "b", "--no-report"]) == 0  # fmt: skip
+    results = json.loads((benches / "b" / "results.json").read_text())
+    (trial,) = results["trials"].values()
+    assert trial["status"] == "ok" and list(trial["rewards"].values()) == [1.0]
