@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from harness.ground.boundary import Boundary, Limits, Mount
 from harness.ground.errors import TwinError
-from harness.ground.views import readable_mounts
+from harness.ground.views import interpreter_copy, readable_mounts
 
 Side = Literal["reference", "candidate"]
 # The unprivileged host uid/gid every sandbox runs as when twin runs as root (nobody).
@@ -143,48 +143,14 @@ def _reachable_copy(root: Path) -> Path:
 
     An interpreter installed under `/root` (pyenv) cannot be mounted by an unprivileged
     bubblewrap; staging it for every command costs a private mount namespace per command,
-    so its read-only tree is copied once instead. A base interpreter's own site-packages
-    is left out when the running interpreter is a virtual environment that does not use it.
+    so its read-only tree is copied once instead (`harness.ground.views.interpreter_copy`).
     """
     if os.geteuid() != 0 or reachable(root):
         return root
-    st = root.stat()
-    key = hashlib.sha256(f"copy-v1\0{root}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = cache_root() / "roots" / key
-    if target.is_dir():
-        return target
-    skip = None
-    if sys.prefix != sys.base_prefix and not _uses_system_site_packages():
-        version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        skip = Path(sys.base_prefix).resolve() / "lib" / version / "site-packages"
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        return {n for n in names if skip is not None and Path(directory) / n == skip}
-
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
-        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
-        if skip is not None and (staging / "t" / skip.relative_to(root)).parent.is_dir():
-            (staging / "t" / skip.relative_to(root)).mkdir(exist_ok=True)
-        (staging / "t").chmod(0o755)
-        try:
-            (staging / "t").rename(target)
-        except OSError:
-            pass  # built at the same time elsewhere
-        shutil.rmtree(staging, ignore_errors=True)
+        return interpreter_copy(root, cache=cache_root())
     except OSError as exc:
         raise IsolationError(f"cannot copy {root} where the sandbox can reach it: {exc}") from None
-    return target
-
-
-def _uses_system_site_packages() -> bool:
-    cfg = Path(sys.prefix) / "pyvenv.cfg"
-    try:
-        text = cfg.read_text()
-    except OSError:
-        return True
-    return "include-system-site-packages = true" in text.replace("\t", " ").lower()
 
 
 def etc_snapshot() -> Path | None:
@@ -407,15 +373,13 @@ def scratch_dir(prefix: str) -> Path:
 
 
 def _given(mounts: Sequence[Mount], hidden: Sequence[Path], closed: Sequence[str] = ()) -> list[Mount]:
-    """What a task gives a sandbox, each from a view its uid can read (`harness.ground.views`).
+    """What a task gives a sandbox, from views its uid can read; a grader's tests always a closed copy.
 
-    A grader's tests are always a closed copy: a grader that drops its candidate's side to
-    another uid (in a container, where its nested bubblewrap cannot start) relies on that.
+    A grader that drops its candidate's side to another uid (in a container, where its nested
+    bubblewrap cannot start) relies on that closed copy (`harness.ground.views`).
     """
     try:
-        return readable_mounts(
-            mounts, hidden, cache=cache_root(), uid=SANDBOX_UID, gid=SANDBOX_GID, closed=closed
-        )
+        return readable_mounts(mounts, hidden, cache=cache_root(), uid=SANDBOX_UID, gid=SANDBOX_GID, closed=closed)
     except OSError as exc:
         raise IsolationError(f"cannot make the task's files readable to the sandbox in {cache_root()}: {exc}") from None
 

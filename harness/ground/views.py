@@ -15,6 +15,9 @@ it, else a copy under twin's cache, owned by root with the sandbox's group, read
 tree are left out of the copy. The candidate, which an agent wrote, is never given a
 view: its files keep their modes.
 
+The interpreter twin runs, where it lives under a folder the sandbox uid cannot enter
+(pyenv under `/root`), is copied once the same way (`interpreter_copy`).
+
 A copy is keyed by the tree's path and every entry's name, type, mode, size and
 modification time, so an edited task gets a fresh one; older copies of the same tree
 are removed once they are a day old.
@@ -26,6 +29,7 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -220,3 +224,48 @@ def readable_mounts(
         )
         out.append(mount if view == Path(os.path.realpath(mount.host)) else mount.model_copy(update={"host": view}))
     return out
+
+
+def interpreter_copy(root: Path, *, cache: Path) -> Path:
+    """A cached copy of an interpreter prefix under `cache/roots` (world-readable, as installed).
+
+    A base interpreter's own site-packages is left out when the running interpreter is a
+    virtual environment that does not use it.
+
+    Raises:
+        OSError: the copy could not be written.
+    """
+    st = root.stat()
+    key = hashlib.sha256(f"copy-v1\0{root}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    target = cache / "roots" / key
+    if target.is_dir():
+        return target
+    skip = None
+    if sys.prefix != sys.base_prefix and not _uses_system_site_packages():
+        version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        skip = Path(sys.base_prefix).resolve() / "lib" / version / "site-packages"
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        return {n for n in names if skip is not None and Path(directory) / n == skip}
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
+    shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
+    if skip is not None and (staging / "t" / skip.relative_to(root)).parent.is_dir():
+        (staging / "t" / skip.relative_to(root)).mkdir(exist_ok=True)
+    (staging / "t").chmod(0o755)
+    try:
+        (staging / "t").rename(target)
+    except OSError:
+        pass  # built at the same time elsewhere
+    shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _uses_system_site_packages() -> bool:
+    cfg = Path(sys.prefix) / "pyvenv.cfg"
+    try:
+        text = cfg.read_text()
+    except OSError:
+        return True
+    return "include-system-site-packages = true" in text.replace("\t", " ").lower()
