@@ -58,3 +58,21 @@ def test_generated_grader_drops_the_candidate_and_the_references_stay_out_of_rea
     assert run_grader(task, control, sandbox="docker").reward >= 0.97  # what it can reach, it lists
     bad = run_grader(task, cheat, sandbox="docker")
     assert bad.reward == 0.0, bad.log_tail[-2000:]
+
+
+@pytest.mark.heavy
+def test_the_redteam_attack_gains_nothing_under_the_uid_drop(tmp_path):
+    """tests/harness/redteam's candidate (references through every /proc root, a planted reward), in docker."""
+    from tests.harness.redteam.test_grader_escapes import ATTACK, SECRET
+    from tests.harness.redteam.test_grader_escapes import make_task as attack_task
+
+    task = load_task(attack_task(tmp_path / "task", 'exec python3 "$TESTS_DIR/grade.py"\n'))
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    (candidate / "attack.py").write_text(ATTACK)
+    grade = run_grader(task, candidate, sandbox="docker", out_dir=tmp_path / "out")
+    stolen = grade.components.get("stolen")
+    assert grade.components.get("isolation") == "uid" and isinstance(stolen, list), grade.log_tail[-2000:]
+    assert not any(SECRET in str(item) or "wrote" in str(item) for item in stolen), stolen
+    assert grade.reward == 0.25 and grade.components.get("planted_seen") is False
+    assert not (tmp_path / "out" / "verifier" / "planted.txt").exists()
