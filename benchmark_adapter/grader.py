@@ -280,7 +280,7 @@ def oracle_copy(task: Task) -> Iterator[Path]:
 
 def readable_to_all(root: Path) -> None:
     """Let everyone read `root`'s files and enter its folders (the oracle copy; never links followed)."""
-    for folder, dirs, files in os.walk(root):
+    for folder, _dirs, files in os.walk(root):
         os.chmod(folder, stat.S_IMODE(os.stat(folder).st_mode) | 0o555)
         for name in files:
             path = os.path.join(folder, name)

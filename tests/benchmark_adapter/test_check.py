@@ -81,7 +81,8 @@ def check_cache(tmp_path, monkeypatch):
 @requires_bwrap
 def test_oracle_of_a_0600_0700_task_grades_full_through_twin_grade(tmp_path, capsys):
     task = make_task(tmp_path)
-    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(tmp_path / "g.json")]) == 0
+    out = tmp_path / "g.json"
+    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(out)]) == 0
     assert json.loads((tmp_path / "g.json").read_text())["reward"] == 1.0
     assert oct(os.stat(task / "tests" / "refs" / "refs.txt").st_mode & 0o777) == "0o600"  # the task is untouched
 
@@ -195,7 +196,8 @@ def test_oracle_grades_full_as_a_non_root_user(tmp_path):
             os.chown(path, 4242, 4242, follow_symlinks=False)
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TWIN_STAGE_DIR": str(home / "stage")}
         argv = ["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", sys.executable, "-m", "harness.cli.app",
-                "grade", "--task", str(task), "--oracle", "--sandbox", "bwrap", "--out", str(home / "g.json")]  # fmt: skip
+                "grade", "--task", str(task), "--oracle", "--sandbox", "bwrap",
+                "--out", str(home / "g.json")]  # fmt: skip
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         if "setting up uid map" in proc.stderr or "No permissions to create new namespace" in proc.stderr:
             pytest.skip("unprivileged user namespaces are not available to an ordinary user here")

@@ -367,6 +367,10 @@ def test_uid_drop_closes_the_graders_own_folders_first(tmp_path, monkeypatch):
     tests = tmp_path / "tests"
     tests.mkdir(mode=0o755)
     monkeypatch.setenv("LOGS_DIR", str(logs))
+    monkeypatch.setattr(g, "in_container", lambda: False)  # on a host: the task's own files, never changed
+    assert "writable" in g.uid_fallback_unavailable([tests])
+    assert stat.S_IMODE(os.stat(tests).st_mode) == 0o755 and stat.S_IMODE(os.stat(logs).st_mode) == 0o777
+    monkeypatch.setattr(g, "in_container", lambda: True)  # Harbor's container: its own copies
     assert g.uid_fallback_unavailable([tests]) is None
     assert stat.S_IMODE(os.stat(tests).st_mode) == 0o700 and stat.S_IMODE(os.stat(logs).st_mode) == 0o700
 

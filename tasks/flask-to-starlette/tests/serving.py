@@ -241,6 +241,12 @@ if os.access(tests, os.X_OK) or os.access(tests, os.R_OK):
 """
 
 
+def in_container() -> bool:
+    """Whether the grader runs in a container (Docker, Podman), where its folders are its own copies:
+    only there does it close them to others; on a host it would change the task's own files."""
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+
+
 def _drop_privileges() -> None:
     os.setgroups([])
     os.setgid(CANDIDATE_GID)
@@ -254,7 +260,7 @@ def uid_fallback_unavailable() -> str | None:
     Harbor runs graders, the candidate runs as `CANDIDATE_UID` with no groups and no
     capabilities, relying on the container's network policy; only where a child dropped to
     that uid cannot enter this `tests/` folder nor write `$LOGS_DIR` (the grader first closes
-    folders it owns to others).
+    folders it owns to others, in a container only).
     """
     if _UID_FALLBACK:
         return _UID_FALLBACK[0]
@@ -265,7 +271,7 @@ def uid_fallback_unavailable() -> str | None:
     else:
         for root in [tests, *([Path(logs)] if logs else [])]:
             try:
-                if root.stat().st_uid == 0:
+                if root.stat().st_uid == 0 and in_container():
                     os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
             except OSError:
                 pass  # a read-only mount: the check below decides

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,8 @@ for _p in PATHS:
 @pytest.mark.heavy
 def test_a_0600_0700_task_grades_its_oracle_in_docker(tmp_path):
     task = make_task(tmp_path)
-    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "docker", "--out", str(tmp_path / "g.json")]) == 0
+    out = tmp_path / "g.json"
+    assert main(["grade", "--task", str(task), "--oracle", "--sandbox", "docker", "--out", str(out)]) == 0
     assert json.loads((tmp_path / "g.json").read_text())["reward"] == 1.0
 
 
@@ -76,3 +78,54 @@ def test_the_redteam_attack_gains_nothing_under_the_uid_drop(tmp_path):
     assert not any(SECRET in str(item) or "wrote" in str(item) for item in stolen), stolen
     assert grade.reward == 0.25 and grade.components.get("planted_seen") is False
     assert not (tmp_path / "out" / "verifier" / "planted.txt").exists()
+
+
+def harbor_run(task_dir: Path, tmp_path: Path, *, prepend: str = "") -> dict:
+    """`tests/test.sh` as Harbor runs it: root in a default container (Docker's seccomp profile and
+    capabilities, no user namespaces), tests/ a writable copy; the host's interpreter mounted in."""
+    import sys
+
+    from harness.ground.isolation import python_mounts
+
+    task = load_task(task_dir)
+    work = Path(tempfile.mkdtemp(prefix="harbor-", dir="/var/tmp"))
+    try:
+        shutil.copytree(task.tests_dir, work / "tests")
+        (work / "logs").mkdir()
+        with oracle_copy(task) as oracle:
+            shutil.copytree(oracle, work / "app")
+        init = sorted((work / "app").rglob("__init__.py"))[0]
+        init.write_text(prepend + init.read_text())
+        mounts = [m for m in python_mounts() if m.inside not in ("/etc", "/sbin")]
+        volumes = {str(m.host): {"bind": m.inside, "mode": "ro"} for m in mounts}
+        etc = ("passwd", "group", "ld.so.cache")
+        volumes.update({f"/etc/{e}": {"bind": f"/etc/{e}", "mode": "ro"} for e in etc})
+        volumes[str(work / "tests")] = {"bind": "/tests", "mode": "rw"}
+        volumes[str(work / "logs")] = {"bind": "/logs/verifier", "mode": "rw"}
+        volumes[str(work / "app")] = {"bind": task.settings.candidate_mount, "mode": "rw"}
+        volumes.update({str(laid.host): {"bind": laid.inside, "mode": "ro"} for laid in task.extra_layout})
+        if task.assets_dir is not None:
+            volumes[str(task.assets_dir)] = {"bind": task.settings.assets_mount, "mode": "ro"}
+        from harness.sandbox.docker import _client, ensure_base_image
+
+        client = _client()
+        container = client.containers.run(
+            ensure_base_image(client), ["bash", "/tests/test.sh"], detach=True, user="0:0", network_mode="none",
+            volumes=volumes, working_dir="/tests", tmpfs={"/tmp": "rw,size=1g"},
+            environment={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        )  # fmt: skip
+        try:
+            container.wait(timeout=600)
+        finally:
+            container.remove(force=True)
+        return json.loads((work / "logs" / "reward.json").read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.heavy
+def test_the_generated_grader_runs_as_harbor_runs_it_and_keeps_tests_from_the_candidate(tmp_path):
+    good = harbor_run(TINY_NET, tmp_path)
+    assert good["reward"] >= 0.97 and good["meta"]["isolation"] == "uid", json.dumps(good)[-3000:]
+    cheat = harbor_run(TINY_NET, tmp_path, prepend='import os\nos.listdir("/tests")\n')
+    assert cheat["reward"] == 0.0 and cheat["meta"]["isolation"] == "uid", cheat

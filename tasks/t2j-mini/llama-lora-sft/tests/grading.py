@@ -670,6 +670,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+def in_container() -> bool:
+    """Whether the grader runs in a container (Docker, Podman), where its folders are its own copies:
+    only there does it close them to others; on a host it would change the task's own files."""
+    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+
+
 def _drop_privileges() -> None:
     os.setgroups([])
     os.setgid(CANDIDATE_GID)
@@ -715,7 +721,8 @@ def uid_fallback_unavailable(protect: Iterable[str | Path] | None = None) -> str
     `allow_internet = false`). That is only allowed when a child dropped to that uid can
     neither enter this `tests/` folder (not even to open a file by its name) nor write
     `$LOGS_DIR`, and can still import numpy; the grader first closes those folders to
-    others where it owns them. `protect` overrides the folders that must stay closed (tests).
+    others where it owns them and runs in a container. `protect` overrides the folders
+    that must stay closed (tests).
     """
     if protect is None and _UID_FALLBACK:
         return _UID_FALLBACK[0]
@@ -732,7 +739,7 @@ def _uid_fallback_check(logs: Path | None, closed: list[Path]) -> str | None:
         return "the grader is not root, so it cannot run the candidate as another uid"
     for root in [*closed, *([logs] if logs else [])]:
         try:
-            if root.stat().st_uid == 0:
+            if root.stat().st_uid == 0 and in_container():
                 os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
         except OSError:
             pass  # a read-only mount: what the check below finds decides
