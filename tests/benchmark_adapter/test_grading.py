@@ -370,7 +370,8 @@ def test_uid_drop_closes_the_graders_own_folders_first(tmp_path, monkeypatch):
     monkeypatch.setattr(g, "in_container", lambda: False)  # on a host: the task's own files, never changed
     assert "writable" in g.uid_fallback_unavailable([tests])
     assert stat.S_IMODE(os.stat(tests).st_mode) == 0o755 and stat.S_IMODE(os.stat(logs).st_mode) == 0o777
-    monkeypatch.setattr(g, "in_container", lambda: True)  # Harbor's container: its own copies
+    monkeypatch.setattr(g, "in_container", lambda: True)  # Harbor's container: its own copies, at its paths
+    monkeypatch.setattr(g, "HARBOR_FOLDERS", (str(tests), str(logs)))
     assert g.uid_fallback_unavailable([tests]) is None
     assert stat.S_IMODE(os.stat(tests).st_mode) == 0o700 and stat.S_IMODE(os.stat(logs).st_mode) == 0o700
 

@@ -241,9 +241,13 @@ if os.access(tests, os.X_OK) or os.access(tests, os.R_OK):
 """
 
 
+HARBOR_FOLDERS = ("/tests", "/logs/verifier")  # where Harbor copies them into the container
+
+
 def in_container() -> bool:
     """Whether the grader runs in a container (Docker, Podman), where its folders are its own copies:
-    only there does it close them to others; on a host it would change the task's own files."""
+    only there, and only at Harbor's paths, does it close them to others; elsewhere they may be the
+    task's own files."""
     return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
@@ -271,7 +275,7 @@ def uid_fallback_unavailable() -> str | None:
     else:
         for root in [tests, *([Path(logs)] if logs else [])]:
             try:
-                if root.stat().st_uid == 0 and in_container():
+                if str(root) in HARBOR_FOLDERS and root.stat().st_uid == 0 and in_container():
                     os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
             except OSError:
                 pass  # a read-only mount: the check below decides

@@ -670,9 +670,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+HARBOR_FOLDERS = ("/tests", "/logs/verifier")  # where Harbor copies them into the container
+
+
 def in_container() -> bool:
     """Whether the grader runs in a container (Docker, Podman), where its folders are its own copies:
-    only there does it close them to others; on a host it would change the task's own files."""
+    only there, and only at Harbor's paths, does it close them to others; elsewhere they may be the
+    task's own files."""
     return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
@@ -739,7 +743,7 @@ def _uid_fallback_check(logs: Path | None, closed: list[Path]) -> str | None:
         return "the grader is not root, so it cannot run the candidate as another uid"
     for root in [*closed, *([logs] if logs else [])]:
         try:
-            if root.stat().st_uid == 0 and in_container():
+            if str(root) in HARBOR_FOLDERS and root.stat().st_uid == 0 and in_container():
                 os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
         except OSError:
             pass  # a read-only mount: what the check below finds decides
