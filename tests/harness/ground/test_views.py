@@ -110,3 +110,29 @@ def test_readable_mounts_leaves_writable_roots_alone(tmp_path, monkeypatch):
     tree = _tree(tmp_path)
     mounts = [Mount(host=tree, inside="/w", writable=True)]
     assert views.readable_mounts(mounts, [], cache=tmp_path / "c", uid=SANDBOX_UID, gid=SANDBOX_GID) == mounts
+
+
+@root_only
+def test_roles_probes_and_solve_see_views_of_the_original_and_the_assets(tmp_path, monkeypatch):
+    from harness.ground.isolation import probe_boundary, role_boundary, solve_boundary
+
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
+    src, assets, cand, solution = (tmp_path / n for n in ("src", "assets", "cand", "solution"))
+    for folder in (src, assets, cand, solution):
+        folder.mkdir(mode=0o700)
+        (folder / "f.bin").write_bytes(b"x")
+        (folder / "f.bin").chmod(0o600)
+    layout = Layout(candidate=cand, source=src, assets=assets)
+    views_dir = (tmp_path / "cache" / "views").resolve()
+    role = role_boundary(layout, name="r", write_candidate=True, side="candidate", audit_log=None)
+    ref = probe_boundary(layout, side="reference", work=tmp_path / "w", given=tmp_path / "g", audit_log=None,
+                         env={}, wall_s=5)  # fmt: skip
+    cand_side = probe_boundary(layout, side="candidate", work=tmp_path / "w", given=tmp_path / "g", audit_log=None,
+                               env={}, wall_s=5)  # fmt: skip
+    solve = solve_boundary(layout, solution=solution, workdir=None, wall_s=5)
+    for boundary, given in ((role, ["/source", "/assets"]), (ref, ["/source", "/assets"]),
+                            (solve, ["/source", "/assets", "/solution"])):  # fmt: skip
+        hosts = {m.inside: m.host for m in boundary.mounts}
+        assert all(views_dir in hosts[inside].parents for inside in given), (boundary.name, hosts)
+        assert hosts.get("/app", cand.resolve()) == cand.resolve()  # the candidate keeps its modes
+    assert {m.inside: m.host for m in cand_side.mounts}["/app"] == cand.resolve()

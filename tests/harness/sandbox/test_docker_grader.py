@@ -129,3 +129,23 @@ def test_the_generated_grader_runs_as_harbor_runs_it_and_keeps_tests_from_the_ca
     assert good["reward"] >= 0.97 and good["meta"]["isolation"] == "uid", json.dumps(good)[-3000:]
     cheat = harbor_run(TINY_NET, tmp_path, prepend='import os\nos.listdir("/tests")\n')
     assert cheat["reward"] == 0.0 and cheat["meta"]["isolation"] == "uid", cheat
+
+
+BUNDLED = [
+    REPO / "tasks" / "t2j-mini" / "mlp-train",
+    REPO / "tasks" / "t2j-mini" / "llama-lora-sft",
+    REPO / "tasks" / "t2j-mini" / "llama-paged-serve",
+    REPO / "tasks" / "flask-to-starlette",
+    TINY_NET,
+]
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("task_dir", BUNDLED, ids=lambda p: p.name)
+def test_every_bundled_oracle_grades_in_full_in_docker(task_dir, tmp_path):
+    task = load_task(task_dir)
+    with oracle_copy(task) as oracle:
+        grade = run_grader(task, oracle, sandbox="docker", out_dir=tmp_path / "out")
+    details = json.loads((tmp_path / "out" / "verifier" / "reward.json").read_text())
+    assert grade.reward >= 0.97 and grade.error is None, grade.log_tail[-2000:]
+    assert "uid" in json.dumps(details), details  # the candidate's side was dropped, as the details say
