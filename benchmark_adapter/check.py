@@ -72,7 +72,7 @@ class TaskCheck(BaseModel):
             return f"task {self.task}: check passed"
         first = failed[0]
         got = "no grade" if first.reward is None else f"reward {first.reward:.4f}"
-        why = f": {first.error}" if first.error else ""
+        why = f": {' '.join(first.error.split())[:400]}" if first.error else ""  # one line, whatever the grader said
         names = ", ".join(row.name for row in failed)
         return f"task {self.task}: check failed ({names}): {first.name} got {got}, expected {first.expected}{why}"
 
