@@ -151,12 +151,12 @@ test_lora = None
 with section("adapter_io"):
     from llama_sft.checkpoint import load_adapter, save_adapter
     from safetensors.numpy import load_file
-    _write_adapter("adapter_file", "/scratch/test_adapter.safetensors")
-    test_lora = load_adapter("/scratch/test_adapter.safetensors", cfg, lcfg)
+    _write_adapter("adapter_file", _SCRATCH + "/test_adapter.safetensors")
+    test_lora = load_adapter(_SCRATCH + "/test_adapter.safetensors", cfg, lcfg)
     for k, v in _flatten(test_lora).items():
         save(f"adapter_io.load.{k}", v)
-    save_adapter(_unflatten_lora("adapter"), "/scratch/saved_adapter.safetensors")
-    for k, v in load_file("/scratch/saved_adapter.safetensors").items():
+    save_adapter(_unflatten_lora("adapter"), _SCRATCH + "/saved_adapter.safetensors")
+    for k, v in load_file(_SCRATCH + "/saved_adapter.safetensors").items():
         save(f"adapter_io.save.{k}", v)
 
 with section("forward"):
@@ -213,19 +213,19 @@ import time
 
 from safetensors.numpy import load_file
 
-_write_adapter("init_adapter_file", "/scratch/init_adapter.safetensors")
-with open("/scratch/train_config.json", "w") as fh:
+_write_adapter("init_adapter_file", _SCRATCH + "/init_adapter.safetensors")
+with open(_SCRATCH + "/train_config.json", "w") as fh:
     json.dump(PARAMS["train_config"], fh)
 
 # Both runs start at once (each is mostly single-threaded compilation and small steps);
 # each is held to the time budget on its own.
 runs = {}
-for name, extra in (("fixed", ["--init-adapter", "/scratch/init_adapter.safetensors"]),
+for name, extra in (("fixed", ["--init-adapter", _SCRATCH + "/init_adapter.safetensors"]),
                     ("own", ["--seed", str(PARAMS["own_seed"])])):
     argv = [sys.executable, "-m", "llama_sft.train", "--checkpoint-dir", ASSETS,
-            "--data", _os.path.join(ASSETS, "sft_data.jsonl"), "--config", "/scratch/train_config.json",
-            "--out", f"/scratch/out_{name}", *extra]
-    log = open(f"/scratch/{name}.log", "w+")
+            "--data", _os.path.join(ASSETS, "sft_data.jsonl"), "--config", _SCRATCH + "/train_config.json",
+            "--out", f"{_SCRATCH}/out_{name}", *extra]
+    log = open(f"{_SCRATCH}/{name}.log", "w+")
     proc = subprocess.Popen(argv, cwd=APP, env=dict(_os.environ, PYTHONPATH=APP), stdout=log, stderr=subprocess.STDOUT)
     runs[name] = (proc, log, time.perf_counter())
 
@@ -243,7 +243,7 @@ for name, (proc, log, start) in runs.items():
         tail = log.read()[-3000:]
         if code != 0:
             raise RuntimeError("time budget exceeded" if code == 124 else f"training entry point failed (exit {code}): {tail}")
-        out = f"/scratch/out_{name}"
+        out = f"{_SCRATCH}/out_{name}"
         with open(_os.path.join(out, "metrics.json")) as fh:
             record(f"train.{name}.metrics", json.load(fh))
         for k, v in load_file(_os.path.join(out, "adapter.safetensors")).items():
