@@ -10,6 +10,7 @@ from rich.table import Table
 
 from benchmark_adapter.authoring import new_task
 from benchmark_adapter.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
+from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
 
@@ -98,7 +99,7 @@ def print_check(console: Console, check: TaskCheck) -> None:
     for column in ("candidate", "expected", "reward", "result"):
         table.add_column(column, justify="right" if column == "reward" else "left")
     for row in check.rows:
-        reward = "-" if row.reward is None else f"{row.reward:.4f}"
+        reward = "-" if row.reward is None else numbers.reward(row.reward)  # 1 - 4.7e-08 is not 1
         table.add_row(row.name, row.expected, reward, "ok" if row.passed else "FAILED")
     console.print(table)
     for row in check.rows:
