@@ -50,10 +50,11 @@ _WARNED: set[str] = set()
 
 
 class CappedRoot:
-    """One directory that is, until `release()`, the root of a filesystem of `cap_mb`."""
+    """One directory that is, until its last user calls `release()`, the root of a filesystem of `cap_mb`."""
 
     def __init__(self, path: Path, record: Path, kind: str, cap_mb: int) -> None:
         self.path, self.record, self.kind, self.cap_mb = path, record, kind, cap_mb
+        self.users = 1
 
     @classmethod
     def mount(cls, path: Path, cap_mb: int, kind: str) -> CappedRoot | None:
@@ -109,9 +110,15 @@ class CappedRoot:
         discard_tree(aside)
 
     def release(self) -> None:
-        """Copy the tree out to a plain directory at the same path and unmount; idempotent."""
+        """One user is done; the last one copies the tree out to a plain directory and unmounts.
+
+        Idempotent once the root is released.
+        """
         with _LOCK:
             if _ACTIVE.get(str(self.path)) is not self:
+                return
+            self.users -= 1
+            if self.users > 0:
                 return
             del _ACTIVE[str(self.path)]
         _recover(self.record)
@@ -120,13 +127,21 @@ class CappedRoot:
 def cap_writable_roots(boundary: Boundary) -> list[CappedRoot]:
     """Capped filesystems for the boundary's writable roots that are not capped yet.
 
-    A root under `stage_root()` (twin's scratch) gets a tmpfs, any other an ext4 image;
-    the caller releases what it gets back when its sandbox closes.
+    A root under `stage_root()` (twin's scratch) gets a tmpfs, any other an ext4 image; a
+    root capped already (the run's candidate) gains a user, so that it stays mounted while
+    this sandbox lives. The caller releases what it gets back when its sandbox closes.
     """
     scratch = stage_root()
     capped = []
     for mount in boundary.mounts:
-        if not mount.writable or is_capped(mount.host) or not mount.host.is_dir():
+        if not mount.writable or not mount.host.is_dir():
+            continue
+        with _LOCK:
+            shared = _ACTIVE.get(str(mount.host))
+            if shared is not None:
+                shared.users += 1
+        if shared is not None:
+            capped.append(shared)
             continue
         kind = TMPFS if scratch in mount.host.parents else EXT4
         root = CappedRoot.mount(mount.host, boundary.limits.disk_mb, kind)
@@ -152,6 +167,8 @@ def _release_at_exit() -> None:
     """An interpreter that exits without closing its sandboxes (an uncaught error) leaves no mount."""
     with _LOCK:
         roots = list(_ACTIVE.values())
+        for root in roots:
+            root.users = 1
     for root in roots:
         try:
             root.release()

@@ -174,3 +174,20 @@ def forget(capped: CappedRoot) -> None:
     with quota._LOCK:
         quota._ACTIVE.pop(str(capped.path), None)
     (capped.record / "owner").write_text("999999999 1")
+
+
+@requires_mount
+def test_a_root_shared_by_two_sandboxes_stays_mounted_until_the_last_is_done(tmp_path):
+    from harness.ground.boundary import Boundary, Mount
+    from harness.sandbox.quota import cap_writable_roots, release_all
+
+    root = make_tree(tmp_path / "candidate")
+    boundary = Boundary(name="b", mounts=[Mount(host=root, inside="/app", writable=True)])
+    first = cap_writable_roots(boundary)
+    second = cap_writable_roots(boundary)
+    assert len(first) == len(second) == 1 and first[0] is second[0]
+    release_all(first)
+    assert os.path.ismount(root)  # the second sandbox still writes there
+    release_all(second)
+    assert not os.path.ismount(root)
+    assert_same_tree(root)
