@@ -191,3 +191,23 @@ def test_a_root_shared_by_two_sandboxes_stays_mounted_until_the_last_is_done(tmp
     release_all(second)
     assert not os.path.ismount(root)
     assert_same_tree(root)
+
+
+@requires_mount
+def test_an_interpreter_that_exits_without_releasing_leaves_no_mount(tmp_path):
+    import subprocess
+    import sys
+
+    root = make_tree(tmp_path / "candidate")
+    script = (
+        "import sys; from pathlib import Path; from harness.sandbox.quota import CappedRoot, EXT4\n"
+        "root = Path(sys.argv[1]); assert CappedRoot.mount(root, 16, EXT4) is not None\n"
+        "(root / 'late.txt').write_text('late')\n"
+        "raise SystemExit('an uncaught error, nothing closed')\n"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script, str(root)], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 1 and "nothing closed" in done.stderr
+    assert not os.path.ismount(root)
+    assert (root / "late.txt").read_text() == "late"
+    assert_same_tree(root)
