@@ -17,6 +17,7 @@ from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
 from harness.ground.errors import TwinError
 from harness.sandbox.presentation import recover_presented
+from harness.sandbox.quota import recover_capped
 
 app = typer.Typer(
     name="twin",
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `twin` console script; returns the exit code."""
     try:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
+        recover_capped()  # and candidates a killed twin left on a capped filesystem are copied back out
         app(args=argv, standalone_mode=False)
     except TwinError as exc:
         line = Text("error:", style="bold red") + Text(f" {exc}")  # the message is never markup

@@ -50,6 +50,7 @@ class Limits(BaseModel):
     max_procs: int = Field(default=256, description="Processes/threads the command may create.")
     output_bytes: int = Field(default=200_000, description="Output kept (head and tail) per stream.")
     tmp_mb: int = Field(default=1024, description="Size of the private /tmp (a tmpfs).")
+    shm_mb: int = Field(default=64, description="Size of the private /dev/shm (a tmpfs; Docker's default).")
     disk_mb: int = Field(
         default=2048,
         description="Disk a writable root may hold, and the largest file a command may write.",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark_adapter.task import Task, load_task
+from harness.ground.isolation import default_limits
 from harness.ground.model import Model
 from harness.ground.sandbox import Sandbox
 from harness.models.budget import BudgetTracker
@@ -24,6 +25,7 @@ from harness.run.progress import Progress
 from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.presentation import recover_presented
+from harness.sandbox.quota import EXT4, CappedRoot, recover_capped
 from harness.sandbox.registry import make_sandbox
 from roles.tools import ToolResult, Workbench
 
@@ -78,6 +80,7 @@ class Session:
     repo: CandidateRepo
     workspace: Workspace
     sandboxes: list[Sandbox] = field(default_factory=list)
+    capped: CappedRoot | None = None  # the candidate on its own filesystem for the run (twin as root)
 
     @property
     def model_label(self) -> str:
@@ -130,8 +133,14 @@ class Session:
         self.run.save_state(self.state)
 
     def close(self) -> None:
-        for sandbox in self.sandboxes:
-            sandbox.close()
+        """Close the sandboxes, then put the candidate back on a plain directory."""
+        try:
+            for sandbox in self.sandboxes:
+                sandbox.close()
+        finally:
+            if self.capped is not None:
+                self.capped.release()
+                self.capped = None
 
 
 def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: int | None = None) -> Session:
@@ -144,6 +153,7 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
             `inbox:` counts from).
     """
     recover_presented()  # before any boundary resolves a root a killed run left in a slot
+    recover_capped()  # a killed run's candidate filesystem: copied out, unmounted
 
     run, config, state, task = inputs.run, inputs.config, inputs.state, inputs.task
     workspace = prepare_workspace(task, run.root)
@@ -164,7 +174,12 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
         wait_s=config.model_wait_s,
         **({"replay_start": replay_from} if replay_from else {}),
     )
-    return Session(run, config, state, task, trajectory, budget, model, repo, workspace)
+    session = Session(run, config, state, task, trajectory, budget, model, repo, workspace)
+    if config.sandbox != "none":
+        # Before the first sandbox: every sandbox of the run sees the candidate on one capped
+        # filesystem (None where twin cannot mount: the sandboxes' watch holds it then).
+        session.capped = CappedRoot.mount(workspace.candidate, default_limits().disk_mb, EXT4)
+    return session
 
 
 def default_runs_dir() -> Path:

@@ -11,8 +11,9 @@ bubblewrap always runs unprivileged: as twin's own uid, or, when twin is root, a
 the sandbox uid through `setpriv` (`privilege.py`), so nothing inside is ever host
 root or holds a capability. Every command loads the seccomp filter (`seccomp.py`),
 which also refuses further user namespaces, except in a grader boundary whose
-`test.sh` starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`; writable
-roots are watched against `Limits.disk_mb`.
+`test.sh` starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`, `/dev/shm`
+one of `Limits.shm_mb`; writable roots live on filesystems of `Limits.disk_mb` where twin can
+mount them (`quota.py`), and are watched against it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from harness.sandbox.process import (
     pids_cgroup_available,
     run_limited,
 )
+from harness.sandbox.quota import cap_writable_roots, release_all
 from harness.sandbox.seccomp import filter_file
 
 
@@ -86,13 +88,19 @@ class BwrapSandbox:
         self._bwrap = executable
         self._staging = Staging()
         self._seccomp = filter_file("nested" if boundary.nested_sandbox else "strict", cache_root() / "seccomp")
-        self._presenter = Presenter(boundary)
+        self._capped = cap_writable_roots(boundary)  # before the presenter: a capped root needs no slot
+        try:
+            self._presenter = Presenter(boundary)
+        except BaseException:
+            release_all(self._capped)
+            raise
         self._bound = self._presenter.boundary()  # as bound: roots from their neutral slots
         try:
             self._prefix = self._build_prefix()
         except BaseException:
             self._staging.close()
             self._presenter.close()
+            release_all(self._capped)
             raise
         self._prlimit = self._inside_prlimit()
         self._closed = False
@@ -130,8 +138,9 @@ class BwrapSandbox:
             args.append("--unshare-net")
         # /proc, /dev and the private /tmp first, so that a root granted under /tmp (a venv or a
         # checkout that lives there) is bound on top of the tmpfs instead of hidden by it.
-        tmp_bytes = str(b.limits.tmp_mb * 1024 * 1024)
-        args += ["--proc", "/proc", "--dev", "/dev", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+        tmp_bytes, shm_bytes = str(b.limits.tmp_mb << 20), str(b.limits.shm_mb << 20)
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", shm_bytes, "--tmpfs", "/dev/shm"]
+        args += ["--size", tmp_bytes, "--tmpfs", "/tmp"]
         for mount in sorted(b.mounts, key=lambda m: len(m.inside)):
             if not mount.host.exists():
                 raise SandboxError(f"boundary {b.name}: mount source {mount.host} does not exist")
@@ -293,9 +302,12 @@ class BwrapSandbox:
 
     def close(self) -> None:
         """Nothing outlives a command (the PID namespace dies with it); remove staging points."""
+        if self._closed:
+            return
         self._closed = True
         self._staging.close()
         self._presenter.close()
+        release_all(self._capped)
 
     def __enter__(self) -> BwrapSandbox:
         return self

@@ -16,7 +16,9 @@ an empty root; it is `$TWIN_DOCKER_IMAGE`, else `twin-base:local`, which twin bu
 once with `docker import` from an empty root filesystem (no registry is needed); a
 published task whose image twin built runs on that image (`task_image.py`). The seccomp filter is the bwrap
 sandbox's (`seccomp.docker_profile`); writable roots are handed to the container's
-uid before each command and lose setuid/setgid bits after it.
+uid before each command and lose setuid/setgid bits after it, and are capped filesystems
+where twin can mount them (`quota.py`: the host mounts them, the container binds them);
+`/dev/shm` is the engine's tmpfs of `Limits.shm_mb`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from harness.sandbox.process import (
     HeadTail,
     file_cap_reached,
 )
+from harness.sandbox.quota import cap_writable_roots, release_all
 from harness.sandbox.seccomp import docker_profile
 from harness.sandbox.task_image import task_image_for
 
@@ -147,6 +150,7 @@ def container_config(
         ],
         read_only=True,
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m"},
+        shm_size=f"{limits.shm_mb}m",
         pids_limit=limits.max_procs,
         ulimits=[
             {"Name": "as", "Soft": limits.memory_mb << 20, "Hard": limits.memory_mb << 20},
@@ -182,7 +186,12 @@ class DockerSandbox:
         self._client = _client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)
-        self._presenter = Presenter(boundary)
+        self._capped = cap_writable_roots(boundary)  # before the presenter: a capped root needs no slot
+        try:
+            self._presenter = Presenter(boundary)
+        except BaseException:
+            release_all(self._capped)
+            raise
         self._closed = False
         # Containers are reaped by this instance's own label: another sandbox with the same
         # boundary name (a parallel trial, another test worker) keeps its running containers.
@@ -331,10 +340,15 @@ class DockerSandbox:
         write_checked(self.boundary, path, data)
 
     def close(self) -> None:
-        """Remove any container of this sandbox that is still there."""
+        """Remove any container of this sandbox that is still there; release its capped roots."""
+        if self._closed:
+            return
         self._closed = True
-        reap_containers(self._client, instance=self._instance)
-        self._presenter.close()
+        try:
+            reap_containers(self._client, instance=self._instance)
+        finally:
+            self._presenter.close()
+            release_all(self._capped)
 
 
 def ensure_base_image(client) -> str:

@@ -39,6 +39,7 @@ from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root, stage_root
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.process import DISK_RETURNCODE
+from harness.sandbox.quota import is_capped
 
 MAX_SNAPSHOT_ENTRIES = 50_000
 MAX_SNAPSHOT_COPY_BYTES = 256 << 20
@@ -218,6 +219,8 @@ def _refuse_dead_slot(host: Path) -> None:
 
 def _needs_slot(mount: Mount) -> bool:
     host = mount.host
+    if is_capped(host):
+        return False  # the root of its own filesystem: mountinfo names it `/`, nothing of the host
     if str(host) == mount.inside or str(host) == os.path.realpath(mount.inside):
         return False  # visible at its own path already (`/usr`, `/bin` -> `/usr/bin`, the interpreter)
     for neutral in (cache_root(), stage_root()):

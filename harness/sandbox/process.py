@@ -27,6 +27,8 @@ from pathlib import Path
 
 from harness.ground.boundary import Limits
 from harness.ground.sandbox import ExecResult, SandboxError
+from harness.sandbox.quota import is_capped
+from harness.sandbox.quota import usage as quota_usage
 
 TIMEOUT_RETURNCODE = 124
 DISK_RETURNCODE = 125
@@ -136,12 +138,17 @@ def _sweep_stale(parent: Path) -> None:
 class DiskWatch:
     """Watches the writable roots of one command against a disk cap.
 
-    Polled while the command runs (the command is killed once a root holds more than
-    the cap) and once more when it ends. Usage counts allocated blocks, so a sparse
-    file costs what it really takes; a tree of more than `_DISK_MAX_ENTRIES` entries
-    counts as over the cap too (inodes are disk as well). A root that was already over
-    before the command (`budgeted` measured it) only counts as over when it grows: a
-    command that removes files must be able to run to its end.
+    A root on a capped filesystem (`quota.py`, twin as root) cannot go over: its kernel
+    refuses the write. There the watch reads the filesystem's own count (`statvfs`: files
+    unlinked while open included) and stops the command once it is full, so that it fails
+    saying why instead of running on against `ENOSPC`. Any other root is walked: usage
+    counts allocated blocks, so a sparse file costs what it really takes, and a tree of
+    more than `_DISK_MAX_ENTRIES` entries counts as over the cap too (inodes are disk as
+    well); what a walk cannot see (a file unlinked while open) and what a burst writes
+    between two looks pass it. Polled while the command runs (the command is killed
+    once a root is over) and once more when it ends. A root that was already over (or
+    full) before the command (`budgeted` measured it) only counts as over when it grows:
+    a command that removes files must be able to run to its end.
     """
 
     def __init__(self, roots: list[Path], cap_mb: int, labels: list[str] | None = None) -> None:
@@ -149,13 +156,21 @@ class DiskWatch:
         self.labels = labels or ["a writable root"] * len(roots)
         self.cap = cap_mb * 1024 * 1024
         self.cap_mb = cap_mb
-        self._before: dict[Path, tuple[int, int]] = {}
+        self._before: dict[Path, tuple[int, int, int, bool]] = {}
 
     @classmethod
     def of(cls, mounts: list, cap_mb: int) -> DiskWatch:
         """The watch over a boundary's writable mounts (host paths, labelled by their paths inside)."""
         writable = [m for m in mounts if m.writable]
         return cls([m.host for m in writable], cap_mb, [m.inside for m in writable])
+
+    def _measure(self, root: Path) -> tuple[int, int, int, bool]:
+        """(bytes used, entries, bytes left under the cap, at or over the cap) of one root."""
+        if is_capped(root):  # the filesystem's count; its size may be larger than this cap
+            used, entries, left, full = quota_usage(root)
+            return used, entries, min(left, max(0, self.cap - used)), full or used >= self.cap
+        used, entries = _usage(root)
+        return used, entries, max(0, self.cap - used), used >= self.cap
 
     def budgeted(self, limits: Limits) -> Limits:
         """`limits` with the per-file cap lowered to what the fullest root has left under its cap.
@@ -164,20 +179,20 @@ class DiskWatch:
         at once, which the watch stops; once a root is over its cap, the next command can
         write no byte into any file until files are removed (removing still works).
         """
-        self._before = {root: _usage(root) for root in self.roots}
-        used = max((u for u, _ in self._before.values()), default=0)
-        left = -(-max(0, self.cap - used) // (1 << 20))  # rounded up: a file can still reach the cap
+        self._before = {root: self._measure(root) for root in self.roots}
+        room = [0 if full else left for _used, _entries, left, full in self._before.values()]
+        left = -(-min(room, default=self.cap) // (1 << 20))  # rounded up: a file can still reach the cap
         ceiling = limits.disk_mb if limits.file_mb is None else limits.file_mb
         return limits.model_copy(update={"file_mb": min(left, ceiling)})
 
     def over(self) -> str | None:
         """Why a root is over its cap (naming the root as seen inside), or None."""
         for root, label in zip(self.roots, self.labels, strict=True):
-            used, entries = _usage(root)
-            used_before, entries_before = self._before.get(root, (0, 0))
+            used, entries, _left, full = self._measure(root)
+            used_before, entries_before, _, full_before = self._before.get(root, (0, 0, 0, False))
             if entries > max(_DISK_MAX_ENTRIES, entries_before):
                 return f"disk: {label} holds more than {_DISK_MAX_ENTRIES} entries"
-            if used >= self.cap and (used_before < self.cap or used > used_before):
+            if full and (not full_before or used > used_before):
                 # at the cap, writes were refused: no file may reach it
                 mib = used // (1024 * 1024)
                 return f"disk: {label} holds {mib} MiB, reaching its cap of {self.cap_mb} MiB"

@@ -10,6 +10,12 @@ flags a filter can inspect):
 - `fallocate` (EOPNOTSUPP, so that libc's `posix_fallocate` falls back to writing): blocks
   reserved without being written would reach any disk cap faster than its watcher can look;
   with it refused, a command fills a writable root no faster than it can write;
+- sockets of any address family but `AF_UNIX`, `AF_INET`, `AF_INET6` and `AF_NETLINK` with
+  `NETLINK_ROUTE` (EAFNOSUPPORT, as for a family the kernel lacks): the network namespace
+  empties only the IP families; `AF_VSOCK` reaches the hypervisor of a virtual machine,
+  `AF_PACKET`, `AF_ALG`, the other netlink protocols and the rest are kernel surface no
+  migration needs (`ip`, `getaddrinfo` and `getifaddrs` use only `NETLINK_ROUTE`). The
+  family is compared on its low 32 bits, which is all the kernel reads;
 - `mount`, `umount2`, `pivot_root`, `move_mount`, `open_tree`, `fsopen`, `fsmount`,
   `fsconfig`, `fspick`, `setns`, and `unshare`/`clone` with `CLONE_NEWUSER`: no
   changing the view of the filesystem and no new user namespace with capabilities.
@@ -32,6 +38,10 @@ from harness.ground.sandbox import SandboxError
 
 CLONE_NEWUSER = 0x10000000
 PROFILES = ("strict", "nested")
+AF_NETLINK = 16
+ALLOWED_FAMILIES = frozenset({1, 2, 10, AF_NETLINK})  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+_FAMILY_SPAN = 64  # every family number below this is listed; any value at or above it is refused
+_LOW32 = 0xFFFFFFFF
 _ALWAYS = (
     "keyctl", "add_key", "request_key",
     "io_uring_setup", "io_uring_enter", "io_uring_register",
@@ -55,7 +65,7 @@ def filter_file(profile: str, cache: Path) -> Path:
     """
     if profile not in PROFILES:
         raise SandboxError(f"unknown seccomp profile {profile!r}")
-    target = cache / f"seccomp-{profile}-v2.bpf"
+    target = cache / f"seccomp-{profile}-v3.bpf"
     if target.is_file():
         return target
     program = compile_filter(profile)
@@ -82,6 +92,13 @@ def compile_filter(profile: str) -> bytes:
     for name in _ALWAYS:
         _add(flt, deny, name)
     _add(flt, sc.ERRNO(errno.EOPNOTSUPP), "fallocate")
+    no_family = sc.ERRNO(errno.EAFNOSUPPORT)
+    for call in ("socket", "socketpair"):
+        for family in refused_families():
+            flt.add_rule(no_family, call, sc.Arg(0, sc.MASKED_EQ, _LOW32, family))
+        flt.add_rule(no_family, call, sc.Arg(0, sc.GE, _FAMILY_SPAN))
+    # netlink: NETLINK_ROUTE (0) only
+    flt.add_rule(no_family, "socket", sc.Arg(0, sc.MASKED_EQ, _LOW32, AF_NETLINK), sc.Arg(2, sc.GE, 1))
     if profile == "strict":
         for name in _STRICT_ONLY:
             _add(flt, deny, name)
@@ -93,6 +110,11 @@ def compile_filter(profile: str) -> bytes:
         flt.export_bpf(fh)
         fh.seek(0)
         return fh.read()
+
+
+def refused_families() -> list[int]:
+    """The address families below `_FAMILY_SPAN` that `socket` and `socketpair` refuse."""
+    return [family for family in range(_FAMILY_SPAN) if family not in ALLOWED_FAMILIES]
 
 
 def _add(flt, action, name: str) -> None:
@@ -110,6 +132,7 @@ def docker_profile(profile: str) -> str:
     rules: list[dict] = [
         {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
         {"names": ["fallocate"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EOPNOTSUPP},
+        *_docker_socket_rules(),
     ]
     if profile == "strict":
         new_user = {"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER}
@@ -123,3 +146,21 @@ def docker_profile(profile: str) -> str:
             {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
         ]
     return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules})
+
+
+def _docker_socket_rules() -> list[dict]:
+    """The address-family rules of `compile_filter` for `socket`, in Docker's profile syntax (args are ANDed).
+
+    `socketpair` is left to the kernel there (it makes `AF_UNIX` pairs only): the same rules
+    on it made the engine's runtime fail to start most containers on this host.
+    """
+    refuse = {"action": "SCMP_ACT_ERRNO", "errnoRet": errno.EAFNOSUPPORT}
+
+    def family(value: int) -> dict:
+        return {"index": 0, "value": _LOW32, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+
+    rules = [{"names": ["socket"], **refuse, "args": [family(f)]} for f in refused_families()]
+    rules.append({"names": ["socket"], **refuse, "args": [{"index": 0, "value": _FAMILY_SPAN, "op": "SCMP_CMP_GE"}]})
+    netlink_other = {"index": 2, "value": 1, "op": "SCMP_CMP_GE"}
+    rules.append({"names": ["socket"], **refuse, "args": [family(AF_NETLINK), netlink_other]})
+    return rules

@@ -102,3 +102,29 @@ def test_resumed_inputs_equal_the_new_runs(tmp_path):
     created = RunInputs.create(tmp_path / "runs", config, task, "r")
     resumed = RunInputs.read(RunDir.open("r", tmp_path / "runs"))
     assert (resumed.config, resumed.state, resumed.task.root) == (config, created.state, task.root)
+
+
+@pytest.mark.skipif(
+    __import__("harness.sandbox.quota", fromlist=["unavailable"]).unavailable("ext4") is not None,
+    reason="no capped filesystem can be mounted here (twin not root, or no loop devices)",
+)
+def test_the_candidate_is_on_a_capped_filesystem_for_the_session_only(tmp_path):
+    import os
+
+    from harness.ground.isolation import default_limits
+
+    config = RunConfig.build(task=plans.TINY_TASK, model="scripted:" + str(tmp_path / "none.json"))
+    (tmp_path / "none.json").write_text("[]")
+    inputs = RunInputs.create(tmp_path / "runs", config, benchmark_adapter.task.load_task(plans.TINY_TASK), "r")
+    session = open_session(inputs)
+    candidate = session.workspace.candidate
+    try:
+        assert os.path.ismount(candidate)
+        size = os.statvfs(candidate).f_blocks * os.statvfs(candidate).f_frsize
+        assert size <= default_limits().disk_mb << 20
+        (candidate / "written.py").write_text("x = 1\n")
+    finally:
+        session.close()
+    assert not os.path.ismount(candidate)
+    assert (candidate / "written.py").read_text() == "x = 1\n"
+    session.close()  # closing twice changes nothing

@@ -28,6 +28,7 @@ from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs
 from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.sandbox.presentation import MAX_SNAPSHOT_ENTRIES
+from harness.sandbox.quota import EXT4, unavailable
 from harness.sandbox.registry import make_sandbox
 from probes.checks import imports_check
 from probes.context import make_context
@@ -104,7 +105,10 @@ def test_twin_migrate_finishes_and_grades_when_the_migrator_grows_app_over_the_c
     made = next(r for r in records if r.tool == "bash" and "made" in r.result)
     assert made.ok, "a writable root over the caps still takes the Migrator's command"
     first, second = [r for r in records if r.tool == "bash_reference"]
-    assert not first.ok and REFUSAL in first.result and str(tmp_path) not in first.result
+    if unavailable(EXT4) is None:  # the run's candidate is a filesystem of its own, bound as it is: no snapshot
+        assert first.ok and "hi" in first.result, first.result
+    else:
+        assert not first.ok and REFUSAL in first.result and str(tmp_path) not in first.result
     assert second.ok and "back" in second.result
     spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
     trial = collect_trial(spec, run.root, returncode=0, attempts=1)

@@ -1,0 +1,213 @@
+"""Capped filesystems under writable roots: the tree in and out, failures, a killed owner, the watch."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox import quota
+from harness.sandbox.process import DiskWatch
+from harness.sandbox.quota import EXT4, TMPFS, CappedRoot, recover_capped, unavailable
+
+requires_mount = pytest.mark.skipif(
+    unavailable(EXT4) is not None, reason=f"cannot mount a capped filesystem here: {unavailable(EXT4)}"
+)
+KINDS = [EXT4, TMPFS]
+
+
+def make_tree(root: Path) -> Path:
+    """A tree with what an agent leaves: nested files, links in and out, a FIFO, hard links, modes."""
+    root.mkdir()
+    (root / "pkg").mkdir()
+    (root / "pkg" / "model.py").write_text("x = 1\n")
+    (root / "secret.txt").write_text("s\n")
+    os.chmod(root / "secret.txt", 0o640)
+    os.symlink("pkg/model.py", root / "inside")
+    os.symlink("/etc/shadow", root / "outward")
+    os.mkfifo(root / "pipe")
+    os.link(root / "pkg" / "model.py", root / "hard")
+    os.chown(root / "pkg", 65534, 65534)
+    return root
+
+
+def assert_same_tree(root: Path) -> None:
+    assert (root / "pkg" / "model.py").read_text() == "x = 1\n"
+    assert stat.S_IMODE(os.stat(root / "secret.txt").st_mode) == 0o640
+    assert os.readlink(root / "inside") == "pkg/model.py"
+    assert os.readlink(root / "outward") == "/etc/shadow"
+    assert stat.S_ISFIFO(os.lstat(root / "pipe").st_mode)
+    assert os.stat(root / "hard").st_ino == os.stat(root / "pkg" / "model.py").st_ino
+    assert os.stat(root / "pkg").st_uid == 65534
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in root.parent.iterdir() if p.name.startswith(f".{root.name}.twin-"))
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_tree_goes_in_and_comes_back_out_with_what_was_written(tmp_path, kind):
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, kind)
+    assert capped is not None
+    try:
+        assert os.path.ismount(root) and quota.is_capped(root)
+        assert_same_tree(root)
+        assert not (root / "lost+found").exists()
+        size = os.statvfs(root).f_blocks * os.statvfs(root).f_frsize
+        assert 12 << 20 < size <= 16 << 20
+        (root / "new.txt").write_text("written while mounted\n")
+        assert CappedRoot.mount(root, 16, kind) is None  # never stacked on itself
+    finally:
+        capped.release()
+    assert not os.path.ismount(root) and not quota.is_capped(root)
+    assert_same_tree(root)
+    assert (root / "new.txt").read_text() == "written while mounted\n"
+    assert leftovers(root) == [] and not capped.record.exists()
+    capped.release()  # idempotent
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tree_larger_than_the_cap_is_left_as_it_was(tmp_path, kind):
+    root = make_tree(tmp_path / "candidate")
+    (root / "big.bin").write_bytes(os.urandom(12 << 20))
+    assert CappedRoot.mount(root, 8, kind) is None
+    assert not os.path.ismount(root)
+    assert_same_tree(root)
+    assert (root / "big.bin").stat().st_size == 12 << 20
+    assert leftovers(root) == []
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_killed_owner_mounted_root_is_copied_out_at_the_next_start(tmp_path, kind):
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, kind)
+    (root / "late.txt").write_text("late\n")
+    forget(capped)
+    assert os.path.ismount(root)
+    assert root in recover_capped()
+    assert not os.path.ismount(root) and not capped.record.exists()
+    assert_same_tree(root)
+    assert (root / "late.txt").read_text() == "late\n"
+    assert leftovers(root) == []
+
+
+@requires_mount
+def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch):
+    root = make_tree(tmp_path / "candidate")
+    real_run = quota._run
+
+    def dies_copying(*argv):
+        if argv[0] == "cp":
+            raise KeyboardInterrupt  # the process ends here: nothing else of twin's runs
+        real_run(*argv)
+
+    monkeypatch.setattr(quota, "_run", dies_copying)
+    with pytest.raises(KeyboardInterrupt):
+        CappedRoot.mount(root, 16, EXT4)
+    monkeypatch.undo()
+    record = next(p for p in quota._quota_dir().iterdir() if quota._read(p, "origin") == str(root))
+    (record / "owner").write_text("999999999 1")
+    assert os.path.ismount(root)  # mounted, empty, the tree aside
+    assert root in recover_capped()
+    assert not os.path.ismount(root)
+    assert_same_tree(root)
+    assert leftovers(root) == []
+
+
+@requires_mount
+def test_a_killed_owner_after_the_copy_out_is_swapped_in(tmp_path):
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    (root / "late.txt").write_text("late\n")
+    forget(capped)
+    out = root.with_name(f".{root.name}.twin-out")
+    os.mkdir(out)
+    quota._run(*quota._COPY, f"{root}/.", f"{out}/")
+    quota._write(capped.record, "state", "out")
+    assert root in recover_capped()
+    assert not os.path.ismount(root)
+    assert (root / "late.txt").read_text() == "late\n"
+    assert leftovers(root) == []
+
+
+def test_not_root_means_a_watched_cap_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert unavailable(EXT4) == unavailable(TMPFS) == "twin does not run as root"
+    root = make_tree(tmp_path / "candidate")
+    assert CappedRoot.mount(root, 16, EXT4) is None
+    assert not os.path.ismount(root)
+
+
+@requires_mount
+def test_the_watch_counts_a_file_unlinked_while_open(tmp_path):
+    root = tmp_path / "candidate"
+    root.mkdir()
+    capped = CappedRoot.mount(root, 16, TMPFS)
+    try:
+        watch = DiskWatch([root], 8)
+        watch.budgeted(watch_limits())
+        with open(root / "held", "wb") as fh:
+            os.unlink(root / "held")
+            fh.write(b"x" * (9 << 20))
+            fh.flush()
+            assert watch.over() is not None and "reaching its cap of 8 MiB" in watch.over()
+            assert DiskWatch([root], 64).over() is None
+        assert watch.over() is None  # closed: the blocks are free again
+    finally:
+        capped.release()
+
+
+def watch_limits():
+    from harness.ground.boundary import Limits
+
+    return Limits(disk_mb=8)
+
+
+def forget(capped: CappedRoot) -> None:
+    """Make `capped` look like another, killed process's: out of this process's registry, owner dead."""
+    with quota._LOCK:
+        quota._ACTIVE.pop(str(capped.path), None)
+    (capped.record / "owner").write_text("999999999 1")
+
+
+@requires_mount
+def test_a_root_shared_by_two_sandboxes_stays_mounted_until_the_last_is_done(tmp_path):
+    from harness.ground.boundary import Boundary, Mount
+    from harness.sandbox.quota import cap_writable_roots, release_all
+
+    root = make_tree(tmp_path / "candidate")
+    boundary = Boundary(name="b", mounts=[Mount(host=root, inside="/app", writable=True)])
+    first = cap_writable_roots(boundary)
+    second = cap_writable_roots(boundary)
+    assert len(first) == len(second) == 1 and first[0] is second[0]
+    release_all(first)
+    assert os.path.ismount(root)  # the second sandbox still writes there
+    release_all(second)
+    assert not os.path.ismount(root)
+    assert_same_tree(root)
+
+
+@requires_mount
+def test_an_interpreter_that_exits_without_releasing_leaves_no_mount(tmp_path):
+    import subprocess
+    import sys
+
+    root = make_tree(tmp_path / "candidate")
+    script = (
+        "import sys; from pathlib import Path; from harness.sandbox.quota import CappedRoot, EXT4\n"
+        "root = Path(sys.argv[1]); assert CappedRoot.mount(root, 16, EXT4) is not None\n"
+        "(root / 'late.txt').write_text('late')\n"
+        "raise SystemExit('an uncaught error, nothing closed')\n"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script, str(root)], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 1 and "nothing closed" in done.stderr
+    assert not os.path.ismount(root)
+    assert (root / "late.txt").read_text() == "late"
+    assert_same_tree(root)
