@@ -16,6 +16,7 @@ from rich.text import Text
 from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console, styled
 from harness.sandbox.presentation import recover_presented
 
 app = typer.Typer(
@@ -58,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
         app(args=argv, standalone_mode=False)
     except TwinError as exc:
-        line = Text("error:", style="bold red") + Text(f" {exc}")  # the message is never markup
-        Console(stderr=True).print(line, highlight=False, soft_wrap=True)
+        line = Text("error:", style="bold red") + styled(f" {exc}")  # the message is never markup
+        agent_console(stderr=True).print(line, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

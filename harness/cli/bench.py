@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from evidence_store import numbers
 from harness.bench.directory import BenchDir
@@ -13,6 +12,7 @@ from harness.bench.report import write_report
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console
 from harness.models.ledger import LedgerLimits
 from harness.scaffolds.registry import SCAFFOLDS
 
@@ -65,7 +65,7 @@ def bench_command(
 
     for task in config.tasks:  # under docker each task's image built once; its notes on stderr
         load_task_for_sandbox(task, sandbox)
-    console = Console()
+    console = agent_console()
 
     def show(result) -> None:
         reward = "-" if result.reward is None else numbers.reward(result.reward)
@@ -85,4 +85,4 @@ def report_command(
 ) -> None:
     """Write a markdown report with plots for a bench."""
     path = write_report(BenchDir.open(bench, benches_dir), band=band)
-    Console().print(f"report: {path}")
+    agent_console().print(f"report: {path}")

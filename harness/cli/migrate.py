@@ -14,6 +14,7 @@ from harness.cli import options
 from harness.ground.errors import InfraFailure, Interrupted, TwinError
 from harness.ground.model import ModelInfraError, ModelStopped
 from harness.ground.sandbox import SandboxError
+from harness.ground.terminal import agent_console, styled
 from harness.models.factory import NOT_LIVE, check_model, model_kind
 from harness.models.replay import resume_position
 from harness.run.directory import RunConfig, RunDir, Scaffold
@@ -59,7 +60,7 @@ def migrate_command(
     from benchmark_adapter.task_environment import load_task_for_sandbox
     from harness.run.session import RunInputs
 
-    console = Console()
+    console = agent_console()
     if resume:
         inputs = _read_resumed(RunDir.open(resume, runs_dir))
         if rounds is not None and inputs.state.status == "finished":
@@ -127,7 +128,7 @@ def _read_resumed(run: RunDir) -> RunInputs:
 def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Console | None = None) -> str:
     """Run (or resume) the migration of `inputs`, grade it, write the summary; return a one-line outcome."""
 
-    console = console or Console()
+    console = console or agent_console()
     run, config, state = inputs.run, inputs.config, inputs.state
     kind = model_kind(config.model)
     replay_from = None
@@ -136,7 +137,7 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(inputs, api_key=api_key, replay_from=replay_from)
     if kind in NOT_LIVE:
-        console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False, soft_wrap=True)
+        console.print(styled(f"model: {session.model_label} — not a live model", "yellow"), soft_wrap=True)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
         # A person types at the terminal: a live panel redrawing over the prompt would hide it.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from benchmark_adapter.authoring import new_task
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console, styled
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories.")
 
@@ -37,7 +37,7 @@ def new_command(
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
     if refresh and any(v for v in (source, probe, assets, instruction, interface, oracle, name)):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
-    console = Console()
+    console = agent_console()
     names = [n.strip() for n in interface or [] if n.strip()]
     with console.status("recording references from the original" + (" and grading the oracle" if oracle else "")):
         report = new_task(
@@ -55,7 +55,7 @@ def new_command(
             timeout_s=timeout_s,
         )
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/]", highlight=False)
+        console.print(styled(f"note: {note}", "dim"))
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
