@@ -7,7 +7,7 @@ puts it elsewhere (a published task's `/app/jax_repo`).
 
 Whether a variable's text is fenced is decided here, not in the templates: every
 variable is agent text unless its name is in `HARNESS_VARIABLES`, or its value is a
-number or already `HarnessText`/`FencedText` (`roles.fence`). Agent text is fenced
+number or already `HarnessText` (`roles.fence`; `FencedText` is one). Agent text is fenced
 whole by `fence_agent_text`: a string as it is, a list one item per line (a tuple's
 parts joined by " — "). So a new template variable, or a new value passed to an old
 one, is fenced unless someone declared it the harness's.
@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 
 import prompts
-from roles.fence import FencedText, HarnessText, fence_agent_text
+from roles.fence import HarnessText, fence_agent_text
 
 PROMPTS_DIR = Path(prompts.__file__).parent
 CANDIDATE_DIR = "/app"
