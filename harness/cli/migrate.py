@@ -12,13 +12,14 @@ from rich.console import Console
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import InfraFailure, Interrupted, TwinError
-from harness.ground.model import ModelInfraError, ModelStopped
+from harness.ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
 from harness.ground.sandbox import SandboxError
 from harness.ground.terminal import agent_console, styled
 from harness.models.factory import NOT_LIVE, check_model, model_kind
 from harness.models.replay import resume_position
+from harness.models.scripted import ScriptExhausted
 from harness.run.directory import RunConfig, RunDir, Scaffold
-from harness.run.finish import RunGrades, closing_lines, export_final, grade_rounds, write_summary
+from harness.run.finish import RunGrades, closing_lines, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import open_session
 from harness.run.trajectory import Trajectory
@@ -26,6 +27,11 @@ from harness.scaffolds.registry import check_scaffold, make_scaffold
 
 if TYPE_CHECKING:
     from harness.run.session import RunInputs
+
+
+USER_STOPS = (ReplayDivergence, ScriptExhausted, ModelRequestError, Interrupted)
+"""Stops the user must act on (the model, replay or script they gave): the run is saved as it is and the error
+shown. Every other failure during the run, on agent input or not, is recorded (`finish.record_crash`)."""
 
 
 def migrate_command(
@@ -160,18 +166,21 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
                     raise InfraFailure(
                         f"{exc} (infrastructure; resume with: twin migrate --resume {run.root})"
                     ) from None
-                except TwinError:
+                except USER_STOPS:
                     session.save()  # a user-facing stop (replay diverged, script exhausted): as before
                     raise
-                except Exception as exc:  # a bug of twin's on agent input: keep the run resumable and scored
-                    _record_crash(run, session, exc)
+                except Exception as exc:  # any other failure (committing, exporting, a bug): recorded, scored
+                    record_crash(session, exc)
                     progress.message(f"the run stopped on an internal error ({session.state.stop_reason}); "
                                      f"grading what was committed; resume with: twin migrate --resume {run.root}")
             grades = None
             if config.grade:
                 grades = grade_rounds(session, progress) if not run.grades.exists() else _load_grades(run)
             write_summary(session, grades)
-            export_final(session)
+            try:
+                export_final(session)
+            except Exception as exc:  # the grades and summary stand; the crash is recorded
+                record_crash(session, exc)
     except KeyboardInterrupt:
         session.save()
         raise Interrupted(f"interrupted; continue with: twin migrate --resume {run.root}") from None
@@ -189,17 +198,6 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "
         f"{session.state.final_round}, {reward} — {run.summary}"
     )
-
-
-def _record_crash(run: RunDir, session, exc: Exception) -> None:
-    """Keep the state resumable and the traceback in `crash.txt`; the rounds committed so far get graded."""
-    import traceback
-
-    session.state.status = "failed"
-    session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-    session.state.final_round = session.state.choice_with_rounds(session.config.rounds)
-    session.save()
-    (run.root / "crash.txt").write_text("".join(traceback.format_exception(exc)))
 
 
 def _finished_line(inputs: RunInputs, rounds: int) -> str:

@@ -25,7 +25,7 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,6 +171,7 @@ def copy_tree(
     dst: Path,
     *,
     exclude_names: Iterable[str] = (),
+    refuse_name: Callable[[str], str | None] | None = None,
     max_depth: int = MAX_DEPTH,
     max_files: int = MAX_ENTRIES,
     max_bytes: int = MAX_TOTAL_BYTES,
@@ -178,7 +179,8 @@ def copy_tree(
 ) -> CopyReport:
     """Copy an agent-controlled tree into a new directory `dst`, within caps; see the module docstring.
 
-    Symlinks are copied as symlinks when `link_refusal` keeps them (nothing is
+    `refuse_name(name)` may give a reason to leave an entry (and, for a directory,
+    everything under it) out by its name. Symlinks are copied as symlinks when `link_refusal` keeps them (nothing is
     followed); others are refused. Modes keep their permission
     bits only (no setuid, setgid or sticky). Sizes count apparent bytes, so a sparse
     file cannot expand past `max_bytes`; a sparse file over 1 MiB is refused.
@@ -196,8 +198,10 @@ def copy_tree(
         rel, mode = entry.rel, entry.st.st_mode
         if any(rel == d or rel.startswith(d + "/") for d in dropped):
             continue
-        if posixpath.basename(rel) in excluded:
-            report.refused[rel] = "excluded name"
+        name = posixpath.basename(rel)
+        why_name = "excluded name" if name in excluded else refuse_name(name) if refuse_name else None
+        if why_name:
+            report.refused[rel] = why_name
             dropped.append(rel)
             continue
         target = dst / rel
