@@ -186,6 +186,7 @@ def test_a_fifo_reply_never_blocks_twin_past_the_wait_time_and_the_request_expir
     driver.communicate(timeout=30)
     assert not out["hung"], "twin blocked on a FIFO reply"
     assert isinstance(out.get("error"), ModelStopped), out
+    assert out["elapsed"] < 2 * wait_s + 3  # each of the two attempts waits at most wait_s
     assert (inbox / "expired-1.json").is_file() and not (inbox / "request-1.json").exists()
     assert json.loads((inbox / "error-1.json").read_text())["retry"] is False
     assert_nothing_written_through(inbox, victim)
