@@ -16,7 +16,7 @@ import pytest
 
 from harness.cli.migrate import run_migration
 from harness.run import candidate_repo, finish
-from harness.run.candidate_repo import CandidateRepo, CandidateRepoError
+from harness.run.candidate_repo import CandidateRepo, CandidateRepoError, git_refused
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs
 from tests.conftest import requires_bwrap
@@ -40,15 +40,18 @@ def committed_names(repo: CandidateRepo, tmp_path, round: int = 1) -> list[str]:
     return sorted(str(p.relative_to(out)) for p in out.rglob("*"))
 
 
-@pytest.mark.parametrize("name", REFUSED)
 @pytest.mark.parametrize("shape", ["directory", "file", "nested"])
-def test_a_name_git_refuses_is_skipped_and_audited_never_fatal(tmp_path, name, shape):
-    rel = {"directory": f"{name}/x", "file": name, "nested": f"pkg/{name}/config"}[shape]
-    repo = repo_with(tmp_path, {rel: "[core]\n", "pkg/__init__.py": ""})
+def test_names_git_refuses_are_skipped_and_audited_never_fatal(tmp_path, shape):
+    rels = [{"directory": f"{name}/x", "file": name, "nested": f"pkg/{name}/config"}[shape] for name in REFUSED]
+    repo = repo_with(tmp_path, {**dict.fromkeys(rels, "[core]\n"), "pkg/__init__.py": ""})
     repo.commit_round(1, "migrator")
     assert committed_names(repo, tmp_path) == ["ok.py", "pkg", "pkg/__init__.py"]
     audit = (tmp_path / "audit.log").read_text()
-    assert "not committed" in audit and "a name git refuses" in audit
+    assert f"{len(REFUSED)} entries not committed" in audit and "a name git refuses" in audit
+    for name in REFUSED:
+        assert git_refused(name), name
+    for fine in (".gitignore", ".github", "git", ".gitx", "git~2"):
+        assert git_refused(fine) is None, fine
 
 
 def test_git_s_own_refusal_is_the_backstop_for_a_form_twin_does_not_know(tmp_path, monkeypatch):
