@@ -172,22 +172,41 @@ def _copy(instruction, value, args, layout, context: Path, where: str) -> list[L
         if not matches:
             raise DockerfileError(f"{where}: {instruction} source {source} not found in the build context")
         for match in matches:
-            host = Path(match).resolve()
-            if not (host == context or context in host.parents):
-                raise DockerfileError(f"{where}: {instruction} source {source} lies outside the build context")
+            named = f"{source} ({Path(match).name})" if glob.has_magic(source) else source
+            host = _contained(Path(match), context, f"{where}: {instruction} source {named}")
             if not host.exists():
                 raise DockerfileError(f"{where}: {instruction} source {source} not found in the build context")
             if host == context:
                 # the whole context: each entry at the target, except the Dockerfile's own files
                 skip = {"Dockerfile", ".dockerignore"}
-                out += [LaidOut(host=c, inside=f"{target}/{c.name}")
-                        for c in sorted(context.iterdir()) if c.name not in skip]  # fmt: skip
+                out += [
+                    LaidOut(host=_contained(c, context, f"{where}: {instruction} {source}: {c.name}"),
+                            inside=f"{target}/{c.name}")
+                    for c in sorted(context.iterdir()) if c.name not in skip
+                ]  # fmt: skip
             elif host.is_dir():
                 out.append(LaidOut(host=host, inside=target))
             else:
                 inside = f"{target}/{host.name}" if into_dir or glob.has_magic(source) else target
                 out.append(LaidOut(host=host, inside=os.path.normpath(inside)))
     return out
+
+
+def _contained(path: Path, context: Path, what: str) -> Path:
+    """`path` resolved (every link followed), refused unless it stays inside the build context.
+
+    Every laid-out host path goes through here, the entries of a whole-context copy
+    (`COPY . /app/`) included: a link in the context to a host directory or to another
+    task's tests would otherwise be mounted where it points.
+
+    Raises:
+        DockerfileError: one line saying what leads where.
+    """
+    host = path.resolve()
+    if host == context or context in host.parents:
+        return host
+    shown = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
+    raise DockerfileError(f"{what}{shown} lies outside the build context")
 
 
 def _run(

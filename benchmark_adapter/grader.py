@@ -27,9 +27,10 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.layout import command_workdir, grader_boundary
 from benchmark_adapter.solve import solve_into, solve_script
 from benchmark_adapter.task import Task
-from harness.ground.agent_tree import AgentFileError, copy_tree, read_regular_text, remove_tree
+from harness.ground.agent_tree import copy_tree, remove_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import scratch_dir
+from harness.ground.untrusted_io import AgentFileError, read_regular_text
 from harness.sandbox.presentation import refused_over_caps
 from harness.sandbox.registry import make_sandbox
 

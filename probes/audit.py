@@ -32,7 +32,8 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.ground.agent_tree import AgentFileError, Walk, read_regular_text, walk
+from harness.ground.agent_tree import Walk, walk
+from harness.ground.untrusted_io import AgentFileError, read_regular_text
 
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 TEXT_SUFFIXES = {

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from harness.ground.agent_tree import remove_tree
+from harness.ground.untrusted_io import AgentFileError, read_regular, write_atomic
 from harness.sandbox.presentation import refused_over_caps
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
@@ -204,21 +205,14 @@ def _take_back(src: Path, dst: Path, names: tuple[str, ...]) -> None:
         raise HostileOutput(f"output directory {src.name} is not a directory")
     dst.mkdir(parents=True, exist_ok=True)
     for name in names:
-        try:
-            fd = os.open(src / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
+        if not os.path.lexists(src / name):
             continue
-        except OSError as exc:
-            raise HostileOutput(f"output {name} cannot be opened safely: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            cap = ARRAYS_CAP if name.endswith(".npz") else JSON_CAP
-            if not stat.S_ISREG(st.st_mode):
-                raise HostileOutput(f"output {name} is not a regular file")
-            if st.st_size > cap:
-                raise HostileOutput(f"output {name} holds {st.st_size} bytes, over its cap of {cap}")
-            with open(dst / name, "wb") as out:
-                shutil.copyfileobj(fh, out)
+        cap = ARRAYS_CAP if name.endswith(".npz") else JSON_CAP
+        try:
+            data, _size = read_regular(src / name, cap, refuse_over=True)
+        except AgentFileError as exc:
+            raise HostileOutput(f"output {name} cannot be read safely: {str(exc).split(': ', 1)[-1]}") from None
+        write_atomic(dst, name, data)
 
 
 def _hostile(side: Side, why: str, log: str) -> dict[str, Any]:

@@ -4,6 +4,13 @@ Templates are Jinja2 files (`<name>.md.j2`), rendered with `StrictUndefined` so 
 missing variable is an error, not an empty string. The one variable with a default is
 `candidate_dir`, where the candidate lies inside the sandboxes: `/app` unless the task
 puts it elsewhere (a published task's `/app/jax_repo`).
+
+Whether a variable's text is fenced is decided here, not in the templates: every
+variable is agent text unless its name is in `HARNESS_VARIABLES`, or its value is a
+number or already `HarnessText` (`roles.fence`; `FencedText` is one). Agent text is fenced
+whole by `fence_agent_text`: a string as it is, a list one item per line (a tuple's
+parts joined by " — "). So a new template variable, or a new value passed to an old
+one, is fenced unless someone declared it the harness's.
 """
 
 from __future__ import annotations
@@ -15,9 +22,18 @@ from typing import Any
 import jinja2
 
 import prompts
+from roles.fence import HarnessText, fence_agent_text
 
 PROMPTS_DIR = Path(prompts.__file__).parent
 CANDIDATE_DIR = "/app"
+HARNESS_VARIABLES = frozenset({"round", "instruction", "candidate_dir", "probe_format"})
+"""Variables whose text twin or the task's author wrote: the round number, the task's
+instruction, the candidate's mount point and the probe file format."""
+AGENT_LABELS = {
+    "changed_files": "files changed since the previous round (names chosen by the Migrator)",
+    "objectives": "objectives of the previous diagnosis, each done or open",
+    "unchecked": "what the previous Verifier reported it could not examine",
+}
 
 
 @cache
@@ -33,8 +49,22 @@ def _environment() -> jinja2.Environment:
 
 
 def render(name: str, **variables: Any) -> str:
-    """Render `prompts/<name>.md.j2`."""
-    return _environment().get_template(f"{name}.md.j2").render(**variables).strip()
+    """Render `prompts/<name>.md.j2`, every agent-text variable fenced (see the module docstring)."""
+    values = {key: as_prompt_value(key, value) for key, value in variables.items()}
+    return _environment().get_template(f"{name}.md.j2").render(**values).strip()
+
+
+def as_prompt_value(name: str, value: Any) -> Any:
+    """What the template gets for variable `name`: harness values as they are, agent text fenced."""
+    if isinstance(value, (HarnessText, bool, int, float)) or value is None:
+        return value
+    if name in HARNESS_VARIABLES:
+        return HarnessText(value)
+    label = AGENT_LABELS.get(name, name.replace("_", " "))
+    if isinstance(value, (list, tuple)):
+        lines = [" — ".join(map(str, item)) if isinstance(item, (list, tuple)) else str(item) for item in value]
+        return fence_agent_text(label, "\n".join(f"- {line}" for line in lines))
+    return fence_agent_text(label, str(value))
 
 
 def template_names() -> list[str]:

@@ -9,7 +9,6 @@ task's tests or solution. File tools check every path with the `Boundary` first
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from collections.abc import Callable
@@ -19,9 +18,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from harness.ground.agent_tree import AgentFileError, read_regular
 from harness.ground.boundary import Boundary
 from harness.ground.sandbox import ExecResult, Sandbox
+from harness.ground.untrusted_io import AgentFileError, overwrite_regular, read_regular
 
 MAX_READ_CHARS = 40_000
 MAX_READ_BYTES = 4 * MAX_READ_CHARS
@@ -193,7 +192,7 @@ def write_tools(boundary: Boundary) -> list[Tool]:
         data = check_text_argument("content", content).encode("utf-8")
         try:
             host.parent.mkdir(parents=True, exist_ok=True)
-            _write_file(host, data)
+            overwrite_regular(host, data)
         except OSError as exc:
             raise ToolError(f"cannot write {path}: {exc.strerror or exc}") from None
         return ToolResult(text=f"wrote {len(content)} characters to {path}")
@@ -215,7 +214,7 @@ def write_tools(boundary: Boundary) -> list[Tool]:
         if count != 1:
             raise ToolError(f"`old` occurs {count} times in {path}; it must occur exactly once")
         try:
-            _write_file(host, text.replace(old, new).encode("utf-8"))
+            overwrite_regular(host, text.replace(old, new).encode("utf-8"))
         except OSError as exc:
             raise ToolError(f"cannot write {path}: {exc.strerror or exc}") from None
         return ToolResult(text=f"edited {path}")
@@ -234,21 +233,6 @@ def write_tools(boundary: Boundary) -> list[Tool]:
             edit,
         ),
     ]
-
-
-def _write_file(host: Path, data: bytes) -> None:
-    """Write without following a final symlink and without blocking on a FIFO."""
-    fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        os.set_blocking(fd, True)
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
 
 
 class RoundHistory(Protocol):

@@ -16,6 +16,7 @@ from rich.text import Text
 from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console, styled
 from harness.sandbox.presentation import recover_presented
 from harness.sandbox.quota import recover_capped
 
@@ -60,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         recover_capped()  # and candidates a killed twin left on a capped filesystem are copied back out
         app(args=argv, standalone_mode=False)
     except TwinError as exc:
-        line = Text("error:", style="bold red") + Text(f" {exc}")  # the message is never markup
-        Console(stderr=True).print(line, highlight=False, soft_wrap=True)
+        line = Text("error:", style="bold red") + styled(f" {exc}")  # the message is never markup
+        agent_console(stderr=True).print(line, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from evidence_store import numbers
 from harness.bench.directory import BenchDir
@@ -14,6 +13,7 @@ from harness.bench.report import write_report
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console
 from harness.models.ledger import LedgerLimits
 from harness.scaffolds.registry import SCAFFOLDS
 
@@ -72,7 +72,7 @@ def bench_command(
         check_before_run(load_task_for_sandbox(task, sandbox), sandbox, skip=skip_task_check)
     if skip_task_check:
         os.environ[SKIP_CHECK_ENV] = "1"  # the trials' own `twin migrate` skip it too
-    console = Console()
+    console = agent_console()
 
     def show(result) -> None:
         reward = "-" if result.reward is None else numbers.reward(result.reward)
@@ -92,4 +92,4 @@ def report_command(
 ) -> None:
     """Write a markdown report with plots for a bench."""
     path = write_report(BenchDir.open(bench, benches_dir), band=band)
-    Console().print(f"report: {path}")
+    agent_console().print(f"report: {path}")

@@ -15,12 +15,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
 from evidence_store.views import CATEGORY_ORDER, NON_CANDIDATE_KINDS, candidate_latest, tally, tally_text
+from harness.ground.terminal import agent_console, styled
 from harness.run.directory import RunDir
 from probes.rerun import rerun_record
 from probes.round_localization import render_localization
@@ -45,18 +47,18 @@ def _check_round(store: EvidenceStore, round: int) -> None:
         raise EvidenceStoreError(f"{store.path} has no round {round} (rounds: {listed})")
 
 
-def _outcome(record: EvidenceRecord | None, *, plain: bool = False) -> str:
+def _outcome(record: EvidenceRecord | None, *, plain: bool = False) -> str | Text:
     if record is None:
-        return "-" if plain else "[dim]-[/]"
+        return "-" if plain else styled("-", "dim")
     outcome = Outcome(record.outcome)
-    return outcome.value if plain else f"[{_STYLE[outcome]}]{outcome.value}[/]"
+    return outcome.value if plain else styled(outcome.value, _STYLE[outcome])
 
 
 def _score(record: EvidenceRecord | None) -> str:
     return "" if record is None or record.score is None else numbers.score(record.score)
 
 
-def _state(record: EvidenceRecord | None, *, plain: bool = False) -> str:
+def _state(record: EvidenceRecord | None, *, plain: bool = False) -> str | Text:
     score = _score(record)
     return _outcome(record, plain=plain) + (f" {score}" if score else "")
 
@@ -131,7 +133,7 @@ def show_command(
     every: bool = typer.Option(False, "--records", help="Every record, not the latest state."),
 ) -> None:
     """Show the latest outcome of every property (or every record), with counts."""
-    console = Console()
+    console = agent_console()
     with _open(run) as store:
         if round is not None:
             _check_round(store, round)
@@ -199,7 +201,7 @@ def diff_command(
     every: bool = typer.Option(False, "--all", help="Also list properties established in both."),
 ) -> None:
     """Compare the state after round A with the state after round B: regressions first."""
-    console = Console()
+    console = agent_console()
     with _open(run) as store:
         _check_round(store, a)
         _check_round(store, b)
@@ -251,7 +253,7 @@ def export_command(
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    Console(stderr=True).print(f"wrote {written} records to {output}")
+    agent_console(stderr=True).print(f"wrote {written} records to {output}")
 
 
 @app.command("import")
@@ -265,7 +267,7 @@ def import_command(
         raise EvidenceStoreError(f"no such file: {source}")
     with EvidenceStore.open_run(run, create=True) as store, source.open() as src:
         added = store.import_jsonl(src)
-    Console().print(f"imported {added} records into {store.path}")
+    agent_console().print(f"imported {added} records into {store.path}")
 
 
 @app.command("rerun")
@@ -295,7 +297,7 @@ def rerun_command(
             task=task or (None if named.get("task") else run_task),
             candidate=candidate or (None if named.get("candidate") else run_candidate),
         )
-    Console().print(_records_table(f"record {record} re-run", [original, new]))
+    agent_console().print(_records_table(f"record {record} re-run", [original, new]))
 
 
 def _run_defaults(run_dir: Path) -> tuple[str | None, str | None]:

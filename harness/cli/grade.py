@@ -7,11 +7,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from benchmark_adapter.grader import oracle_copy, run_grader
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console, styled
+from harness.run.directory import write_text_atomic
 
 
 def grade_command(
@@ -37,7 +40,7 @@ def grade_command(
     loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     if out is not None and out.is_dir():
         raise TwinError(f"--out must be a file path, {out} is a directory")
-    console = Console()
+    console = agent_console()
     if oracle:
         with oracle_copy(loaded) as target, console.status(f"grading {loaded.name} (oracle)"):
             grade = run_grader(
@@ -50,14 +53,12 @@ def grade_command(
             grade = run_grader(
                 loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
             )
+    if out is not None:  # the file first: nothing printed can cost the user the grade
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, grade.model_dump_json(indent=2))
     _print_grade(console, grade)
     if grade.reward == 0.0 or grade.error is not None:
         explain_zero(console, grade, loaded, None if oracle else candidate)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(grade.model_dump_json(indent=2))
-        tmp.replace(out)
     if grade.error is not None:
         raise TwinError(f"grader of {loaded.name} gave no reward: {grade.error}")
 
@@ -68,15 +69,18 @@ def _print_grade(console: Console, grade) -> None:
     table.add_column("score", justify="right")
     table.add_column("detail", overflow="fold")
     for name, value in grade.components.items():
-        table.add_row(f"[bold]{name}[/]", _fmt(value), "")
+        table.add_row(styled(name, "bold"), _fmt(value), "")
     for name, check in sorted(grade.checks.items()):
         if isinstance(check, dict):
             table.add_row(name, _fmt(check.get("score")), str(check.get("detail", ""))[:120])
     console.print(table)
     console.print(
-        f"reward [bold]{numbers.reward(grade.reward)}[/] (from {grade.reward_file or 'nothing'}; "
-        f"grader exit {grade.returncode}, {grade.duration_s:.1f}s, sandbox {grade.sandbox})",
-        highlight=False,
+        Text.assemble(
+            "reward ",
+            styled(numbers.reward(grade.reward), "bold"),
+            f" (from {grade.reward_file or 'nothing'}; grader exit {grade.returncode}, "
+            f"{grade.duration_s:.1f}s, sandbox {grade.sandbox})",
+        )
     )
 
 

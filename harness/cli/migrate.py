@@ -12,12 +12,14 @@ from rich.console import Console
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import InfraFailure, Interrupted, TwinError
-from harness.ground.model import ModelInfraError, ModelStopped
+from harness.ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
 from harness.ground.sandbox import SandboxError
+from harness.ground.terminal import agent_console, styled
 from harness.models.factory import NOT_LIVE, check_model, model_kind
 from harness.models.replay import resume_position
+from harness.models.scripted import ScriptExhausted
 from harness.run.directory import RunConfig, RunDir, Scaffold
-from harness.run.finish import RunGrades, closing_lines, export_final, grade_rounds, write_summary
+from harness.run.finish import RunGrades, closing_lines, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import open_session
 from harness.run.trajectory import Trajectory
@@ -25,6 +27,11 @@ from harness.scaffolds.registry import check_scaffold, make_scaffold
 
 if TYPE_CHECKING:
     from harness.run.session import RunInputs
+
+
+USER_STOPS = (ReplayDivergence, ScriptExhausted, ModelRequestError, Interrupted)
+"""Stops the user must act on (the model, replay or script they gave): the run is saved as it is and the error
+shown. Every other failure during the run, on agent input or not, is recorded (`finish.record_crash`)."""
 
 
 def migrate_command(
@@ -62,7 +69,7 @@ def migrate_command(
     from benchmark_adapter.task_environment import load_task_for_sandbox
     from harness.run.session import RunInputs
 
-    console = Console()
+    console = agent_console()
     if resume:
         inputs = _read_resumed(RunDir.open(resume, runs_dir))
         if rounds is not None and inputs.state.status == "finished":
@@ -133,7 +140,7 @@ def _read_resumed(run: RunDir) -> RunInputs:
 def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Console | None = None) -> str:
     """Run (or resume) the migration of `inputs`, grade it, write the summary; return a one-line outcome."""
 
-    console = console or Console()
+    console = console or agent_console()
     run, config, state = inputs.run, inputs.config, inputs.state
     kind = model_kind(config.model)
     replay_from = None
@@ -142,7 +149,7 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(inputs, api_key=api_key, replay_from=replay_from)
     if kind in NOT_LIVE:
-        console.print(f"[yellow]model: {session.model_label} — not a live model[/]", highlight=False, soft_wrap=True)
+        console.print(styled(f"model: {session.model_label} — not a live model", "yellow"), soft_wrap=True)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
         # A person types at the terminal: a live panel redrawing over the prompt would hide it.
@@ -165,18 +172,21 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
                     raise InfraFailure(
                         f"{exc} (infrastructure; resume with: twin migrate --resume {run.root})"
                     ) from None
-                except TwinError:
+                except USER_STOPS:
                     session.save()  # a user-facing stop (replay diverged, script exhausted): as before
                     raise
-                except Exception as exc:  # a bug of twin's on agent input: keep the run resumable and scored
-                    _record_crash(run, session, exc)
+                except Exception as exc:  # any other failure (committing, exporting, a bug): recorded, scored
+                    record_crash(session, exc)
                     progress.message(f"the run stopped on an internal error ({session.state.stop_reason}); "
                                      f"grading what was committed; resume with: twin migrate --resume {run.root}")
             grades = None
             if config.grade:
                 grades = grade_rounds(session, progress) if not run.grades.exists() else _load_grades(run)
             write_summary(session, grades)
-            export_final(session)
+            try:
+                export_final(session)
+            except Exception as exc:  # the grades and summary stand; the crash is recorded
+                record_crash(session, exc)
     except KeyboardInterrupt:
         session.save()
         raise Interrupted(f"interrupted; continue with: twin migrate --resume {run.root}") from None
@@ -194,17 +204,6 @@ def run_migration(inputs: RunInputs, *, api_key: str | None = None, console: Con
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "
         f"{session.state.final_round}, {reward} — {run.summary}"
     )
-
-
-def _record_crash(run: RunDir, session, exc: Exception) -> None:
-    """Keep the state resumable and the traceback in `crash.txt`; the rounds committed so far get graded."""
-    import traceback
-
-    session.state.status = "failed"
-    session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-    session.state.final_round = session.state.choice_with_rounds(session.config.rounds)
-    session.save()
-    (run.root / "crash.txt").write_text("".join(traceback.format_exception(exc)))
 
 
 def _finished_line(inputs: RunInputs, rounds: int) -> str:

@@ -6,9 +6,9 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from harness.ground.terminal import agent_console
 from harness.models.factory import API_BASE_ENV, API_KEY_ENV, MODEL_ENV, model_kind
 
 PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
@@ -89,7 +89,7 @@ def models_command(
         base = os.environ[PROVIDER_BASES[provider]]
         base_source = PROVIDER_BASES[provider]
 
-    console = Console()
+    console = agent_console()
     config = Table(title="Model", show_header=False)
     config.add_column("setting", style="bold")
     config.add_column("value")

@@ -13,6 +13,7 @@ from rich.table import Table
 from evidence_store import reading
 from harness.cli import options
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console, styled
 from probes.localize import localize_divergence
 from probes.services.families import probe_families
 from probes.services.probe_file import SearchBudget
@@ -82,7 +83,7 @@ def probe_command(
             raise TwinError(str(exc)) from None
     if not probes:
         raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {loaded.name}")
-    console = Console(stderr=as_json)
+    console = agent_console(stderr=as_json)
     context_options = {
         "sandbox_kind": sandbox,
         "device": device,
@@ -96,7 +97,7 @@ def probe_command(
         with console.status(f"probing {shown} ({len(probes)} probes)") as status:
 
             def progress(done: int, total: int, _results) -> None:
-                status.update(f"probing {shown}: {done}/{total}")
+                status.update(styled(f"probing {shown}: {done}/{total}"))
 
             suite = stack.enter_context(
                 run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
@@ -187,7 +188,7 @@ def _print_table(console: Console, ctx, results) -> None:
     table.add_column("outcome", no_wrap=True)
     table.add_column("what decided it", overflow="fold")
     for r in results:
-        outcome = f"[{_STYLE[r.outcome.value]}]{r.outcome.value}[/]"
+        outcome = styled(r.outcome.value, _STYLE[r.outcome.value])
         table.add_row(r.property.id, str(r.property.level), outcome, _deciding(r))
     console.print(table)
     if ctx.keep:

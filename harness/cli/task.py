@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from benchmark_adapter.authoring import new_task
@@ -13,6 +12,7 @@ from benchmark_adapter.check import TaskCheck, TaskCheckFailed, check_task, defa
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
+from harness.ground.terminal import agent_console, styled
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories, and check them.")
 SKIP_CHECK_ENV = "TWIN_SKIP_TASK_CHECK"
@@ -42,7 +42,7 @@ def new_command(
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
     if refresh and any(v for v in (source, probe, assets, instruction, interface, oracle, name)):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
-    console = Console()
+    console = agent_console()
     names = [n.strip() for n in interface or [] if n.strip()]
     with console.status("recording references from the original" + (" and grading the oracle" if oracle else "")):
         report = new_task(
@@ -60,7 +60,7 @@ def new_command(
             timeout_s=timeout_s,
         )
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/]", highlight=False)
+        console.print(styled(f"note: {note}", "dim"))
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
@@ -85,7 +85,7 @@ def check_command(
     loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     path = None if no_defects else defects or default_defects(loaded)
     seeded = load_defects(path) if path is not None else []
-    console = Console()
+    console = agent_console()
     with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects"):
         check = check_task(loaded, sandbox=sandbox, defects=seeded)
     print_check(console, check)
@@ -93,7 +93,7 @@ def check_command(
         raise TaskCheckFailed(check.failure_line())
 
 
-def print_check(console: Console, check: TaskCheck) -> None:
+def print_check(console, check: TaskCheck) -> None:
     """The check's table; under it, each failed row's error and the grader's last output lines."""
     table = Table(title=f"task check: {check.task} (sandbox {check.sandbox})")
     for column in ("candidate", "expected", "reward", "result"):
@@ -118,7 +118,7 @@ def check_before_run(task, sandbox: str, *, skip: bool) -> None:
     Raises:
         TaskCheckFailed: one line naming what failed.
     """
-    err = Console(stderr=True)
+    err = agent_console(stderr=True)
     if skip:
         err.print(
             f"warning: the task check of {task.name} is skipped: a grader that cannot score its own "

@@ -2,8 +2,9 @@
 
 `errors` (the exception family), `model` (the Model protocol and message types),
 `sandbox` (the Sandbox protocol, `ExecResult`, `SandboxError`), `boundary` (what a
-command may see or do), `isolation` (the policy that builds every sandbox's boundary)
-and `agent_tree` (how agent-written trees are read, copied and removed without
-trusting them). Modules here import only each other; `tests/test_layers.py` holds
-every package to its floor.
+command may see or do), `isolation` (the policy that builds every sandbox's boundary),
+`agent_tree` (how agent-written trees are read, copied and removed without trusting
+them), `untrusted_io` (single files read and written in directories another uid can
+write) and `terminal` (the console on which agent text is never markup). Modules here
+import only each other; `tests/test_layers.py` holds every package to its floor.
 """

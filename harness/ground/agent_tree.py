@@ -4,9 +4,10 @@ The candidate, probe work directories and grader scratch are written by code the
 harness does not trust. Whatever twin itself reads, walks, copies or removes there
 goes through this module:
 
-- `read_regular` opens a regular file only (`O_NOFOLLOW`, non-blocking, so a FIFO
-  cannot hang it) and reads at most a fixed number of bytes, so a sparse or endless
-  file costs no more memory than the cap;
+- `read_regular` (from `harness.ground.untrusted_io`, the single-file layer) opens a
+  regular file only (`O_NOFOLLOW`, non-blocking, so a FIFO cannot hang it) and reads
+  at most a fixed number of bytes, so a sparse or endless file costs no more memory
+  than the cap;
 - `walk` is iterative, does not follow symlinks and stops at caps on depth and
   entries, saying so (`Walk.capped`): a caller checking a property must treat a
   capped walk as a violation (code hidden from a check has not passed it);
@@ -24,11 +25,11 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.ground.errors import TwinError
+from harness.ground.untrusted_io import AgentFileError, kind_of
 
 MAX_DEPTH = 64
 MAX_ENTRIES = 50_000
@@ -36,67 +37,6 @@ MAX_TOTAL_BYTES = 1 << 30
 MAX_FILE_BYTES = 256 << 20
 _SPARSE_MIN_BYTES = 1 << 20
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-
-
-class AgentFileError(TwinError):
-    """A file in an agent-controlled tree that twin refuses to open (not regular, a link, too big)."""
-
-
-def kind_of(mode: int) -> str:
-    """A word for what a file is, for refusal messages."""
-    for test, word in (
-        (stat.S_ISLNK, "symbolic link"),
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ):
-        if test(mode):
-            return word
-    return "regular file" if stat.S_ISREG(mode) else "special file"
-
-
-def read_regular(path: Path | str, limit: int, *, dir_fd: int | None = None) -> tuple[bytes, int]:
-    """Read at most `limit` bytes of a regular file without following a final symlink.
-
-    Returns:
-        (the bytes read, the file's size): a caller compares them to see a cut.
-
-    Raises:
-        AgentFileError: the path is a symlink, a directory or a special file, or cannot be opened.
-    """
-    try:
-        fd = os.open(path, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise AgentFileError(f"{path}: is a symbolic link (not followed)") from None
-        raise AgentFileError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise AgentFileError(f"{path}: is a {kind_of(st.st_mode)}, not a regular file")
-        os.set_blocking(fd, True)
-        chunks, left = [], min(limit, st.st_size)
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks), st.st_size
-    except OSError as exc:
-        raise AgentFileError(f"{path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
-def read_regular_text(path: Path | str, limit: int) -> str:
-    """`read_regular` decoded as UTF-8 (undecodable bytes replaced); refuses a file over `limit`."""
-    data, size = read_regular(path, limit)
-    if size > limit:
-        raise AgentFileError(f"{path}: {size} bytes, over the {limit}-byte cap")
-    return data.decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -231,6 +171,7 @@ def copy_tree(
     dst: Path,
     *,
     exclude_names: Iterable[str] = (),
+    refuse_name: Callable[[str], str | None] | None = None,
     max_depth: int = MAX_DEPTH,
     max_files: int = MAX_ENTRIES,
     max_bytes: int = MAX_TOTAL_BYTES,
@@ -238,7 +179,8 @@ def copy_tree(
 ) -> CopyReport:
     """Copy an agent-controlled tree into a new directory `dst`, within caps; see the module docstring.
 
-    Symlinks are copied as symlinks when `link_refusal` keeps them (nothing is
+    `refuse_name(name)` may give a reason to leave an entry (and, for a directory,
+    everything under it) out by its name. Symlinks are copied as symlinks when `link_refusal` keeps them (nothing is
     followed); others are refused. Modes keep their permission
     bits only (no setuid, setgid or sticky). Sizes count apparent bytes, so a sparse
     file cannot expand past `max_bytes`; a sparse file over 1 MiB is refused.
@@ -256,8 +198,10 @@ def copy_tree(
         rel, mode = entry.rel, entry.st.st_mode
         if any(rel == d or rel.startswith(d + "/") for d in dropped):
             continue
-        if posixpath.basename(rel) in excluded:
-            report.refused[rel] = "excluded name"
+        name = posixpath.basename(rel)
+        why_name = "excluded name" if name in excluded else refuse_name(name) if refuse_name else None
+        if why_name:
+            report.refused[rel] = why_name
             dropped.append(rel)
             continue
         target = dst / rel

@@ -28,6 +28,7 @@ from rich.text import Text as RichText
 from evidence_store.store import EvidenceStore
 from harness.ground.errors import TwinError
 from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
+from harness.ground.terminal import agent_console, styled
 from harness.models import human_syntax
 from harness.models.human_syntax import COMMANDS, AnswerError, Call, Command, Text, is_complete, parse_answer, usage
 from harness.run.trajectory import Trajectory
@@ -62,7 +63,7 @@ class HumanModel:
         self.label = "a person at the terminal"
         self.trajectory = trajectory
         self.evidence_path = evidence_path
-        self.console = console or Console()
+        self.console = console or agent_console()
         self._ask = ask
         self._seen_systems: set[str] = set()
         self._conversation: str | None = None
@@ -80,7 +81,7 @@ class HumanModel:
             try:
                 answer = parse_answer(text, tools)
             except AnswerError as exc:
-                self.console.print(f"[red]{exc}[/]", highlight=False)
+                self.console.print(styled(exc, "red"))
                 continue
             if isinstance(answer, Command):
                 self._command(answer.name, messages, tools)
@@ -96,7 +97,7 @@ class HumanModel:
     def _show_request(self, messages: list[Message], tools: list[ToolSchema], role: str) -> None:
         context = self.trajectory.context if self.trajectory is not None else None
         where = f"round {context.round} · step {context.step + 1}" if context else ""
-        self.console.print(Rule(f"[bold]{role}[/] · {where}", style="cyan"))
+        self.console.print(Rule(RichText.assemble(styled(role, "bold"), f" · {where}"), style="cyan"))
         conversation = _fingerprint(messages[:2])
         if conversation != self._conversation:
             self._conversation, self._shown = conversation, 0
@@ -104,8 +105,9 @@ class HumanModel:
             self._show_message(message)
         self._shown = len(messages)
         names = " · ".join(usage(t.get("function") or {}) for t in tools)
-        self.console.print(f"[dim]tools: {names}[/]", highlight=False)
-        self.console.print("[dim]answer: NAME: TEXT · NAME ARG... [<<EOF] · > text · :help :prompt :evidence :quit[/]")
+        self.console.print(styled(f"tools: {names}", "dim"))
+        answer = "answer: NAME: TEXT · NAME ARG... [<<EOF] · > text · :help :prompt :evidence :quit"
+        self.console.print(styled(answer, "dim"))
 
     def _show_message(self, message: Message, *, whole: bool = False) -> None:
         role = message.get("role")
@@ -113,7 +115,7 @@ class HumanModel:
         if role == "system":
             digest = hashlib.sha256(content.encode()).hexdigest()
             if digest in self._seen_systems and not whole:
-                self.console.print("[dim](the same system prompt as before; :prompt shows it)[/]")
+                self.console.print(styled("(the same system prompt as before; :prompt shows it)", "dim"))
                 return
             self._seen_systems.add(digest)
         if role == "assistant" and not whole:
@@ -123,7 +125,7 @@ class HumanModel:
             content = "\n".join([content, *calls]).strip()
         title = {"tool": f"result of {message.get('name', 'tool')}"}.get(role, role)
         shown = content if whole or len(content) <= SHOWN_CHARS else _cut(content)
-        self.console.print(Panel(RichText(shown), title=title, title_align="left", expand=True))
+        self.console.print(Panel(styled(shown), title=styled(title), title_align="left", expand=True))
 
     def _command(self, name: str, messages: list[Message], tools: list[ToolSchema]) -> None:
         if name == "quit":
@@ -134,9 +136,9 @@ class HumanModel:
             for message in messages:
                 self._show_message(message, whole=True)
         elif name == "tools":
-            self.console.print(RichText(json.dumps(tools, indent=1)))
+            self.console.print(styled(json.dumps(tools, indent=1)))
         elif name == "evidence":
-            self.console.print(Panel(RichText(self._evidence()), title="evidence", title_align="left"))
+            self.console.print(Panel(styled(self._evidence()), title="evidence", title_align="left"))
 
     def _evidence(self) -> str:
         if self.evidence_path is None or not self.evidence_path.exists():

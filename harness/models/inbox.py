@@ -7,6 +7,13 @@ waits for `DIR/reply-<n>.json`: an OpenAI-style assistant message,
 so neither ever reads half a file. `n` only grows, across resumes too, so a late
 reply can never answer a newer request.
 
+DIR belongs to the outside program, which may run as another uid: twin holds DIR open
+and does every read, write and rename in it through `harness.ground.untrusted_io.Folder`.
+A link planted at any name twin writes is replaced, never written through; a reply
+that is a link, a FIFO or any other non-regular file, or larger than
+`MAX_REPLY_BYTES`, is a malformed reply (refused unread), and reading it never holds
+twin past the wait time.
+
 A reply is checked against the request's tools (known name, arguments that are a
 JSON object valid for the tool's parameter schema, unique call ids). A malformed
 reply is renamed to `reply-<n>.rejected.json`, the reason is written to
@@ -18,6 +25,7 @@ resumed with `twin migrate --resume RUN`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -29,11 +37,13 @@ from rich.console import Console
 
 from harness.ground.errors import TwinError
 from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema, Usage
-from harness.run.directory import write_text_atomic
+from harness.ground.terminal import agent_console
+from harness.ground.untrusted_io import AgentFileError, Folder
 from harness.run.trajectory import Trajectory
 
 PROTOCOL = "twin-inbox/1"
 POLL_S = 0.1
+MAX_REPLY_BYTES = 16 << 20
 REQUEST = re.compile(r"^request-(\d+)\.json$")
 NUMBERED = re.compile(r"^(?:request|reply|error|expired)-(\d+)(?:\.rejected)?\.json$")
 
@@ -209,6 +219,7 @@ class InboxModel:
         self.folder = Path(folder).expanduser().resolve()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
+            self.dir = Folder(self.folder)
         except OSError as exc:
             raise TwinError(f"inbox: cannot use {self.folder}: {exc.strerror}") from None
         self.name = f"inbox:{self.folder}"
@@ -217,9 +228,9 @@ class InboxModel:
         self.call = start
         self.trajectory = trajectory
         self.budget = budget
-        self.console = console or Console(stderr=True)
+        self.console = console or agent_console(stderr=True)
         self._expire_unanswered()
-        self.n = 1 + max((int(m.group(1)) for p in self.folder.iterdir() if (m := NUMBERED.match(p.name))), default=0)
+        self.n = 1 + max((int(m.group(1)) for name in self.dir.names() if (m := NUMBERED.match(name))), default=0)
 
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
@@ -241,65 +252,74 @@ class InboxModel:
         started = time.monotonic()
         for attempt in (1, 2):
             request.attempt = attempt
-            write_text_atomic(self.folder / f"request-{n}.json", request.model_dump_json(indent=1))
-            path = self._wait(n, role, request.round)
+            self.dir.write(f"request-{n}.json", request.model_dump_json(indent=1))
             try:
-                reply = parse_reply(_read_json(path), tools or [], n, messages)
+                reply = parse_reply(self._wait(n, role, request.round), tools or [], n, messages)
             except MalformedReply as exc:
-                (self.folder / f"reply-{n}.json").replace(self.folder / f"reply-{n}.rejected.json")
+                with contextlib.suppress(FileNotFoundError):  # the program may have removed it meanwhile
+                    self.dir.rename(f"reply-{n}.json", f"reply-{n}.rejected.json")
                 self._write_error(n, attempt, str(exc), retry=attempt == 1)
                 if attempt == 2:
                     self._expire(n)
                     raise ModelStopped(
                         f"inbox: reply-{n}.json was malformed twice ({exc}); fix the program, then resume"
                     ) from None
-                self.console.print(
-                    f"twin: reply-{n}.json refused ({exc}); see error-{n}.json", highlight=False, soft_wrap=True
-                )
+                self.console.print(f"twin: reply-{n}.json refused ({exc}); see error-{n}.json", soft_wrap=True)
                 continue
             reply.latency_s = time.monotonic() - started
             self.call += 1
             return reply
         raise AssertionError("unreachable")
 
-    def _wait(self, n: int, role: str, round: int) -> Path:
-        path = self.folder / f"reply-{n}.json"
+    def _wait(self, n: int, role: str, round: int) -> Any:
+        """The parsed `reply-<n>.json`, once it is there and read.
+
+        Raises:
+            MalformedReply: the reply is not a regular file, is over `MAX_REPLY_BYTES`, or is not JSON.
+            ModelStopped: no reply was there, or read whole, within the wait time (the request expires).
+        """
+        name = f"reply-{n}.json"
         self.console.print(
-            f"twin: waiting for {path} ({role}, round {round}; up to {self.wait_s:g} s)",
-            highlight=False,
-            soft_wrap=True,
+            f"twin: waiting for {self.folder / name} ({role}, round {round}; up to {self.wait_s:g} s)", soft_wrap=True
         )
         deadline = time.monotonic() + self.wait_s
-        while not path.exists():
+        while not self.dir.lexists(name):
             if time.monotonic() >= deadline:
-                self._expire(n)
-                raise ModelStopped(
-                    f"inbox: no {path.name} within {self.wait_s:g} s; start the program again, then resume"
-                )
+                self._stop_waiting(n)
             time.sleep(POLL_S)
-        return path
+        try:
+            return _parse_json(name, self.dir.read(name, MAX_REPLY_BYTES, deadline_s=deadline - time.monotonic()))
+        except AgentFileError as exc:
+            if time.monotonic() >= deadline:
+                self._stop_waiting(n)
+            raise MalformedReply(f"{name} cannot be used: {str(exc).split(': ', 1)[-1]}") from None
+
+    def _stop_waiting(self, n: int) -> None:
+        self._expire(n)
+        raise ModelStopped(f"inbox: no reply-{n}.json within {self.wait_s:g} s; start the program again, then resume")
 
     def _write_error(self, n: int, attempt: int, error: str, *, retry: bool) -> None:
         record = InboxError(n=n, attempt=attempt, error=error, retry=retry)
-        write_text_atomic(self.folder / f"error-{n}.json", record.model_dump_json(indent=1))
+        self.dir.write(f"error-{n}.json", record.model_dump_json(indent=1))
 
     def _expire(self, n: int) -> None:
-        request = self.folder / f"request-{n}.json"
-        if request.exists():
-            request.replace(self.folder / f"expired-{n}.json")
+        if self.dir.lexists(f"request-{n}.json"):
+            self.dir.rename(f"request-{n}.json", f"expired-{n}.json")
 
     def _expire_unanswered(self) -> None:
         """Requests of an earlier process that never got a reply: nobody should answer them now."""
-        for path in self.folder.iterdir():
-            match = REQUEST.match(path.name)
-            if match and not (self.folder / f"reply-{match.group(1)}.json").exists():
+        for name in self.dir.names():
+            match = REQUEST.match(name)
+            if match and not self.dir.lexists(f"reply-{match.group(1)}.json"):
                 self._expire(int(match.group(1)))
 
 
-def _read_json(path: Path) -> Any:
+def _parse_json(name: str, data: bytes) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MalformedReply(f"cannot read {path.name}: {exc}") from None
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise MalformedReply(f"{name} is not UTF-8 ({exc.reason})") from None
     except json.JSONDecodeError as exc:
-        raise MalformedReply(f"{path.name} is not JSON ({exc.msg}, line {exc.lineno})") from None
+        raise MalformedReply(f"{name} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise MalformedReply(f"{name} is nested too deeply") from None

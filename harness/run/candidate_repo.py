@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import tarfile
@@ -38,6 +39,10 @@ from harness.ground.errors import TwinError
 
 # Names never committed, at any depth: another repository's state, or instructions to git.
 GIT_EXCLUDED = frozenset({".git", ".gitmodules", ".gitattributes", "__pycache__"})
+# Characters HFS+ ignores in a name, so `.g\u200cit` is `.git` there (git's is_hfs_dotgit).
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+# `.git` or its 8.3 short name `git~1`, then only dots and spaces, or an NTFS stream or a backslash (is_ntfs_dotgit).
+_NTFS_DOTGIT = re.compile(r"(?:\.git|git~1)[. ]*(?:[:\\].*)?", re.IGNORECASE | re.DOTALL)
 MAX_DIFF_CHARS = 40_000
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -53,6 +58,23 @@ _SAFE_CONFIG = (
     "protocol.allow=never",
     "gc.auto=0",
 )
+
+
+def git_refused(name: str) -> str | None:
+    """Why git would refuse a path component named `name` (a form of `.git`), or None.
+
+    git refuses `.git` in any case, and with its NTFS and HFS protections the forms
+    those filesystems read as `.git` (`.git.`, `.git `, `git~1`, `.git::$INDEX_ALLOCATION`,
+    `.g\u200cit`). One such name in the work tree made `git add --all` fail the whole
+    commit; it is left out of the snapshot and audited instead, whatever git's settings.
+    """
+    folded = _HFS_IGNORED.sub("", name)
+    if folded.lower() == ".git" or _NTFS_DOTGIT.fullmatch(name) or _NTFS_DOTGIT.fullmatch(folded):
+        return "a name git refuses (a form of .git)"
+    return None
+
+
+_INVALID_PATH = re.compile(r"invalid path '([^'\n]+)'")
 
 
 class CandidateRepoError(TwinError):
@@ -113,7 +135,7 @@ class CandidateRepo:
         """Commit a checked copy of the work tree as round `round`, tag it `round-N`, return the sha."""
         remove_tree(self.stage)
         try:
-            report = copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED)
+            report = copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)
             refused = {k: v for k, v in report.refused.items() if not k.endswith("__pycache__")}
             if refused or report.capped:
                 self._audit(
@@ -121,12 +143,33 @@ class CandidateRepo:
                     f"{len(refused)} entries not committed: {_summary(refused)}"
                     + (f"; cap: {report.capped}" if report.capped else ""),
                 )
-            self._git("add", "--all", "--force", ".")  # every file of the copy, whatever a .gitignore says
+            self._add_all(round)
             self._git("commit", "-q", "--allow-empty", "--no-verify", "-m", f"round {round}: {message}")
             self._git("tag", "-f", f"round-{round}")
         finally:
             remove_tree(self.stage)
         return self.head()
+
+    def _add_all(self, round: int, tries: int = 20) -> None:
+        """`git add` every file of the copy, whatever a .gitignore says.
+
+        A path git still calls invalid is left out and audited: `git_refused` knows the
+        forms of `.git`, and git's own word is the backstop for any other it refuses.
+        """
+        for _ in range(tries):
+            try:
+                self._git("add", "--all", "--force", ".")
+                return
+            except CandidateRepoError as exc:
+                invalid = [os.path.normpath(p) for p in _INVALID_PATH.findall(str(exc))]
+                invalid = [p for p in invalid if not p.startswith(("/", ".."))]
+                if not invalid:
+                    raise
+                for path in invalid:
+                    remove_tree(self.stage / path)
+                refused = dict.fromkeys(invalid, "git refuses the path")
+                self._audit(round, f"{len(refused)} entries not committed: {_summary(refused)}")
+        self._git("add", "--all", "--force", ".")
 
     def head(self) -> str:
         return self._git("rev-parse", "HEAD")

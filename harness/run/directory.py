@@ -9,7 +9,6 @@ steps are complete, for resume), `trajectory.jsonl`, `evidence.sqlite`, `audit.l
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 import tomllib
@@ -19,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from harness.ground.errors import TwinError
+from harness.ground.untrusted_io import write_atomic
 from harness.models.budget import Budget, Spent
 
 STATE_VERSION = 1
@@ -143,13 +143,12 @@ def new_run_id() -> str:
 
 
 def write_text_atomic(path: Path, data: str) -> None:
-    """Write a file so that a reader sees the old or the new content, never half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write a file so that a reader sees the old or the new content, never half of it.
+
+    Through `harness.ground.untrusted_io.write_atomic`: a random temporary name created
+    exclusively, so a link planted in the directory is never written through.
+    """
+    write_atomic(path.parent, path.name, data.encode("utf-8"))
 
 
 class RunDir:

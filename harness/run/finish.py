@@ -66,29 +66,11 @@ def grade_rounds(session: Any, progress: Any) -> RunGrades:
     for rs in sorted(s.state.rounds, key=lambda r: r.round):
         if not rs.commit:
             continue
-        previous = grades[-1] if grades else None
-        if previous is not None and not s.repo.changed(previous.round, rs.round):
-            reused = previous.model_copy(update={"round": rs.round, "commit": rs.commit})
-            reused.same_as = previous.same_as or previous.round
-            grades.append(reused)
-            continue
-        progress.message(f"grading round {rs.round} with the task's own grader")
-        with tempfile.TemporaryDirectory(prefix="twin-grade-") as tmp:
-            snapshot = s.repo.export(rs.round, Path(tmp) / "candidate")
-            try:
-                grade = run_grader(s.task, snapshot, sandbox=s.config.sandbox, audit_log=s.run.audit_log)
-                grades.append(
-                    RoundGrade(
-                        round=rs.round,
-                        commit=rs.commit,
-                        reward=grade.reward,  # a grader failing on the candidate scores 0
-                        components=grade.components,
-                        duration_s=grade.duration_s,
-                        error=grade.error or "",
-                    )
-                )
-            except (TwinError, OSError) as exc:  # infrastructure: never scored as 0
-                grades.append(RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500]))
+        try:
+            grades.append(_grade_round(s, rs, grades[-1] if grades else None, progress))
+        except Exception as exc:  # twin's own bug on this round's snapshot: recorded, the other rounds graded
+            record_crash(s, exc)
+            grades.append(RoundGrade(round=rs.round, commit=rs.commit, error=f"internal error: {exc}"[:500]))
     result = RunGrades(
         run_id=s.state.run_id,
         task=s.task.name,
@@ -99,6 +81,45 @@ def grade_rounds(session: Any, progress: Any) -> RunGrades:
     )
     write_text_atomic(s.run.grades, result.model_dump_json(indent=2))
     return result
+
+
+def _grade_round(s: Any, rs: Any, previous: RoundGrade | None, progress: Any) -> RoundGrade:
+    """One round's grade: the previous round's again when the tree is the same, else the grader's."""
+    if previous is not None and not s.repo.changed(previous.round, rs.round):
+        reused = previous.model_copy(update={"round": rs.round, "commit": rs.commit})
+        reused.same_as = previous.same_as or previous.round
+        return reused
+    progress.message(f"grading round {rs.round} with the task's own grader")
+    with tempfile.TemporaryDirectory(prefix="twin-grade-") as tmp:
+        try:
+            snapshot = s.repo.export(rs.round, Path(tmp) / "candidate")
+            grade = run_grader(s.task, snapshot, sandbox=s.config.sandbox, audit_log=s.run.audit_log)
+        except (TwinError, OSError) as exc:  # infrastructure: never scored as 0
+            return RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500])
+    return RoundGrade(
+        round=rs.round,
+        commit=rs.commit,
+        reward=grade.reward,  # a grader failing on the candidate scores 0
+        components=grade.components,
+        duration_s=grade.duration_s,
+        error=grade.error or "",
+    )
+
+
+def record_crash(session: Any, exc: BaseException) -> None:
+    """A bug of twin's met on agent input: the state `failed` and resumable, the traceback in `crash.txt`.
+
+    The rounds committed so far keep their place (the final choice among them) and get
+    graded; `twin migrate --resume` continues from the last complete step.
+    """
+    import traceback
+
+    session.state.status = "failed"
+    session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+    session.state.final_round = session.state.choice_with_rounds(session.config.rounds)
+    session.save()
+    with open(session.run.root / "crash.txt", "a", encoding="utf-8") as fh:
+        fh.write("".join(traceback.format_exception(exc)))
 
 
 def write_summary(session: Any, grades: RunGrades | None) -> str:

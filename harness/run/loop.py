@@ -18,7 +18,7 @@ from harness.run.progress import Progress
 from harness.run.session import Session
 from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
-from roles.fence import fence_agent_text
+from roles.fence import HarnessText, fence_agent_text
 from roles.migrator import Migrator
 from roles.role import RoundBrief
 from roles.schemas import Diagnosis, Gap, VerifierReport
@@ -332,7 +332,7 @@ class TwinLoop:
         ids = self.regressions(t)
         if not ids:
             return ""
-        return (
+        return HarnessText(  # harness prose around the agent-named ids, fenced here
             f"Round {t} turned these established properties into violated ones (ids below). "
             "Restore them before anything else.\n" + fence_agent_text("property ids", ", ".join(ids))
         )

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from evidence_store.records import EvidenceRecord
 from evidence_store.views import tally, tally_text
+from harness.ground.terminal import agent_console
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Progress:
 
     def __init__(self, view: RunView, console: Console | None = None, *, live: bool | None = None):
         self.view = view
-        self.console = console or Console(stderr=True)
+        self.console = console or agent_console(stderr=True)
         use_live = self.console.is_terminal if live is None else live
         self._live = Live(self._render(), console=self.console, refresh_per_second=4) if use_live else None
 

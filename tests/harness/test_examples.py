@@ -108,7 +108,7 @@ def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_dec
         assert not any("distance" in line and not deciding.fullmatch(line) for line in body), block
     # the next Diagnoser also gets what the Verifier could not examine and the Migrator's words
     prompt = _recorded_prompt(task, "diagnoser", 2)
-    assert "- training end to end: this demonstration probes the model only" in prompt
+    assert "- training end to end — this demonstration probes the model only" in prompt
     assert "[summary by the Migrator: " in prompt and "```data\nwrote the JAX package\n```" in prompt
 
 
@@ -116,7 +116,11 @@ def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_dec
 def test_the_verifier_is_told_what_changed_and_that_earlier_probes_were_re_run(task):
     prompt = _recorded_prompt(task, "verifier", 2)
     assert "[summary by the Migrator: " in prompt and "```data\nrepaired\n```" in prompt
-    assert re.search(r"Files changed since the previous round \(lines added, removed\):\n- \S+ \(\+\d+ -\d+\)", prompt)
+    assert re.search(
+        r"Files changed since the previous round \(lines added, removed\):\n\[files changed [^\n]*\]\n```data\n"
+        r"- \S+ \(\+\d+ -\d+\)",
+        prompt,
+    )
     assert "twin re-ran the built-in checks and every probe written in earlier rounds" in prompt
     assert re.search(r"Since round 1: .*fixed \(violated before, established now\)", prompt)
 

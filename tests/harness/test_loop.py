@@ -242,10 +242,10 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     run_migration(RunInputs.read(run))
     verifier_1 = _first_prompt(run, "verifier", 1)
     assert "[summary by the Migrator: " in verifier_1 and "```data\nwrote calc\n```" in verifier_1
-    assert "- calc/ops.py (+" in verifier_1 and "- calc/__init__.py (+" in verifier_1
+    assert "```data\n- calc/__init__.py (+" in verifier_1 and "\n- calc/ops.py (+" in verifier_1
     diagnoser_2 = _first_prompt(run, "diagnoser", 2)
-    assert "- [open] port calc.ops: write /app/calc (calc.ops not established)" in diagnoser_2
-    assert "- calc.cli: no entry point yet\n- calc.docs: no reason given" in diagnoser_2
+    assert "```data\n- port calc.ops: write /app/calc — open: calc.ops not established\n```" in diagnoser_2
+    assert "```data\n- calc.cli — no entry point yet\n- calc.docs — no reason given\n```" in diagnoser_2
     assert "# What the previous Verifier reported" in diagnoser_2
     assert "[summary by the Verifier: " in diagnoser_2 and "```data\nprobed calc.ops\n```" in diagnoser_2
     assert "VIOLATED (new) calc.ops" in diagnoser_2 or "VIOLATED calc.ops" in diagnoser_2

@@ -63,15 +63,15 @@ def test_valid_diagnosis_is_submitted_and_renders_for_the_migrator():
 
 def test_the_diagnoser_sees_objectives_marked_unchecked_properties_and_the_migrators_words():
     text = prompting.render("diagnoser_task", **VARIABLES)
-    assert "- [done] OBJ\n- [open] OBJ2 (p not established)" in text
-    assert "- UNCH: WHY" in text
-    assert "Migrator reported (its own words, not verified)\nMIGSUM" in text
-    assert "Verifier reported (its own words, not verified; its outcomes are the evidence above)\nVERSUM" in text
+    assert "```data\n- OBJ — done\n- OBJ2 — open: p not established\n```" in text
+    assert "```data\n- UNCH — WHY\n```" in text
+    assert "Migrator reported (its own words, not verified)\n[migrator summary: " in text
+    assert "```data\nMIGSUM\n```" in text and "```data\nVERSUM\n```" in text
 
 
 def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
     text = prompting.render("verifier_task", **VARIABLES)
-    assert "- CHANGED.py (+1 -0)" in text and "(its words, not verified):\nMIGSUM" in text
+    assert "```data\n- CHANGED.py (+1 -0)\n```" in text and "(its words, not verified):\n[migrator summary: " in text
     assert "re-ran the built-in checks and every probe written in earlier rounds" in text
     first = " ".join(prompting.render("verifier_task", **{**VARIABLES, "round": 1}).split())
     assert "every probe written" not in first and "no probe was written in an earlier round" in first
