@@ -323,7 +323,8 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             bench.candidate,
             name="bash",
             description="Run a shell command on the candidate side: /app, /source and /assets are "
-            "mounted, torch is absent, there is no network.",
+            "mounted, torch is absent, there is no network. /tmp is fresh for every command: nothing "
+            "written there outlives it.",
             timeout_s=bench.command_timeout_s,
         ),
         bash_tool(

@@ -25,6 +25,7 @@ from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.presentation import recover_presented
 from harness.sandbox.registry import make_sandbox
+from roles.agent import ContextPolicy
 from roles.tools import ToolResult, Workbench
 
 
@@ -115,13 +116,20 @@ class Session:
             )
         )
 
+    @property
+    def context_policy(self) -> ContextPolicy:
+        """How much earlier tool output each model call carries again (the same for every scaffold)."""
+        return ContextPolicy(
+            keep_whole=self.config.context_whole_outputs, old_output_chars=self.config.context_old_output_chars
+        )
+
     def step_observer(self, progress: Progress) -> Callable[[str, int, object], None]:
         """Observer for the agent loop: label the trajectory and update the progress view."""
 
         def on_step(role: str, step: int, reply: object) -> None:
             self.trajectory.set_context(step=step)
             spent = self.budget.spent
-            progress.step(step, spent.tokens, spent.usd)
+            progress.step(step, spent.tokens, spent.usd, estimated=spent.tokens_estimated > 0)
 
         return on_step
 
