@@ -56,19 +56,23 @@ def output_line(name: str, output: Mapping[str, Any]) -> str:
     return text if output.get("informative", True) else text + ", uninformative"
 
 
+def passing_outputs(record: EvidenceRecord) -> list[tuple[str, Mapping[str, Any]]]:
+    """The compared outputs that pass, by name, in the probe's order."""
+    outputs = record.observations.get("outputs")
+    if not isinstance(outputs, Mapping):
+        return []
+    return [(str(n), o) for n, o in outputs.items() if isinstance(o, Mapping) and o.get("ok", True)]
+
+
 def failing_lines(record: EvidenceRecord) -> tuple[list[str], int, int]:
     """(failing outputs, structural mismatches and findings as lines; how many pass; how many fail)."""
     obs = record.observations
     lines = [f"structure: {numbers.clip_words(str(s), TEXT_CHARS)}" for s in obs.get("structure") or []]
     outputs = obs.get("outputs")
-    passing = 0
+    passing = len(passing_outputs(record))
     if isinstance(outputs, Mapping):
         for name, output in outputs.items():
-            if not isinstance(output, Mapping):
-                continue
-            if output.get("ok", True):
-                passing += 1
-            else:
+            if isinstance(output, Mapping) and not output.get("ok", True):
                 lines.append(output_line(str(name), output))
     for imported in obs.get("forbidden_imports") or []:
         if isinstance(imported, Mapping):
@@ -89,8 +93,13 @@ def reason(record: EvidenceRecord) -> str:
     return numbers.clip_words(text, TEXT_CHARS) if text else ""
 
 
-def property_block(record: EvidenceRecord, label: str, *, note: str = "") -> str:
-    """A property's lines: header, failing outputs (bounded), passing count, reason."""
+def property_block(record: EvidenceRecord, label: str, *, note: str = "", margins: bool = False) -> str:
+    """A property's lines: header, failing outputs (bounded), the passing ones, reason.
+
+    Beside failing outputs the passing ones are named (the first `IDS_SHOWN`, the rest
+    counted); with `margins` (a probe's own result) every passing output shows its
+    distance against its tolerance, as the failing ones do.
+    """
     prop = record.property
     description = numbers.clip_words(prop.description, TEXT_CHARS) if prop.description else ""
     head = f"- {label} {prop.id} ({prop.kind}, L{prop.level}{note})" + (f": {description}" if description else "")
@@ -99,7 +108,15 @@ def property_block(record: EvidenceRecord, label: str, *, note: str = "") -> str
     lines += [f"    {line}" for line in failing[:FAILING_SHOWN]]
     if total > FAILING_SHOWN:
         lines.append(f"    … {total - FAILING_SHOWN} more failing (not listed)")
-    if passing:
+    if margins:
+        lines += [f"    {output_line(name, output)}" for name, output in passing_outputs(record)]
+    elif passing and failing:
+        names = [name for name, _ in passing_outputs(record)]
+        more = f" and {len(names) - IDS_SHOWN} more" if len(names) > IDS_SHOWN else ""
+        plural = "s" if passing != 1 else ""
+        listed = numbers.clip_words(", ".join(names[:IDS_SHOWN]), TEXT_CHARS)
+        lines.append(f"    {passing} other output{plural} pass: {listed}{more}")
+    elif passing:
         plural = "s" if passing != 1 else ""
         lines.append(
             f"    {passing} other output{plural} pass"
@@ -192,7 +209,7 @@ def render(
         [(problems[p], "REGRESSED") for p in violated if p in regressed]
         + [(problems[p], "VIOLATED (new)") for p in violated if p in new]
         + [(problems[p], "VIOLATED") for p in violated if p not in regressed | new]
-        + [(problems[p], "UNRESOLVED") for p in sorted(problems) if problems[p].outcome is N]
+        + [(problems[p], "NOT ESTABLISHED") for p in sorted(problems) if problems[p].outcome is N]
     )
     n_violated = len(violated)
     where = "all rounds" if round is None else f"after round {round}"

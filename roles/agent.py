@@ -52,6 +52,45 @@ class AgentOutcome:
     messages: list[Message] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ContextPolicy:
+    """How much of a role's own earlier tool output each model call carries again.
+
+    The conversation keeps every output whole (the trajectory and the role's result see it
+    all); what is sent keeps the recent outputs whole and cuts older long ones to their
+    head and tail with a marker. Outputs are cut `keep_whole` at a time, so between N and
+    2N−1 recent ones are whole and the prompt's prefix stays the same from one cut to the
+    next, where a provider caches it.
+    """
+
+    keep_whole: int = 8
+    """The last N tool outputs are sent whole (up to 2N−1 between cuts)."""
+    old_output_chars: int = 2000
+    """An older output longer than this is sent cut to this many characters."""
+
+    def apply(self, messages: list[Message]) -> list[Message]:
+        """The messages to send: `messages` with older long tool outputs cut (the list is not changed)."""
+        outputs = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+        n = max(1, self.keep_whole)
+        cut_count = max(0, (len(outputs) - n) // n * n)
+        sent = list(messages)
+        for i in outputs[:cut_count]:
+            content = sent[i].get("content")
+            if isinstance(content, str) and len(content) > self.old_output_chars:
+                sent[i] = {**sent[i], "content": cut_old_output(content, self.old_output_chars)}
+        return sent
+
+
+def cut_old_output(text: str, limit: int) -> str:
+    """Head and tail of an older tool output, with a marker saying what was left out and why."""
+    half = max(limit // 2, 1)
+    left = len(text) - 2 * half
+    return (
+        f"{text[:half]}\n[... {left} characters of this older tool output are not repeated, to keep the "
+        f"conversation short; run the command again to see it whole ...]\n{text[-half:]}"
+    )
+
+
 # What a tool may raise that leaves the agent loop: the run's budget and twin's own
 # infrastructure (a sandbox that cannot start, a model provider that fails). Anything
 # else a tool raises on agent input is an error shown to the model.
@@ -73,6 +112,7 @@ class Agent:
         max_steps: model calls allowed in one run.
         on_tool: observer of every tool call (trajectory, audit, progress).
         on_step: observer of every model reply (progress).
+        context: how much earlier tool output each call carries again (default `ContextPolicy()`).
     """
 
     def __init__(
@@ -84,8 +124,10 @@ class Agent:
         max_steps: int = 50,
         on_tool: ToolObserver | None = None,
         on_step: StepObserver | None = None,
+        context: ContextPolicy | None = None,
     ) -> None:
         self.model = model
+        self.context = context or ContextPolicy()
         self.tools = tools
         self.role = role
         self.max_steps = max_steps
@@ -112,7 +154,7 @@ class Agent:
             raise StepLimitReached()
         self.steps += 1
         schemas = [tool.schema() for tool in self.tools.values()]
-        reply = self.model.query(self.messages, schemas, role=self.role)
+        reply = self.model.query(self.context.apply(self.messages), schemas, role=self.role)
         self.messages.append(reply.as_message())
         if self.on_step is not None:
             self.on_step(self.role, self.steps, reply)

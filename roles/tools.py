@@ -297,17 +297,32 @@ class Workbench:
     command_timeout_s: float = 600.0
     repo: RoundHistory | None = None
     """The round history, for the read-only `diff` tool (None: no history to show)."""
+    scratch: str | None = None
+    """Where the role's scratch directory lies in both sandboxes (writable on the reference side
+    only), or None: the role has none."""
+
+
+SCRATCH = "/scratch"
+"""Where a read-only role's scratch directory is mounted."""
 
 
 def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
     """The tools every role has (read, both shells), plus the file-writing tools when `write`."""
+    scratch_note, reference_note = "", ": nothing written on this side outlives it, so print what you need."
+    if bench.scratch:
+        scratch_note = f" {bench.scratch} holds what your bash_reference commands saved there (read-only here)."
+        reference_note = (
+            f"; {bench.scratch} is yours for the whole run and your `bash` commands can read it: save arrays "
+            f"there (e.g. numpy.save('{bench.scratch}/logits.npy', ...)) rather than printing them."
+        )
     tools = [
         read_tool(bench.boundary),
         bash_tool(
             bench.candidate,
             name="bash",
             description="Run a shell command on the candidate side: /app, /source and /assets are "
-            "mounted, torch is absent, there is no network.",
+            "mounted, torch is absent, there is no network. /tmp is fresh for every command: nothing "
+            "written there outlives it." + scratch_note,
             timeout_s=bench.command_timeout_s,
         ),
         bash_tool(
@@ -315,7 +330,7 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             name="bash_reference",
             description="Run a shell command on the reference side, where the original in /source "
             "runs with torch (e.g. `cd /source && python -c ...`). /app is read-only here, and /tmp is "
-            "fresh for every command: nothing written on this side outlives it, so print what you need.",
+            "fresh for every command" + reference_note,
             timeout_s=bench.command_timeout_s,
         ),
     ]

@@ -85,7 +85,7 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
 
 
 class Verifier:
-    """Exercises the updated candidate and records what is established, violated or unresolved."""
+    """Exercises the updated candidate and records what is established, violated or not established."""
 
     role = "verifier"
 

@@ -157,7 +157,9 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
     for (model, scaffold), by_round in sorted(table.items()):
         cells = [f"{by_round[r][0]:.4f} ± {by_round[r][1]:.4f}" if r in by_round else "-" for r in range(1, rounds + 1)]
         lines.append(f"| {model} | {scaffold} | " + " | ".join(cells) + f" | ${cost[(model, scaffold)]:.4f} |")
-    lines += ["", f"![reward by round]({plots['rounds']})", "", f"## Harness − base, paired per task (R={rounds})", ""]
+    lines += ["", f"![reward by round]({plots['rounds']})", "", "## Model calls and tokens per trial (means)", ""]
+    lines += spending_lines(inside)
+    lines += ["", f"## Harness − base, paired per task (R={rounds})", ""]
     if deltas:
         lines += _delta_lines(deltas)
         lines += ["", f"![paired deltas]({plots['deltas']})"]
@@ -201,6 +203,36 @@ def _delta_lines(deltas: dict[str, dict]) -> list[str]:
             f"over {len(d['deltas'])} tasks"
         )
         lines += [f"  - {task}: {delta:+.4f}" for task, delta in sorted(d["deltas"].items())]
+    return lines
+
+
+def spending_lines(trials: list[TrialResult]) -> list[str]:
+    """Per configuration: mean calls, prompt and completion tokens, the share a provider cache served,
+    and which figures twin estimated (replies that reported no usage)."""
+    lines = [
+        "| model | scaffold | calls | prompt tokens | completion tokens | cached share | wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_config: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
+    for trial in trials:
+        by_config[config_key(trial)].append(trial)
+    estimated = False
+    for (model, scaffold), group in sorted(by_config.items()):
+        prompt = float(np.mean([t.tokens_in for t in group]))
+        completion = float(np.mean([t.tokens - t.tokens_in for t in group]))
+        cached = sum(t.tokens_cached for t in group) / max(1, sum(t.tokens_in for t in group))
+        mark = "~" if any(t.tokens_estimated for t in group) else ""
+        estimated = estimated or bool(mark)
+        lines.append(
+            f"| {model} | {scaffold} | {np.mean([t.calls for t in group]):.1f} | {mark}{prompt:,.0f} "
+            f"| {mark}{completion:,.0f} | {cached:.0%} | {np.mean([t.wall_s for t in group]):.0f} |"
+        )
+    if estimated:
+        lines += [
+            "",
+            "~ estimated: some replies reported no token usage (inbox, human, recordings without "
+            "usage); twin counted their tokens with a tokenizer.",
+        ]
     return lines
 
 

@@ -92,6 +92,9 @@ class TrialResult(BaseModel):
     final_round: int | None = None
     cost_usd: float = 0.0
     tokens: int = 0
+    tokens_in: int = Field(default=0, description="Prompt tokens (the cached part included).")
+    tokens_cached: int = Field(default=0, description="Prompt tokens read from the provider's prompt cache.")
+    tokens_estimated: int = Field(default=0, description="Tokens twin estimated because replies reported none.")
     calls: int = 0
     wall_s: float = 0.0
     stop_reason: str = ""

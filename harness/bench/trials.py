@@ -91,6 +91,11 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
     result.stop_reason, result.final_round = state.stop_reason, state.final_round
     spent = state.spent
     result.cost_usd, result.tokens, result.calls, result.wall_s = spent.usd, spent.tokens, spent.calls, spent.wall_s
+    result.tokens_in, result.tokens_cached, result.tokens_estimated = (
+        spent.tokens_in,
+        spent.tokens_cached,
+        spent.tokens_estimated,
+    )
     if returncode == InfraFailure.exit_code or state.stop_reason.startswith("infrastructure"):
         result.status, result.error = "infra_failed", state.stop_reason
         return result

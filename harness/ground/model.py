@@ -65,12 +65,28 @@ class ToolCall(BaseModel):
 class Usage(BaseModel):
     """Tokens of one call."""
 
-    prompt_tokens: int = Field(default=0, description="Tokens sent (the whole prompt).")
+    prompt_tokens: int = Field(default=0, description="Tokens sent (the whole prompt, cached part included).")
     completion_tokens: int = Field(default=0, description="Tokens generated.")
+    cached_tokens: int = Field(
+        default=0, description="Prompt tokens the provider read from its prompt cache (billed at a discount)."
+    )
+    cache_write_tokens: int = Field(
+        default=0, description="Prompt tokens the provider wrote to its prompt cache (Anthropic bills them extra)."
+    )
+    estimated: bool = Field(
+        default=False,
+        description="True when the one answering reported no usage (inbox, human, an old recording) and twin "
+        "counted the tokens itself with a tokenizer: an estimate, not the provider's count.",
+    )
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def reported(self) -> bool:
+        """Whether any count came with the reply (a reply with none is estimated by twin)."""
+        return bool(self.prompt_tokens or self.completion_tokens)
 
 
 class ModelReply(BaseModel):

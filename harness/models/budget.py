@@ -35,6 +35,10 @@ class Spent(BaseModel):
 
     tokens_in: int = Field(default=0, description="Prompt tokens.")
     tokens_out: int = Field(default=0, description="Completion tokens.")
+    tokens_cached: int = Field(default=0, description="Prompt tokens read from the provider's prompt cache.")
+    tokens_estimated: int = Field(
+        default=0, description="Of all tokens, those twin estimated because the reply reported none."
+    )
     usd: float = Field(default=0.0, description="Dollars.")
     calls: int = Field(default=0, description="Model calls.")
     wall_s: float = Field(default=0.0, description="Seconds of wall time.")
@@ -42,6 +46,19 @@ class Spent(BaseModel):
     @property
     def tokens(self) -> int:
         return self.tokens_in + self.tokens_out
+
+    def tokens_text(self) -> str:
+        """Tokens for people: the total, the share estimated by twin and the share read from a cache."""
+        text = f"{self.tokens:,} tokens"
+        if self.tokens_estimated:
+            text += (
+                " (all estimated)"
+                if self.tokens_estimated >= self.tokens
+                else f" ({self.tokens_estimated:,} estimated)"
+            )
+        if self.tokens_in:
+            text += f", {self.tokens_cached / self.tokens_in:.0%} of prompt tokens cached"
+        return text
 
 
 class BudgetTracker:
@@ -88,5 +105,8 @@ class BudgetTracker:
         with self._lock:
             self._spent.tokens_in += usage.prompt_tokens
             self._spent.tokens_out += usage.completion_tokens
+            self._spent.tokens_cached += usage.cached_tokens
+            if usage.estimated:
+                self._spent.tokens_estimated += usage.total_tokens
             self._spent.usd += cost_usd
             self._spent.calls += 1

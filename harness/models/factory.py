@@ -11,11 +11,14 @@ module only when it is used:
 
 Whatever is chosen is wrapped in a `MeteredModel`, which checks the budget
 before each call, then records the call into the trajectory and charges the
-budget, so the loop never has to.
+budget, so the loop never has to. A reply that reports no tokens (an outside
+program, a person, a recording without usage) is counted with a tokenizer and
+marked estimated: no call that sent text is counted as free.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -33,6 +36,7 @@ from harness.ground.model import (
     ModelStopped,
     ReplayDivergence,
     ToolSchema,
+    Usage,
 )
 from harness.models.budget import BudgetTracker
 from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
@@ -79,6 +83,8 @@ class MeteredModel:
         except (ModelInfraError, ModelRequestError, ReplayDivergence, ModelStopped) as exc:
             self._record_error(role, exc, time.monotonic() - started)
             raise
+        if not reply.usage.reported:
+            reply = reply.model_copy(update={"usage": self._estimate(messages, tools, reply)})
         if self.trajectory is not None:
             context = self.trajectory.context
             self.trajectory.append(
@@ -96,6 +102,16 @@ class MeteredModel:
         if self.budget is not None:
             self.budget.charge(reply.usage, reply.cost_usd)
         return reply
+
+    def _estimate(self, messages: list[Message], tools: list[ToolSchema] | None, reply: ModelReply) -> Usage:
+        """Tokens of a reply that reported none (an outside program, a person, an old recording), counted
+        with the model's tokenizer where it is a litellm model and litellm knows it, else a default one."""
+        from harness.models.litellm_client import estimate_usage
+
+        answer = reply.as_message()
+        text = (answer.get("content") or "") + (json.dumps(answer["tool_calls"]) if answer.get("tool_calls") else "")
+        tokenizer = self.name if model_kind(self.name) == "litellm" else None
+        return estimate_usage(messages, tools, text, model=tokenizer)
 
     def _record_error(self, role: str, exc: Exception, latency_s: float) -> None:
         if self.trajectory is None:

@@ -127,6 +127,8 @@ class LiteLLMModel:
         }
         if tools:
             kwargs["tools"] = tools
+        if uses_cache_control(self.name):
+            kwargs["messages"] = with_cache_control(messages)
         optional = {
             "api_base": self.api_base,
             "api_key": self._api_key,
@@ -242,15 +244,77 @@ def _parse_response(response: Any) -> ModelReply:
         )
         for call in getattr(message, "tool_calls", None) or []
     ]
-    usage = getattr(response, "usage", None)
-    return ModelReply(
-        content=message.content or "",
-        tool_calls=calls,
-        usage=Usage(
-            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-        ),
+    return ModelReply(content=message.content or "", tool_calls=calls, usage=usage_of(getattr(response, "usage", None)))
+
+
+def usage_of(usage: Any) -> Usage:
+    """The reply's token counts, with the prompt tokens a provider cache served or stored.
+
+    OpenAI-style providers report cached tokens in `prompt_tokens_details.cached_tokens`;
+    Anthropic's `cache_read_input_tokens` and `cache_creation_input_tokens` come through
+    litellm as attributes of the usage.
+    """
+
+    def number(holder: Any, name: str) -> int:
+        value = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+        return int(value) if isinstance(value, int | float) else 0
+
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(
+        prompt_tokens=number(usage, "prompt_tokens"),
+        completion_tokens=number(usage, "completion_tokens"),
+        cached_tokens=max(number(details, "cached_tokens"), number(usage, "cache_read_input_tokens")),
+        cache_write_tokens=number(usage, "cache_creation_input_tokens"),
     )
+
+
+CACHE_CONTROL = {"type": "ephemeral"}
+"""Anthropic's prompt-cache marker: the prefix up to and including a marked block is cached."""
+
+
+def uses_cache_control(name: str) -> bool:
+    """Whether a model caches prompts only where the request marks it (Anthropic's models,
+    directly or through Bedrock and Vertex); others (OpenAI, DeepSeek, …) cache a repeated prefix by themselves."""
+    return "anthropic/" in name or "claude" in name.lower()
+
+
+def with_cache_control(messages: list[Message]) -> list[Message]:
+    """A copy of `messages` with the cache marker on the system prompt, the task message and the
+    last message: the stable prefix (tools, system, task) is read from the cache in every later call
+    of the role, and the conversation so far in the next call (Anthropic allows four markers)."""
+    marked = [dict(m) for m in messages]
+    points = {0, 1, len(marked) - 1} if len(marked) > 1 else {0}
+    for i in sorted(points):
+        if i >= len(marked) or marked[i].get("role") not in ("system", "user", "tool"):
+            continue
+        content = marked[i].get("content")
+        if isinstance(content, str) and content:
+            marked[i]["content"] = [{"type": "text", "text": content, "cache_control": CACHE_CONTROL}]
+    return marked
+
+
+DEFAULT_TOKENIZER = "gpt-4o"
+"""The tokenizer twin counts with when the model's own is unknown (an outside program, a person)."""
+
+
+def estimate_usage(
+    messages: list[Message], tools: list[ToolSchema] | None, reply_text: str, *, model: str | None = None
+) -> Usage:
+    """Count a call's tokens with litellm's `token_counter` when the reply reported none.
+
+    Uses `model`'s tokenizer where litellm knows it, else `DEFAULT_TOKENIZER`'s; without
+    litellm's tokenizers (a broken install) four characters count as one token. The result
+    is marked `estimated`.
+    """
+    tokenizer = model if model and "/" in model else DEFAULT_TOKENIZER
+    try:
+        litellm = _import_litellm()
+        prompt = litellm.token_counter(model=tokenizer, messages=messages, tools=tools or None)
+        completion = litellm.token_counter(model=tokenizer, text=reply_text, count_response_tokens=True)
+    except Exception:  # a tokenizer that cannot load must not stop the run: a rough count instead
+        prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4 + len(str(tools or "")) // 4
+        completion = len(reply_text) // 4
+    return Usage(prompt_tokens=int(prompt), completion_tokens=int(completion), estimated=True)
 
 
 def _cost(litellm: Any, response: Any) -> float:

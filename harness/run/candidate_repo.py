@@ -132,7 +132,9 @@ class CandidateRepo:
                 pointer.unlink()
 
     def commit_round(self, round: int, message: str) -> str:
-        """Commit a checked copy of the work tree as round `round`, tag it `round-N`, return the sha."""
+        """Commit a checked copy of the work tree as round `round`, tag it `round-N`, return the sha.
+
+        A tree identical to the last commit's makes no commit: the tag goes on that commit."""
         remove_tree(self.stage)
         try:
             report = copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)
@@ -144,7 +146,9 @@ class CandidateRepo:
                     + (f"; cap: {report.capped}" if report.capped else ""),
                 )
             self._add_all(round)
-            self._git("commit", "-q", "--allow-empty", "--no-verify", "-m", f"round {round}: {message}")
+            # a round that changed nothing is no new candidate: its tag names the commit before it
+            if self._git("diff", "--cached", "--name-only", "HEAD"):
+                self._git("commit", "-q", "--no-verify", "-m", f"round {round}: {message}")
             self._git("tag", "-f", f"round-{round}")
         finally:
             remove_tree(self.stage)

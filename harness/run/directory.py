@@ -54,6 +54,14 @@ class RunConfig(BaseModel):
     sandbox: str = Field(default="auto", description="Sandbox kind: auto, bwrap, docker or none.")
     command_timeout_s: float = Field(default=600.0, gt=0, description="Limit of one agent command.")
     evidence_chars: int = Field(default=6000, ge=500, description="Evidence budget in prompts.")
+    context_whole_outputs: int = Field(
+        default=8,
+        ge=1,
+        description="Each model call of a role (or the base agent) carries its last N to 2N-1 tool outputs whole.",
+    )
+    context_old_output_chars: int = Field(
+        default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
+    )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
     cache_dir: Path | None = Field(default=None, description="On-disk model response cache.")
     model_retries: int = Field(default=5, ge=0, description="Retries on rate limits, 5xx, time-outs.")

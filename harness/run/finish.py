@@ -135,7 +135,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         f"- model: {s.model_label}",
         f"- rounds: {len(state.rounds)} of {config.rounds} ({state.stop_reason or state.status})",
         f"- final candidate: round {state.final_round} — {state.final_choice}",
-        f"- spent: {spent.calls} model calls, {spent.tokens:,} tokens, ${spent.usd:.4f}, {spent.wall_s:.0f} s",
+        f"- spent: {spent.calls} model calls, {spent.tokens_text()}, ${spent.usd:.4f}, {spent.wall_s:.0f} s",
         "",
         "| round | commit | established | violated | not established | reward |",
         "|---|---|---|---|---|---|",

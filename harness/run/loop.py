@@ -48,7 +48,11 @@ class TwinLoop:
             commit=session.repo.head,
             on_recorded=progress.evidence,
         )
-        observers = {"on_tool": session.record_tool, "on_step": session.step_observer(progress)}
+        observers = {
+            "on_tool": session.record_tool,
+            "on_step": session.step_observer(progress),
+            "context": session.context_policy,
+        }
         c = session.config
         self.diagnoser = Diagnoser(
             session.model, session.workbench("diagnoser", write=False), max_steps=c.diagnoser_steps, **observers
@@ -87,15 +91,31 @@ class TwinLoop:
             self.s.repo.reset_to(t - 1)  # discard a half-done Migrator step of a killed run
         if "diagnose" not in rs.done:
             self.complete(t, "diagnose", self.diagnose(t))
+        if self.nothing_left(t):
+            raise StopRun(f"round {t}: the Diagnoser found nothing left and every property is established")
         if "migrate" not in rs.done:
             summary = self.migrate(t)
             rs.commit = self.s.repo.commit_round(t, "migrator")
             self.store.record_round(self.s.state.run_id, t, candidate_commit=rs.commit, note=summary)
             self.complete(t, "migrate")
         if "verify" not in rs.done:
+            if t > 1 and not self.s.repo.changed(t - 1, t):
+                # the same tree as the verified round before: its evidence stands, no model re-runs it
+                rs.evidence_score = self.s.state.round_state(t - 1).evidence_score
+                self.progress.message(f"round {t}: the Migrator changed nothing; round {t - 1}'s evidence stands")
+                self.complete(t, "verify", f"unchanged since round {t - 1}: not verified again")
+                return
             self.verify(t)
             rs.evidence_score = self.evidence_score(t)
             self.complete(t, "verify")
+
+    def nothing_left(self, t: int) -> bool:
+        """Round t's Diagnoser reported complete, and the evidence after round t−1 holds properties,
+        every one established (none violated, none not established): nothing for a Migrator to do."""
+        if t < 2 or not self.store.diagnoses(round=t) or not self.diagnosis(t).complete:
+            return False
+        latest = self.candidate_latest(t - 1)
+        return bool(latest) and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
 
     def guard(self, t: int) -> None:
         """Decide whether to go on after round t."""
@@ -279,7 +299,8 @@ class TwinLoop:
         latest = self.candidate_latest(t)
         marked = []
         for gap in self.diagnosis(t).gaps:
-            named = [pid for pid in dict.fromkeys([*gap.evidence, *gap.probes]) if pid in latest]
+            entries = [*gap.evidence, *gap.probes]
+            named = [pid for pid in dict.fromkeys(property_id_in(e, latest) for e in entries) if pid]
             left = [pid for pid in named if latest[pid].outcome is not Outcome.ESTABLISHED]
             if not named:
                 status = "open: it names no property with evidence, so nothing shows it done"
@@ -354,3 +375,17 @@ class TwinLoop:
                 f"round {chosen.round}: best evidence score {chosen.evidence_score} "
                 "(established − violated; ties go to the latest)"
             )
+
+
+ID_ENDS = frozenset(" \t:;,(—–")
+"""What may follow a property id when a role writes a description after it (`a.b — what it checks`)."""
+
+
+def property_id_in(entry: str, known: dict) -> str | None:
+    """The known property id that `entry` names: the entry itself, or the longest known id it
+    starts with followed by a separator and a description; None when it names none."""
+    entry = entry.strip()
+    if entry in known:
+        return entry
+    found = [pid for pid in known if entry.startswith(pid) and entry[len(pid)] in ID_ENDS]
+    return max(found, key=len, default=None)

@@ -198,7 +198,7 @@ class RunProbeDesk:
 TRACE_LINES = 12
 """Lines of a trace's tail shown with a property that did not hold (to fix a probe by)."""
 
-_LABEL = {Outcome.ESTABLISHED: "ESTABLISHED", Outcome.VIOLATED: "VIOLATED", Outcome.NOT_ESTABLISHED: "UNRESOLVED"}
+_LABEL = {Outcome.ESTABLISHED: "ESTABLISHED", Outcome.VIOLATED: "VIOLATED", Outcome.NOT_ESTABLISHED: "NOT ESTABLISHED"}
 
 
 def render_results(records: list[EvidenceRecord]) -> str:
@@ -212,7 +212,7 @@ def render_results(records: list[EvidenceRecord]) -> str:
     counts = tally({r.property.id: r for r in records})
     lines = [f"{sum(counts.values())} properties recorded: {tally_text(counts)}"]
     for record in records:
-        lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)]))
+        lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)], margins=True))
         tail = [ln for ln in record.trace.strip().splitlines() if ln.strip()][-TRACE_LINES:]
         if record.outcome is not Outcome.ESTABLISHED and len(tail) > 1:
             lines.append("    trace (last lines):\n" + "\n".join(f"      {ln}" for ln in tail))

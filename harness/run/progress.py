@@ -31,10 +31,16 @@ class RunView:
     role: str = "-"
     step: int = 0
     tokens: int = 0
+    tokens_estimated: bool = False
+    """Some of the tokens were counted by twin (the reply reported none): shown as an estimate."""
     usd: float = 0.0
     latest: dict[str, EvidenceRecord] = field(default_factory=dict)
     """The latest record of every property seen so far."""
     last: str = ""
+
+    @property
+    def tokens_label(self) -> str:
+        return f"~{self.tokens:,} (estimated)" if self.tokens_estimated else f"{self.tokens:,}"
 
     @property
     def tally_text(self) -> str:
@@ -64,8 +70,9 @@ class Progress:
         self.view.round, self.view.role, self.view.step = round, role, 0
         self._log(f"round {round}/{self.view.rounds} · {role}")
 
-    def step(self, step: int, tokens: int, usd: float, note: str = "") -> None:
+    def step(self, step: int, tokens: int, usd: float, note: str = "", *, estimated: bool = False) -> None:
         self.view.step, self.view.tokens, self.view.usd = step, tokens, usd
+        self.view.tokens_estimated = estimated
         if note:
             self.view.last = note
         self._refresh()
@@ -82,7 +89,7 @@ class Progress:
     def _log(self, text: str) -> None:
         if self._live is None:
             self.console.print(
-                f"{self.view.run_id} {text}  tokens={self.view.tokens} "
+                f"{self.view.run_id} {text}  tokens={self.view.tokens_label} "
                 f"${self.view.usd:.4f} {self.view.tally_text}",
                 highlight=False,
                 markup=False,
@@ -100,7 +107,7 @@ class Progress:
         table.add_row("run", v.run_id)
         table.add_row("round", f"{v.round}/{v.rounds}")
         table.add_row("role · step", f"{v.role} · {v.step}")
-        table.add_row("tokens · cost", f"{v.tokens:,} · ${v.usd:.4f}")
+        table.add_row("tokens · cost", f"{v.tokens_label} · ${v.usd:.4f}")
         table.add_row("evidence", v.tally_text if v.latest else "-")
         if v.last:
             table.add_row("last", v.last[:100])

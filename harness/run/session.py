@@ -8,12 +8,15 @@ parts, so a comparison between them differs only in the loop.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark_adapter.task import Task, load_task
 from harness.ground.isolation import default_limits
+from harness.ground.agent_tree import discard_tree
+from harness.ground.boundary import Mount
 from harness.ground.model import Model
 from harness.ground.sandbox import Sandbox
 from harness.models.budget import BudgetTracker
@@ -27,7 +30,8 @@ from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.presentation import recover_presented
 from harness.sandbox.quota import EXT4, CappedRoot, recover_capped
 from harness.sandbox.registry import make_sandbox
-from roles.tools import ToolResult, Workbench
+from roles.agent import ContextPolicy
+from roles.tools import SCRATCH, ToolResult, Workbench
 
 
 @dataclass(frozen=True)
@@ -81,15 +85,28 @@ class Session:
     workspace: Workspace
     sandboxes: list[Sandbox] = field(default_factory=list)
     capped: CappedRoot | None = None  # the candidate on its own filesystem for the run (twin as root)
+    scratch_root: Path | None = None
+    """The read-only roles' scratch directories (see `workbench`), made on first use."""
 
     @property
     def model_label(self) -> str:
         return getattr(self.model, "label", None) or self.config.model
 
     def workbench(self, role: str, *, write: bool) -> Workbench:
-        """The boundary and the two sandboxes of one role."""
+        """The boundary and the two sandboxes of one role.
+
+        A role that cannot write the candidate (Diagnoser, Verifier) also gets its scratch
+        directory at `/scratch`: writable by its reference-side commands, read-only to its
+        candidate-side ones, kept across all its commands of the run and removed at `close()`.
+        It is no part of the candidate, no probe or grader mounts it, and twin never reads it.
+        A role that writes the candidate gets none: from the side where the original's whole
+        framework is installed it would carry files into the candidate's writer wholesale,
+        past the candidate side's absence of that framework (stdout, capped, is the only way).
+        """
+        scratch = None if write else self.scratch_dir(role)
         benches = []
         for side, writable in (("candidate", write), ("reference", False)):
+            mounts = [] if scratch is None else [Mount(host=scratch, inside=SCRATCH, writable=side == "reference")]
             boundary = role_boundary(
                 self.task,
                 self.workspace,
@@ -97,11 +114,28 @@ class Session:
                 write_candidate=writable,
                 side=side,
                 audit_log=self.run.audit_log,
+                extra_mounts=mounts,
             )
             benches.append((boundary, make_sandbox(self.config.sandbox, boundary)))
         self.sandboxes.extend(sandbox for _, sandbox in benches)
         (cand_boundary, cand_box), (_, ref_box) = benches
-        return Workbench(cand_boundary, cand_box, ref_box, self.config.command_timeout_s, repo=self.repo)
+        return Workbench(
+            cand_boundary,
+            cand_box,
+            ref_box,
+            self.config.command_timeout_s,
+            repo=self.repo,
+            scratch=SCRATCH if scratch is not None else None,
+        )
+
+    def scratch_dir(self, role: str) -> Path:
+        """The host directory behind one role's `/scratch`, outside the run directory (whose files
+        every sandbox hides), made on first use."""
+        if self.scratch_root is None:
+            self.scratch_root = Path(tempfile.mkdtemp(prefix="twin-scratch-"))
+        path = self.scratch_root / role
+        path.mkdir(exist_ok=True)
+        return path
 
     def record_tool(self, role: str, name: str, arguments: dict, result: ToolResult) -> None:
         """Observer for the agent loop: every tool call goes into the trajectory."""
@@ -118,13 +152,20 @@ class Session:
             )
         )
 
+    @property
+    def context_policy(self) -> ContextPolicy:
+        """How much earlier tool output each model call carries again (the same for every scaffold)."""
+        return ContextPolicy(
+            keep_whole=self.config.context_whole_outputs, old_output_chars=self.config.context_old_output_chars
+        )
+
     def step_observer(self, progress: Progress) -> Callable[[str, int, object], None]:
         """Observer for the agent loop: label the trajectory and update the progress view."""
 
         def on_step(role: str, step: int, reply: object) -> None:
             self.trajectory.set_context(step=step)
             spent = self.budget.spent
-            progress.step(step, spent.tokens, spent.usd)
+            progress.step(step, spent.tokens, spent.usd, estimated=spent.tokens_estimated > 0)
 
         return on_step
 
@@ -133,10 +174,13 @@ class Session:
         self.run.save_state(self.state)
 
     def close(self) -> None:
-        """Close the sandboxes, then put the candidate back on a plain directory."""
+        """Close the sandboxes and the roles' scratch, then put the candidate back on a plain directory."""
         try:
             for sandbox in self.sandboxes:
                 sandbox.close()
+            if self.scratch_root is not None:
+                discard_tree(self.scratch_root)  # written by the roles' commands: removed without following links
+                self.scratch_root = None
         finally:
             if self.capped is not None:
                 self.capped.release()

@@ -38,6 +38,7 @@ class BaseScaffold:
             max_steps=session.config.base_steps,
             on_tool=session.record_tool,
             on_step=session.step_observer(progress),
+            context=session.context_policy,  # the twin roles' policy: the comparison stays fair
         )
 
     def run(self) -> None:

@@ -74,11 +74,17 @@ def test_a_violated_output_shows_distance_against_tolerance_and_its_noise():
     ]
 
 
-def test_every_failing_output_is_listed_up_to_five_and_passing_ones_are_counted():
+def test_every_failing_output_is_listed_up_to_five_and_passing_ones_are_named():
     block = property_block(_differential("p", 9, 2), "VIOLATED")
     assert sum("distance" in line for line in block.splitlines()) == FAILING_SHOWN
-    assert "… 4 more failing (not listed)" in block and "2 other outputs pass" in block
-    assert "good" not in block
+    assert "… 4 more failing (not listed)" in block
+    assert "    2 other outputs pass: p/good0, p/good1" in block.splitlines()
+
+
+def test_a_probe_result_shows_the_margin_of_every_passing_output():
+    block = property_block(_differential("p", 1, 2), "VIOLATED", margins=True)
+    passing = [line for line in block.splitlines() if "/good" in line]
+    assert len(passing) == 2 and all("distance" in line and "<= tolerance" in line for line in passing)
 
 
 def test_the_same_evidence_from_another_machine_renders_the_same_text():
@@ -129,7 +135,7 @@ def test_changes_since_the_previous_round_come_first_new_violations_before_other
             "REGRESSED forward.block0",
             "VIOLATED (new) forward.hidden_states",
             "VIOLATED checkpoint.load",
-            "UNRESOLVED imports",
+            "NOT ESTABLISHED imports",
         )
     ]
     assert order == sorted(order)
@@ -181,7 +187,7 @@ def test_never_exceeds_its_budget_and_drops_lowest_priority_first(n_vio, n_ne, n
     text = render(problems, established, None, max_chars=max_chars, round=1)
     assert len(text) <= max_chars
     match = re.search(r"\[(\d+) properties not shown for lack of room: ([^\]]*)\]$", text)
-    shown = text.count("\n- VIOLATED") + text.count("\n- UNRESOLVED")
+    shown = text.count("\n- VIOLATED") + text.count("\n- NOT ESTABLISHED")
     established_line = re.search(r"Established \(\d+\): (.*)", text)
     shown_est = len(established_line.group(1).split(", ")) if established_line else 0
     if match is None:
@@ -191,7 +197,7 @@ def test_never_exceeds_its_budget_and_drops_lowest_priority_first(n_vio, n_ne, n
         return
     assert int(match.group(1)) == n_vio + n_ne + n_est - shown - shown_est
     if text.count("\n- VIOLATED") < n_vio:
-        assert "UNRESOLVED" not in text and "Established" not in text
+        assert "NOT ESTABLISHED" not in text and "Established" not in text
     if shown < n_vio + n_ne:
         assert "Established" not in text
 

@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible chat server on 127.0.0.1, for tests that go through litellm.
 
-It answers `POST /v1/chat/completions` from a queue of scripted responses and
+It answers `POST /v1/chat/completions` (and Anthropic's `POST .../messages`, for
+`anthropic_tool_use(...)` answers) from a queue of scripted responses and
 records every request it received, so a test exercises litellm's real HTTP path
 and can assert what was sent::
 
@@ -109,6 +110,34 @@ def tool_call(
     return tool_calls([entry], **kwargs)
 
 
+def anthropic_tool_use(
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    cache_read_input_tokens: int = 0,
+    cache_creation_input_tokens: int = 0,
+) -> Scripted:
+    """An Anthropic Messages API answer (`POST .../messages`) calling one tool, with cache usage."""
+    body = {
+        "id": f"msg_fake_{next(_ids)}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-fake",
+        "content": [{"type": "tool_use", "id": f"toolu_{next(_ids)}", "name": name, "input": arguments}],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_read_input_tokens": cache_read_input_tokens,
+            "cache_creation_input_tokens": cache_creation_input_tokens,
+        },
+    }
+    return Scripted(200, body)
+
+
 def error(
     status: int,
     message: str = "scripted error",
@@ -182,7 +211,7 @@ class FakeOpenAIServer:
                 recorded = RecordedRequest(
                     self.path, {k.lower(): v for k, v in self.headers.items()}, body
                 )
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                if not self.path.rstrip("/").endswith(("/chat/completions", "/messages")):
                     server.requests.append(recorded)
                     return self._send(error(404, f"fake server: no route {self.path}"))
                 self._send(server._next(recorded))

@@ -142,3 +142,30 @@ def test_ray_executor_gives_the_same_results_as_the_local_pool(tmp_path):
         ray.shutdown()
     strip = lambda results: {k: (t.status, t.rewards, t.snapshot_rewards) for k, t in results.trials.items()}  # noqa: E731
     assert strip(distributed) == strip(local)
+
+
+def test_the_report_shows_estimated_tokens_as_estimates():
+    from harness.bench.report import spending_lines
+    from harness.bench.schema import TrialResult
+
+    def trial(scaffold, estimated):
+        return TrialResult(
+            trial_id=scaffold,
+            task="t",
+            model="inbox:x",
+            scaffold=scaffold,
+            seed=0,
+            status="ok",
+            tokens=1200,
+            tokens_in=1000,
+            tokens_cached=250,
+            tokens_estimated=1200 if estimated else 0,
+            calls=4,
+        )
+
+    lines = spending_lines([trial("twin", True), trial("base", False)])
+    twin = next(line for line in lines if "| twin |" in line)
+    base = next(line for line in lines if "| base |" in line)
+    assert "| ~1,000 | ~200 | 25% |" in twin and "| 1,000 | 200 | 25% |" in base
+    assert any(line.startswith("~ estimated") for line in lines)
+    assert not any(line.startswith("~ estimated") for line in spending_lines([trial("base", False)]))

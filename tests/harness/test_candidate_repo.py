@@ -32,10 +32,12 @@ def test_rounds_are_committed_tagged_and_exported_without_git(repo, tmp_path):
 
 def test_changed_compares_round_trees(repo):
     (repo.work_tree / "a.py").write_text("x")
-    repo.commit_round(1, "a")
-    repo.commit_round(2, "nothing new")
+    first = repo.commit_round(1, "a")
+    second = repo.commit_round(2, "nothing new")
     assert repo.changed(0, 1)
     assert not repo.changed(1, 2)
+    assert second == first  # a round that changed nothing is no new candidate commit
+    assert repo.rounds() == [0, 1, 2]
 
 
 def test_reset_discards_a_half_done_step(repo):

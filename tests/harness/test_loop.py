@@ -298,3 +298,41 @@ def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp
     # plain progress lines never break inside a field
     progress = [line for line in captured.err.splitlines() if "tokens=" in line]
     assert progress and all(re.search(r"established=\d+ violated=\d+ not_established=\d+$", line) for line in progress)
+
+
+def model_call_roles(run: RunDir) -> list[tuple[int, str]]:
+    records = [json.loads(line) for line in run.trajectory.read_text().splitlines()]
+    return [(r["round"], r["role"]) for r in records if r["type"] == "model_call"]
+
+
+def test_a_diagnoser_finding_nothing_left_ends_the_run_without_migrator_or_verifier(tmp_path):
+    replies = [plans.diagnose(), *plans.migrate(plans.OPS_GOOD), *plans.verify_with_new_probe()]
+    replies.append(plans.diagnose(complete=True))  # the script holds no reply for a round-2 Migrator
+    run = start(tmp_path, replies, rounds=3, grade=False)
+    run_migration(RunInputs.read(run))
+    state = run.load_state()
+    assert [role for round, role in model_call_roles(run) if round == 2] == ["diagnoser"]
+    assert "nothing left" in state.stop_reason and state.status == "finished"
+    assert [r.done for r in state.rounds] == [["diagnose", "migrate", "verify"], ["diagnose"]]
+    assert state.final_round == 1 and len(state.rounds) == 2
+
+
+def test_complete_with_a_property_not_established_goes_on(tmp_path):
+    replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY), *plans.verify_with_new_probe()]
+    replies += [plans.diagnose(complete=True), *plans.migrate(plans.OPS_GOOD), *plans.verify_again()]
+    run = start(tmp_path, replies, grade=False)
+    run_migration(RunInputs.read(run))
+    assert [role for round, role in model_call_roles(run) if round == 2].count("verifier") == 1
+    assert outcomes(run, "calc.ops")[-1] == (2, "established")
+
+
+def test_a_round_whose_migrator_changed_nothing_is_not_verified_again(tmp_path):
+    replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY), *plans.verify_with_new_probe()]
+    replies += [plans.diagnose(), plans.call("submit", summary="changed nothing")]
+    run = start(tmp_path, replies, grade=False)
+    run_migration(RunInputs.read(run))
+    state = run.load_state()
+    assert "verifier" not in [role for round, role in model_call_roles(run) if round == 2]
+    assert state.rounds[1].commit == state.rounds[0].commit
+    assert state.rounds[1].evidence_score == state.rounds[0].evidence_score
+    assert outcomes(run, "calc.ops") == [(1, "violated")]  # no re-run: the same tree was judged already

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.run.loop import TwinLoop
+import pytest
+
+from harness.run.loop import TwinLoop, property_id_in
 from roles.fence import fence_agent_text
 
 
@@ -28,6 +30,7 @@ def test_an_objective_whose_probe_id_is_established_shows_done(tmp_path):
         summary="nothing migrated",
         gaps=[
             Gap(title="gelu", objective="use the exact GELU", probes=["forward.block.gelu"]),
+            Gap(title="described", objective="same", evidence=["forward.block.gelu — exact, not tanh"]),
             Gap(title="data", objective="port the loader", probes=["a check of the batches"]),
         ],
     )
@@ -50,4 +53,23 @@ def test_an_objective_whose_probe_id_is_established_shows_done(tmp_path):
         )
         marked = dict(TwinLoop.objectives_status(loop, 1))
     assert marked["gelu: use the exact GELU"] == "done"
+    assert marked["described: same"] == "done"
     assert marked["data: port the loader"].startswith("open: it names no property")
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("checkpoint.load_params", "checkpoint.load_params"),
+        ("checkpoint.load_params — maps all tensors", "checkpoint.load_params"),
+        ("checkpoint.load_params: maps all tensors", "checkpoint.load_params"),
+        ("  checkpoint.load_params (all tensors)", "checkpoint.load_params"),
+        ("checkpoint.load_params_strict", None),  # a longer id is another property
+        ("checkpoint.load", "checkpoint.load"),
+        ("checkpoint.load — the loader", "checkpoint.load"),
+        ("a check of the batches", None),
+    ],
+)
+def test_an_objective_names_a_property_by_its_id_even_with_a_description_after_it(entry, expected):
+    known = {"checkpoint.load_params": 1, "checkpoint.load": 2}
+    assert property_id_in(entry, known) == expected

@@ -100,3 +100,35 @@ def test_observers_see_every_tool_call_and_step():
     agent.run("s", "t")
     assert seen == [("tester", "echo", {"text": "a"}, True), ("tester", "submit", {"summary": "s"}, True)]
     assert steps == [1, 2]
+
+
+def test_older_long_tool_outputs_are_sent_cut_and_recent_ones_whole():
+    from roles.agent import ContextPolicy
+
+    replies = [call("echo", text=f"{i}" * 3000) for i in range(7)] + [call("submit", summary="done")]
+    model = ScriptedModel(replies)
+    policy = ContextPolicy(keep_whole=2, old_output_chars=400)
+    agent = Agent(model, {"echo": echo_tool(), "submit": done_tool()}, role="tester", context=policy)
+    outcome = agent.run("system text", "task text")
+    last_request = model.requests[-1][1]
+    sent = [m["content"] for m in last_request if m["role"] == "tool"]
+    assert len(sent) == 7
+    # cut two at a time: with 7 outputs, the first 4 are cut and the last 3 whole
+    assert all("older tool output are not repeated" in text and len(text) < 700 for text in sent[:4])
+    assert sent[4:] == [f"echo: {str(i) * 3000}" for i in range(4, 7)]
+    # the conversation itself, and the role's result, keep every output whole
+    assert [m["content"] for m in outcome.messages if m["role"] == "tool"][0] == f"echo: {'0' * 3000}"
+    # short outputs are never cut, old or not
+    assert (
+        ContextPolicy(keep_whole=1, old_output_chars=400).apply([{"role": "tool", "content": "short"}] * 5)
+        == [{"role": "tool", "content": "short"}] * 5
+    )
+
+
+@pytest.mark.parametrize(("outputs", "cut"), [(1, 0), (2, 0), (3, 0), (4, 2), (5, 2), (6, 4)])
+def test_outputs_are_cut_in_steps_so_the_prompt_prefix_stays_put_between_cuts(outputs, cut):
+    from roles.agent import ContextPolicy
+
+    messages = [{"role": "tool", "content": "x" * 1000}] * outputs
+    sent = ContextPolicy(keep_whole=2, old_output_chars=200).apply(messages)
+    assert sum(m["content"] != "x" * 1000 for m in sent) == cut
