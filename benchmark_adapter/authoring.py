@@ -40,7 +40,7 @@ ORACLE_MIN = 0.97
 GRADER_FILES = {
     "test.sh": TEMPLATES / "grader" / "test.sh",
     "grade.py": TEMPLATES / "grader" / "grade.py",
-    "grading.py": REPO / "tasks" / "t2j-mini" / "common" / "grading.py",
+    "grading.py": TEMPLATES / "grader" / "grading.py",
     "compare.py": REPO / "probes" / "compare.py",
     "similarity.py": REPO / "probes" / "similarity.py",
     "probe_driver.py": REPO / "probes" / "driver.py",

@@ -97,7 +97,7 @@ def test_assets_are_small_and_regenerated_exactly(tmp_path):
 
 
 def test_grading_library_is_the_shared_copy():
-    common = TASKS_DIR / "t2j-mini" / "common" / "grading.py"
+    common = TASKS_DIR.parent / "benchmark_adapter" / "templates" / "grader" / "grading.py"
     assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
 
 
