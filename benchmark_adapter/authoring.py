@@ -32,18 +32,19 @@ from benchmark_adapter.task import Task, TaskError, load_task
 from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
-REPO = Path(__file__).resolve().parents[1]
+PROBES_PACKAGE = Path(__file__).resolve().parents[1] / "probes"  # twin's own package, in a wheel too
 ORIGINAL_NAME, ASSETS_NAME = "torch_orig", "checkpoint"
 WORKDIR = "/app"
 ORACLE_MIN = 0.97
-# files copied into every generated grader, with the imports that must not name twin's packages
+# files copied into every generated grader (all package data, nothing read from a checkout),
+# with the imports that must not name twin's packages
 GRADER_FILES = {
     "test.sh": TEMPLATES / "grader" / "test.sh",
     "grade.py": TEMPLATES / "grader" / "grade.py",
     "grading.py": TEMPLATES / "grader" / "grading.py",
-    "compare.py": REPO / "probes" / "compare.py",
-    "similarity.py": REPO / "probes" / "similarity.py",
-    "probe_driver.py": REPO / "probes" / "driver.py",
+    "compare.py": PROBES_PACKAGE / "compare.py",
+    "similarity.py": PROBES_PACKAGE / "similarity.py",
+    "probe_driver.py": PROBES_PACKAGE / "driver.py",
 }
 REWRITES = {"from probes.similarity import": "from similarity import"}
 
@@ -100,6 +101,7 @@ def new_task(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
+    notes += [n for n in [interface_note(list(interface))] if n]
     return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
 
 
@@ -166,6 +168,7 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         f'version = "1.0"\n\n[task]\nname = "{name}"\n\n[metadata]\ncategory = "ml-migration"\n'
         'tags = ["pytorch", "jax", "generated"]\n\n[verifier]\ntimeout_sec = 900.0\n\n'
         "[agent]\ntimeout_sec = 3600.0\n\n[environment]\ncpus = 2\nmemory_mb = 4096\nallow_internet = false\n"
+        + twin_metadata([Path(p).name for p in probes], interface)
     )
     tests = root / "tests"
     (tests / "probes").mkdir(parents=True)
@@ -179,6 +182,47 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         solve = (TEMPLATES / "solve.sh").read_text().replace("__OUTPUT__", output)
         (solution / "solve.sh").write_text(solve.replace("__NAME__", Path(output).name))
         (solution / "solve.sh").chmod(0o755)
+
+
+def twin_metadata(probe_names: list[str], interface: list[str]) -> str:
+    """task.toml's `[metadata.twin]`: the probe files `twin probe` runs, and the interface to fill in.
+
+    The probe files listed are the grader's own copies in `tests/probes/` (one copy, hidden from
+    the agent with the rest of `tests/`). An interface check needs its arguments, which a name
+    does not give: each `module:function` name becomes a commented entry to complete
+    (tasks/README.md), the others are in the instruction only.
+    """
+    files = ", ".join(json.dumps(f"tests/probes/{name}") for name in probe_names)
+    text = f"\n[metadata.twin]\n# run by `twin probe` unless --no-task-probes\nprobe_files = [{files}]\n"
+    functions = [n for n in interface if _is_function(n)]
+    if functions:
+        text += (
+            "\n# Interface checks need each function's arguments (tasks/README.md); complete and uncomment:\n"
+            + "".join(
+                f'# [[metadata.twin.interface.jit]]\n# function = "{n}"\n# args = []\n' for n in functions
+            )
+        )
+    return text
+
+
+def interface_note(interface: list[str]) -> str | None:
+    """Why `--interface` names alone start no interface check, and what to do (None: no names)."""
+    if not interface:
+        return None
+    if any(_is_function(n) for n in interface):
+        return (
+            "interface checks need arguments: complete the commented [metadata.twin.interface] entries "
+            "in task.toml (tasks/README.md)"
+        )
+    return (
+        "the --interface names are in the instruction only; name functions as module:function to get "
+        "[metadata.twin.interface] entries to complete in task.toml"
+    )
+
+
+def _is_function(name: str) -> bool:
+    module, _, function = name.partition(":")
+    return bool(module) and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()
 
 
 def _readable(root: Path) -> None:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `twin` console script; returns the exit code."""
     try:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # a command's typer.Exit(n) comes back as n
     except TwinError as exc:
         line = Text("error:", style="bold red") + Text(f" {exc}")  # the message is never markup
         Console(stderr=True).print(line, highlight=False, soft_wrap=True)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return 2
         raise
-    return 0
+    return code if type(code) is int else 0
 
 
 if __name__ == "__main__":
