@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from benchmark_adapter.authoring import new_task
 from harness.ground.errors import TwinError
@@ -55,7 +56,7 @@ def new_command(
             timeout_s=timeout_s,
         )
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/]", highlight=False)
+        console.print(Text(f"note: {note}", style="dim"), highlight=False)  # a note is never markup
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
