@@ -24,6 +24,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grader import oracle_copy, run_grader
 from benchmark_adapter.layout import copy_without_history
 from benchmark_adapter.published import imports_framework
@@ -69,6 +70,7 @@ def new_task(
     oracle: Path | None = None,
     name: str | None = None,
     output: str = "/app/jax_repo",
+    checkpoint_from: Path | None = None,
     refresh: bool = False,
     sandbox: str = "auto",
     timeout_s: float = 600.0,
@@ -82,9 +84,15 @@ def new_task(
     if refresh:
         return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
     _validate(dest, source, probes, assets, instruction, interface, oracle, output)
+    if checkpoint_from is not None and not (
+        Path(checkpoint_from).is_file() and Path(checkpoint_from).suffix in PICKLED_SUFFIXES
+    ):
+        kinds = ", ".join(PICKLED_SUFFIXES)
+        raise TaskError(f"--checkpoint-from needs a pickled checkpoint file ({kinds}): {checkpoint_from}")
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
-        _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output)
+        _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output,
+                    checkpoint_from)  # fmt: skip
         try:
             task = load_task(staging)
         except TaskError as exc:
@@ -101,7 +109,7 @@ def new_task(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
-    notes += [n for n in [interface_note(list(interface))] if n]
+    notes += [n for n in [interface_note(list(interface)), checkpoint_note(assets, checkpoint_from is not None)] if n]
     return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
 
 
@@ -143,13 +151,17 @@ def _render(template: str, **values) -> str:
     return env.get_template(template).render(**values)
 
 
-def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output) -> None:
+def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output, checkpoint_from) -> None:
     output = output.rstrip("/")
     env_dir = root / "environment"
     env_dir.mkdir()
     copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
     if assets is not None:
         copy_without_history(Path(assets), env_dir / ASSETS_NAME)
+    if checkpoint_from is not None:  # the port gets safetensors; the pickle never enters the task
+        (env_dir / ASSETS_NAME).mkdir(exist_ok=True)
+        convert_checkpoint(Path(checkpoint_from), env_dir / ASSETS_NAME / f"{Path(checkpoint_from).stem}.safetensors")
+        assets = env_dir / ASSETS_NAME
     _readable(env_dir)  # sandboxes run as an unprivileged uid: a 0600 checkpoint would be unreadable
     values = dict(
         name=name,
