@@ -71,7 +71,7 @@ def probe_command(
         None, "--workdir", help="Keep probe files, inputs and outputs here."
     ),
     keep: bool = typer.Option(
-        False, "--keep", help="Keep the temporary probe work directory after the run."
+        False, "--keep", help="Keep the probe work directory (under twin's cache dir) and print where it is."
     ),
     audit_log: options.AuditLog = None,
     settings: options.PublishedSettings = None,
