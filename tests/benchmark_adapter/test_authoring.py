@@ -82,6 +82,7 @@ def test_made_task_is_published_self_contained_and_its_oracle_scores(made):
         assert not [i for i in imports if i.split(".")[0] in TWIN_PACKAGES], path
 
 
+@pytest.mark.heavy  # a sweep: the oracle and two defects graded
 def test_model_defects_score_below_the_oracle(made, tmp_path):
     _, task = made
     chosen = [d for d in DEFECTS if d.name in MODEL_DEFECTS]
@@ -90,6 +91,7 @@ def test_model_defects_score_below_the_oracle(made, tmp_path):
     assert [d.name for d in report.defects if not d.caught] == []
 
 
+@pytest.mark.heavy
 def test_torch_importing_candidates_score_zero(made, tmp_path):
     _, task = made
     with oracle_copy(task) as oracle:
@@ -135,6 +137,7 @@ ATTACKS = [
 ]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("patterns, found", [(ATTACKS, False), (["/scratch/probe_driver.py"], True)])
 def test_candidate_cannot_read_references_or_write_the_reward(tmp_path, patterns, found):
     """Red team on a made task (tiny-net): the candidate's predictions are right only if it found something.
