@@ -20,7 +20,8 @@ requires_bwrap = pytest.mark.skipif(
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"t2j_{name}", (LIBRARY if name == "grading" else COMMON) / f"{name}.py")
+    folder = LIBRARY if name == "grading" else COMMON
+    spec = importlib.util.spec_from_file_location(f"t2j_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
