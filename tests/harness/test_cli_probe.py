@@ -241,3 +241,30 @@ def test_help_documents_the_exit_status():
     proc = _cli("--help")
     assert proc.returncode == 0
     assert "0 all established, 1 any violated, 2 usage or task error, 3" in " ".join(proc.stdout.split())
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "tasks"
+
+
+@pytest.mark.heavy  # a sandboxed run per probe of each original
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="probes run in bwrap")
+@pytest.mark.parametrize(
+    ("task", "oracle"),
+    [
+        ("t2j-mini/mlp-train", "solution/app"),
+        ("t2j-mini/llama-lora-sft", "solution/app"),
+        ("t2j-mini/llama-paged-serve", "solution/app"),
+        ("flask-to-starlette", "solution/app"),
+        ("published/tiny-net", "solution/jax_repo"),
+    ],
+)
+def test_init_on_every_bundled_original_is_accepted_and_never_violated(tmp_path, task, oracle):
+    skeleton = tmp_path / "probes.py"
+    assert main(["probe", "--task", str(BUNDLED / task), "--init", str(skeleton)]) == 0
+    proc = _cli(
+        "--task", str(BUNDLED / task), "--candidate", str(BUNDLED / task / oracle), "--probe", str(skeleton),
+        "--no-builtin", "--no-library", "--jobs", "2", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    outcomes = {r["outcome"] for r in json.loads(proc.stdout)["results"]}
+    assert outcomes == {"not_established"}
