@@ -109,6 +109,7 @@ def test_defects_apply_to_the_oracle(tmp_path):
         apply_defect(ORACLE, defect, tmp_path / defect.name)
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_oracle_scores_at_least_097(oracle_result):
     assert oracle_result["reward"] >= 0.97, json.dumps(oracle_result["checks"], indent=1)
     assert oracle_result["components"]["independence"] == 1.0
@@ -117,6 +118,7 @@ def test_oracle_scores_at_least_097(oracle_result):
     assert not failing, failing
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_torch_original_scores_zero(tmp_path):
     app = tmp_path / "app"
     shutil.copytree(TASK / "environment" / "source", app)
@@ -126,6 +128,7 @@ def test_torch_original_scores_zero(tmp_path):
     assert any("torch" in f for f in result["independence"]["static"])
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_torch_importing_candidate_scores_zero(tmp_path):
     app = tmp_path / "app"
     shutil.copytree(ORACLE, app)
@@ -150,6 +153,7 @@ def test_guarded_torch_import_scores_zero(tmp_path):
     assert result["checks"]["L3.forward.lora"]["score"] > 0.97  # the numbers alone would have passed
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_empty_candidate_scores_zero(tmp_path):
     app = tmp_path / "app"
     app.mkdir()

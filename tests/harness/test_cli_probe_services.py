@@ -58,6 +58,7 @@ def test_the_oracle_has_nothing_violated():
     assert len(results) >= 15 and all(r["outcome"] == "established" for r in results)
 
 
+@pytest.mark.heavy  # two route searches of thirty seconds each
 def test_without_stated_requests_the_originals_routes_are_searched(tmp_path):
     task = tmp_path / "shop"
     shutil.copytree(TASK, task)
