@@ -24,6 +24,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grader import oracle_copy, run_grader
 from benchmark_adapter.layout import copy_without_history
 from benchmark_adapter.published import imports_framework
@@ -32,18 +33,19 @@ from benchmark_adapter.task import Task, TaskError, load_task
 from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
-REPO = Path(__file__).resolve().parents[1]
+PROBES_PACKAGE = Path(__file__).resolve().parents[1] / "probes"  # twin's own package, in a wheel too
 ORIGINAL_NAME, ASSETS_NAME = "torch_orig", "checkpoint"
 WORKDIR = "/app"
 ORACLE_MIN = 0.97
-# files copied into every generated grader, with the imports that must not name twin's packages
+# files copied into every generated grader (all package data, nothing read from a checkout),
+# with the imports that must not name twin's packages
 GRADER_FILES = {
     "test.sh": TEMPLATES / "grader" / "test.sh",
     "grade.py": TEMPLATES / "grader" / "grade.py",
-    "grading.py": REPO / "tasks" / "t2j-mini" / "common" / "grading.py",
-    "compare.py": REPO / "probes" / "compare.py",
-    "similarity.py": REPO / "probes" / "similarity.py",
-    "probe_driver.py": REPO / "probes" / "driver.py",
+    "grading.py": TEMPLATES / "grader" / "grading.py",
+    "compare.py": PROBES_PACKAGE / "compare.py",
+    "similarity.py": PROBES_PACKAGE / "similarity.py",
+    "probe_driver.py": PROBES_PACKAGE / "driver.py",
 }
 REWRITES = {"from probes.similarity import": "from similarity import"}
 
@@ -68,6 +70,7 @@ def new_task(
     oracle: Path | None = None,
     name: str | None = None,
     output: str = "/app/jax_repo",
+    checkpoint_from: Path | None = None,
     refresh: bool = False,
     sandbox: str = "auto",
     timeout_s: float = 600.0,
@@ -81,9 +84,15 @@ def new_task(
     if refresh:
         return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
     _validate(dest, source, probes, assets, instruction, interface, oracle, output)
+    if checkpoint_from is not None and not (
+        Path(checkpoint_from).is_file() and Path(checkpoint_from).suffix in PICKLED_SUFFIXES
+    ):
+        kinds = ", ".join(PICKLED_SUFFIXES)
+        raise TaskError(f"--checkpoint-from needs a pickled checkpoint file ({kinds}): {checkpoint_from}")
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
-        _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output)
+        _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output,
+                    checkpoint_from)  # fmt: skip
         try:
             task = load_task(staging)
         except TaskError as exc:
@@ -100,6 +109,7 @@ def new_task(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
+    notes += [n for n in [interface_note(list(interface)), checkpoint_note(assets, checkpoint_from is not None)] if n]
     return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
 
 
@@ -141,13 +151,17 @@ def _render(template: str, **values) -> str:
     return env.get_template(template).render(**values)
 
 
-def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output) -> None:
+def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output, checkpoint_from) -> None:
     output = output.rstrip("/")
     env_dir = root / "environment"
     env_dir.mkdir()
     copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
     if assets is not None:
         copy_without_history(Path(assets), env_dir / ASSETS_NAME)
+    if checkpoint_from is not None:  # the port gets safetensors; the pickle never enters the task
+        (env_dir / ASSETS_NAME).mkdir(exist_ok=True)
+        convert_checkpoint(Path(checkpoint_from), env_dir / ASSETS_NAME / f"{Path(checkpoint_from).stem}.safetensors")
+        assets = env_dir / ASSETS_NAME
     _readable(env_dir)  # sandboxes run as an unprivileged uid: a 0600 checkpoint would be unreadable
     values = dict(
         name=name,
@@ -166,6 +180,7 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         f'version = "1.0"\n\n[task]\nname = "{name}"\n\n[metadata]\ncategory = "ml-migration"\n'
         'tags = ["pytorch", "jax", "generated"]\n\n[verifier]\ntimeout_sec = 900.0\n\n'
         "[agent]\ntimeout_sec = 3600.0\n\n[environment]\ncpus = 2\nmemory_mb = 4096\nallow_internet = false\n"
+        + twin_metadata([Path(p).name for p in probes], interface)
     )
     tests = root / "tests"
     (tests / "probes").mkdir(parents=True)
@@ -179,6 +194,47 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         solve = (TEMPLATES / "solve.sh").read_text().replace("__OUTPUT__", output)
         (solution / "solve.sh").write_text(solve.replace("__NAME__", Path(output).name))
         (solution / "solve.sh").chmod(0o755)
+
+
+def twin_metadata(probe_names: list[str], interface: list[str]) -> str:
+    """task.toml's `[metadata.twin]`: the probe files `twin probe` runs, and the interface to fill in.
+
+    The probe files listed are the grader's own copies in `tests/probes/` (one copy, hidden from
+    the agent with the rest of `tests/`). An interface check needs its arguments, which a name
+    does not give: each `module:function` name becomes a commented entry to complete
+    (tasks/README.md), the others are in the instruction only.
+    """
+    files = ", ".join(json.dumps(f"tests/probes/{name}") for name in probe_names)
+    text = f"\n[metadata.twin]\n# run by `twin probe` unless --no-task-probes\nprobe_files = [{files}]\n"
+    functions = [n for n in interface if _is_function(n)]
+    if functions:
+        text += (
+            "\n# Interface checks need each function's arguments (tasks/README.md); complete and uncomment:\n"
+            + "".join(
+                f'# [[metadata.twin.interface.jit]]\n# function = "{n}"\n# args = []\n' for n in functions
+            )
+        )
+    return text
+
+
+def interface_note(interface: list[str]) -> str | None:
+    """Why `--interface` names alone start no interface check, and what to do (None: no names)."""
+    if not interface:
+        return None
+    if any(_is_function(n) for n in interface):
+        return (
+            "interface checks need arguments: complete the commented [metadata.twin.interface] entries "
+            "in task.toml (tasks/README.md)"
+        )
+    return (
+        "the --interface names are in the instruction only; name functions as module:function to get "
+        "[metadata.twin.interface] entries to complete in task.toml"
+    )
+
+
+def _is_function(name: str) -> bool:
+    module, _, function = name.partition(":")
+    return bool(module) and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()
 
 
 def _readable(root: Path) -> None:

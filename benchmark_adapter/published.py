@@ -34,6 +34,7 @@ from benchmark_adapter.task import (
     TaskError,
     TwinTaskSettings,
     check_task_paths,
+    published_twin_keys,
     task_name,
 )
 from harness.sandbox.task_image import remembered_task_image
@@ -141,7 +142,9 @@ def load_published_task(
                 f"task {root.name}: the output {output} overlaps {laid.inside}, which the Dockerfile lays out"
             )
     forbidden = settings.forbidden_packages or [settings.source_framework]
-    twin = TwinTaskSettings(
+    twin = _settings(
+        root,
+        config,
         source_dir=str(_relative(root, original.host)),
         source_mount=original.inside,
         assets_dir=str(_relative(root, assets.host)) if assets is not None else None,
@@ -168,6 +171,18 @@ def load_published_task(
             f"WORKDIR {layout.workdir}: nothing is laid out there; commands start in {output} instead"
         )
     return task
+
+
+def _settings(root: Path, config: dict, **layout) -> TwinTaskSettings:
+    """twin's settings of a published task: its layout, plus the interface and probe files its
+    `[metadata.twin]` may state (`benchmark_adapter.task.PUBLISHED_TWIN_KEYS`)."""
+    own = config.get("metadata", {}).get("twin", {}) if published_twin_keys(config.get("metadata", {})) else {}
+    try:
+        return TwinTaskSettings(**layout, **own)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise TaskError(f"task {root.name}: bad [metadata.twin] {where} in task.toml: {first['msg']}") from None
 
 
 def _relative(root: Path, host: Path) -> Path:

@@ -113,7 +113,8 @@ def _entry(file: Path, name: str, meta: dict, mode: str, kind_prefix: str = "") 
         "slot": f"{stem}.{kind_prefix}{'_' if kind_prefix else ''}{name or '_'}",
         "mode": mode,
         "id": str(meta.get("id") or default_id),
-        "level": int(meta.get("level", 1)),
+        # the level twin probe gives the same property (probe_format.stated_ids): checks 0, matched probes 1
+        "level": int(meta.get("level", 0 if mode == "check" else 1)),
         "compare": meta.get("compare") or {},
         "component": meta.get("component"),
         "description": meta.get("description", ""),

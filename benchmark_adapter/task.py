@@ -65,6 +65,13 @@ class TwinTaskSettings(BaseModel):
             "{'reference': {...}, 'candidate': {...}} driver settings (probes.services.session)."
         ),
     )
+    probe_files: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Probe files (relative to the task directory) `twin probe` runs unless --no-task-probes; "
+            "twin's, never the agent's: `twin task new` lists the grader's copies in tests/probes/."
+        ),
+    )
     candidate_import_roots: list[str] | None = Field(
         default=None,
         description=(
@@ -191,10 +198,12 @@ def load_task(
     if not (root / "tests" / "test.sh").is_file():
         raise TaskError(f"task {root.name} has no tests/test.sh (the grader)")
     metadata = config.get("metadata", {})
-    own_layout = "twin" in metadata or (root / "environment" / "source").is_dir()
+    own_layout = ("twin" in metadata and not published_twin_keys(metadata)) or (
+        root / "environment" / "source"
+    ).is_dir()
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if settings is not None or overrides or not own_layout:
-        if "twin" in metadata:
+        if "twin" in metadata and not published_twin_keys(metadata):
             raise TaskError(
                 f"task {root.name} has [metadata.twin]: --settings applies to published tasks only"
             )
@@ -221,6 +230,16 @@ def load_task(
     return task
 
 
+PUBLISHED_TWIN_KEYS = frozenset({"interface", "probe_files"})
+"""Keys of `[metadata.twin]` a published task may hold: its layout still comes from its Dockerfile."""
+
+
+def published_twin_keys(metadata: dict) -> bool:
+    """Whether `[metadata.twin]` holds only keys a published task may have (and at least one)."""
+    twin = metadata.get("twin")
+    return isinstance(twin, dict) and bool(twin) and set(twin) <= PUBLISHED_TWIN_KEYS
+
+
 def task_name(config: dict, root: Path) -> str:
     """The task's name: `[task] name` of task.toml, else the directory's name."""
     return str(config.get("task", {}).get("name", root.name))
@@ -240,6 +259,13 @@ def check_task_paths(root: Path, settings: TwinTaskSettings, toml_path: Path) ->
         TaskError: one line naming the key and what is wrong with it.
     """
     hidden = [os.path.realpath(root / name) for name in HIDDEN_NAMES]
+    for value in settings.probe_files:
+        pure = PurePosixPath(value)
+        resolved = os.path.realpath(root / value)
+        if pure.is_absolute() or ".." in pure.parts or not resolved.startswith(str(root) + os.sep):
+            raise TaskError(
+                f"[metadata.twin] probe_files entry {value!r} in {toml_path}: must be a file inside the task directory"
+            )
     for key in ("source_dir", "assets_dir"):
         value = getattr(settings, key)
         if value is None or (key == "assets_dir" and not value):  # no assets

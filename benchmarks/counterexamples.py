@@ -62,7 +62,7 @@ def probe(candidate: Path, args) -> dict:
     done = subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False
     )
-    if done.returncode != 0:
+    if done.returncode not in (0, 1):  # 1: a property violated, which is what is measured
         return {"error": (done.stderr or done.stdout)[-500:], "seconds": round(time.monotonic() - start, 1)}
     results = json.loads(done.stdout)["results"]
     violated = [r["property"]["id"] for r in results if r["outcome"] == "violated"]

@@ -267,6 +267,7 @@ def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dic
             "probe_name": name,
             "component": meta.get("component"),
             "uses": meta.get("uses", []),
+            **({"mode": meta["mode"]} if "mode" in meta else {}),  # PROBES "mode": localization
         }
     )
     if not run["ok"]:

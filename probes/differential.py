@@ -180,6 +180,7 @@ def run_matched_probes(
                 "dtype": ctx.dtype,
                 "component": meta.get("component"),
                 "uses": meta.get("uses", []),
+                **({"mode": meta["mode"]} if "mode" in meta else {}),  # PROBES "mode": localization
                 "probe_sha1": sha1,
             }
         )

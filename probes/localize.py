@@ -202,13 +202,16 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
     ]
     # A probe that relies on other components besides its own (e.g. the checkpoint
     # converter, to build its inputs) declares them in `uses`: its divergence is
-    # explained by theirs when they diverge too.
+    # explained by theirs when they diverge too. A name the original lacks (a converter
+    # only the candidate has) becomes a component of its own, below those that use it.
     for _, node, uses in resolved:
         for used in uses:
-            if node in graph and used in graph and node != used:
+            if node in graph and node != used:
+                if used not in graph:
+                    graph.add_node(used, kind="candidate_only")
                 graph.add_edge(node, used)
     violated: dict[str, list[ProbeResult]] = {}
-    established: set[str] = set()
+    established: dict[str, set] = {}  # component -> the modes (PROBES "mode") its agreeing probes ran in
     support: dict[str, int] = {}
     implicated: dict[str, int] = {}
     for result, node, uses in resolved:
@@ -227,7 +230,7 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
         if result.outcome is Outcome.VIOLATED:
             violated.setdefault(node, []).append(result)
         elif result.outcome is Outcome.ESTABLISHED:
-            established.add(node)
+            established.setdefault(node, set()).add(result.context.get("mode"))
     if not violated:
         return None
     in_graph = [n for n in violated if n in graph]
@@ -241,7 +244,13 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
     first.sort(key=depth)
     chosen = first[0]
     chain = sorted(in_graph, key=lambda n: len(nx.descendants(graph, n)))
-    below = sorted(n for n in established if chosen in graph and n in graph and _depends(graph, chosen, n))
+    # Only a probe that ran the way the violated ones did clears what lies below: an
+    # eval-mode forward says nothing of a bug that shows after a training step.
+    modes = {r.context.get("mode") for r in violated[chosen]}
+    below = sorted(
+        n for n, ran in established.items()
+        if ran & modes and chosen in graph and n in graph and _depends(graph, chosen, n)
+    )  # fmt: skip
     probes = [r.property.id for r in violated[chosen]]
     message = f"first divergent component: {chosen} (violated: {', '.join(probes)})"
     if below:

@@ -3,6 +3,7 @@
 # scripted trajectory (no model is called; the output says so), then grading every round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/system-deps.sh
 [ -x .venv/bin/twin ] || ./scripts/setup.sh
 exec .venv/bin/twin migrate --task tasks/t2j-mini/mlp-train \
     --model replay:examples/mlp-train/twin.jsonl --rounds 2 "$@"

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
         recover_capped()  # and candidates a killed twin left on a capped filesystem are copied back out
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # a command's typer.Exit(n) comes back as n
     except TwinError as exc:
         line = Text("error:", style="bold red") + styled(f" {exc}")  # the message is never markup
         agent_console(stderr=True).print(line, soft_wrap=True)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return 2
         raise
-    return 0
+    return code if type(code) is int else 0
 
 
 if __name__ == "__main__":

@@ -64,16 +64,30 @@ def grade_command(
 
 
 def _print_grade(console: Console, grade) -> None:
-    table = Table(title=f"{grade.task}: reward {grade.reward:.4f}", show_header=True)
-    table.add_column("check / component")
-    table.add_column("score", justify="right")
-    table.add_column("detail", overflow="fold")
-    for name, value in grade.components.items():
-        table.add_row(styled(name, "bold"), _fmt(value), "")
-    for name, check in sorted(grade.checks.items()):
-        if isinstance(check, dict):
-            table.add_row(name, _fmt(check.get("score")), str(check.get("detail", ""))[:120])
-    console.print(table)
+    """A table on a terminal; whole plain lines anywhere else (a detail is never cut mid-number).
+
+    Scores are rendered as `twin probe` renders them (`evidence_store.numbers`).
+    """
+    title = f"{grade.task}: reward {numbers.reward(grade.reward)}"
+    checks = [(name, check) for name, check in sorted(grade.checks.items()) if isinstance(check, dict)]
+    if not console.is_terminal:
+        plain = {"highlight": False, "markup": False, "soft_wrap": True}
+        console.print(title, **plain)
+        for name, value in grade.components.items():
+            console.print(f"{_fmt(value):>8}  {name}", **plain)
+        for name, check in checks:
+            detail = str(check.get("detail", ""))
+            console.print(f"{_fmt(check.get('score')):>8}  {name}" + (f": {detail}" if detail else ""), **plain)
+    else:
+        table = Table(title=title, show_header=True)
+        table.add_column("check / component")
+        table.add_column("score", justify="right")
+        table.add_column("detail", overflow="fold")
+        for name, value in grade.components.items():
+            table.add_row(styled(name, "bold"), _fmt(value), "")
+        for name, check in checks:
+            table.add_row(styled(name), _fmt(check.get("score")), styled(check.get("detail", "")))
+        console.print(table)
     console.print(
         Text.assemble(
             "reward ",
@@ -115,6 +129,6 @@ def grade_output_tail(log_tail: str, lines: int = 20) -> str:
 
 
 def _fmt(value) -> str:
-    return (
-        f"{value:.4f}" if isinstance(value, (int, float)) else "-" if value is None else str(value)
-    )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-" if value is None else str(value)
+    return numbers.score(value)

@@ -1,8 +1,16 @@
-"""`twin probe`: run differential probes and candidate-side checks on a candidate."""
+"""`twin probe`: run differential probes and candidate-side checks on a candidate.
+
+Its exit status gates CI as pytest's does: 0 every property established, 1 any
+violated, 2 a usage or task error, 3 infrastructure (no sandbox, a sandbox that
+could not start). A run with properties not established and none violated exits 0.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -12,21 +20,31 @@ from rich.table import Table
 
 from evidence_store import reading
 from harness.cli import options
-from harness.ground.errors import TwinError
+from harness.ground.errors import InfraFailure, TwinError
+from harness.ground.isolation import IsolationError
+from harness.ground.sandbox import SandboxError
 from harness.ground.terminal import agent_console, styled
+from probes.context import SANDBOX_KINDS
 from probes.localize import localize_divergence
 from probes.services.families import probe_families
 from probes.services.probe_file import SearchBudget
 from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
 
 _STYLE = {"established": "green", "violated": "bold red", "not_established": "yellow"}
+EXIT_VIOLATED = 1
 
 
 def probe_command(
     task: options.TaskDir,
-    candidate: Path = typer.Option(..., "--candidate", help="Candidate directory to examine."),
+    candidate: Path = typer.Option(None, "--candidate", help="Candidate directory to examine."),
     probe: list[Path] = typer.Option(
         None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
+    ),
+    task_probe_files: bool = typer.Option(
+        True, "--task-probes/--no-task-probes", help="Run the probe files the task lists (probe_files)."
+    ),
+    init: Path = typer.Option(
+        None, "--init", help="Write a probe-file skeleton from the task's original to this new file, and stop."
     ),
     builtin: bool = typer.Option(
         True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
@@ -54,7 +72,7 @@ def probe_command(
         None, "--workdir", help="Keep probe files, inputs and outputs here."
     ),
     keep: bool = typer.Option(
-        False, "--keep", help="Keep the temporary probe work directory after the run."
+        False, "--keep", help="Keep the probe work directory (under twin's cache dir) and print where it is."
     ),
     audit_log: options.AuditLog = None,
     settings: options.PublishedSettings = None,
@@ -62,7 +80,20 @@ def probe_command(
     assets_dir: options.AssetsDir = None,
     output_dir: options.OutputDir = None,
 ) -> None:
-    """Probe a candidate against the task's original and print what is established."""
+    """Probe a candidate against the task's original and print what is established.
+
+    Exit status: 0 all established, 1 any violated, 2 usage or task error, 3 infrastructure.
+    """
+    if init is not None:
+        _write_skeleton(init, task, lambda: options.load_task_option(
+            task, "none", settings, original_dir, assets_dir, output_dir))  # fmt: skip
+        return
+    if candidate is None:
+        raise TwinError("--candidate DIR is required (or --init FILE to write a probe-file skeleton)")
+    if sandbox not in SANDBOX_KINDS:
+        raise TwinError(f"--sandbox must be one of {', '.join(SANDBOX_KINDS)}, not {sandbox!r}")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        raise InfraFailure("bubblewrap (bwrap) is not installed: install it, or use --sandbox none")
     if jobs < 1:
         raise TwinError("--jobs must be at least 1")
     if search_examples < 1 or search_seconds <= 0:
@@ -72,7 +103,12 @@ def probe_command(
     for path in probe_files:
         if not path.expanduser().is_file():
             raise TwinError(f"probe file not found: {path}")
-    loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
+    try:
+        loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
+    except (SandboxError, IsolationError) as exc:
+        raise InfraFailure(str(exc)) from None
+    if task_probe_files:
+        probe_files += _task_probe_files(loaded)
     probes = builtin_checks(loaded) if builtin else []
     if library:
         probes += task_probes(loaded, budget)
@@ -88,10 +124,20 @@ def probe_command(
         "sandbox_kind": sandbox,
         "device": device,
         "precision": precision,
-        "workdir": workdir,
+        "workdir": kept_workdir(isolated=sandbox != "none") if keep and workdir is None else workdir,
         "audit_log": audit_log,
         "keep": keep,
     }
+    try:
+        violated = _run(console, loaded, candidate, probes, jobs, as_json, context_options)
+    except (SandboxError, IsolationError) as exc:
+        raise InfraFailure(str(exc)) from None
+    if violated:
+        raise typer.Exit(EXIT_VIOLATED)
+
+
+def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, context_options) -> bool:
+    """Run the suite and report it; whether any property is violated."""
     shown = candidate.expanduser().resolve()
     with ExitStack() as stack:
         with console.status(f"probing {shown} ({len(probes)} probes)") as status:
@@ -102,10 +148,67 @@ def probe_command(
             suite = stack.enter_context(
                 run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
             )
-        _report(console, suite.ctx, suite.results, as_json=as_json)
+        return _report(console, suite.ctx, suite.results, as_json=as_json)
 
 
-def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
+def _task_probe_files(task) -> list[Path]:
+    """The probe files a task lists (`probe_files` of `[metadata.twin]`), each present.
+
+    Raises:
+        TwinError: a listed file is missing.
+    """
+    files = [task.root / name for name in task.settings.probe_files]
+    for path in files:
+        if not path.is_file():
+            raise TwinError(f"task {task.name}: probe file {path} (probe_files in task.toml) not found")
+    return files
+
+
+def kept_workdir(*, isolated: bool) -> Path:
+    """A new directory for a kept probe run: under twin's cache (`$TWIN_CACHE_DIR`, machine-wide
+    `/var/cache/twin` as root), or under the stage root where the sandbox uid (`isolated`) cannot
+    reach the cache."""
+    from harness.ground.isolation import cache_root, reachable, scratch_dir
+
+    runs = cache_root() / "probe-runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        runs.chmod(0o711)
+    except OSError:
+        return scratch_dir("twin-probe-")
+    if isolated and not reachable(runs):
+        return scratch_dir("twin-probe-")
+    path = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=runs))
+    path.chmod(0o711)
+    return path
+
+
+def _write_skeleton(path: Path, task_dir: Path, load) -> None:
+    """`--init`: a probe-file skeleton of the original, written to a new file.
+
+    `--task` names a task, or (before there is one: `twin task new` needs a probe file) the
+    original repository itself, any directory without a task.toml.
+    """
+    from probes.skeleton import probe_skeleton
+
+    task_dir = task_dir.expanduser()
+    if task_dir.is_dir() and not (task_dir / "task.toml").exists():
+        source, mount = task_dir, "/source"
+    else:
+        loaded = load()
+        source, mount = loaded.source_dir, loaded.settings.source_mount
+    path = path.expanduser()
+    if path.exists():
+        raise TwinError(f"{path} exists; --init writes a new file")
+    if not path.parent.is_dir():
+        raise TwinError(f"directory of {path} does not exist")
+    path.write_text(probe_skeleton(source, mount))
+    agent_console().print(
+        f"wrote {path}: fill in each probe (probes/README.md), then twin probe --probe {path}", soft_wrap=True
+    )
+
+
+def _report(console: Console, ctx, results: list, *, as_json: bool) -> bool:
     """The results with the divergence they localize, as JSON or as a table (the context still open)."""
 
     found = localize_divergence(ctx, results)
@@ -124,7 +227,7 @@ def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
                 indent=2,
             )
         )
-        return
+        return _any_violated(results)
     _print_table(console, ctx, results)
     families = probe_families(ctx.task)
     if families:
@@ -141,6 +244,11 @@ def _report(console: Console, ctx, results: list, *, as_json: bool) -> None:
                     " (a probe file's SERVICES, probes/README.md)"
                 )
             console.print(line, markup=False, soft_wrap=True)
+    return _any_violated(results)
+
+
+def _any_violated(results) -> bool:
+    return any(r.outcome.value == "violated" for r in results)
 
 
 def _service_runs(families: dict[str, str], results) -> dict[str, int]:
@@ -180,7 +288,8 @@ def _print_table(console: Console, ctx, results) -> None:
             console.print(f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", **plain)
             for line in _deciding(r).splitlines():
                 console.print(f"    {line}", **plain)
-        console.print(f"probe files and outputs: {ctx.workdir}", **plain)
+        if ctx.keep:
+            console.print(f"probe files and outputs: {ctx.workdir}", **plain)
         return
     table = Table(title=title)
     table.add_column("property", overflow="fold")
@@ -192,4 +301,4 @@ def _print_table(console: Console, ctx, results) -> None:
         table.add_row(r.property.id, str(r.property.level), outcome, _deciding(r))
     console.print(table)
     if ctx.keep:
-        console.print(f"probe files and outputs: {ctx.workdir}")
+        console.print(f"probe files and outputs: {ctx.workdir}", markup=False, highlight=False, soft_wrap=True)

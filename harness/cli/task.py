@@ -32,6 +32,9 @@ def new_command(
     ),
     oracle: Path = typer.Option(None, "--oracle", help="A reference JAX solution; it must score at least 0.97."),
     name: str = typer.Option(None, "--name", help="Task name (default: the directory's name)."),
+    checkpoint_from: Path = typer.Option(
+        None, "--checkpoint-from", help="A pickled state_dict (.pth): the task gets it as safetensors."
+    ),
     output: str = typer.Option("/app/jax_repo", "--output", help="Where the instruction asks for the port."),
     refresh: bool = typer.Option(
         False, "--refresh", help="Re-record the references of an existing task from its original."
@@ -40,7 +43,7 @@ def new_command(
     timeout_s: float = typer.Option(600.0, "--timeout-s", help="Time limit of one probe file's side."),
 ) -> None:
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
-    if refresh and any(v for v in (source, probe, assets, instruction, interface, oracle, name)):
+    if refresh and any(v for v in (source, probe, assets, instruction, interface, oracle, name, checkpoint_from)):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = agent_console()
     names = [n.strip() for n in interface or [] if n.strip()]
@@ -55,6 +58,7 @@ def new_command(
             oracle=oracle,
             name=name,
             output=output,
+            checkpoint_from=checkpoint_from,
             refresh=refresh,
             sandbox=sandbox,
             timeout_s=timeout_s,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark_adapter.task import Task, load_task
-from harness.ground.isolation import default_limits
 from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Mount
+from harness.ground.isolation import default_limits
 from harness.ground.model import Model
 from harness.ground.sandbox import Sandbox
 from harness.models.budget import BudgetTracker

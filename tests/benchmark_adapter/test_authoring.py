@@ -8,11 +8,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.authoring import new_task, stale_grader_files
+from benchmark_adapter.authoring import interface_note, new_task, stale_grader_files, twin_metadata
 from benchmark_adapter.defects import apply_defect
 from benchmark_adapter.grader import oracle_candidate, oracle_copy, run_grader
 from benchmark_adapter.sweep import load_defects, run_sweep
@@ -73,6 +74,7 @@ def test_made_task_is_published_self_contained_and_its_oracle_scores(made):
     assert (task.settings.source_mount, task.settings.assets_mount) == ("/app/torch_orig", "/app/checkpoint")
     assert oracle_candidate(task) == task.root / "solution" / "jax_repo"
     assert set(report.probes) >= {"checkpoint.load", "forward.logits", "loss.cross_entropy"}
+    assert task.settings.probe_files == ["tests/probes/model.py"]  # twin probe runs them
     spec = json.loads((task.tests_dir / "spec.json").read_text())
     assert {p["noise"] for p in spec["probes"] if p["mode"] == "candidate"} == {"float64"}
     for path in task.tests_dir.rglob("*.py"):
@@ -80,6 +82,7 @@ def test_made_task_is_published_self_contained_and_its_oracle_scores(made):
         assert not [i for i in imports if i.split(".")[0] in TWIN_PACKAGES], path
 
 
+@pytest.mark.heavy  # a sweep: the oracle and two defects graded
 def test_model_defects_score_below_the_oracle(made, tmp_path):
     _, task = made
     chosen = [d for d in DEFECTS if d.name in MODEL_DEFECTS]
@@ -88,6 +91,7 @@ def test_model_defects_score_below_the_oracle(made, tmp_path):
     assert [d.name for d in report.defects if not d.caught] == []
 
 
+@pytest.mark.heavy
 def test_torch_importing_candidates_score_zero(made, tmp_path):
     _, task = made
     with oracle_copy(task) as oracle:
@@ -133,6 +137,7 @@ ATTACKS = [
 ]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("patterns, found", [(ATTACKS, False), (["/scratch/probe_driver.py"], True)])
 def test_candidate_cannot_read_references_or_write_the_reward(tmp_path, patterns, found):
     """Red team on a made task (tiny-net): the candidate's predictions are right only if it found something.
@@ -271,3 +276,13 @@ def test_full_defect_sweep_on_a_task_made_with_every_mlp_probe_file(tmp_path):
     sweep = run_sweep(load_task(dest), DEFECTS, jobs=2)
     caught = [d.name for d in sweep.defects if d.caught]
     assert len(caught) >= 0.75 * len(DEFECTS), [d.name for d in sweep.defects if not d.caught]
+
+
+def test_task_toml_lists_the_probe_files_and_the_interface_to_complete():
+    text = twin_metadata(["model.py", "loss.py"], ["mlp_train.model:forward", "MLPClassifier"])
+    twin = tomllib.loads(text)["metadata"]["twin"]
+    assert twin == {"probe_files": ["tests/probes/model.py", "tests/probes/loss.py"]}  # nothing half-specified
+    assert '# function = "mlp_train.model:forward"' in text and "MLPClassifier" not in text
+    assert "complete the commented [metadata.twin.interface]" in interface_note(["mlp_train.model:forward"])
+    assert "instruction only" in interface_note(["MLPClassifier"])
+    assert interface_note([]) is None

@@ -1,4 +1,4 @@
-"""The shared t2j-mini grading library (tasks/t2j-mini/common/grading.py) and its copies."""
+"""The shared grading library (benchmark_adapter/templates/grader/grading.py) and the t2j-mini copies."""
 
 from __future__ import annotations
 
@@ -11,14 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-COMMON = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "common"
+REPO = Path(__file__).resolve().parents[2]
+COMMON = REPO / "tasks" / "t2j-mini" / "common"
+LIBRARY = REPO / "benchmark_adapter" / "templates" / "grader"
 requires_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap not installed"
 )
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"t2j_{name}", COMMON / f"{name}.py")
+    folder = LIBRARY if name == "grading" else COMMON
+    spec = importlib.util.spec_from_file_location(f"t2j_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

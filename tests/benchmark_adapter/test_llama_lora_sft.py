@@ -97,7 +97,7 @@ def test_assets_are_small_and_regenerated_exactly(tmp_path):
 
 
 def test_grading_library_is_the_shared_copy():
-    common = TASKS_DIR / "t2j-mini" / "common" / "grading.py"
+    common = TASKS_DIR.parent / "benchmark_adapter" / "templates" / "grader" / "grading.py"
     assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
 
 
@@ -109,6 +109,7 @@ def test_defects_apply_to_the_oracle(tmp_path):
         apply_defect(ORACLE, defect, tmp_path / defect.name)
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_oracle_scores_at_least_097(oracle_result):
     assert oracle_result["reward"] >= 0.97, json.dumps(oracle_result["checks"], indent=1)
     assert oracle_result["components"]["independence"] == 1.0
@@ -117,6 +118,7 @@ def test_oracle_scores_at_least_097(oracle_result):
     assert not failing, failing
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_torch_original_scores_zero(tmp_path):
     app = tmp_path / "app"
     shutil.copytree(TASK / "environment" / "source", app)
@@ -126,6 +128,7 @@ def test_torch_original_scores_zero(tmp_path):
     assert any("torch" in f for f in result["independence"]["static"])
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_torch_importing_candidate_scores_zero(tmp_path):
     app = tmp_path / "app"
     shutil.copytree(ORACLE, app)
@@ -150,6 +153,7 @@ def test_guarded_torch_import_scores_zero(tmp_path):
     assert result["checks"]["L3.forward.lora"]["score"] > 0.97  # the numbers alone would have passed
 
 
+@pytest.mark.heavy  # a graded training run (half a minute or more on two cores)
 def test_empty_candidate_scores_zero(tmp_path):
     app = tmp_path / "app"
     app.mkdir()
@@ -158,6 +162,7 @@ def test_empty_candidate_scores_zero(tmp_path):
     assert result["checks"]["L0.layout"]["score"] == 0.0
 
 
+@pytest.mark.heavy  # a minute or more each on two cores: llama-paged-serve keeps one defect in the default suite
 @pytest.mark.parametrize("name", FAST_DEFECTS)
 def test_fast_defects_lower_the_reward(name, oracle_result, tmp_path):
     defect = next(d for d in DEFECTS if d.name == name)

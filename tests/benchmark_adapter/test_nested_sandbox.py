@@ -88,7 +88,7 @@ def test_the_report_comes_before_any_candidate_code(tmp_path, no_bwrap):
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 def test_the_library_reports_a_sandbox_that_does_not_start(tmp_path, monkeypatch):
     """bwrap is there but the sandbox it builds fails: reported, and run_candidate refuses too."""
-    sys.path.insert(0, str(TASKS_DIR / "t2j-mini" / "common"))
+    sys.path.insert(0, str(TASKS_DIR.parent / "benchmark_adapter" / "templates" / "grader"))
     try:
         import grading
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -224,3 +225,34 @@ def test_a_settings_file_stands_for_its_task_in_benches(tmp_path):
     assert load_task(side).root == (tmp_path / "t").resolve()
     assert TrialSpec(task=side, model="m", scaffold="twin", seed=0).task_name == "my-port"
     assert TrialSpec(task=tmp_path / "t", model="m", scaffold="twin", seed=0).task_name == "t"
+
+
+def test_a_published_task_s_twin_metadata_adds_probe_files_and_interface_not_layout(tmp_path):
+    root = make_task(tmp_path / "t")
+    (root / "tests" / "probes").mkdir()
+    (root / "tests" / "probes" / "p.py").write_text("def reference(env):\n    return {}\n")
+    toml = (root / "task.toml").read_text()
+    (root / "task.toml").write_text(
+        toml + '\n[metadata.twin]\nprobe_files = ["tests/probes/p.py"]\n\n'
+        '[[metadata.twin.interface.jit]]\nfunction = "net.model:forward"\nargs = [{normal = [2, 4]}]\n'
+    )
+    task = load_task(root)
+    assert task.environment is not None and task.settings.source_mount == "/app/torch_orig"
+    assert task.settings.probe_files == ["tests/probes/p.py"]
+    assert [c.function for c in task.settings.interface.jit] == ["net.model:forward"]
+
+
+@pytest.mark.parametrize(
+    ("twin", "message"),
+    [
+        ('probe_files = ["../outside.py"]', "must be a file inside the task directory"),
+        ('probe_files = ["/etc/passwd"]', "must be a file inside the task directory"),
+        ('[metadata.twin.interface.loss]\nfunction = "no-colon"', "bad [metadata.twin] interface.loss.function"),
+    ],
+)
+def test_bad_published_twin_metadata_is_one_line(tmp_path, twin, message):
+    root = make_task(tmp_path / "t")
+    body = twin if twin.startswith("[") else f"[metadata.twin]\n{twin}"
+    (root / "task.toml").write_text((root / "task.toml").read_text() + "\n" + body + "\n")
+    with pytest.raises(TaskError, match=re.escape(message)):
+        load_task(root)

@@ -56,6 +56,7 @@ def test_bench_runs_both_scaffolds_grades_every_round_and_reports(tmp_path):
     assert "| twin | 1→2 | 0 | 1 | 0 |" in report and "| base | 1→2 | 1 | 0 | 0 |" in report
 
 
+@pytest.mark.heavy  # a whole bench; its first run is the default suite's other bench
 def test_finished_trials_are_not_run_again(tmp_path):
     run_bench(config(tmp_path), tmp_path / "benches")
     log = tmp_path / "benches" / "b" / "runs"
@@ -70,10 +71,14 @@ def test_spent_bench_budget_starts_no_trial(tmp_path):
     assert results.trials == {}
 
 
-def test_infrastructure_failure_is_marked_retried_and_never_scored(tmp_path, monkeypatch):
+def test_infrastructure_failure_is_marked_and_never_scored(tmp_path):
     spec = TrialSpec(task=plans.TINY_TASK, model="openai/x", scaffold="twin", seed=0)
     result = collect_trial(spec, tmp_path / "missing-run", returncode=3, attempts=2)
     assert result.status == "infra_failed" and result.rewards == {}
+
+
+@pytest.mark.heavy  # a trial process per attempt against a refusing server
+def test_an_unreachable_model_is_infrastructure_retried_and_never_scored(tmp_path, monkeypatch):
     # a live model whose server refuses connections: infrastructure, retried, left unscored
     cfg = BenchConfig(
         name="infra",
@@ -130,6 +135,7 @@ def test_killed_bench_resumes_where_it_stopped(tmp_path):
         assert after[trial_id]["attempts"] == trial["attempts"]
 
 
+@pytest.mark.heavy  # two benches and a ray cluster
 def test_ray_executor_gives_the_same_results_as_the_local_pool(tmp_path):
     pytest.importorskip("ray")
     import ray

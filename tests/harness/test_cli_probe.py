@@ -1,13 +1,18 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import harness.cli.probe
 from harness.cli.app import main
+from harness.ground.isolation import IsolationError
+from harness.ground.sandbox import SandboxError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
 TINY = FIXTURES / "tiny"
@@ -83,7 +88,7 @@ def test_json_output_runs_checks_probes_and_localization(tmp_path):
         "--workdir",
         str(tmp_path / "work"),
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # np.affine violated
     data = json.loads(proc.stdout)
     outcomes = {r["property"]["id"]: r["outcome"] for r in data["results"]}
     assert outcomes["imports"] == "established" and outcomes["independence"] == "established"
@@ -117,7 +122,7 @@ def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
         "--task", str(TINY), "--candidate", str(FIXTURES / "candidates" / "wrong"),
         "--probe", str(FIXTURES / "probe_numpy.py"), "--sandbox", "none", "--workdir", str(tmp_path / "w"),
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert not any(c in proc.stdout for c in "┏┃│")  # no table when not on a terminal
     assert any(line.startswith("violated        np.affine (L") for line in lines)
@@ -134,3 +139,132 @@ def test_a_family_nothing_was_run_for_says_so(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "; python (its modules define public functions" in proc.stdout
     assert "  python: nothing run: no request or request space stated for it" in proc.stdout
+
+
+# ---- exit status, task probe files, --keep, --init ------------------------------------------
+def _task_with_probe_files(tmp_path: Path, files: list[str]) -> Path:
+    """A copy of the tiny task whose task.toml lists `files` (copied from the fixtures into tests/probes/)."""
+    task = tmp_path / "tiny"
+    shutil.copytree(TINY, task)
+    (task / "tests" / "probes").mkdir()
+    for name in files:
+        shutil.copy(FIXTURES / name, task / "tests" / "probes" / name)
+    listed = ", ".join(f'"tests/probes/{name}"' for name in files)
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml + f"probe_files = [{listed}]\n")
+    return task
+
+
+def test_a_task_s_probe_files_run_without_probe_and_a_violation_exits_1(tmp_path):
+    task = _task_with_probe_files(tmp_path, ["probe_numpy.py"])
+    wrong = str(FIXTURES / "candidates" / "wrong")
+    proc = _cli("--task", str(task), "--candidate", wrong, "--sandbox", "none", "--json")
+    assert proc.returncode == 1, proc.stderr
+    outcomes = {r["property"]["id"]: r["outcome"] for r in json.loads(proc.stdout)["results"]}
+    assert outcomes["np.affine"] == "violated"
+    skipped = _cli("--task", str(task), "--candidate", wrong, "--sandbox", "none", "--json", "--no-task-probes")
+    assert skipped.returncode == 0, skipped.stderr
+    assert "np.affine" not in {r["property"]["id"] for r in json.loads(skipped.stdout)["results"]}
+
+
+def test_a_missing_task_probe_file_is_one_line_and_exit_2(tmp_path):
+    task = _task_with_probe_files(tmp_path, ["probe_numpy.py"])
+    (task / "tests" / "probes" / "probe_numpy.py").unlink()
+    proc = _cli("--task", str(task), "--candidate", str(GOOD), "--sandbox", "none")
+    assert proc.returncode == 2
+    assert "probe_files in task.toml) not found" in proc.stderr
+
+
+def test_a_missing_sandbox_is_an_infrastructure_failure_exit_3(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap on it
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "probe", "--task", str(TINY), "--candidate", str(GOOD),
+         "--sandbox", "bwrap"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert "bubblewrap (bwrap) is not installed" in proc.stderr
+
+
+@pytest.mark.parametrize("error", [SandboxError("the sandbox did not start"), IsolationError("no /etc snapshot")])
+def test_a_sandbox_failing_mid_run_exits_3(monkeypatch, capsys, error):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(harness.cli.probe, "run_suite", failing)
+    assert main(["probe", "--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none"]) == 3
+    assert str(error) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_work_directory_is_named_only_when_kept_and_then_exists(tmp_path, keep):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TWIN_CACHE_DIR": str(cache)}
+    args = ["--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--no-builtin"]
+    args += ["--probe", str(FIXTURES / "probe_numpy.py")] + (["--keep"] if keep else [])
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "probe", *args], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    named = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("probe files and outputs")]
+    if not keep:
+        assert named == []
+        return
+    (path,) = named
+    assert Path(path).parent == cache / "probe-runs" and (Path(path) / "probes").is_dir()
+
+
+def test_init_writes_a_skeleton_the_probe_accepts_as_not_established(tmp_path):
+    skeleton = tmp_path / "probes.py"
+    assert main(["probe", "--task", str(TINY), "--init", str(skeleton)]) == 0
+    text = skeleton.read_text()
+    assert "PROBES = {" in text and '"component": "model.Affine"' in text
+    proc = _cli(
+        "--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--no-builtin", "--no-library",
+        "--probe", str(skeleton), "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    outcomes = {r["property"]["id"]: r["outcome"] for r in json.loads(proc.stdout)["results"]}
+    assert outcomes and set(outcomes.values()) == {"not_established"}, outcomes
+    assert main(["probe", "--task", str(TINY), "--init", str(skeleton)]) == 2  # never overwrites
+
+
+def test_init_reads_a_bare_repository_before_there_is_a_task(tmp_path):
+    skeleton = tmp_path / "probes.py"
+    assert main(["probe", "--task", str(TINY / "environment" / "source"), "--init", str(skeleton)]) == 0
+    assert '"component": "model.loss_fn"' in skeleton.read_text()
+    assert main(["probe", "--task", str(tmp_path / "missing"), "--init", str(tmp_path / "x.py")]) == 2
+    assert not (tmp_path / "x.py").exists()
+
+
+def test_help_documents_the_exit_status():
+    proc = _cli("--help")
+    assert proc.returncode == 0
+    assert "0 all established, 1 any violated, 2 usage or task error, 3" in " ".join(proc.stdout.split())
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "tasks"
+
+
+@pytest.mark.heavy  # a sandboxed run per probe of each original
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="probes run in bwrap")
+@pytest.mark.parametrize(
+    ("task", "oracle"),
+    [
+        ("t2j-mini/mlp-train", "solution/app"),
+        ("t2j-mini/llama-lora-sft", "solution/app"),
+        ("t2j-mini/llama-paged-serve", "solution/app"),
+        ("flask-to-starlette", "solution/app"),
+        ("published/tiny-net", "solution/jax_repo"),
+    ],
+)
+def test_init_on_every_bundled_original_is_accepted_and_never_violated(tmp_path, task, oracle):
+    skeleton = tmp_path / "probes.py"
+    assert main(["probe", "--task", str(BUNDLED / task), "--init", str(skeleton)]) == 0
+    proc = _cli(
+        "--task", str(BUNDLED / task), "--candidate", str(BUNDLED / task / oracle), "--probe", str(skeleton),
+        "--no-builtin", "--no-library", "--jobs", "2", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    outcomes = {r["outcome"] for r in json.loads(proc.stdout)["results"]}
+    assert outcomes == {"not_established"}

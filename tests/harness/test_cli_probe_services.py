@@ -39,7 +39,7 @@ def test_a_seeded_defect_comes_out_violated_with_a_reproduced_counterexample(tmp
     defect = next(d for d in load_defects(DEFECTS) if d.name == "limit-default")
     candidate = apply_defect(ORACLE, defect, tmp_path / "cand")
     done = _probe(candidate, "--json", "--no-builtin", "--search-examples", "20", "--search-seconds", "10")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a property violated
     report = json.loads(done.stdout)
     assert report["probe_families"] == {"http": "declared in [metadata.twin] probes"}
     results = {r["property"]["id"]: r for r in report["results"]}
@@ -58,6 +58,7 @@ def test_the_oracle_has_nothing_violated():
     assert len(results) >= 15 and all(r["outcome"] == "established" for r in results)
 
 
+@pytest.mark.heavy  # two route searches of thirty seconds each
 def test_without_stated_requests_the_originals_routes_are_searched(tmp_path):
     task = tmp_path / "shop"
     shutil.copytree(TASK, task)
@@ -74,7 +75,7 @@ def test_without_stated_requests_the_originals_routes_are_searched(tmp_path):
             text=True,
             cwd=REPO,
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == (1 if name == "defect" else 0), done.stderr
         outcomes[name] = {r["property"]["id"]: r["outcome"] for r in json.loads(done.stdout)["results"]}
     assert outcomes["oracle"] == {"search:http:routes": "established"}
     assert outcomes["defect"]["search:http:routes"] == "violated"

@@ -3,11 +3,12 @@
 A recording goes stale when a prompt, a tool or the probe-file format changes; the replay
 then diverges and says where. `scripts/record_examples.py` records them again.
 
-All six replay in the default suite (no grading: the replay is what goes stale); one of
-them also replays with numbers from "another machine" (noise floors three times larger,
-scores off in their last digits). Grading every round against the recorded grades is in
+Every recording replays in CI (no grading: the replay is what goes stale): mlp-train's and
+the base scaffold's in the default suite, the longer llama twin replays as `heavy`; one
+also replays with numbers from "another machine" (noise floors three times larger, scores
+off in their last digits; heavy). Grading every round against the recorded grades is in
 the slow suite, except for one bench of the three scaffolds over mlp-train, graded and
-reported in the default suite.
+reported (heavy).
 """
 
 from __future__ import annotations
@@ -32,14 +33,20 @@ TASKS = REPO / "tasks" / "t2j-mini"
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="replays run in the bwrap sandbox")
 
-CASES = [
-    pytest.param("mlp-train", "twin", id="mlp-train-twin"),
-    pytest.param("mlp-train", "base", id="mlp-train-base"),
-    pytest.param("llama-lora-sft", "twin", id="lora-twin"),
-    pytest.param("llama-lora-sft", "base", id="lora-base"),
-    pytest.param("llama-paged-serve", "twin", id="serve-twin"),
-    pytest.param("llama-paged-serve", "base", id="serve-base"),
-    pytest.param("mlp-train", "mini-swe-agent", id="mlp-train-mini-swe-agent"),
+RECORDINGS = [
+    ("mlp-train", "twin", "mlp-train-twin"),
+    ("mlp-train", "base", "mlp-train-base"),
+    ("llama-lora-sft", "twin", "lora-twin"),
+    ("llama-lora-sft", "base", "lora-base"),
+    ("llama-paged-serve", "twin", "serve-twin"),
+    ("llama-paged-serve", "base", "serve-base"),
+    ("mlp-train", "mini-swe-agent", "mlp-train-mini-swe-agent"),
+]
+HEAVY_REPLAYS = {"lora-twin", "serve-twin"}  # a minute or more each on two cores
+CASES = [pytest.param(task, scaffold, id=name) for task, scaffold, name in RECORDINGS]
+REPLAY_CASES = [
+    pytest.param(task, scaffold, id=name, marks=[pytest.mark.heavy] if name in HEAVY_REPLAYS else [])
+    for task, scaffold, name in RECORDINGS
 ]
 
 
@@ -59,11 +66,12 @@ def replay(task: str, scaffold: str, tmp_path: Path, *, grade: bool = False) -> 
     return run
 
 
-@pytest.mark.parametrize(("task", "scaffold"), CASES)
+@pytest.mark.parametrize(("task", "scaffold"), REPLAY_CASES)
 def test_example_replays_without_divergence(task, scaffold, tmp_path):
     replay(task, scaffold, tmp_path)
 
 
+@pytest.mark.heavy
 def test_an_example_replays_with_the_numbers_of_another_machine(tmp_path, monkeypatch):
     """Every compared output measured as another CPU would: a noise floor three times larger
     (float32 against float64 differs that much between CPUs) and scores off in their last
@@ -164,6 +172,7 @@ def test_bench_over_the_bundled_tasks_with_replays_reports_both_scaffolds(tmp_pa
 REWARD_ROW = re.compile(r"\| (?P<model>[^|]+) \| (?P<scaffold>[^|]+) \| (?P<cells>.+) \| \$\S+ \|")
 
 
+@pytest.mark.heavy
 def test_bench_of_three_scaffolds_on_a_bundled_task_reports_each_at_its_recorded_grades(tmp_path):
     """`twin bench --scaffold twin,base,mini-swe-agent` over the bundled mlp-train, each scaffold
     replaying its own recording (`{scaffold}` in the model string), graded by the task's grader;

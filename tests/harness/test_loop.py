@@ -138,6 +138,7 @@ def test_cli_refuses_bad_input_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.heavy  # litellm's import and a whole run; scripted runs cover the loop in the default suite
 def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monkeypatch):
     from tests.fakes.openai_server import FakeOpenAIServer, error, tool_call
 

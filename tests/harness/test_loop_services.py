@@ -54,6 +54,7 @@ def _replies() -> list[dict]:
     ]
 
 
+@pytest.mark.heavy  # two rounds of counterexample search against a live app
 def test_a_counterexample_from_round_one_is_stored_and_rerun_in_round_two(tmp_path):
     model = plans.write_script(tmp_path / "script.json", _replies())
     config = RunConfig.build(task=TASK, model=model, rounds=2, grade=False)

@@ -153,6 +153,7 @@ def test_missing_package_is_a_clear_error(monkeypatch):
         mini_swe.default_config()
 
 
+@pytest.mark.heavy  # a bench of three scaffolds; test_examples has the same bench (heavy too)
 def test_bench_runs_three_scaffolds_and_the_report_shows_them_side_by_side(tmp_path):
     folder = tmp_path / "scripts"
     folder.mkdir()

@@ -210,3 +210,30 @@ def test_a_passing_candidate_side_check_clears_nothing(mlp_ctx):
         tree,
     ]
     assert localize_divergence(mlp_ctx, results).observations["component"] == "mlp_train.checkpoint.load_checkpoint"
+
+
+@pytest.mark.parametrize(
+    ("train_mode", "eval_mode", "cleared"),
+    [("train", "eval", []), ("train", "train", ["model.Affine"]), (None, None, ["model.Affine"]), ("train", None, [])],
+)
+def test_only_probes_run_the_same_way_agree_below(tiny_ctx, train_mode, eval_mode, cleared):
+    step = _result("train_step", Outcome.VIOLATED, "model.Net", 2)
+    affine = _result("affine", Outcome.ESTABLISHED, "model.Affine", 1)
+    for result, mode in ((step, train_mode), (affine, eval_mode)):
+        if mode is not None:
+            result.context["mode"] = mode
+    found = localize_divergence(tiny_ctx, [step, affine]).observations
+    assert found["component"] == "model.Net" and found["established_below"] == cleared
+    assert ("agrees below it" in found["message"]) == bool(cleared)
+
+
+def test_a_converter_only_the_candidate_has_can_be_blamed(tiny_ctx):
+    """A probe that builds its weights through a converter names it in `uses`; when the
+    converter's own probe diverges too, the divergence is the converter's, even where that
+    probe sits at a higher level than the first layer's."""
+    affine = _result("affine", Outcome.VIOLATED, "model.Affine", 1)
+    affine.context["uses"] = ["converter"]
+    convert = _result("checkpoint", Outcome.VIOLATED, "converter", 2)
+    assert localize_divergence(tiny_ctx, [affine, convert]).observations["component"] == "converter"
+    agreeing = _result("checkpoint", Outcome.ESTABLISHED, "converter", 2)
+    assert localize_divergence(tiny_ctx, [affine, agreeing]).observations["component"] == "model.Affine"

@@ -1,5 +1,8 @@
 """Copy the shared grading library into every t2j-mini task's `tests/` (tasks stay self-contained).
 
+The one copy twin ships is `benchmark_adapter/templates/grader/grading.py` (package data: generated
+graders get it too); each task's `tests/grading.py` is a copy of it.
+
 Usage:
     python tasks/t2j-mini/common/sync.py           # refresh the copies
     python tasks/t2j-mini/common/sync.py --check   # exit 1 if any copy differs
@@ -11,6 +14,7 @@ import sys
 from pathlib import Path
 
 COMMON = Path(__file__).resolve().parent
+LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "templates" / "grader"
 SHARED_FILES = ("grading.py",)
 
 
@@ -20,12 +24,12 @@ def task_test_dirs(suite: Path = COMMON.parent) -> list[Path]:
 
 
 def stale_copies(suite: Path = COMMON.parent) -> list[Path]:
-    """Copies that are missing or differ from `common/`."""
+    """Copies that are missing or differ from the library's."""
     stale = []
     for tests in task_test_dirs(suite):
         for name in SHARED_FILES:
             copy = tests / name
-            if not copy.is_file() or copy.read_bytes() != (COMMON / name).read_bytes():
+            if not copy.is_file() or copy.read_bytes() != (LIBRARY / name).read_bytes():
                 stale.append(copy)
     return stale
 
@@ -34,7 +38,7 @@ def sync(suite: Path = COMMON.parent) -> list[Path]:
     """Refresh every stale copy; returns the files written."""
     written = stale_copies(suite)
     for copy in written:
-        copy.write_bytes((COMMON / copy.name).read_bytes())
+        copy.write_bytes((LIBRARY / copy.name).read_bytes())
     return written
 
 

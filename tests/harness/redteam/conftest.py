@@ -79,7 +79,8 @@ SANDBOX_KINDS = [
     "bwrap",
     pytest.param(
         "docker",
-        marks=pytest.mark.skipif(not docker_engine(), reason="no Docker engine running here"),
+        # heavy: the same attacks as under bwrap, a container each (CI runs them with its engine)
+        marks=[pytest.mark.skipif(not docker_engine(), reason="no Docker engine running here"), pytest.mark.heavy],
     ),
 ]
 

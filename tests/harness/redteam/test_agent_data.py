@@ -54,6 +54,7 @@ def hostile_calls(marker) -> list[dict]:
     ]
 
 
+@pytest.mark.heavy  # a whole twin migrate run
 def test_hostile_tool_calls_and_a_nested_repository_never_end_or_escape_the_run(tmp_path):
     marker = tmp_path / "PWNED"
     hostile = hostile_calls(marker)
@@ -92,6 +93,7 @@ def _tool_records(run: RunDir):
     return [r for r in Trajectory(run.trajectory).records() if isinstance(r, ToolCallRecord)]
 
 
+@pytest.mark.heavy  # a whole twin migrate run
 def test_an_internal_error_mid_run_is_graded_scored_and_resumable(tmp_path, monkeypatch):
     from harness.run.loop import TwinLoop
 
@@ -118,6 +120,7 @@ def test_an_internal_error_mid_run_is_graded_scored_and_resumable(tmp_path, monk
     assert run.load_state().status == "finished"
 
 
+@pytest.mark.heavy  # a whole twin migrate run
 @pytest.mark.parametrize("failing", [True])
 def test_a_grader_failing_on_the_candidate_is_scored_zero_not_infrastructure(tmp_path, monkeypatch, failing):
     from benchmark_adapter import grader
@@ -138,6 +141,7 @@ def test_a_grader_failing_on_the_candidate_is_scored_zero_not_infrastructure(tmp
     assert trial.status == "ok" and trial.rewards == {1: 0.0, 2: 0.0}
 
 
+@pytest.mark.heavy  # a whole twin migrate run
 def test_instructions_planted_in_a_file_name_and_a_summary_arrive_fenced(tmp_path):
     from harness.run.trajectory import ModelCallRecord, Trajectory
 

@@ -36,7 +36,7 @@ from probes.differential import probe_file_probe
 from tests.conftest import docker_engine, requires_bwrap
 from tests.harness import loop_scripts as plans
 
-pytestmark = [requires_bwrap]
+pytestmark = [requires_bwrap, pytest.mark.heavy]  # trees grown past the caps: minutes on two cores
 call = plans.call
 OVER = MAX_SNAPSHOT_ENTRIES + 1
 GROW = f"mkdir -p /app/junk && python3 -c \"[open(f'/app/junk/{{i}}', 'w').close() for i in range({OVER})]\""
