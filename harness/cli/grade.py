@@ -119,6 +119,7 @@ def explain_zero(console: Console, grade, task, candidate: Path | None) -> None:
             f"{task.settings.candidate_mount}: did you mean --candidate {candidate / output}?",
             markup=False,
             highlight=False,
+            soft_wrap=True,  # a path is never broken across lines
         )
 
 

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from harness.ground.agent_tree import discard_tree
@@ -47,6 +48,7 @@ _COPY = ("cp", "-dR", "--preserve=mode,ownership,timestamps,links", "--")
 _ACTIVE: dict[str, CappedRoot] = {}
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()
+_DRAFT = ".draft-"
 
 
 class CappedRoot:
@@ -71,10 +73,14 @@ class CappedRoot:
             return None
         if is_capped(path) or os.path.ismount(path):
             return None
-        record = Path(tempfile.mkdtemp(prefix="q", dir=_quota_dir()))
-        _write(record, "owner", _process_tag(os.getpid()) or "")
-        _write(record, "origin", str(path))
-        _write(record, "kind", kind)
+        # the record is written whole under a name recover_capped() does not read, then renamed:
+        # another twin starting meanwhile never sees a record without its owner
+        draft = Path(tempfile.mkdtemp(prefix=_DRAFT, dir=_quota_dir()))
+        _write(draft, "owner", _process_tag(os.getpid()) or "")
+        _write(draft, "origin", str(path))
+        _write(draft, "kind", kind)
+        record = draft.with_name("q" + draft.name.removeprefix(_DRAFT))
+        os.rename(draft, record)
         root = cls(path, record, kind, cap_mb)
         try:
             root._mount_in()
@@ -211,9 +217,14 @@ def recover_capped() -> list[Path]:
     """Release the capped roots of processes that are gone (a killed twin); run when twin starts."""
     try:
         base = _quota_dir()
-        records = [Path(e.path) for e in os.scandir(base) if e.name.startswith("q") and e.is_dir()]
+        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
     except OSError:
         return []
+    for entry in entries:  # a record a killed twin never finished writing holds nothing to release
+        draft = Path(entry.path)
+        if entry.name.startswith(_DRAFT) and not _owner_alive(draft) and _age_s(draft) > 600:
+            discard_tree(draft)
+    records = [Path(e.path) for e in entries if e.name.startswith("q")]
     done = []
     for record in records:
         if _owner_alive(record):
@@ -329,6 +340,13 @@ def _process_tag(pid: int) -> str | None:
         return f"{pid} {fields[19]}"
     except (OSError, IndexError):
         return None
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def _owner_alive(record: Path) -> bool:

@@ -34,6 +34,11 @@ HOSTILE = MARKUP + ESCAPES
 LONG = HOSTILE + "L" * 10_000
 
 
+
+def _task(name: str) -> SimpleNamespace:
+    """A loaded task as `twin grade` reads it: its name, where its candidate goes, no published layout."""
+    return SimpleNamespace(name=name, settings=SimpleNamespace(candidate_mount="/app"), environment=None)
+
 def assert_literal(out: str, *, long: bool = True) -> None:
     assert MARKUP in out, "markup was read as markup (restyled, hidden or dropped)"
     assert SHOWN_ESCAPES in out, "control characters were not shown as escapes"
@@ -63,7 +68,7 @@ def test_twin_grade_writes_out_first_and_prints_a_hostile_grade_literally(tmp_pa
         sandbox="none",
         error=HOSTILE,
     )
-    monkeypatch.setattr(options, "load_task_option", lambda *a, **k: SimpleNamespace(name=HOSTILE))
+    monkeypatch.setattr(options, "load_task_option", lambda *a, **k: _task(HOSTILE))
     monkeypatch.setattr(grade_cli, "run_grader", lambda *a, **k: hostile)
     out = tmp_path / "grade.json"
     assert main(["grade", "--task", str(tmp_path), "--candidate", str(tmp_path), "--out", str(out)]) == 2
@@ -75,7 +80,7 @@ def test_twin_grade_writes_out_first_and_prints_a_hostile_grade_literally(tmp_pa
 
 def test_twin_grade_keeps_its_out_file_when_printing_fails(tmp_path, monkeypatch):
     grade = Grade(task="t", candidate="c", reward=1.0, returncode=0, duration_s=0.1, sandbox="none")
-    monkeypatch.setattr(options, "load_task_option", lambda *a, **k: SimpleNamespace(name="t"))
+    monkeypatch.setattr(options, "load_task_option", lambda *a, **k: _task("t"))
     monkeypatch.setattr(grade_cli, "run_grader", lambda *a, **k: grade)
     monkeypatch.setattr(grade_cli, "_print_grade", lambda *a: 1 / 0)
     out = tmp_path / "grade.json"
@@ -97,7 +102,7 @@ def test_twin_probe_shows_a_hostile_result_literally(tmp_path, monkeypatch, caps
         outcome=Outcome.VIOLATED,
         trace=f"Traceback:\n  File '/app/x.py'\nValueError: {LONG}",
     )
-    task = SimpleNamespace(name=HOSTILE)
+    task = SimpleNamespace(name=HOSTILE, root=tmp_path, settings=SimpleNamespace(probe_files=[]))
     ctx = SimpleNamespace(task=task, candidate=tmp_path, workdir=tmp_path, keep=True)
 
     @contextmanager
@@ -110,7 +115,7 @@ def test_twin_probe_shows_a_hostile_result_literally(tmp_path, monkeypatch, caps
     monkeypatch.setattr(probe_cli, "run_suite", suite)
     monkeypatch.setattr(probe_cli, "localize_divergence", lambda *a: None)
     monkeypatch.setattr(probe_cli, "probe_families", lambda _task: {"http": HOSTILE})
-    assert main(["probe", "--task", str(tmp_path), "--candidate", str(tmp_path)]) == 0
+    assert main(["probe", "--task", str(tmp_path), "--candidate", str(tmp_path)]) == 1  # one violated
     assert_literal(capsys.readouterr().out)
 
 
