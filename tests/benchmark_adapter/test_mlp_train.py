@@ -122,6 +122,7 @@ def test_the_pytorch_original_scores_zero(task, tmp_path):
     assert grade.checks["L0.independence.static"]["score"] == 0.0
 
 
+@pytest.mark.heavy
 @requires_bwrap
 def test_a_subset_of_defects_is_caught(task, oracle_grade):
     defects = [d for d in load_defects(DEFECTS_FILE) if d.name in FAST_SUBSET]

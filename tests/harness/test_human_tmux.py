@@ -98,6 +98,7 @@ def heredoc(call: str, text: str) -> list[str]:
     return [f"{call} <<EOF", *text.rstrip("\n").split("\n"), "EOF"]
 
 
+@pytest.mark.heavy
 def test_a_person_quits_then_resumes_and_drives_the_tiny_task_to_a_graded_candidate(terminal, tmp_path):
     runs = tmp_path / "runs"
     run_args = ["--task", str(plans.TINY_TASK), "--model", "human", "--scaffold", "base", "--rounds", "1"]
