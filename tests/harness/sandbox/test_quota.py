@@ -18,6 +18,18 @@ requires_mount = pytest.mark.skipif(
 KINDS = [EXT4, TMPFS]
 
 
+@pytest.fixture(autouse=True)
+def own_stage(tmp_path_factory):
+    """Records under a stage of this test's own: a twin starting elsewhere meanwhile (another
+    test worker) releases what a dead owner left, as it should, before this test looks.
+    (Its own MonkeyPatch: a test's `monkeypatch.undo()` leaves it in place.)"""
+    stage = tmp_path_factory.mktemp("stage")
+    os.chmod(stage, 0o711)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TWIN_STAGE_DIR", str(stage))
+        yield
+
+
 def make_tree(root: Path) -> Path:
     """A tree with what an agent leaves: nested files, links in and out, a FIFO, hard links, modes."""
     root.mkdir()
