@@ -53,8 +53,11 @@ def readable_by(st: os.stat_result, uid: int, gid: int, *, directory: bool) -> b
     return mode & need == need
 
 
-def _entries(root: Path, hidden: Sequence[Path]) -> list[tuple[str, os.stat_result]] | None:
-    """Every entry under `root` (relative path, lstat), hidden paths left out; None: too many."""
+def tree_entries(
+    root: Path, hidden: Sequence[Path], max_entries: int = _MAX_ENTRIES
+) -> list[tuple[str, os.stat_result]] | None:
+    """Every entry under `root` (relative path, lstat; links not followed), hidden paths left out;
+    None: more than `max_entries`."""
     out: list[tuple[str, os.stat_result]] = []
     stack = [root]
     while stack:
@@ -72,7 +75,7 @@ def _entries(root: Path, hidden: Sequence[Path]) -> list[tuple[str, os.stat_resu
             except OSError:
                 continue
             out.append((str(path.relative_to(root)), st))
-            if len(out) > _MAX_ENTRIES:
+            if len(out) > max_entries:
                 return None
             if stat.S_ISDIR(st.st_mode):
                 stack.append(path)
@@ -113,7 +116,7 @@ def readable_view(
     inside = [Path(os.path.realpath(h)) for h in hidden]
     inside = [h for h in inside if root in h.parents]
     top = os.stat(root)
-    entries = _entries(root, inside)
+    entries = tree_entries(root, inside)
     if entries is None:
         return root  # too large to copy: the sandbox's own limits decide what it may read
     if not closed and readable_by(top, uid, gid, directory=True) and all(

@@ -38,6 +38,7 @@ from harness.ground.boundary import Boundary, Mount
 from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root, stage_root
 from harness.ground.sandbox import ExecResult, SandboxError
+from harness.ground.views import tree_entries
 from harness.sandbox.process import DISK_RETURNCODE
 from harness.sandbox.quota import is_capped
 
@@ -330,28 +331,10 @@ def _non_empty(path: Path) -> bool:
 # ---- read-only snapshots ---------------------------------------------------------------------
 def _signature(slot: _Slot) -> tuple | None:
     """What the snapshot depends on: every entry's path, type, size, mtime and inode (None: over caps)."""
-    entries = []
-    stack = [slot.origin]
-    while stack:
-        folder = stack.pop()
-        try:
-            children = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in children:
-            path = Path(entry.path)
-            if path in slot.hidden:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            entries.append((entry.path, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino))
-            if len(entries) > MAX_SNAPSHOT_ENTRIES:
-                return None
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(path)
-    return tuple(entries)
+    entries = tree_entries(slot.origin, slot.hidden, MAX_SNAPSHOT_ENTRIES)
+    if entries is None:
+        return None
+    return tuple((str(slot.origin / rel), st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino) for rel, st in entries)
 
 
 def _snapshot(slot: _Slot, stale: list[Path]) -> str | None:
