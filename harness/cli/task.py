@@ -11,6 +11,7 @@ from benchmark_adapter.authoring import new_task
 from benchmark_adapter.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
 from evidence_store import numbers
 from harness.cli import options
+from harness.cli.grade import grade_output_tail
 from harness.ground.errors import TwinError
 from harness.ground.terminal import agent_console, styled
 
@@ -110,10 +111,10 @@ def print_check(console, check: TaskCheck) -> None:
         if row.passed:
             continue
         console.print(f"{row.name}: {row.error or 'reward outside what was expected'}", markup=False, highlight=False)
-        tail = "\n".join(line for line in row.output_tail.splitlines() if line.strip())
+        tail = grade_output_tail(row.output_tail)
         if tail:
             console.print("  the grader's last output lines:", highlight=False)
-            console.print("\n".join(tail.splitlines()[-20:]), markup=False, highlight=False)
+            console.print(tail, markup=False, highlight=False)
 
 
 def check_before_run(task, sandbox: str, *, skip: bool) -> None:
