@@ -112,7 +112,10 @@ class TwinLoop:
     def nothing_left(self, t: int) -> bool:
         """Round t's Diagnoser reported complete, and the evidence after round t−1 holds properties,
         every one established (none violated, none not established): nothing for a Migrator to do."""
-        if t < 2 or not self.store.diagnoses(round=t) or not self.diagnosis(t).complete:
+        if t < 2:
+            return False
+        records = self.store.diagnoses(round=t)
+        if not records or not Diagnosis.model_validate(records[-1].diagnosis).complete:
             return False
         latest = self.candidate_latest(t - 1)
         return bool(latest) and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
