@@ -29,14 +29,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.ground.untrusted_io import AgentFileError, kind_of
+from harness.ground.untrusted_io import READ_FLAGS, AgentFileError, kind_of
 
 MAX_DEPTH = 64
 MAX_ENTRIES = 50_000
 MAX_TOTAL_BYTES = 1 << 30
 MAX_FILE_BYTES = 256 << 20
 _SPARSE_MIN_BYTES = 1 << 20
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -247,7 +246,7 @@ def _refuse_file(st: os.stat_result, report: CopyReport, max_files: int, max_byt
 
 
 def _copy_file(src: Path, dst: Path, st: os.stat_result) -> None:
-    fd = os.open(src, _READ_FLAGS)
+    fd = os.open(src, READ_FLAGS)
     try:
         now = os.fstat(fd)
         if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:

@@ -109,7 +109,7 @@ def readable_view(
         return root
     if root.is_file() and closed:
         raise OSError(f"{root}: only a folder can be given as a closed view")
-    if root.is_file() and not root.is_dir():
+    if root.is_file():
         return _file_view(root, cache=cache, uid=uid, gid=gid)
     if not root.is_dir():
         return root
