@@ -25,7 +25,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
 from benchmark_adapter.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
-from benchmark_adapter.grader import oracle_copy, run_grader
+from benchmark_adapter.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.layout import copy_without_history
 from benchmark_adapter.published import imports_framework
 from benchmark_adapter.references import record_references
@@ -162,7 +162,7 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         (env_dir / ASSETS_NAME).mkdir(exist_ok=True)
         convert_checkpoint(Path(checkpoint_from), env_dir / ASSETS_NAME / f"{Path(checkpoint_from).stem}.safetensors")
         assets = env_dir / ASSETS_NAME
-    _readable(env_dir)  # sandboxes run as an unprivileged uid: a 0600 checkpoint would be unreadable
+    readable_to_all(env_dir)  # sandboxes run as an unprivileged uid: a 0600 checkpoint would be unreadable
     values = dict(
         name=name,
         original_name=ORIGINAL_NAME,
@@ -235,13 +235,6 @@ def interface_note(interface: list[str]) -> str | None:
 def _is_function(name: str) -> bool:
     module, _, function = name.partition(":")
     return bool(module) and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()
-
-
-def _readable(root: Path) -> None:
-    """Make a copied tree readable by everyone (directories traversable), as a checkout would be."""
-    for path in [root, *root.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
 
 
 def grader_library(tests: Path) -> dict[Path, str]:
