@@ -31,6 +31,7 @@ from benchmark_adapter.task import Task
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root
+from harness.ground.untrusted_io import write_atomic
 
 SCHEMA_VERSION = 1
 _HASHED_BYTES = 8 << 20  # larger files (checkpoints) enter the key by size and modification time
@@ -108,6 +109,7 @@ def check_task(
     sandbox: str = "auto",
     defects: list[Defect] | None = None,
     grade_fn: GradeFn | None = None,
+    content_hash: str | None = None,
 ) -> TaskCheck:
     """Grade the oracle, an empty candidate and (if given) each seeded defect; never raises on a failed row.
 
@@ -116,10 +118,11 @@ def check_task(
         sandbox: sandbox kind of the grader.
         defects: seeded defects to apply to the oracle (None or empty: none).
         grade_fn: `(task, candidate) -> Grade`; defaults to `run_grader` in `sandbox`.
+        content_hash: `task_content_hash(task)`, where the caller has it already.
     """
     grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
     minimum = task.settings.oracle_min_reward
-    check = TaskCheck(task=task.name, content_hash=task_content_hash(task), sandbox=sandbox)
+    check = TaskCheck(task=task.name, content_hash=content_hash or task_content_hash(task), sandbox=sandbox)
     oracle_reward: float | None = None
     try:
         with oracle_copy(task) as oracle_dir:
@@ -190,12 +193,13 @@ def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None
     Raises:
         TaskCheckFailed: the check failed (one line: what failed and the grader's error).
     """
-    marker = _passed_marker(task_content_hash(task), sandbox)
+    content_hash = task_content_hash(task)
+    marker = _passed_marker(content_hash, sandbox)
     if marker.is_file():
         return None
     if on_start is not None:
         on_start()
-    check = check_task(task, sandbox=sandbox)
+    check = check_task(task, sandbox=sandbox, content_hash=content_hash)
     if not check.passed:
         raise TaskCheckFailed(
             f"{check.failure_line()} — before any model call; see `twin task check {task.root}`"
@@ -203,9 +207,7 @@ def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None
         )
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
-        tmp.write_text(check.model_dump_json(indent=2))
-        tmp.replace(marker)
+        write_atomic(marker.parent, marker.name, check.model_dump_json(indent=2).encode())
     except OSError:
         pass  # not remembered: the next run checks again
     return check

@@ -38,6 +38,7 @@ from pathlib import Path
 from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Boundary
 from harness.ground.isolation import stage_root
+from harness.ground.untrusted_io import write_atomic
 
 log = logging.getLogger(__name__)
 EXT4 = "ext4"
@@ -321,9 +322,7 @@ def _why(exc: BaseException) -> str:
 
 
 def _write(record: Path, name: str, text: str) -> None:
-    tmp = record / f".{name}"
-    tmp.write_text(text)
-    os.replace(tmp, record / name)
+    write_atomic(record, name, text.encode())
 
 
 def _read(record: Path, name: str) -> str:

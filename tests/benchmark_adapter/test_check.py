@@ -135,7 +135,7 @@ def test_check_is_remembered_per_content_and_sandbox(tmp_path, check_cache, monk
     task = load_task(make_task(tmp_path))
     calls: list[str] = []
 
-    def fake_check(t, *, sandbox, defects=None, grade_fn=None):
+    def fake_check(t, *, sandbox, defects=None, grade_fn=None, content_hash=None):
         calls.append(sandbox)
         return check_module.TaskCheck(task=t.name, content_hash=task_content_hash(t), sandbox=sandbox, rows=[
             check_module.CheckRow(name="oracle", expected=">= 0.97", reward=1.0, passed=True)])  # fmt: skip
