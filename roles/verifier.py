@@ -37,7 +37,7 @@ class ProbeDesk(Protocol):
         ...
 
     def probe_format(self) -> str:
-        """How a probe file is written (shown to the model)."""
+        """The full probe-file reference, in Markdown sections (`## Heading`), read on demand."""
         ...
 
 
@@ -55,13 +55,16 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
     def checks() -> ToolResult:
         return ToolResult(text=desk.run_checks())
 
+    def reference(section: str = "") -> ToolResult:
+        return ToolResult(text=reference_section(desk.probe_format(), section))
+
     return [
         Tool(
             "write_probe",
             "Store a probe file: matched probe functions (reference side and candidate side), "
             "candidate-only checks, or a SERVICES literal of matched requests and request spaces to "
-            "search for counterexamples; see the format in your instructions. It is kept outside the "
-            "candidate and re-run every round; writing an empty source removes it.",
+            "search for counterexamples (the format: your instructions and `probe_reference`). It is "
+            "kept outside the candidate and re-run every round; writing an empty source removes it.",
             {"name": {"type": "string"}, "source": {"type": "string"}},
             write,
         ),
@@ -81,7 +84,32 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
             {},
             checks,
         ),
+        Tool(
+            "probe_reference",
+            "The full probe-file reference your instructions summarise; with `section`, only the "
+            "section whose heading starts with it (e.g. Functions, Outputs, Metadata, How the tolerance "
+            "is set, Outcomes, Example, Sensitivity, Service probes).",
+            {"section": {"type": "string"}},
+            reference,
+            required=[],
+        ),
     ]
+
+
+def reference_section(reference: str, section: str) -> str:
+    """`reference` whole, or its `## ` section whose heading starts with `section` (case ignored).
+
+    An unknown section is answered with the headings there are, so the model can ask again.
+    """
+    if not isinstance(section, str) or not section.strip():
+        return reference
+    parts = re.split(r"^(?=## )", reference, flags=re.MULTILINE)
+    wanted = section.strip().lstrip("#").strip().lower()
+    for part in parts:
+        if part.startswith("## ") and part[3:].lower().startswith(wanted):
+            return part.strip()
+    headings = [part[3:].splitlines()[0] for part in parts if part.startswith("## ")]
+    raise ToolError(f"no section {section.strip()[:80]!r}; the sections are: {', '.join(headings)}")
 
 
 class Verifier:
@@ -115,9 +143,7 @@ class Verifier:
         this round's candidate (it names the commit).
         """
         return self.agent.run(
-            prompting.render(
-                "verifier_system", probe_format=self.desk.probe_format(), candidate_dir=brief.candidate_dir
-            ),
+            prompting.render("verifier_system", candidate_dir=brief.candidate_dir),
             prompting.render(
                 "verifier_task",
                 round=brief.round,
