@@ -145,7 +145,7 @@ class Changes(NamedTuple):
             for name, ids in (
                 ("regressed (established before, violated now)", self.regressed),
                 ("newly violated", self.newly_violated),
-                ("no longer decided", self.newly_unresolved),
+                ("not established now (established or violated before)", self.newly_unresolved),
                 ("fixed (violated before, established now)", self.fixed),
                 ("newly established", self.newly_established),
             )
