@@ -6,8 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from harness.ground.model import ModelReply, Usage
-from harness.run.trajectory import ModelCallRecord, ModelRequest
+from harness.ground.model import Usage
 
 SPEC = importlib.util.spec_from_file_location("cost_benchmark", Path(__file__).parents[2] / "benchmarks" / "cost.py")
 cost = importlib.util.module_from_spec(SPEC)
@@ -16,9 +15,10 @@ SPEC.loader.exec_module(cost)
 TOOL = {"type": "function", "function": {"name": "bash", "description": "Run a command. " * 20, "parameters": {}}}
 
 
-def call(role: str, messages: list[dict], tools: list[dict] | None = None) -> ModelCallRecord:
-    return ModelCallRecord(
-        role=role, index=0, model="scripted", request=ModelRequest(messages=messages, tools=tools), reply=ModelReply()
+def call(role: str, messages: list[dict], tools: list[dict] | None = None):
+    request = {"messages": messages, "tools": tools}
+    return cost.ModelCallRecord.model_validate(
+        {"role": role, "index": 0, "model": "scripted", "request": request, "reply": {}}
     )
 
 
