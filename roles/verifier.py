@@ -2,7 +2,9 @@
 
 Outcomes are never the Verifier's say-so: only executed probes put records in the
 evidence store. The Verifier decides what to examine and writes the probe files;
-the `ProbeDesk` (given by the harness) stores, runs and records them.
+the `ProbeDesk` (given by the harness) stores, runs and records them. Its prompt carries a
+summary of the probe-file format (`prompts/probe_format.md.j2`); the whole reference
+(`probes/README.md`, the desk's `probe_format()`) is read on demand with `probe_reference`.
 """
 
 from __future__ import annotations
