@@ -29,10 +29,10 @@ sys.path.insert(0, str(REPO))
 from benchmark_adapter.task import load_task  # noqa: E402
 from evidence_store import numbers  # noqa: E402
 from harness.cli.migrate import run_migration  # noqa: E402
+from harness.ground.trajectory import ModelCallRecord, Trajectory  # noqa: E402
 from harness.models.litellm_client import estimate_usage  # noqa: E402
 from harness.run.directory import RunConfig  # noqa: E402
 from harness.run.session import RunInputs  # noqa: E402
-from harness.run.trajectory import ModelCallRecord, Trajectory  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"

@@ -19,8 +19,8 @@ from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
 from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
 from harness.bench.trials import collect_trial, trial_command
+from harness.ground.untrusted_io import write_text_atomic
 from harness.models.ledger import LEDGER_ENV, Ledger
-from harness.run.directory import write_text_atomic
 
 
 def run_bench(

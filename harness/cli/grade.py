@@ -14,7 +14,7 @@ from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
 from harness.ground.terminal import agent_console, styled
-from harness.run.directory import write_text_atomic
+from harness.ground.untrusted_io import write_text_atomic
 
 
 def grade_command(

@@ -15,6 +15,7 @@ from harness.ground.errors import InfraFailure, Interrupted, TwinError
 from harness.ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
 from harness.ground.sandbox import SandboxError
 from harness.ground.terminal import agent_console, styled
+from harness.ground.trajectory import Trajectory
 from harness.models.factory import NOT_LIVE, check_model, model_kind
 from harness.models.replay import resume_position
 from harness.models.scripted import ScriptExhausted
@@ -22,7 +23,6 @@ from harness.run.directory import RunConfig, RunDir, Scaffold
 from harness.run.finish import RunGrades, closing_lines, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import open_session
-from harness.run.trajectory import Trajectory
 from harness.scaffolds.registry import check_scaffold, make_scaffold
 
 if TYPE_CHECKING:

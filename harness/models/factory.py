@@ -38,8 +38,8 @@ from harness.ground.model import (
     ToolSchema,
     Usage,
 )
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
 from harness.models.budget import BudgetTracker
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
 
 MODEL_ENV = "TWIN_MODEL"
 """Environment variable naming the model when none is given."""

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from harness.ground.errors import TwinError
-from harness.ground.untrusted_io import write_atomic
+from harness.ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
 
 STATE_VERSION = 1
@@ -148,15 +148,6 @@ class RunState(BaseModel):
 def new_run_id() -> str:
     """A run id that sorts by start time: `20250101-120000-a1b2c3`."""
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def write_text_atomic(path: Path, data: str) -> None:
-    """Write a file so that a reader sees the old or the new content, never half of it.
-
-    Through `harness.ground.untrusted_io.write_atomic`: a random temporary name created
-    exclusively, so a link planted in the directory is never written through.
-    """
-    write_atomic(path.parent, path.name, data.encode("utf-8"))
 
 
 class RunDir:

@@ -19,7 +19,8 @@ from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
-from harness.run.directory import RunConfig, RunDir, RunState, write_text_atomic
+from harness.ground.untrusted_io import write_text_atomic
+from harness.run.directory import RunConfig, RunDir, RunState
 
 GRADES_VERSION = 1
 

@@ -19,13 +19,13 @@ from harness.ground.boundary import Mount
 from harness.ground.isolation import default_limits
 from harness.ground.model import Model
 from harness.ground.sandbox import Sandbox
+from harness.ground.trajectory import ToolCallRecord, Trajectory
 from harness.models.budget import BudgetTracker
 from harness.models.factory import API_KEY_ENV, make_model
 from harness.models.ledger import LedgerBudget, budget_for_run
 from harness.run.candidate_repo import CandidateRepo
 from harness.run.directory import RunConfig, RunDir, RunState, new_run_id
 from harness.run.progress import Progress
-from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.presentation import recover_presented
 from harness.sandbox.quota import EXT4, CappedRoot, recover_capped

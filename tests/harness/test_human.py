@@ -9,9 +9,9 @@ from rich.console import Console
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelStopped
+from harness.ground.trajectory import Trajectory
 from harness.models.factory import make_model
 from harness.models.human import HumanModel
-from harness.run.trajectory import Trajectory
 from tests.harness.test_human_syntax import SUBMIT_SUMMARY, TOOLS
 
 SYSTEM = {"role": "system", "content": "You are the Migrator. SYSTEM-TEXT"}

@@ -10,10 +10,10 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelStopped
+from harness.ground.trajectory import Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.factory import make_model
 from harness.models.inbox import InboxModel, MalformedReply, parse_reply
-from harness.run.trajectory import Trajectory
 
 TOOLS = [
     {

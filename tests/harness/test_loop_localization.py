@@ -13,9 +13,9 @@ import pytest
 
 from evidence_store.store import EvidenceStore
 from harness.cli.migrate import run_migration
+from harness.ground.trajectory import Trajectory
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs
-from harness.run.trajectory import Trajectory
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the loop's tests run the real bwrap sandbox")

@@ -12,10 +12,10 @@ import pytest
 
 from harness.ground.errors import BudgetExceeded
 from harness.ground.model import ModelInfraError, ModelRequestError
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.factory import make_model
 from harness.models.litellm_client import LiteLLMModel, _classify, _import_litellm
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, error, text, tool_call, tool_calls
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,11 +4,11 @@ import pytest
 
 from harness.ground.errors import BudgetExceeded, TwinError
 from harness.ground.model import ModelReply, ModelRequestError, Usage
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.factory import MeteredModel, make_model
 from harness.models.litellm_client import LiteLLMModel
 from harness.models.scripted import ScriptedModel
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 
 
 def test_scripted_model_records_and_charges(tmp_path):

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from harness.ground.model import ModelReply, ToolCall, Usage
+from harness.ground.trajectory import Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.factory import MeteredModel, make_model
 from harness.models.litellm_client import estimate_usage, uses_cache_control, with_cache_control
-from harness.run.trajectory import Trajectory
 from tests.fakes import FakeOpenAIServer, anthropic_tool_use, text
 
 SYSTEM = {"role": "system", "content": "You are the Migrator. " * 50}

@@ -8,9 +8,9 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ReplayDivergence
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.factory import make_model
 from harness.models.replay import ReplayModel
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, text, tool_call
 
 SYSTEM = "You migrate PyTorch code to JAX."
@@ -184,7 +184,7 @@ def _script(tmp_path):
 
 def _call(index, role, messages, round=1):
     from harness.ground.model import ModelReply
-    from harness.run.trajectory import ModelRequest
+    from harness.ground.trajectory import ModelRequest
 
     return ModelCallRecord(
         index=index, role=role, round=round, model="m", request=ModelRequest(messages=messages), reply=ModelReply()

@@ -24,9 +24,9 @@ from harness.bench.trials import collect_trial
 from harness.cli.migrate import run_migration
 from harness.ground.boundary import Boundary, Mount
 from harness.ground.isolation import python_mounts
+from harness.ground.trajectory import ToolCallRecord, Trajectory
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs
-from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.sandbox.presentation import MAX_SNAPSHOT_ENTRIES
 from harness.sandbox.quota import EXT4, unavailable
 from harness.sandbox.registry import make_sandbox
