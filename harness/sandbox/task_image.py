@@ -36,6 +36,8 @@ from pathlib import Path
 
 from harness.ground.boundary import SECRET_NAME, Boundary
 from harness.ground.sandbox import SandboxError
+from harness.sandbox import docker_engine
+from harness.sandbox.docker_engine import ensure_base_image
 
 REPOSITORY = "twin-task"
 LABEL = "twin.task-image"
@@ -143,9 +145,7 @@ def build_task_image(
         ImageBuildError: no engine, a FROM image that is not here, a failing step, the
             time limit, or a context that would carry a hidden file (one line each).
     """
-    from harness.sandbox.docker import _client, ensure_base_image
-
-    client = client or _client()
+    client = client or docker_engine.client()
     laid_out = sorted({os.path.normpath(p) for p in laid_out} - {"/"})
     try:
         entries = context_entries(context, hidden)

@@ -67,7 +67,7 @@ def test_without_an_engine_docker_lays_the_files_out_after_one_line(tmp_path, mo
     def no_engine():
         raise SandboxError("no Docker engine reachable (DockerException): start Docker or use --sandbox bwrap")
 
-    monkeypatch.setattr("harness.sandbox.docker._client", no_engine)
+    monkeypatch.setattr("harness.sandbox.docker_engine.client", no_engine)
     make_task(tmp_path / "t", dockerfile="FROM python:3.11-slim\nCOPY torch_orig /app/torch_orig\n")
     lines: list[str] = []
     task = load_task_for_sandbox(tmp_path / "t", "docker", say=lines.append)

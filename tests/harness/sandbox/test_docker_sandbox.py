@@ -118,7 +118,7 @@ def test_local_base_image_is_built_without_a_registry():
         pytest.skip("no Docker engine running here")
     import docker
 
-    from harness.sandbox.docker import DEFAULT_IMAGE, ensure_base_image
+    from harness.sandbox.docker_engine import DEFAULT_IMAGE, ensure_base_image
 
     client = docker.from_env()
     assert ensure_base_image(client) == DEFAULT_IMAGE

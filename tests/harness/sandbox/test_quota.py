@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.sandbox import quota
-from harness.sandbox.process import DiskWatch
+from harness.sandbox.disk import DiskWatch
 from harness.sandbox.quota import EXT4, TMPFS, CappedRoot, recover_capped, unavailable
 
 requires_mount = pytest.mark.skipif(

@@ -55,7 +55,7 @@ def test_limit_prefix():
 
 
 def test_disk_watch_names_the_root_inside_and_counts_allocated_blocks(tmp_path):
-    from harness.sandbox.process import DiskWatch
+    from harness.sandbox.disk import DiskWatch
 
     root = tmp_path / "app"
     root.mkdir()
@@ -69,7 +69,7 @@ def test_disk_watch_names_the_root_inside_and_counts_allocated_blocks(tmp_path):
 
 
 def test_run_limited_stops_a_command_over_its_disk_cap(tmp_path):
-    from harness.sandbox.process import DISK_RETURNCODE, DiskWatch
+    from harness.sandbox.disk import DISK_RETURNCODE, DiskWatch
 
     result = run_limited(
         ["bash", "-c", f"for i in $(seq 100); do head -c 1M /dev/zero > {tmp_path}/f$i; sleep 0.02; done"],
