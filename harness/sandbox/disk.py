@@ -2,7 +2,7 @@
 
 Every sandbox that runs a command over writable roots (`bwrap`, `docker`) measures them
 before it (`DiskWatch.budgeted` lowers the per-file cap to what is left), polls them while
-it runs (the command is stopped once a root is over) and once more when it ends. A
+it runs (`DiskGuard`: the command is stopped once a root is over) and once more when it ends. A
 command stopped for the disk fails with `DISK_RETURNCODE` and says why in `exceeded`;
 one killed by the per-file cap (SIGXFSZ) is read the same way (`file_cap_reached`).
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.ground.boundary import Limits
@@ -84,6 +86,40 @@ class DiskWatch:
                 mib = used // (1024 * 1024)
                 return f"disk: {label} holds {mib} MiB, reaching its cap of {self.cap_mb} MiB"
         return None
+
+
+class DiskGuard:
+    """Polls a watch while one command runs, and stops the command once a root is over its cap.
+
+    Args:
+        watch: the command's writable roots (None or no roots: nothing to guard).
+        stop: kills the command; called at most once, from the guard's thread.
+    """
+
+    def __init__(self, watch: DiskWatch | None, stop: Callable[[], None]) -> None:
+        self._watch = watch if watch is not None and watch.roots else None
+        self._finished = threading.Event()
+        self._over: list[str] = []
+        if self._watch is not None:
+            threading.Thread(target=self._poll, args=(self._watch, stop), daemon=True).start()
+
+    def _poll(self, watch: DiskWatch, stop: Callable[[], None]) -> None:
+        while not self._finished.wait(DISK_POLL_S):
+            reason = watch.over()
+            if reason is not None:
+                self._over.append(reason)
+                stop()
+                return
+
+    def finish(self) -> None:
+        """The command ended: stop polling."""
+        self._finished.set()
+
+    def exceeded(self) -> str | None:
+        """Why the command was stopped, else why a root is over now that it ended, else None."""
+        if self._over:
+            return self._over[0]
+        return self._watch.over() if self._watch is not None else None
 
 
 def _usage(root: Path) -> tuple[int, int]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,12 +35,12 @@ from harness.ground.boundary import Boundary, Limits
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox import docker_engine
 from harness.sandbox.base import BoundarySandbox, PresentedRoots, sandbox_env
-from harness.sandbox.disk import DISK_POLL_S, DISK_RETURNCODE, DiskWatch, file_cap_reached
+from harness.sandbox.disk import DiskGuard, DiskWatch
 from harness.sandbox.docker_engine import DEFAULT_IMAGE, LABEL, ensure_base_image, reap_containers, remove_container
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import settle_writable
-from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail
+from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail, command_result
 from harness.sandbox.seccomp import docker_profile
 from harness.sandbox.task_image import task_image_for
 
@@ -251,22 +250,14 @@ class DockerSandbox(BoundarySandbox):
         start = time.monotonic()
         container = self._start(config)
         timed_out = False
-        over: list[str] = []
-        finished = threading.Event()
 
-        def watch_disk() -> None:
-            while not finished.wait(DISK_POLL_S):
-                reason = disk.over()
-                if reason is not None:
-                    over.append(reason)
-                    try:
-                        container.kill()
-                    except Exception:
-                        pass
-                    return
+        def stop() -> None:
+            try:
+                container.kill()
+            except Exception:
+                pass
 
-        if disk.roots:
-            threading.Thread(target=watch_disk, daemon=True).start()
+        guard = DiskGuard(disk, stop)
         try:
             try:
                 status = container.wait(timeout=wall)
@@ -284,22 +275,10 @@ class DockerSandbox(BoundarySandbox):
             for chunk in container.logs(stdout=False, stderr=True, stream=True):
                 err.feed(chunk)
         finally:
-            finished.set()
+            guard.finish()
             remove_container(container)
-        exceeded = over[0] if over else (disk.over() if disk.roots else None)
-        exceeded = exceeded or file_cap_reached(returncode, limits)
-        stderr = err.text()
-        if exceeded is not None:
-            returncode = DISK_RETURNCODE
-            stderr += f"\ntwin: the command was stopped: {exceeded}\n"
-        return ExecResult(
-            returncode=returncode,
-            stdout=out.text(),
-            stderr=stderr,
-            timed_out=timed_out,
-            truncated=out.truncated or err.truncated,
-            duration_s=time.monotonic() - start,
-            exceeded=exceeded,
+        return command_result(
+            returncode, out, err, timed_out=timed_out, started=start, exceeded=guard.exceeded(), limits=limits
         )
 
     def _release(self) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.ground.boundary import Limits
 from harness.ground.sandbox import ExecResult, SandboxError
-from harness.sandbox.disk import DISK_POLL_S, DISK_RETURNCODE, DiskWatch, file_cap_reached
+from harness.sandbox.disk import DISK_RETURNCODE, DiskGuard, DiskWatch, file_cap_reached
 
 TIMEOUT_RETURNCODE = 124
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -222,46 +222,54 @@ def run_limited(
         reader.start()
     expired = threading.Event()
 
-    def on_timeout() -> None:
-        expired.set()
+    def stop() -> None:
         _kill_group(proc)
         if cgroup is not None:
             cgroup.kill_all()
+
+    def on_timeout() -> None:
+        expired.set()
+        stop()
 
     # A timer rather than wait(timeout=…): the latter polls, adding up to 50 ms per command.
     timer = threading.Timer(limits.wall_s, on_timeout)
     timer.daemon = True
     timer.start()
-    over: list[str] = []
-    finished = threading.Event()
-    if disk is not None:
-
-        def watch_disk() -> None:
-            while not finished.wait(DISK_POLL_S):
-                reason = disk.over()
-                if reason is not None:
-                    over.append(reason)
-                    _kill_group(proc)
-                    if cgroup is not None:
-                        cgroup.kill_all()
-                    return
-
-        threading.Thread(target=watch_disk, daemon=True).start()
+    guard = DiskGuard(disk, stop)
     try:
         proc.wait()
     finally:
-        finished.set()
+        guard.finish()
         timer.cancel()
-        _kill_group(proc)  # whatever the command left running in its group goes with it
-        if cgroup is not None:
-            cgroup.kill_all()
+        stop()  # whatever the command left running in its group goes with it
     for reader in readers:
         reader.join(timeout=10)
     if cgroup is not None:
         # The kernel releases an emptied group a few ms later; do not make the caller wait.
         threading.Thread(target=cgroup.remove, daemon=True).start()
     returncode = TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode
-    exceeded = over[0] if over else (disk.over() if disk is not None else None)
+    return command_result(
+        returncode, out, err, timed_out=expired.is_set(), started=start, exceeded=guard.exceeded(), limits=limits
+    )
+
+
+def command_result(
+    returncode: int,
+    out: HeadTail,
+    err: HeadTail,
+    *,
+    timed_out: bool,
+    started: float,
+    exceeded: str | None,
+    limits: Limits,
+) -> ExecResult:
+    """The result of a command that ended; one the disk stopped fails with `DISK_RETURNCODE`, saying why.
+
+    Args:
+        started: `time.monotonic()` when the command started.
+        exceeded: why its disk watch stopped it (None: it did not); a death by SIGXFSZ
+            is read as the per-file cap.
+    """
     exceeded = exceeded or file_cap_reached(returncode, limits)
     stderr = err.text()
     if exceeded is not None:
@@ -271,9 +279,9 @@ def run_limited(
         returncode=returncode,
         stdout=out.text(),
         stderr=stderr,
-        timed_out=expired.is_set(),
+        timed_out=timed_out,
         truncated=out.truncated or err.truncated,
-        duration_s=time.monotonic() - start,
+        duration_s=time.monotonic() - started,
         exceeded=exceeded,
     )
 
