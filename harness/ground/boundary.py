@@ -194,6 +194,21 @@ class Boundary(BaseModel):
             self.refuse("resolve", inside_path, "is a hard link to a hidden file")
         return resolved, mount
 
+    def inside_of(self, host_path: Path) -> str | None:
+        """Where a host path appears inside: through the innermost mount that contains it (None: none does).
+
+        The inverse of `to_host` for paths the sandbox builds its command line from (site
+        directories, hidden roots, programs); nothing is resolved or refused here.
+        """
+        innermost = None
+        for mount in self.mounts:
+            if host_path == mount.host or mount.host in host_path.parents:
+                if innermost is None or len(mount.host.parts) > len(innermost.host.parts):
+                    innermost = mount
+        if innermost is None:
+            return None
+        return os.path.normpath(f"{innermost.inside}/{host_path.relative_to(innermost.host)}")
+
     def is_hidden(self, host_path: Path) -> bool:
         """Whether a resolved host path is, or lies under, a hidden root."""
         return any(host_path == h or h in host_path.parents for h in self.hidden)

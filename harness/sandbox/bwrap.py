@@ -66,16 +66,6 @@ class BwrapSandbox(BoundarySandbox):
         self._prlimit = self._inside_prlimit()
 
     # ---- building the command line --------------------------------------------------------------
-    def _inside_of(self, host: Path) -> str | None:
-        """Where a host path appears inside (through the innermost mount containing it)."""
-        best = None
-        for mount in self._bound.mounts:
-            if host == mount.host or mount.host in host.parents:
-                inside = os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}")
-                if best is None or len(mount.host.parts) > len(best[0].parts):
-                    best = (mount.host, inside)
-        return best[1] if best else None
-
     def _build_prefix(self) -> list[str]:
         b = self._bound
         args = [
@@ -142,7 +132,7 @@ class BwrapSandbox(BoundarySandbox):
         """Cover hidden roots that lie under a mounted root (an empty, read-only layer)."""
         args: list[str] = []
         for hidden, bound in self._presenter.hidden_pairs:
-            inside = self._inside_of(bound) if bound is not None else None  # None: not in a snapshot
+            inside = self._bound.inside_of(bound) if bound is not None else None  # None: not in a snapshot
             if inside is None or not hidden.exists():
                 continue
             if hidden.is_dir():
@@ -162,7 +152,7 @@ class BwrapSandbox(BoundarySandbox):
             return []
         args: list[str] = []
         for site_dir in site_dirs():
-            inside = self._inside_of(site_dir)
+            inside = self._bound.inside_of(site_dir)
             if inside is None:
                 continue
             drop = hidden_entries(site_dir, packages)
@@ -180,7 +170,7 @@ class BwrapSandbox(BoundarySandbox):
     def _inside_prlimit(self) -> str | None:
         """Where `prlimit` is visible inside, if it is (it sets limits in the user namespace)."""
         prlimit = host_prlimit()
-        return self._inside_of(Path(prlimit).resolve()) if prlimit else None
+        return self._bound.inside_of(Path(prlimit).resolve()) if prlimit else None
 
     # ---- the protocol ---------------------------------------------------------------------------
     def exec(

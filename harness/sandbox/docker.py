@@ -95,7 +95,7 @@ def container_config(
         volumes[str(mount.host)] = {"bind": mount.inside, "mode": "rw" if mount.writable else "ro"}
     packages = tuple(sorted(boundary.hidden_packages))
     for site_dir in site_dirs() if packages else []:
-        inside = _inside_of(boundary, site_dir)
+        inside = boundary.inside_of(site_dir)
         drop = hidden_entries(site_dir, packages) if inside else frozenset()
         if drop:
             pruned = pruned_site_dir(site_dir, drop)
@@ -103,7 +103,7 @@ def container_config(
                 raise SandboxError(f"cannot hide {', '.join(packages)} from {site_dir} for docker")
             volumes[str(pruned)] = {"bind": inside, "mode": "ro"}
     for hidden in boundary.hidden:
-        inside = _inside_of(boundary, hidden)
+        inside = boundary.inside_of(hidden)
         if inside is not None and hidden.exists():
             empty = tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
             volumes[empty] = {"bind": inside, "mode": "ro"}
@@ -138,18 +138,6 @@ def container_config(
         labels={LABEL: "1", f"{LABEL}.boundary": boundary.name},
         init=True,
     )
-
-
-def _inside_of(boundary: Boundary, host: Path) -> str | None:
-    best = None
-    for mount in boundary.mounts:
-        if host == mount.host or mount.host in host.parents:
-            if best is None or len(mount.host.parts) > len(best[0].parts):
-                best = (
-                    mount.host,
-                    os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}"),
-                )
-    return best[1] if best else None
 
 
 class DockerSandbox(BoundarySandbox):
