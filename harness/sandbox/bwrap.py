@@ -27,10 +27,11 @@ from harness.ground.boundary import Boundary, Limits
 from harness.ground.isolation import cache_root
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.base import BoundarySandbox, PresentedRoots, sandbox_env
+from harness.sandbox.disk import DiskWatch
 from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
-from harness.sandbox.process import DiskWatch, host_prlimit, limit_prefix, pids_cgroup_available, run_limited
+from harness.sandbox.process import host_prlimit, limit_prefix, pids_cgroup_available, run_limited
 from harness.sandbox.seccomp import filter_file
 
 

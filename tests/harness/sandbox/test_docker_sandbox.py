@@ -9,7 +9,8 @@ import pytest
 
 from harness.ground.boundary import Boundary, Limits, Mount
 from harness.ground.sandbox import SandboxError
-from harness.sandbox.docker import LABEL, container_config, container_user
+from harness.sandbox.docker import container_config, container_user
+from harness.sandbox.docker_engine import LABEL
 from harness.sandbox.registry import make_sandbox
 from tests.conftest import docker_engine
 
