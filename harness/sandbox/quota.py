@@ -247,13 +247,17 @@ def _recover(record: Path) -> None:
 
     `in`: the copy in did not finish, the original is aside: unmount and put it back.
     `mounted`: the filesystem holds the tree: copy it out beside the root, then as `out`.
-    `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes.
+    `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
+    it goes at once where the folder that held the root is gone (its scratch was removed).
     """
     origin = _read(record, "origin")
     if not origin:
         discard_tree(record)
         return
     path = Path(origin)
+    if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
+        discard_tree(record)
+        return
     state = _read(record, "state")
     image = record / "image.ext4"
     if state == "in":
