@@ -19,6 +19,7 @@ from typing import Self
 
 from harness.ground.boundary import SECRET_NAME, Boundary
 from harness.ground.sandbox import SandboxError
+from harness.ground.untrusted_io import write_atomic
 from harness.sandbox.presentation import Presenter
 from harness.sandbox.process import SYSTEM_PATH
 from harness.sandbox.quota import cap_writable_roots, release_all
@@ -144,13 +145,5 @@ def write_checked(boundary: Boundary, path: str, data: bytes | str) -> None:
         if ancestor.is_symlink():
             boundary.refuse("write", path, "a dangling symbolic link in its parents")
     parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode() if isinstance(data, str) else data
-    tmp = parent / f".{host.name}.twin-tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, host)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # a random temporary name created exclusively: nothing planted at a name twin would use is opened
+    write_atomic(parent, host.name, data.encode() if isinstance(data, str) else data)

@@ -108,3 +108,21 @@ def test_presented_roots_unmount_the_capped_roots_when_moving_back_fails(tmp_pat
     with pytest.raises(OSError, match="cannot move back"):
         roots.release()
     assert log == [("released", ["capped"])]
+
+
+def test_a_write_opens_nothing_planted_beside_its_file(tmp_path):
+    """A FIFO or a link at any temporary name the write could use is never opened (it would block or leak)."""
+    import os
+    import threading
+
+    sandbox = UnsandboxedProcess(boundary(tmp_path))
+    app = tmp_path / "app"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("victim")
+    os.mkfifo(app / f".model.py.twin-tmp-{os.getpid()}")
+    (app / ".model.py.tmp").symlink_to(victim)
+    done = threading.Thread(target=sandbox.write_file, args=("/app/model.py", "x = 1\n"), daemon=True)
+    done.start()
+    done.join(timeout=10)
+    assert not done.is_alive(), "the write blocked on a planted FIFO"
+    assert (app / "model.py").read_text() == "x = 1\n" and victim.read_text() == "victim"
