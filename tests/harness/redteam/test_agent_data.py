@@ -114,7 +114,7 @@ def test_an_internal_error_mid_run_is_graded_scored_and_resumable(tmp_path, monk
     grades = json.loads(run.grades.read_text())
     assert [g["reward"] for g in grades["rounds"]] == [0.5, 1.0]
     spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
-    trial = collect_trial(spec, run.root, returncode=0, attempts=1)
+    trial = collect_trial(spec, run.root, returncode=0, attempts=1, rounds=2)
     assert trial.status == "ok" and trial.rewards[2] is not None
     monkeypatch.setattr(TwinLoop, "verify", original)
     run_migration(RunInputs.read(run), SCAFFOLDS)  # resumed from the last complete step
@@ -138,7 +138,7 @@ def test_a_grader_failing_on_the_candidate_is_scored_zero_not_infrastructure(tmp
     assert [g["reward"] for g in grades["rounds"]] == [0.0, 0.0]
     assert all("wrote no reward" in g["error"] for g in grades["rounds"])
     spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
-    trial = collect_trial(spec, run.root, returncode=0, attempts=1)
+    trial = collect_trial(spec, run.root, returncode=0, attempts=1, rounds=2)
     assert trial.status == "ok" and trial.rewards == {1: 0.0, 2: 0.0}
 
 

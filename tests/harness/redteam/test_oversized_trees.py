@@ -112,7 +112,7 @@ def test_twin_migrate_finishes_and_grades_when_the_migrator_grows_app_over_the_c
         assert not first.ok and REFUSAL in first.result and str(tmp_path) not in first.result
     assert second.ok and "back" in second.result
     spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
-    trial = collect_trial(spec, run.root, returncode=0, attempts=1)
+    trial = collect_trial(spec, run.root, returncode=0, attempts=1, rounds=2)
     assert trial.status == "ok" and set(trial.rewards) == {1, 2}
 
 
