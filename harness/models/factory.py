@@ -175,7 +175,7 @@ def _human(argument: str, o: ModelOptions) -> Model:
     return HumanModel(trajectory=o.trajectory, evidence_path=evidence)
 
 
-def _litellm(name: str, o: ModelOptions) -> Model:
+def _litellm(argument: str, o: ModelOptions) -> Model:  # argument: the whole name, as o.config.name
     from harness.models.cache import ResponseCache
     from harness.models.litellm_client import LiteLLMModel
 
