@@ -18,7 +18,7 @@ from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
 from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
-from harness.bench.trials import collect_trial, trial_command
+from harness.bench.trials import collect_trial, prepare_trial
 from harness.ground.untrusted_io import write_text_atomic
 from harness.models.ledger import LEDGER_ENV, Ledger
 
@@ -63,12 +63,12 @@ def run_bench(
 
     def launch(spec: TrialSpec) -> tuple[list[str], Path]:
         run_dir = bench.runs / spec.trial_id
-        return trial_command(spec, config, run_dir.resolve()), run_dir
+        return prepare_trial(spec, config, run_dir.resolve()), run_dir
 
     def record(spec: TrialSpec, code: int, started: float, model_and_grader_s: float) -> TrialResult:
         # model_and_grader_s: time inside the trial's own process; the rest is the bench's
         attempts_n[spec.trial_id] += 1
-        result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id])
+        result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id], rounds=config.rounds)
         if result.status == "ok":
             result.failures = post_run_failures(spec, bench.runs / spec.trial_id, config.sandbox)
         result.trial_wall_s = time.monotonic() - started

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -66,12 +65,10 @@ def bench_command(
         retry_backoff_s=backoff,
     )
     from benchmark_adapter.task_environment import load_task_for_sandbox
-    from harness.cli.task import SKIP_CHECK_ENV, check_before_run
+    from harness.cli.task import check_before_run
 
-    for task in config.tasks:  # under docker each task's image built once; its notes on stderr
+    for task in config.tasks:  # under docker each task's image built once; its notes on stderr; checked once
         check_before_run(load_task_for_sandbox(task, sandbox), sandbox, skip=skip_task_check)
-    if skip_task_check:
-        os.environ[SKIP_CHECK_ENV] = "1"  # the trials' own `twin migrate` skip it too
     console = agent_console()
 
     def show(result) -> None:

@@ -16,7 +16,6 @@ from harness.ground.errors import TwinError
 from harness.ground.terminal import agent_console, styled
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories, and check them.")
-SKIP_CHECK_ENV = "TWIN_SKIP_TASK_CHECK"
 
 
 @app.command("new")

@@ -202,7 +202,7 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
     where = f"{final}" if final.is_dir() else "not exported"
     lines.append(f"final candidate: round {state.final_round} — {where}")
     lines.append(f"run directory: {run.root} ({', '.join(run_files(run))})")
-    if config.model.startswith(("replay:", "scripted:")):
+    if not config.model.kind.live:
         lines.append(REAL_MODEL_HINT.format(task=config.task, rounds=config.rounds))
     return lines
 

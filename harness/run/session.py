@@ -21,7 +21,8 @@ from harness.ground.model import Model
 from harness.ground.sandbox import Sandbox
 from harness.ground.trajectory import ToolCallRecord, Trajectory
 from harness.models.budget import BudgetTracker
-from harness.models.factory import API_KEY_ENV, make_model
+from harness.models.config import API_KEY_ENV
+from harness.models.factory import make_model
 from harness.models.ledger import LedgerBudget, budget_for_run
 from harness.run.candidate_repo import CandidateRepo
 from harness.run.directory import RunConfig, RunDir, RunState, new_run_id
@@ -90,7 +91,7 @@ class Session:
 
     @property
     def model_label(self) -> str:
-        return getattr(self.model, "label", None) or self.config.model
+        return getattr(self.model, "label", None) or self.config.model.name
 
     def workbench(self, role: str, *, write: bool) -> Workbench:
         """The boundary and the two sandboxes of one role.
@@ -209,14 +210,8 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
         config.model,
         trajectory=trajectory,
         budget=budget,
-        api_base=config.api_base,
         api_key=api_key or os.environ.get(API_KEY_ENV),
-        cache_dir=config.cache_dir,
-        temperature=config.temperature,
-        max_retries=config.model_retries,
-        backoff_s=config.model_backoff_s,
-        wait_s=config.model_wait_s,
-        **({"replay_start": replay_from} if replay_from else {}),
+        start=replay_from or 0,
     )
     session = Session(run, config, state, task, trajectory, budget, model, repo, workspace)
     if config.sandbox != "none":

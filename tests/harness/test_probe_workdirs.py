@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 import harness.cli.probe
-import harness.run.probe_desk
+import harness.scaffolds.twin.probe_desk
 import probes.suite
 from benchmark_adapter.task import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.cli.app import main
-from harness.run.probe_desk import RunProbeDesk
+from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from tests.conftest import REPO_ROOT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
@@ -33,7 +33,7 @@ def _interrupting(ctx):
 @pytest.fixture
 def interrupted_checks(monkeypatch):
     """The built-in checks replaced by a probe that is interrupted half-way."""
-    for module in (probes.suite, harness.run.probe_desk, harness.cli.probe):
+    for module in (probes.suite, harness.scaffolds.twin.probe_desk, harness.cli.probe):
         monkeypatch.setattr(module, "builtin_checks", lambda task: [_interrupting])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 
@@ -62,6 +63,23 @@ def test_a_resumed_run_reads_its_directory_once_and_loads_its_task_once(tmp_path
     assert main(["migrate", "--resume", "r", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert reads == {"load_config": 1, "load_state": 1, "load_task": 1}
     assert "run directory: " in capsys.readouterr().out
+
+
+@needs_bwrap
+def test_a_run_whose_config_has_the_flat_version_1_layout_resumes(tmp_path, capsys):
+    assert migrate_base(tmp_path) == 0
+    run = RunDir(tmp_path / "runs" / "r")
+    written = json.loads(run.config_path.read_text())
+    model = written.pop("model")
+    flat = {"model": model["name"], "api_base": model["api_base"], "temperature": model["temperature"]}
+    flat |= {"cache_dir": model["cache_dir"], "model_retries": model["retries"], "model_backoff_s": 0.5}
+    run.config_path.write_text(json.dumps({**written, **flat, "model_wait_s": 60.0, "schema_version": 1}))
+    capsys.readouterr()
+    assert main(["migrate", "--resume", "r", "--runs-dir", str(tmp_path / "runs"), "--model-wait-s", "7"]) == 0
+    assert f"run directory: {run.root}" in capsys.readouterr().out
+    again = json.loads(run.config_path.read_text())  # written back with the new wait: in the new layout
+    assert again["schema_version"] == 2 and again["model"] == {**model, "backoff_s": 0.5, "wait_s": 7.0}
+    assert {k: v for k, v in again.items() if k != "model"} == {**written, "schema_version": 2}
 
 
 @needs_bwrap

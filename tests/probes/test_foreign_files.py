@@ -300,7 +300,7 @@ def test_twin_probe_shows_the_violation(tmp_path, pull):
 def test_the_verifiers_run_checks_reports_them(tmp_path):
     from benchmark_adapter.task import load_task
     from evidence_store.store import EvidenceStore
-    from harness.run.probe_desk import RunProbeDesk
+    from harness.scaffolds.twin.probe_desk import RunProbeDesk
 
     cand = tmp_path / "cand"
     cand.mkdir()

@@ -8,7 +8,7 @@ from probe_fixtures import TINY
 from benchmark_adapter.task import TaskError, load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
-from harness.run.probe_desk import RunProbeDesk
+from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.context import make_context
 from probes.interface_checks import check_plan, declared_checks, interface_check
 from probes.suite import builtin_checks
