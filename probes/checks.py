@@ -18,7 +18,8 @@ from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from harness.ground.agent_tree import remove_tree
-from probes.audit import audit_candidate, scan
+from probes.audit import audit_candidate
+from probes.audit_base import scan
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.layout import module_name

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from probes.audit import python_files, read_source
+from probes.audit_base import python_files, read_source
 
 SKIP_DIRS = {"tests", "test", "__pycache__", ".git", "build", "dist", ".venv", "venv"}
 

@@ -21,7 +21,7 @@ import ast
 from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from probes.audit import python_files
+from probes.audit_base import python_files
 from probes.base import base_context
 from probes.probe_format import PLANTED_KIND
 from probes.suite import load_probe_file, run_probes, task_probes
