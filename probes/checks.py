@@ -24,7 +24,7 @@ from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.layout import module_name
 from probes.outcomes import crash_result
-from probes.probe_format import probe_names, property_of
+from probes.probe_format import ProbeFile, property_of, read_probe_file
 from probes.sides import DRIVER, candidate_roots, run_side
 
 IMPORTS = Property(
@@ -230,31 +230,40 @@ def candidate_check(path: str, name: str) -> Probe:
     """
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        return run_candidate_checks(ctx, Path(path), [name])
+        return run_candidate_checks(ctx, read_probe_file(path), [name])
 
     return probe
 
 
-def file_checks(path: str, names: list[str] | None = None) -> Probe:
-    """Every `check_*` function of a probe file (or those in `names`), run in one candidate-side process."""
+def file_checks(source: ProbeFile | str, names: list[str] | None = None) -> Probe:
+    """Every `check_*` function of a probe file (or those in `names`), run in one candidate-side process.
+
+    Args:
+        source: the parsed probe file (`probes.probe_format.read_probe_file`), or its host
+            path, read when the probe runs.
+        names: the checks to run (default: all of them).
+    """
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        found = probe_names(Path(path), checks=True)
-        return run_candidate_checks(ctx, Path(path), sorted(found) if names is None else names)
+        file = source if isinstance(source, ProbeFile) else read_probe_file(source)
+        return run_candidate_checks(ctx, file, names)
 
     return probe
 
 
-def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> list[ProbeResult]:
-    """Run candidate-only checks of one file; one result per check."""
-    found = probe_names(file, checks=True)
-    digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]
-    root = _check_dir(ctx, f"{file.stem}-{digest}")
-    shutil.copy(file, root / "probe.py")
+def run_candidate_checks(ctx: ProbeContext, file: ProbeFile, names: list[str] | None = None) -> list[ProbeResult]:
+    """Run candidate-only checks of one file (those in `names`, or all); one result per check."""
+    found = file.names(checks=True)
+    names = sorted(found) if names is None else names
+    digest = hashlib.sha1(str(file.path.resolve()).encode()).hexdigest()[:8]
+    root = _check_dir(ctx, f"{file.path.stem}-{digest}")
+    (root / "probe.py").write_bytes(file.data)
     runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
     timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
     outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
-    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes, strict=True)]
+    return [
+        _decide_check(ctx, file.path, name, found.get(name, {}), run) for name, run in zip(names, outcomes, strict=True)
+    ]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:
