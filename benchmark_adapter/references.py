@@ -20,7 +20,7 @@ from pathlib import Path
 from benchmark_adapter.task import Task, TaskError
 from probes.context import make_context
 from probes.differential import prepare_root
-from probes.probe_format import ProbeFile, read_probe_file
+from probes.probe_format import ProbeFile, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
 from probes.sides import slot
 
@@ -106,15 +106,16 @@ def _record_file(ctx, file: ProbeFile, pairs: dict, refs: Path, prepare, referen
 
 def _entry(file: Path, name: str, meta: dict, mode: str, kind_prefix: str = "") -> dict:
     stem = file.stem
-    default_id = f"{stem}.{kind_prefix + '_' if kind_prefix else ''}{name}".rstrip("._") or stem
+    # the id and level twin probe gives the same property (probe_format.property_of): checks 0, matched probes 1
+    kind, level = ("check", 0) if mode == "check" else ("differential", 1)
+    pid, _, level = property_of(file, name, meta, kind=kind, level=level)
     return {
         "file": f"probes/{file.name}",
         "name": name,
         "slot": f"{stem}.{kind_prefix}{'_' if kind_prefix else ''}{name or '_'}",
         "mode": mode,
-        "id": str(meta.get("id") or default_id),
-        # the level twin probe gives the same property (probe_format.stated_ids): checks 0, matched probes 1
-        "level": int(meta.get("level", 0 if mode == "check" else 1)),
+        "id": pid,
+        "level": level,
         "compare": meta.get("compare") or {},
         "component": meta.get("component"),
         "description": meta.get("description", ""),
