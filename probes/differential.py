@@ -77,27 +77,39 @@ def differential_probe(
     return probe
 
 
-def probe_file_probe(source: ProbeFile | str, names: list[str] | None = None) -> Probe:
-    """Every differential probe of a file (or those in `names`), run together.
+def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
+    """Every matched pair of the probe file at `path` (or those in `names`), read when the probe runs.
 
-    Each side runs once for the whole file (one process imports torch or jax once),
-    and every probe still gets its own inputs, outputs and result.
-
-    Args:
-        source: the parsed probe file (`probes.probe_format.read_probe_file`), or its host
-            path, read when the probe runs.
-        names: the probes to run (default: all of them).
+    See `pairs_probe`, which runs them.
     """
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        file = source if isinstance(source, ProbeFile) else read_probe_file(source)
+        file = read_probe_file(path)
         found = file.names()
         chosen = {n: found[n] for n in (names if names is not None else sorted(found)) if n in found}
         missing = sorted(set(names or []) - set(found))
         if missing:
             raise ProbeFileError(f"{file.path}: no probe named {', '.join(missing)}")
-        rerun = {n: {"path": str(file.path), "name": n} for n in chosen}
-        return run_matched_probes(ctx, file, chosen, rerun=rerun)
+        return pairs_probe(file, chosen)(ctx)
+
+    return probe
+
+
+def pairs_probe(file: ProbeFile, pairs: dict[str, dict]) -> Probe:
+    """Matched pairs of a probe file as read, run together.
+
+    Each side runs once for the whole file (one process imports torch or jax once),
+    and every probe still gets its own inputs, outputs and result.
+
+    Args:
+        file: the probe file as read (`probes.probe_format.read_probe_file`): its text is
+            what both sides run.
+        pairs: probe name -> metadata, as `file.names()` gives them.
+    """
+    rerun = {n: {"path": str(file.path), "name": n} for n in pairs}
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        return run_matched_probes(ctx, file, pairs, rerun=rerun)
 
     return probe
 

@@ -53,7 +53,7 @@ class ProbeFile:
         return value
 
     def names(self, *, checks: bool = False) -> dict[str, dict[str, Any]]:
-        """The probes the file defines and their metadata (see `probe_names`)."""
+        """The probes the file defines and their metadata, by name (see `probe_names`)."""
         path, functions = self.path, self.functions
         metadata = self.literal("PROBES")
         if metadata is None:
@@ -68,7 +68,7 @@ class ProbeFile:
                     name = match.group(1) or ""
                     key = name or path.stem
                     names[name] = dict(metadata.get(f"check_{key}", metadata.get(key, {})))
-            return names
+            return dict(sorted(names.items()))
         for side in SIDE_FUNCTIONS:
             other = SIDE_FUNCTIONS[1 - SIDE_FUNCTIONS.index(side)]
             for func in functions:
@@ -81,7 +81,7 @@ class ProbeFile:
                 names[name] = dict(metadata.get(name or path.stem, {}))
         if not names and not any(re.fullmatch(r"check(_\w+)?", f) for f in functions):
             raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
-        return names
+        return dict(sorted(names.items()))
 
 
 def read_probe_file(path: Path | str) -> ProbeFile:

@@ -27,9 +27,9 @@ from typing import NamedTuple
 from benchmark_adapter.task import Task
 from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
-from probes.checks import audit_check, file_checks, imports_check
+from probes.checks import audit_check, checks_probe, imports_check
 from probes.context import ProbeContext, make_context
-from probes.differential import probe_file_probe
+from probes.differential import pairs_probe
 from probes.interface_checks import declared_checks, interface_check
 from probes.probe_format import ProbeFile, ProbeFileError, read_probe_file
 from probes.services.families import inferred_services
@@ -130,9 +130,9 @@ def file_probes(file: ProbeFile, budget=None) -> list[Probe]:
             raise
         pairs, checks = {}, {}  # a file may state services only
     stem = file.path.stem
-    probes = [_named(probe_file_probe(file), stem)] if pairs else []
+    probes = [_named(pairs_probe(file, pairs), stem)] if pairs else []
     if checks:
-        probes.append(_named(file_checks(file), f"{stem}:checks"))
+        probes.append(_named(checks_probe(file, checks), f"{stem}:checks"))
     if services is not None:
         found = service_probes(file.path, services, budget or SearchBudget())
         probes += [_named(p, f"{stem}:services") for p in found]

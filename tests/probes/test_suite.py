@@ -31,7 +31,7 @@ def test_a_probe_file_is_read_and_parsed_once_from_loading_to_running(tmp_path, 
 
     monkeypatch.setattr(ast, "parse", counting_parse)
     monkeypatch.setattr(differential, "run_matched_probes", lambda ctx, file, probes, rerun: ran.append(file) or [])
-    monkeypatch.setattr(checks, "run_candidate_checks", lambda ctx, file, names=None: ran.append(file) or [])
+    monkeypatch.setattr(checks, "run_candidate_checks", lambda ctx, file, found: ran.append(file) or [])
     probes = load_probe_file(path)
     path.unlink()  # the sides are given the text that was read, not the file as it is later
     with run_suite(TINY, CANDIDATES / "good", probes, sandbox_kind="none", workdir=tmp_path / "work") as suite:
