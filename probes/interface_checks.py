@@ -16,8 +16,9 @@ from pathlib import Path
 from benchmark_adapter.task import Task
 from evidence_store.records import ProbeResult
 from probes.base import Probe
-from probes.checks import run_candidate_checks
+from probes.checks import checks_probe, chosen_checks
 from probes.context import ProbeContext
+from probes.probe_format import read_probe_file
 
 TEMPLATE = Path(__file__).with_name("interface_probe.py")
 ALWAYS = ["imports", "independence", "audit.wrapping", "audit.vendored", "audit.transliteration"]
@@ -89,6 +90,7 @@ def interface_check() -> Probe:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "interface_checks.py"
         path.write_text(probe_file_text(ctx.task))
-        return run_candidate_checks(ctx, path, [name.removeprefix("check_") for name in names])
+        file = read_probe_file(path)
+        return checks_probe(file, chosen_checks(file, [name.removeprefix("check_") for name in names]))(ctx)
 
     return probe

@@ -144,6 +144,14 @@ def test_probe_names_reads_metadata_without_running(tmp_path):
     assert set(probe_names(path, checks=True)) == {"ok", "bad", "misfit", "nothing"}
 
 
+def test_a_probe_file_s_probes_come_in_name_order_whatever_the_order_of_its_functions(tmp_path):
+    path = tmp_path / "order.py"
+    pairs = "".join(f"def reference_{n}(env):\n    pass\n\ndef candidate_{n}(env):\n    pass\n\n" for n in "zqa")
+    path.write_text(pairs + "".join(f"def check_{n}(env):\n    pass\n\n" for n in "ymb"))
+    assert list(probe_names(path)) == ["a", "q", "z"]
+    assert list(probe_names(path, checks=True)) == ["b", "m", "y"]
+
+
 def test_reference_cache_is_reused_across_candidates(tmp_path):
     cache = tmp_path / "cache"
     first = make_context(

@@ -9,7 +9,7 @@ from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
 from probes.context import make_context
-from probes.layout import candidate_modules, import_roots, infer_import_roots, module_name
+from probes.layout import candidate_modules, dotted_name, import_roots, infer_import_roots, module_name
 
 PORT = BARE_NAMES / "solution" / "app"
 SOURCE = BARE_NAMES / "environment" / "source"
@@ -40,6 +40,14 @@ def test_packages_and_flat_candidates_have_no_extra_root(tmp_path):
 )
 def test_declared_roots_win_over_the_layout(declared, expected):
     assert import_roots(PORT, declared) == expected
+
+
+@pytest.mark.parametrize(
+    ("rel", "expected"),
+    [("pkg/model.py", "pkg.model"), ("pkg/__init__.py", "pkg"), ("__init__.py", ""), ("train.py", "train")],
+)
+def test_a_file_s_dotted_name_drops_its_suffix_and_a_package_s_init(rel, expected):
+    assert dotted_name(rel) == expected
 
 
 def test_module_names_follow_the_most_specific_root():
