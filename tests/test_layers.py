@@ -68,9 +68,6 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
     frozenset(f"benchmark_adapter.{name}" for name in ("task", "published", "dockerfile", "layout")): (
         "load_task's format choice moves into a loader beside the task model"
     ),
-    frozenset(f"probes.{name}" for name in ("audit", "foreign_code", "foreign_files", "layout", "transliteration")): (
-        "Finding, SKIP_DIRS, python_files and read_source move into the audit's own base module"
-    ),
 }
 
 
