@@ -27,17 +27,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the sandbox implementations and their registry: what probes, graders and roles run in
     ("sandboxes", ("harness.sandbox",)),
     ("evidence", ("evidence_store",)),
-    # loading a task, reading its Dockerfile, laying out its visible parts
-    (
-        "tasks",
-        (
-            "benchmark_adapter.task",
-            "benchmark_adapter.interface",
-            "benchmark_adapter.published",
-            "benchmark_adapter.dockerfile",
-            "benchmark_adapter.layout",
-        ),
-    ),
+    # the task model: loading a task, reading its Dockerfile, laying out its visible parts
+    ("tasks", ("benchmark_adapter.task",)),
     ("probes", ("probes",)),
     # the grader, oracles, seeded defects and `twin task new` (which records references with probes)
     ("grading", ("benchmark_adapter",)),

@@ -47,7 +47,6 @@ from harness.sandbox.process import (
 )
 from harness.sandbox.quota import cap_writable_roots, release_all
 from harness.sandbox.seccomp import docker_profile
-from harness.sandbox.task_image import task_image_for
 
 LABEL = "twin.sandbox"
 DEFAULT_IMAGE = "twin-base:local"
@@ -181,8 +180,8 @@ class DockerSandbox:
 
     def __init__(self, boundary: Boundary, image: str | None = None) -> None:
         self.boundary = boundary
-        # a published task whose image twin built runs on it (harness/sandbox/task_image.py)
-        self.image = image or task_image_for(boundary) or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
+        # a published task whose image twin built runs on it (Boundary.image; harness/sandbox/task_image.py)
+        self.image = image or boundary.image or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
         self._client = _client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.base import load_factory
 from probes.context import make_context
@@ -25,7 +26,7 @@ def test_load_probe_file_refuses_missing_and_malformed(tmp_path):
 
 
 def test_a_probe_that_raises_becomes_not_established(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
 
     def broken(_ctx):
         raise RuntimeError("probe bug")
@@ -45,7 +46,7 @@ def test_a_probe_that_raises_becomes_not_established(tmp_path):
 
 
 def test_builtin_checks_and_task_library(repo_root):
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.task.loader import load_task
 
     task = load_task(TINY)
     assert [p.__name__ for p in builtin_checks(task)] == ["imports", "audit"]
