@@ -56,6 +56,7 @@ def test_twin_probe_parses_its_task_once(parses):
     assert parses == {"tiny": 1}
 
 
+@pytest.mark.heavy  # grades the oracle and an empty candidate
 def test_twin_task_check_parses_its_task_once(parses, tmp_path, monkeypatch):
     monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["task", "check", str(TINY_CALC), "--no-defects", "--sandbox", "none"]) == 0
