@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.references import _entry
+from benchmark_adapter.grading.references import _entry
 from probes.probe_format import probe_names, property_of
 
 TINY = Path(__file__).resolve().parents[2] / "tasks" / "published" / "tiny-net"

@@ -5,6 +5,7 @@ import shutil
 import pytest
 from probe_fixtures import BARE_NAMES, CANDIDATES
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
@@ -57,7 +58,7 @@ def test_module_names_follow_the_most_specific_root():
 
 
 def _ctx(task, candidate, tmp_path):
-    return make_context(task, candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    return make_context(load_task(task), candidate, sandbox_kind="none", workdir=tmp_path / "work")
 
 
 def test_a_port_importing_siblings_by_bare_name_gets_no_false_violation(tmp_path):

@@ -6,6 +6,7 @@ import shutil
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes import checks, differential
 from probes.base import load_factory
@@ -34,7 +35,7 @@ def test_a_probe_file_is_read_and_parsed_once_from_loading_to_running(tmp_path, 
     monkeypatch.setattr(checks, "run_candidate_checks", lambda ctx, file, found: ran.append(file) or [])
     probes = load_probe_file(path)
     path.unlink()  # the sides are given the text that was read, not the file as it is later
-    with run_suite(TINY, CANDIDATES / "good", probes, sandbox_kind="none", workdir=tmp_path / "work") as suite:
+    with run_suite(load_task(TINY), CANDIDATES / "good", probes, sandbox_kind="none", workdir=tmp_path / "work") as suite:
         assert suite.results == []
     assert parsed.count(str(path)) == 1
     assert [file.path for file in ran] == [path, path]
@@ -51,7 +52,7 @@ def test_load_probe_file_refuses_missing_and_malformed(tmp_path):
 
 
 def test_a_probe_that_raises_becomes_not_established(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
 
     def broken(_ctx):
         raise RuntimeError("probe bug")
@@ -71,7 +72,7 @@ def test_a_probe_that_raises_becomes_not_established(tmp_path):
 
 
 def test_builtin_checks_and_task_library(repo_root):
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.task.loader import load_task
 
     task = load_task(TINY)
     assert [p.__name__ for p in builtin_checks(task)] == ["imports", "audit"]
