@@ -2,7 +2,9 @@
 
 Outcomes are never the Verifier's say-so: only executed probes put records in the
 evidence store. The Verifier decides what to examine and writes the probe files;
-the `ProbeDesk` (given by the harness) stores, runs and records them. Its prompt carries a
+the `ProbeDesk` (given by the harness) stores, runs and records them. Writing a probe runs it at
+once: a probe is written to be run, and the candidate does not change during the Verifier's turn, so
+there is no separate call to run it (nor one to run an unchanged probe again). Its prompt carries a
 summary of the probe-file format (`prompts/probe_format.md.j2`); the whole reference
 (`probes/README.md`, the desk's `probe_format()`) is read on demand with `probe_reference`.
 """
@@ -47,12 +49,10 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
     def write(name: str, source: str) -> ToolResult:
         if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
             raise ToolError("probe names are lowercase identifiers, e.g. forward_logits")
-        return ToolResult(text=desk.write_probe(name, source))
-
-    def run(name: str) -> ToolResult:
-        if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
-            raise ToolError(f"no probe named {name!r}"[:200])
-        return ToolResult(text=desk.run_probe(name))
+        stored = desk.write_probe(name, source)
+        if not isinstance(source, str) or not source.strip():
+            return ToolResult(text=stored)
+        return ToolResult(text=f"{stored}\n{desk.run_probe(name)}")
 
     def checks() -> ToolResult:
         return ToolResult(text=desk.run_checks())
@@ -63,20 +63,14 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
     return [
         Tool(
             "write_probe",
-            "Store a probe file: matched probe functions (reference side and candidate side), "
+            "Store a probe file and run it: matched probe functions (reference side and candidate side), "
             "candidate-only checks, or a SERVICES literal of matched requests and request spaces to "
-            "search for counterexamples (the format: your instructions and `probe_reference`). It is "
-            "kept outside the candidate and re-run every round; writing an empty source removes it.",
+            "search for counterexamples (the format: your instructions and `probe_reference`). Both sides "
+            "run with the same inputs; the outcomes are recorded as evidence and returned. The file is kept "
+            "outside the candidate and re-run every round (a confirmed counterexample too); writing an "
+            "empty source removes it.",
             {"name": {"type": "string"}, "source": {"type": "string"}},
             write,
-        ),
-        Tool(
-            "run_probe",
-            "Run a stored probe on the original and on the candidate with the same inputs (and its "
-            "counterexample searches, with a fixed budget); the outcomes are recorded as evidence and "
-            "returned. A confirmed counterexample is kept and re-run in every later round.",
-            {"name": {"type": "string"}},
-            run,
         ),
         Tool(
             "run_checks",

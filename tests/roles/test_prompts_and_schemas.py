@@ -75,9 +75,10 @@ def test_the_diagnoser_sees_objectives_marked_unchecked_properties_and_the_migra
 def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
     text = prompting.render("verifier_task", **VARIABLES)
     assert "```data\n- CHANGED.py (+1 -0)\n```" in text and "(its words, not verified):\n[migrator summary: " in text
-    assert "re-ran the built-in checks and every probe written in earlier rounds" in text
+    assert "re-run of the built-in checks and every probe written in earlier rounds" in " ".join(text.split())
     first = " ".join(prompting.render("verifier_task", **{**VARIABLES, "round": 1}).split())
-    assert "every probe written" not in first and "no probe was written in an earlier round" in first
+    assert "every probe written" not in first and "run of the built-in checks" in first
+    assert "no probe was written before" in first
 
 
 @pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "verifier_system"])
