@@ -97,11 +97,28 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "twin"
 
 
+STAGE_DIR = "/var/tmp/twin-stage"
+"""The shared stage directory (`stage_root`), unless `$TWIN_STAGE_DIR` names another."""
+
+
 def stage_root() -> Path:
-    """A directory the sandbox uid can traverse (not list) for staged mount points."""
-    root = Path(os.environ.get("TWIN_STAGE_DIR", "/var/tmp/twin-stage"))
+    """A directory the sandbox uid can traverse (not list) for staged mount points.
+
+    `$TWIN_STAGE_DIR`, else `/var/tmp/twin-stage`; where another user owns that one (root
+    made it, this twin is not root), `/var/tmp/twin-stage-<uid>`: only an owner may change
+    a directory's mode, and a directory someone else controls is no place for this user's
+    scratch.
+    """
+    configured = os.environ.get("TWIN_STAGE_DIR")
+    root = Path(configured or STAGE_DIR)
     root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o711)
+    if not configured and os.stat(root).st_uid != os.geteuid():
+        root = root.with_name(f"{root.name}-{os.geteuid()}")
+        root.mkdir(exist_ok=True)
+        if os.stat(root).st_uid != os.geteuid():
+            raise IsolationError(f"{root} belongs to another user: remove it, or set TWIN_STAGE_DIR")
+    if os.stat(root).st_uid == os.geteuid():
+        os.chmod(root, 0o711)
     return root
 
 
