@@ -29,8 +29,9 @@ from benchmark_adapter.solve import solve_into, solve_script
 from benchmark_adapter.task import Task
 from harness.ground.agent_tree import copy_tree, remove_tree
 from harness.ground.errors import TwinError
-from harness.ground.isolation import scratch_dir
+from harness.ground.isolation import cache_root, scratch_dir, stage_root
 from harness.ground.untrusted_io import AgentFileError, read_regular_text
+from harness.sandbox.disk import host_shortage
 from harness.sandbox.presentation import refused_over_caps
 from harness.sandbox.registry import make_sandbox
 
@@ -49,8 +50,14 @@ class GraderInfraError(GraderError):
 
     Raised when the sandbox started but `test.sh` never ran in it, or when the grader
     says in `reward.json` (`"infrastructure_error": "why"`) that its own machinery
-    failed (e.g. its nested sandbox could not get the isolation it needs).
+    failed (e.g. its nested sandbox could not get the isolation it needs), or when a
+    grader that gave no reward ran while the host was out of disk space or inodes
+    (`harness.sandbox.disk.host_shortage`).
     """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail  # the grader's output, when it ran at all: callers keep it beside the grade
 
 
 class Grade(BaseModel):
@@ -136,15 +143,27 @@ def run_grader(
         finally:
             box.close()
         refused = refused_over_caps(result)
+        log_tail = (result.stdout + result.stderr.replace(STARTED + "\n", ""))[-4000:]
         if refused is not None:  # a read-only root (the candidate) grew over the caps: the candidate's doing
             grade: dict[str, Any] = {"reward": 0.0, "error": f"the grader did not run: {refused}"}
         elif STARTED not in result.stderr:
             raise GraderInfraError(
                 f"the grader's sandbox did not start test.sh (exit {result.returncode}): "
-                f"{(result.stderr or result.stdout).strip()[-300:]}"
+                f"{(result.stderr or result.stdout).strip()[-300:]}",
+                log_tail,
             )
         else:
-            grade = _read_reward(logs_dir)
+            try:
+                grade = _read_reward(logs_dir)
+            except GraderInfraError as exc:
+                raise GraderInfraError(str(exc), log_tail) from None
+        if grade["reward"] == 0.0 and (short := host_shortage(_host_dirs())) is not None:
+            # a zero while the machine cannot write is the machine's failure, not the candidate's score
+            raise GraderInfraError(
+                f"the grader gave no reward while the host was out of disk ({short}); "
+                "free space, then grade again (twin grade, or twin migrate --resume)",
+                log_tail,
+            )
         grade.update(
             task=task.name,
             candidate=str(candidate),
@@ -152,7 +171,7 @@ def run_grader(
             timed_out=result.timed_out,
             duration_s=round(duration, 3),
             sandbox=sandbox,
-            log_tail=(result.stdout + result.stderr.replace(STARTED + "\n", ""))[-4000:],
+            log_tail=log_tail,
         )
         out = Grade(**grade)
         if out_dir is not None:
@@ -160,6 +179,11 @@ def run_grader(
         return out
     finally:
         remove_tree(logs_dir)
+
+
+def _host_dirs() -> list[Path]:
+    """The host directories a grading writes through (never a capped root a sandbox could fill itself)."""
+    return [stage_root(), Path(tempfile.gettempdir()), cache_root()]
 
 
 def _grader_env(
