@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmark_adapter.task import load_task  # noqa: E402
+from benchmark_adapter.task.loader import load_task  # noqa: E402
 from evidence_store import numbers  # noqa: E402
 from harness.ground.trajectory import ModelCallRecord, Trajectory  # noqa: E402
 from harness.models.litellm_client import estimate_usage  # noqa: E402

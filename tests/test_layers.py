@@ -25,15 +25,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "roles", "probes", "evidence_store", "benchmark_adapter", "prompts")
 
-# The task model of benchmark_adapter, until it is a folder of its own (then that folder replaces these).
-_TASK_MODEL_MODULES = tuple(
-    f"benchmark_adapter.{name}"
-    for name in ("task", "interface", "published", "dockerfile", "layout", "checkpoint", "task_environment")
-)
-
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # code that runs inside a sandbox beside the candidate or the grader: imports nothing of twin's
-    ("inside", ("probes.library", "probes.services.drivers", "benchmark_adapter.templates")),
+    ("inside", ("probes.library", "probes.services.drivers", "benchmark_adapter.grading.templates")),
     # errors, the model and sandbox protocols, the boundary, the isolation policy, agent trees,
     # atomic files, the trajectory record; `harness` itself is only the package's version
     ("ground", ("harness.ground", "harness")),
@@ -42,9 +36,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the sandbox implementations and their registry: what probes, graders and roles run in
     ("sandboxes", ("harness.sandbox",)),
     ("evidence", ("evidence_store",)),
-    # loading a task, reading its Dockerfile, laying out its visible parts, its image
-    ("tasks", _TASK_MODEL_MODULES),
-    # probe files, the matched run, candidate-side checks, the audit, localization, services
+    # the task model: loading a task, reading its Dockerfile, laying out its visible parts
+    ("tasks", ("benchmark_adapter.task",)),
     ("probes", ("probes",)),
     # the grader, oracles, seeded defects, references and `twin task new`
     ("grading", ("benchmark_adapter",)),
@@ -59,19 +52,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 # Folders whose modules still stand on two floors, each with what makes it one floor.
-SPLIT_PENDING: dict[str, str] = {
-    "benchmark_adapter": "the task model and grading/authoring become two sub-packages",
-}
+SPLIT_PENDING: dict[str, str] = {}
 
 # Circles of files that are still there, each with what breaks it; drop an entry once it is gone.
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset(f"benchmark_adapter.{name}" for name in ("task", "published", "dockerfile", "layout")): (
-        "load_task's format choice moves into a loader beside the task model"
-    ),
-    frozenset(f"probes.{name}" for name in ("audit", "foreign_code", "foreign_files", "layout", "transliteration")): (
-        "Finding, SKIP_DIRS, python_files and read_source move into the audit's own base module"
-    ),
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 @dataclass(frozen=True)

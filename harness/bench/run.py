@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from benchmark_adapter.task.model import Task
 from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
@@ -27,13 +28,18 @@ def run_bench(
     config: BenchConfig,
     benches_dir: Path = Path("benches"),
     *,
+    tasks: Mapping[Path, Task] | None = None,
     on_trial: Callable[[TrialResult], None] | None = None,
 ) -> BenchResults:
-    """Run (or resume) a bench; return its results."""
-    for task in config.tasks:
-        from benchmark_adapter.task import load_task
+    """Run (or resume) a bench; return its results.
 
-        load_task(task)
+    Args:
+        tasks: the bench's tasks as the command loaded them, by directory; one not given is
+            loaded here. Each is loaded once, before any trial starts.
+    """
+    from benchmark_adapter.task.loader import load_task
+
+    loaded = {path: (tasks or {}).get(path) or load_task(path) for path in config.tasks}
     bench = BenchDir(benches_dir / config.name)
     bench.root.mkdir(parents=True, exist_ok=True)
     if bench.results_path.is_file():
@@ -70,7 +76,7 @@ def run_bench(
         attempts_n[spec.trial_id] += 1
         result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id], rounds=config.rounds)
         if result.status == "ok":
-            result.failures = post_run_failures(spec, bench.runs / spec.trial_id, config.sandbox)
+            result.failures = post_run_failures(loaded[spec.task], bench.runs / spec.trial_id, config.sandbox)
         result.trial_wall_s = time.monotonic() - started
         results.trials[spec.trial_id] = result
         results.overhead_s[spec.trial_id] = max(0.0, result.trial_wall_s - model_and_grader_s)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from benchmark_adapter.grader import oracle_copy, run_grader
+from benchmark_adapter.grading.grader import oracle_copy, run_grader
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError

@@ -53,7 +53,7 @@ def migrate_command(
     ),
 ) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
-    from benchmark_adapter.task_environment import load_task_for_sandbox
+    from benchmark_adapter.task.loader import load_task_for_sandbox
     from harness.run.session import RunInputs
 
     console = agent_console()
@@ -104,22 +104,12 @@ def migrate_command(
 
 
 def _read_resumed(run: RunDir) -> RunInputs:
-    """A resumed run's inputs; under docker its task's image built (or reused); the task's notes on stderr."""
-    from benchmark_adapter.dockerfile import RunRefused
-    from benchmark_adapter.task_environment import load_task_for_sandbox, show_notes
+    """A resumed run's inputs, its task loaded once for its sandbox (under docker its image built
+    or reused); the task's notes on stderr."""
+    from benchmark_adapter.task.loader import load_task_for_sandbox
     from harness.run.session import RunInputs
 
-    try:
-        inputs = RunInputs.read(run)
-    except RunRefused:  # a RUN only the task's image honours: read again once it is built (or refuse)
-        config = run.load_config()
-        load_task_for_sandbox(config.task, config.sandbox)
-        return RunInputs.read(run)
-    if inputs.config.sandbox == "docker":
-        load_task_for_sandbox(inputs.config.task, "docker")
-    else:
-        show_notes(inputs.task)
-    return inputs
+    return RunInputs.read(run, lambda config: load_task_for_sandbox(config.task, config.sandbox))
 
 
 def _finished_line(inputs: RunInputs, rounds: int) -> str:

@@ -97,6 +97,13 @@ class Boundary(BaseModel):
             "For the grader, whose test.sh sandboxes the candidate itself; never for roles."
         ),
     )
+    image: str | None = Field(
+        default=None,
+        description=(
+            "The image a container sandbox runs on: a published task's own, built from its environment/ "
+            "(`Task.image`). None: the sandbox's default. Sandboxes without images lay the files out."
+        ),
+    )
 
     _hidden_inodes: set[tuple[int, int]] | None = PrivateAttr(default=None)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.grader import run_grader
+from benchmark_adapter.grading.grader import run_grader
 from evidence_store import numbers
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally

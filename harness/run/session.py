@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmark_adapter.task import Task, load_task
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import Task
 from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Mount
 from harness.ground.isolation import default_limits
@@ -60,15 +61,19 @@ class RunInputs:
         return cls(RunDir.create(runs_dir, config, state), config, state, task)
 
     @classmethod
-    def read(cls, run: RunDir) -> RunInputs:
+    def read(cls, run: RunDir, load: Callable[[RunConfig], Task] | None = None) -> RunInputs:
         """Resume a run: its config and state from its directory, then its task.
+
+        Args:
+            load: loads the task the config names (e.g. for its sandbox); default `load_task`.
 
         Raises:
             RunError: config.json or state.json cannot be read.
             TaskError: the task is gone or malformed.
         """
         config = run.load_config()
-        return cls(run, config, run.load_state(), load_task(config.task))
+        task = load(config) if load is not None else load_task(config.task)
+        return cls(run, config, run.load_state(), task)
 
 
 @dataclass

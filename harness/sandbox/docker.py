@@ -42,7 +42,6 @@ from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import settle_writable
 from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail, command_result
 from harness.sandbox.seccomp import docker_profile
-from harness.sandbox.task_image import task_image_for
 
 _STDIN_INSIDE = "/run/twin-stdin"
 START_ATTEMPTS = 3
@@ -144,8 +143,8 @@ class DockerSandbox(BoundarySandbox):
     """Runs each command in a fresh, labelled container that is always removed."""
 
     def __init__(self, boundary: Boundary, image: str | None = None) -> None:
-        # a published task whose image twin built runs on it (harness/sandbox/task_image.py)
-        self.image = image or task_image_for(boundary) or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
+        # a published task whose image twin built runs on it (Boundary.image; harness/sandbox/task_image.py)
+        self.image = image or boundary.image or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
         self._client = docker_engine.client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import benchmark_adapter.task
+from benchmark_adapter.task.loader import load_task
 from harness.ground.errors import InfraFailure
 from harness.ground.model import ModelInfraError
 from harness.models.scripted import ScriptExhausted
@@ -17,7 +17,7 @@ from tests.harness import loop_scripts as plans
 def inputs(tmp_path, scaffold: str = "base") -> RunInputs:
     script = plans.write_script(tmp_path / "script.json", [])
     config = RunConfig.build(task=plans.TINY_TASK, model=script, scaffold=scaffold, sandbox="none", grade=False)
-    return RunInputs.create(tmp_path / "runs", config, benchmark_adapter.task.load_task(plans.TINY_TASK), "r")
+    return RunInputs.create(tmp_path / "runs", config, load_task(plans.TINY_TASK), "r")
 
 
 def scaffold_that(ends):

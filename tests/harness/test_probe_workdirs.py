@@ -13,7 +13,7 @@ import pytest
 import harness.cli.probe
 import harness.scaffolds.twin.probe_desk
 import probes.suite
-from benchmark_adapter.task import load_task
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.cli.app import main
@@ -82,8 +82,7 @@ def test_the_bench_post_run_checks_remove_their_work_directory(probe_workdirs, m
         return dest
 
     monkeypatch.setattr(harness.run.candidate_repo.CandidateRepo, "export", export)
-    spec = SimpleNamespace(task=str(TINY))
-    assert harness.bench.checks.post_run_failures(spec, tmp_path / "run", "none") == []
+    assert harness.bench.checks.post_run_failures(load_task(TINY), tmp_path / "run", "none") == []
     assert len(probe_workdirs) == 1 and not probe_workdirs[0].exists()
 
 

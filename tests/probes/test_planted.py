@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.task import load_task
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally

@@ -124,7 +124,7 @@ def test_an_internal_error_mid_run_is_graded_scored_and_resumable(tmp_path, monk
 @pytest.mark.heavy  # a whole twin migrate run
 @pytest.mark.parametrize("failing", [True])
 def test_a_grader_failing_on_the_candidate_is_scored_zero_not_infrastructure(tmp_path, monkeypatch, failing):
-    from benchmark_adapter import grader
+    from benchmark_adapter.grading import grader
 
     original = grader._read_reward
 

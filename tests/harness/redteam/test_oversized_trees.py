@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter import grader
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading import grader
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from harness.bench.schema import TrialSpec
 from harness.bench.trials import collect_trial
@@ -120,7 +120,7 @@ def test_a_probe_side_whose_candidate_grew_over_the_caps_is_violated(tmp_path):
     tree = candidate(tmp_path / "cand")
     probe = tmp_path / "calc_ops.py"
     probe.write_text(plans.PROBE)
-    with make_context(plans.TINY_TASK, tree, sandbox_kind="bwrap", workdir=tmp_path / "work") as ctx:
+    with make_context(load_task(plans.TINY_TASK), tree, sandbox_kind="bwrap", workdir=tmp_path / "work") as ctx:
         (before,) = probe_file_probe(str(probe))(ctx)
         assert before.outcome is Outcome.ESTABLISHED, before.trace
         grow(tree)

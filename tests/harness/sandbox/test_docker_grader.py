@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.grader import oracle_copy, run_grader
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.grader import oracle_copy, run_grader
+from benchmark_adapter.task.loader import load_task
 from harness.cli.app import main
 from tests.benchmark_adapter.test_check import make_task
 from tests.conftest import docker_engine
