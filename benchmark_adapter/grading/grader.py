@@ -35,7 +35,7 @@ from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root, scratch_dir, stage_root
 from harness.ground.sandbox import ExecResult
 from harness.ground.untrusted_io import AgentFileError, read_regular_text
-from harness.sandbox.disk import host_shortage
+from harness.sandbox.host_disk import host_shortage
 from harness.sandbox.presentation import refused_over_caps
 from harness.sandbox.registry import make_sandbox
 
@@ -56,7 +56,7 @@ class GraderInfraError(GraderError):
     says in `reward.json` (`"infrastructure_error": "why"`) that its own machinery
     failed (e.g. its nested sandbox could not get the isolation it needs), or when a
     grader that gave no reward ran while the host was out of disk space or inodes
-    (`harness.sandbox.disk.host_shortage`).
+    (`harness.sandbox.host_disk.host_shortage`).
     """
 
     def __init__(self, message: str, log_tail: str = "") -> None:

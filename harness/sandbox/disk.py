@@ -155,29 +155,3 @@ def file_cap_reached(returncode: int, limits: Limits) -> str | None:
         why += f" (what was left under the writable roots' cap of {limits.disk_mb} MiB: remove files first)"
     return why
 
-
-HOST_MIN_FREE_BYTES = 64 << 20
-HOST_MIN_FREE_INODES = 1024
-
-
-def host_shortage(paths: list[Path]) -> str | None:
-    """Which of the host filesystems holding `paths` an unprivileged writer has run out of, in words.
-
-    Space or inodes below `HOST_MIN_FREE_*` for a non-root user (`f_bavail`, `f_favail`:
-    the sandbox uid is one). Pass twin's own host directories (stage, temporary, cache),
-    never a capped root: a sandbox can fill its own filesystem, not the host's.
-
-    Returns:
-        e.g. "/tmp has 0 MiB free for unprivileged writers", or None when every one has room.
-    """
-    for path in paths:
-        try:
-            st = os.statvfs(path)
-        except OSError:
-            continue
-        free = st.f_bavail * st.f_frsize
-        if free < HOST_MIN_FREE_BYTES:
-            return f"{path} has {free >> 20} MiB free for unprivileged writers"
-        if st.f_files and st.f_favail < HOST_MIN_FREE_INODES:
-            return f"{path} has {st.f_favail} inodes free for unprivileged writers"
-    return None
