@@ -200,7 +200,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
     for rs in sorted(state.rounds, key=lambda r: r.round):
         tally = tallies.get(rs.round, Counter())
         grade = by_round.get(rs.round)
-        reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "error")
+        reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "not graded")
         lines.append(
             f"| {rs.round} | {(rs.commit or '-')[:10]} | {tally['established']} | {tally['violated']} "
             f"| {tally['not_established']} | {reward} |"
@@ -305,7 +305,7 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
 
 def run_files(run: RunDir) -> list[str]:
     """The run's main files that it has (a base-scaffold run has no evidence, audit log or probes)."""
-    paths = [run.summary, run.trajectory, run.evidence, run.grades, run.audit_log, run.probes]
+    paths = [run.summary, run.trajectory, run.evidence, run.grades, run.root / GRADING_DIR, run.audit_log, run.probes]
     return [p.name + ("/" if p.is_dir() else "") for p in paths if p.exists()]
 
 

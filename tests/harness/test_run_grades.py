@@ -63,6 +63,8 @@ def test_a_round_twin_failed_to_grade_says_why_keeps_the_output_and_is_graded_ag
     lines = closing_lines(run, run.load_config(), run.load_state())
     assert any(x.startswith("  round 1: not graded — infrastructure") and "grading/round-1.txt" in x for x in lines)
     assert f"grade the rounds left ungraded again with: twin migrate --resume {run.root}" in lines
+    assert "| 1 |" in summary and summary.count("| not graded |") == 2
+    assert any(x.startswith("run directory: ") and "grades.json, grading/" in x for x in lines)
 
     calls: list = []
     monkeypatch.setattr(finish, "run_grader", counting(calls, REAL_GRADER))  # the disk has room again
