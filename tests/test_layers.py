@@ -214,6 +214,15 @@ def test_every_folder_stands_on_one_floor(sources):
     assert set(mixed) == set(SPLIT_PENDING), {folder: sorted(names) for folder, names in mixed.items()}
 
 
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_of_twins_own_code_is_over_400_lines(sources):
+    """A module that grows past this holds more than one responsibility: split it (the tasks' own code is not twin's)."""
+    long = {name: n for name, path in sources.items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
 def test_every_floor_names_code_that_exists(sources):
     for _name, prefixes in FLOORS:
         for prefix in prefixes:

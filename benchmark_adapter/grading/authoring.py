@@ -44,6 +44,8 @@ GRADER_FILES = {
     "test.sh": TEMPLATES / "grader" / "test.sh",
     "grade.py": TEMPLATES / "grader" / "grade.py",
     "grading.py": TEMPLATES / "grader" / "grading.py",
+    "grading_run.py": TEMPLATES / "grader" / "grading_run.py",
+    "grading_sandbox.py": TEMPLATES / "grader" / "grading_sandbox.py",
     "compare.py": PROBES_PACKAGE / "compare.py",
     "similarity.py": PROBES_PACKAGE / "similarity.py",
     "probe_driver.py": PROBES_PACKAGE / "driver.py",

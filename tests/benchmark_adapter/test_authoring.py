@@ -187,8 +187,8 @@ def test_outputs_are_never_read_through_links_or_fifos(tmp_path):
     os.symlink(secret, scratch / "outputs.json")
     os.mkfifo(scratch / "outputs.npz")
     script = (
-        "import sys, types; sys.path.insert(0, sys.argv[1]); import grade, grading; run = types.SimpleNamespace(); "
-        "grading._read_outputs(__import__('pathlib').Path(sys.argv[2]), run); print(run.values, run.arrays)"
+        "import sys, types; sys.path.insert(0, sys.argv[1]); import grade, grading_run; run = types.SimpleNamespace(); "
+        "grading_run._read_outputs(__import__('pathlib').Path(sys.argv[2]), run); print(run.values, run.arrays)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, str(TINY / "tests"), str(scratch)],

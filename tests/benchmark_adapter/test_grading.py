@@ -21,6 +21,8 @@ requires_bwrap = pytest.mark.skipif(
 
 def _load(name: str):
     folder = LIBRARY if name == "grading" else COMMON
+    if str(LIBRARY) not in sys.path:
+        sys.path.append(str(LIBRARY))  # grading.py imports the two files beside it
     spec = importlib.util.spec_from_file_location(f"t2j_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -29,6 +31,8 @@ def _load(name: str):
 
 
 g = _load("grading")
+run_mod = importlib.import_module("grading_run")  # the library's other two files, beside grading.py
+box = importlib.import_module("grading_sandbox")
 sync = _load("sync")
 
 MEASURES = [
@@ -270,7 +274,8 @@ def test_sync_refreshes_a_stale_copy(tmp_path):
     (suite / "t" / "tests").mkdir(parents=True)
     (suite / "t" / "tests" / "test.sh").write_text("#!/bin/sh\n")
     (suite / "t" / "tests" / "grading.py").write_text("old")
-    assert sync.stale_copies(suite) == [suite / "t" / "tests" / "grading.py"]
+    tests = suite / "t" / "tests"
+    assert sync.stale_copies(suite) == [tests / "grading.py", tests / "grading_run.py", tests / "grading_sandbox.py"]
     sync.sync(suite)
     assert sync.stale_copies(suite) == []
 
@@ -286,7 +291,7 @@ def test_outputs_linked_to_the_references_gain_nothing(tmp_path):
     (scratch / "outputs.npz").symlink_to(refs / "refs.npz")
     (scratch / "outputs.json").symlink_to(refs / "refs.json")
     run = g.CandidateRun(returncode=0, timed_out=False, duration_s=0.0)
-    g._read_outputs(scratch, run)
+    run_mod._read_outputs(scratch, run)
     assert run.arrays == {} and run.values == {}
 
 
@@ -299,11 +304,11 @@ def test_special_and_oversized_outputs_are_refused_without_hanging(tmp_path, mon
     with open(scratch / "outputs.npz", "wb") as fh:
         fh.truncate(g.OUTPUT_LIMIT + 1)
     run = g.CandidateRun(returncode=0, timed_out=False, duration_s=0.0)
-    g._read_outputs(scratch, run)
+    run_mod._read_outputs(scratch, run)
     assert run.arrays == {} and run.values == {}
     os.unlink(scratch / "outputs.npz")
     np.savez(scratch / "outputs.npz", a=np.arange(2))
-    g._read_outputs(scratch, run)
+    run_mod._read_outputs(scratch, run)
     assert run.arrays["a"].tolist() == [0, 1]
 
 
@@ -333,7 +338,7 @@ def test_flask_grader_reads_its_answers_only_as_a_regular_file(tmp_path):
 
 # ---- where the nested bubblewrap cannot start: the uid drop (a default Docker container) ----
 needs_root = pytest.mark.skipif(
-    __import__("os").geteuid() != 0 or not g._unprivileged_python_works(),
+    __import__("os").geteuid() != 0 or not box._unprivileged_python_works(),
     reason="only root can drop a child to another uid, and this interpreter must run as that uid",
 )
 
@@ -341,8 +346,8 @@ needs_root = pytest.mark.skipif(
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="only root can drop a child to another uid")
 def test_uid_drop_fails_closed_where_the_interpreter_does_not_run_as_that_uid(tmp_path, monkeypatch):
     monkeypatch.delenv("LOGS_DIR", raising=False)
-    monkeypatch.setattr(g.sys, "executable", str(tmp_path / "no-python"))
-    assert "cannot drop" in g.uid_fallback_unavailable([tmp_path])
+    monkeypatch.setattr(box.sys, "executable", str(tmp_path / "no-python"))
+    assert "cannot drop" in box.uid_fallback_unavailable([tmp_path])
 
 
 @needs_root
@@ -354,9 +359,9 @@ def test_uid_drop_is_refused_while_the_tests_folder_stays_reachable(tmp_path, mo
     tests.mkdir()
     os.chown(tests, 65534, 65534)  # not root's, so the grader cannot close it: the check decides
     tests.chmod(0o755)
-    assert "reachable" in g.uid_fallback_unavailable([tests])
+    assert "reachable" in box.uid_fallback_unavailable([tests])
     tests.chmod(0o750)
-    assert g.uid_fallback_unavailable([tests]) is None
+    assert box.uid_fallback_unavailable([tests]) is None
 
 
 @needs_root
@@ -370,26 +375,26 @@ def test_uid_drop_closes_the_graders_own_folders_first(tmp_path, monkeypatch):
     tests = tmp_path / "tests"
     tests.mkdir(mode=0o755)
     monkeypatch.setenv("LOGS_DIR", str(logs))
-    monkeypatch.setattr(g, "in_container", lambda: False)  # on a host: the task's own files, never changed
-    assert "writable" in g.uid_fallback_unavailable([tests])
+    monkeypatch.setattr(box, "in_container", lambda: False)  # on a host: the task's own files, never changed
+    assert "writable" in box.uid_fallback_unavailable([tests])
     assert stat.S_IMODE(os.stat(tests).st_mode) == 0o755 and stat.S_IMODE(os.stat(logs).st_mode) == 0o777
-    monkeypatch.setattr(g, "in_container", lambda: True)  # Harbor's container: its own copies, at its paths
-    monkeypatch.setattr(g, "HARBOR_FOLDERS", (str(tests), str(logs)))
-    assert g.uid_fallback_unavailable([tests]) is None
+    monkeypatch.setattr(box, "in_container", lambda: True)  # Harbor's container: its own copies, at its paths
+    monkeypatch.setattr(box, "HARBOR_FOLDERS", (str(tests), str(logs)))
+    assert box.uid_fallback_unavailable([tests]) is None
     assert stat.S_IMODE(os.stat(tests).st_mode) == 0o700 and stat.S_IMODE(os.stat(logs).st_mode) == 0o700
 
 
 def test_uid_drop_is_refused_to_a_grader_that_is_not_root(tmp_path, monkeypatch):
     monkeypatch.setattr(g.os, "geteuid", lambda: 1000)
-    assert "not root" in g.uid_fallback_unavailable([tmp_path])
+    assert "not root" in box.uid_fallback_unavailable([tmp_path])
 
 
 def test_auto_isolation_falls_back_to_the_uid_drop_and_fails_closed_without_it(monkeypatch):
-    monkeypatch.setattr(g, "_BWRAP_VARIANT", [[]])  # bubblewrap cannot start here
-    monkeypatch.setattr(g, "_UID_FALLBACK", [None])
-    assert g._choose_isolation("auto") == "uid"
+    monkeypatch.setattr(box, "_BWRAP_VARIANT", [[]])  # bubblewrap cannot start here
+    monkeypatch.setattr(box, "_UID_FALLBACK", [None])
+    assert box._choose_isolation("auto") == "uid"
     with pytest.raises(g.IsolationUnavailable):
-        g._choose_isolation("bwrap")
-    monkeypatch.setattr(g, "_UID_FALLBACK", ["uid 65532 could reach the grader's files"])
+        box._choose_isolation("bwrap")
+    monkeypatch.setattr(box, "_UID_FALLBACK", ["uid 65532 could reach the grader's files"])
     with pytest.raises(g.IsolationUnavailable, match="nor a uid drop"):
-        g._choose_isolation("auto")
+        box._choose_isolation("auto")

@@ -97,8 +97,9 @@ def test_assets_are_small_and_regenerated_exactly(tmp_path):
 
 
 def test_grading_library_is_the_shared_copy():
-    common = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader" / "grading.py"
-    assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
+    library = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader"
+    for name in ("grading.py", "grading_run.py", "grading_sandbox.py"):
+        assert (TASK / "tests" / name).read_bytes() == (library / name).read_bytes(), name
 
 
 def test_defects_apply_to_the_oracle(tmp_path):

@@ -125,8 +125,9 @@ def test_assets_are_small_and_consistent():
 
 
 def test_grading_library_is_the_shared_copy():
-    common = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader" / "grading.py"
-    assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
+    library = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader"
+    for name in ("grading.py", "grading_run.py", "grading_sandbox.py"):
+        assert (TASK / "tests" / name).read_bytes() == (library / name).read_bytes(), name
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ def test_task_loads_with_source_assets_tests_and_oracle(task):
     assert task.name == "mlp-train"
     assert (task.source_dir / "mlp_train" / "train.py").is_file()
     assert {p.name for p in task.assets_dir.iterdir()} == {"dataset.npz", "init.safetensors"}
-    for name in ("test.sh", "grade.py", "drivers.py", "grading.py", "record_refs.py", "inputs.npz"):
+    for name in ("test.sh", "grade.py", "drivers.py", "grading.py", "grading_run.py", "grading_sandbox.py", "record_refs.py", "inputs.npz"):
         assert (task.tests_dir / name).is_file()
     assert (task.solution_dir / "solve.sh").is_file()
 

@@ -91,9 +91,10 @@ def test_the_library_reports_a_sandbox_that_does_not_start(tmp_path, monkeypatch
     sys.path.insert(0, str(TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader"))
     try:
         import grading
+        import grading_sandbox
     finally:
         sys.path.pop(0)
-    monkeypatch.setattr(grading, "_BWRAP_VARIANT", [["--not-a-flag-this-bwrap-knows"]])
+    monkeypatch.setattr(grading_sandbox, "_BWRAP_VARIANT", [["--not-a-flag-this-bwrap-knows"]])
     assert grading.nested_sandbox_ready(tmp_path / "logs") is False
     reward = json.loads((tmp_path / "logs" / "reward.json").read_text())
     assert "did not start (exit 1)" in reward["infrastructure_error"], reward

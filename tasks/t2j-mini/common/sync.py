@@ -1,7 +1,7 @@
 """Copy the shared grading library into every t2j-mini task's `tests/` (tasks stay self-contained).
 
-The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading.py` (package data: generated
-graders get it too); each task's `tests/grading.py` is a copy of it.
+The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading*.py` (package data: generated
+graders get it too); each task's `tests/grading*.py` are copies of them.
 
 Usage:
     python tasks/t2j-mini/common/sync.py           # refresh the copies
@@ -15,7 +15,7 @@ from pathlib import Path
 
 COMMON = Path(__file__).resolve().parent
 LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "grading" / "templates" / "grader"
-SHARED_FILES = ("grading.py",)
+SHARED_FILES = ("grading.py", "grading_run.py", "grading_sandbox.py")
 
 
 def task_test_dirs(suite: Path = COMMON.parent) -> list[Path]:

@@ -75,7 +75,8 @@ def make_task(root: Path, test_sh: str) -> Path:
     (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 120.0\n')
     (root / "instruction.md").write_text("Migrate.\n")
     (root / "tests" / "refs" / "secret.txt").write_text(SECRET)
-    shutil.copy(REPO / "benchmark_adapter" / "grading" / "templates" / "grader" / "grading.py", root / "tests")
+    for name in ("grading.py", "grading_run.py", "grading_sandbox.py"):
+        shutil.copy(REPO / "benchmark_adapter" / "grading" / "templates" / "grader" / name, root / "tests")
     (root / "tests" / "grade.py").write_text(GRADE_PY)
     (root / "tests" / "test.sh").write_text(test_sh)
     return root
@@ -229,8 +230,9 @@ def test_bundled_grader_library_fails_closed_without_its_sandbox(monkeypatch):
     sys.path.insert(0, str(REPO / "benchmark_adapter" / "grading" / "templates" / "grader"))
     try:
         import grading
+        import grading_sandbox
     finally:
         sys.path.pop(0)
-    monkeypatch.setattr(grading, "_BWRAP_VARIANT", [[]])
+    monkeypatch.setattr(grading_sandbox, "_BWRAP_VARIANT", [[]])
     with pytest.raises(grading.IsolationUnavailable, match="refusing"):
         grading.run_candidate("record('x', 1)", app_dir="/nonexistent", timeout_s=5)

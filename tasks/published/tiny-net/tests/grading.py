@@ -1,6 +1,8 @@
 """Shared grading library of the t2j-mini tasks (self-contained: numpy and the standard library only).
 
-Every task carries an identical copy of this file in its `tests/` (refreshed by
+Three files: this one (the measures, the checks and the reward, and the names a grader
+imports), `grading_run.py` (running the candidate) and `grading_sandbox.py` (the sandbox it
+runs in). Every task carries an identical copy of all three in its `tests/` (refreshed by
 `common/sync.py`), so a grader never imports anything outside its own task.
 
 API
@@ -80,26 +82,37 @@ Running the candidate:
 from __future__ import annotations
 
 import ast
-import io
 import json
 import math
 import os
-import shutil
-import signal
-import stat
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from grading_run import OUTPUT_LIMIT, CandidateRun, read_output, run_candidate
+from grading_sandbox import (
+    CANDIDATE_GID,
+    CANDIDATE_UID,
+    HARBOR_FOLDERS,
+    IsolationUnavailable,
+    _nested_sandbox_unavailable,
+    in_container,
+    remove_scratch,
+    uid_fallback_unavailable,
+)
+
+__all__ = [
+    "ASPECTS", "CANDIDATE_GID", "CANDIDATE_UID", "EPS", "HARBOR_FOLDERS", "OUTPUT_LIMIT",
+    "CandidateRun", "Check", "IsolationUnavailable", "banded_scalar_similarity",
+    "distributional_similarity", "exact_agreement", "in_container", "mean_score",
+    "nested_sandbox_ready", "read_output", "remove_scratch", "run_candidate", "scalar_similarity",
+    "scan_forbidden_imports", "spec_gated_reward", "tensor_similarity", "uid_fallback_unavailable",
+    "write_reward",
+]  # fmt: skip
 
 EPS = 1e-12
-OUTPUT_LIMIT = 256 << 20  # bytes of one output file of the candidate's run
 ASPECTS = ("spec", "numeric", "behavioral")
 
 
@@ -277,8 +290,7 @@ def spec_gated_reward(checks: list[Check], *, independent: bool) -> dict[str, An
             "behavioral": dims.get("behavioral"),
         },
         "checks": {
-            c.id: {"aspect": c.aspect, "level": c.level, "score": c.score, "detail": c.detail[:500]}
-            for c in checks
+            c.id: {"aspect": c.aspect, "level": c.level, "score": c.score, "detail": c.detail[:500]} for c in checks
         },
     }
 
@@ -335,121 +347,6 @@ def scan_forbidden_imports(root: str | Path, forbidden: Iterable[str] = ("torch"
     return findings
 
 
-# ---------------------------------------------------------------------------------------------
-# running the candidate
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class CandidateRun:
-    """What one driver run produced.
-
-    Attributes:
-        returncode: exit status of the driver (124 on a time-out).
-        timed_out: the time limit killed it.
-        duration_s: wall time, including interpreter start.
-        arrays: outputs saved with `save(name, array)`.
-        values: outputs recorded with `record(name, value)`.
-        errors: section name -> traceback tail, for sections that raised.
-        leaked: forbidden modules found loaded in the driver at exit (runtime independence).
-        isolation: "bwrap", "uid" or "none" (how the candidate was kept from the grader's files).
-        log: tail of the driver's stdout and stderr.
-    """
-
-    returncode: int
-    timed_out: bool
-    duration_s: float
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    leaked: list[str] = field(default_factory=list)
-    isolation: str = "none"
-    log: str = ""
-
-    @property
-    def finished(self) -> bool:
-        """The driver reached its end and wrote its outputs."""
-        return bool(self.values.get("__finished__"))
-
-    def failed(self, section: str) -> str | None:
-        """Why a section produced nothing usable (None when it ran to its end)."""
-        if section in self.errors:
-            return self.errors[section]
-        if section not in self.values.get("__sections__", []):
-            return "did not run" + (" (time-out)" if self.timed_out else f" (exit {self.returncode})")
-        return None
-
-
-_PRELUDE = r'''
-import contextlib as _ctx, json as _json, os as _os, sys as _sys, traceback as _tb
-import numpy as _np
-_FORBIDDEN = set(__FORBIDDEN__)
-APP, ASSETS = __APP__, __ASSETS__
-if APP not in _sys.path:
-    _sys.path.insert(0, APP)
-_SCRATCH = _os.path.dirname(_os.path.abspath(__file__))
-with _np.load(_os.path.join(_SCRATCH, "inputs.npz")) as _f:
-    INPUTS = {k: _f[k] for k in _f.files}
-with open(_os.path.join(_SCRATCH, "inputs.json")) as _f:
-    PARAMS = _json.load(_f)
-_ARRAYS, _VALUES, _ERRORS, _SECTIONS = {}, {}, {}, []
-
-def save(name, array):
-    _ARRAYS[name] = _np.asarray(array)
-
-def record(name, value):
-    _VALUES[name] = value
-
-_TIMES = {}
-
-@_ctx.contextmanager
-def section(name):
-    import time as _time
-    _start = _time.monotonic()
-    try:
-        yield
-        _SECTIONS.append(name)
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        _ERRORS[name] = "".join(_tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-    finally:
-        _TIMES[name] = round(_time.monotonic() - _start, 3)
-
-def _flush(finished):
-    _VALUES["__sections__"] = _SECTIONS
-    _VALUES["__errors__"] = _ERRORS
-    _VALUES["__section_s__"] = _TIMES
-    _VALUES["__leaked__"] = sorted(m for m in list(_sys.modules) if m.split(".")[0] in _FORBIDDEN)
-    _VALUES["__finished__"] = finished
-    _np.savez(_os.path.join(_SCRATCH, "outputs.npz"), **_ARRAYS)
-    with open(_os.path.join(_SCRATCH, "outputs.json"), "w") as _f:
-        _json.dump(_VALUES, _f, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
-
-import atexit as _atexit
-_atexit.register(lambda: _flush(False) if not _VALUES.get("__finished__") else None)
-'''
-
-_EPILOGUE = "\n_VALUES['__finished__'] = True\n_flush(True)\n"
-
-_BLOCKER = r'''
-import sys
-class _Blocked:
-    """Forbidden packages are absent for the candidate (grader fallback without bwrap)."""
-    names = set(__FORBIDDEN__)
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in self.names:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, _Blocked())
-'''
-
-_BWRAP_VARIANT: list[list[str]] = []  # cached namespace flags that work on this machine
-NESTED_TMP_BYTES = 512 * 1024 * 1024
-
-
-class IsolationUnavailable(RuntimeError):
-    """The nested sandbox the candidate must run in cannot be built here (the grade fails)."""
-
-
 def nested_sandbox_ready(
     logs_dir: str | Path,
     *,
@@ -469,406 +366,3 @@ def nested_sandbox_ready(
         return True
     write_reward(logs_dir, {"reward": 0.0, "components": {}, "checks": {}, "infrastructure_error": why})
     return False
-
-
-def _nested_sandbox_unavailable(forbidden: list[str], assets_dir, app_mount: str, assets_mount: str) -> str | None:
-    if _bwrap_flags() is None:
-        why = uid_fallback_unavailable()
-        if why is None:
-            return None  # run_candidate drops the candidate to CANDIDATE_UID (a default Docker container)
-        return (
-            "the candidate's nested sandbox (bubblewrap with its own user, PID and network namespaces) "
-            f"cannot start, and no uid drop is possible either: {why}"
-        )
-    scratch = Path(tempfile.mkdtemp(prefix="t2j-preflight-"))
-    try:
-        (scratch / "app").mkdir()
-        (scratch / "scratch").mkdir()
-        argv = _bwrap_argv(scratch / "app", assets_dir, scratch / "scratch", forbidden, app_mount, assets_mount)
-        argv += ["--chdir", "/scratch", sys.executable, "-c", "import numpy"]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/scratch", "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
-        try:
-            proc = subprocess.run(argv, capture_output=True, timeout=120, env=env, cwd=str(scratch))
-        except (OSError, subprocess.SubprocessError) as exc:
-            return f"the candidate's nested sandbox did not start: {exc}"
-        if proc.returncode != 0:
-            _BWRAP_VARIANT[:] = [[]]  # nor will run_candidate use it
-            tail = proc.stderr.decode("utf-8", "replace").strip()[-300:]
-            return f"the candidate's nested sandbox did not start (exit {proc.returncode}): {tail}"
-        return None
-    finally:
-        remove_scratch(scratch)
-
-
-def run_candidate(
-    driver: str,
-    *,
-    app_dir: str | Path,
-    assets_dir: str | Path | None = None,
-    inputs: dict[str, np.ndarray] | None = None,
-    json_inputs: dict[str, Any] | None = None,
-    timeout_s: float = 300.0,
-    forbidden: Iterable[str] = ("torch",),
-    app_mount: str = "/app",
-    assets_mount: str = "/assets",
-    env: dict[str, str] | None = None,
-    isolation: str = "auto",
-) -> CandidateRun:
-    """Run a grader-written driver against the candidate, isolated from the grader's files.
-
-    Args:
-        driver: Python source run after the prelude described in the module docstring.
-        app_dir: the candidate directory (mounted read-only at `app_mount`).
-        assets_dir: the task's assets (read-only at `assets_mount`), if any.
-        inputs: arrays the driver reads as `INPUTS`.
-        json_inputs: values the driver reads as `PARAMS`.
-        timeout_s: wall-time limit; the whole process tree is killed after it.
-        forbidden: top-level packages that must be absent for the candidate.
-        env: extra environment variables for the driver.
-        isolation: "auto" (the nested sandbox; where it cannot start, the uid drop of
-            `uid_fallback_unavailable`; else `IsolationUnavailable`), "bwrap" (only the nested
-            sandbox), "uid" or "none" (only when asked for by name: tests of this module).
-
-    Returns:
-        A `CandidateRun`; failures of the candidate are data, never raised.
-
-    Raises:
-        IsolationUnavailable: the nested sandbox cannot be built here.
-    """
-    forbidden = sorted(set(forbidden))
-    scratch = Path(tempfile.mkdtemp(prefix="t2j-run-"))
-    try:
-        os.chmod(scratch, 0o777)
-        inside_scratch = "/scratch"
-        mode = _choose_isolation(isolation)
-        app_path = app_mount if mode == "bwrap" else str(Path(app_dir).resolve())
-        assets_path = assets_mount if mode == "bwrap" else str(Path(assets_dir or "/nonexistent").resolve())
-        source = (
-            _PRELUDE.replace("__FORBIDDEN__", repr(forbidden))
-            .replace("__APP__", repr(app_path))
-            .replace("__ASSETS__", repr(assets_path))
-            + "\n"
-            + driver
-            + _EPILOGUE
-        )
-        (scratch / "driver.py").write_text(source)
-        np.savez(scratch / "inputs.npz", **(inputs or {}))
-        (scratch / "inputs.json").write_text(json.dumps(json_inputs or {}))
-        run_env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": inside_scratch if mode == "bwrap" else str(scratch),
-            "TMPDIR": "/tmp",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONNOUSERSITE": "1",
-            "JAX_PLATFORMS": "cpu",
-            "LANG": "C.UTF-8",
-            "APP_DIR": app_path,
-            "ASSETS_DIR": assets_path,
-        }
-        run_env.update(env or {})
-        python = sys.executable
-        if mode == "bwrap":
-            argv = _bwrap_argv(Path(app_dir), assets_dir, scratch, forbidden, app_mount, assets_mount)
-            argv += ["--chdir", inside_scratch, python, f"{inside_scratch}/driver.py"]
-            preexec = None
-        else:
-            blocker = scratch / "_blocker"
-            blocker.mkdir()
-            (blocker / "sitecustomize.py").write_text(_BLOCKER.replace("__FORBIDDEN__", repr(forbidden)))
-            run_env["PYTHONPATH"] = str(blocker)
-            argv = [python, str(scratch / "driver.py")]
-            preexec = _drop_privileges if mode == "uid" else None
-            if mode == "uid":
-                for path in scratch.rglob("*"):
-                    os.chown(path, CANDIDATE_UID, CANDIDATE_GID)
-                os.chown(scratch, CANDIDATE_UID, CANDIDATE_GID)
-        started = time.monotonic()
-        timed_out = False
-        proc = subprocess.Popen(
-            argv,
-            cwd=str(scratch),
-            env=run_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            out, _ = proc.communicate()
-        duration = time.monotonic() - started
-        run = CandidateRun(
-            returncode=124 if timed_out else proc.returncode,
-            timed_out=timed_out,
-            duration_s=duration,
-            isolation=mode,
-            log=out.decode("utf-8", errors="replace")[-6000:],
-        )
-        _read_outputs(scratch, run)
-        return run
-    finally:
-        remove_scratch(scratch)
-
-
-def _read_outputs(scratch: Path, run: CandidateRun) -> None:
-    try:
-        run.values = json.loads(read_output(scratch / "outputs.json"))
-    except (OSError, ValueError, RecursionError):
-        run.values = {}
-    if not isinstance(run.values, dict):
-        run.values = {}
-    try:
-        with np.load(io.BytesIO(read_output(scratch / "outputs.npz")), allow_pickle=False) as f:
-            run.arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError, EOFError):
-        run.arrays = {}
-    errors = run.values.get("__errors__", {})
-    run.errors = errors if isinstance(errors, dict) else {}
-    leaked = run.values.get("__leaked__", [])
-    run.leaked = [str(m) for m in leaked] if isinstance(leaked, list) else []
-
-
-def read_output(path: Path, limit: int = OUTPUT_LIMIT) -> bytes:
-    """Read a file the candidate's run produced: a regular file only, never through a
-    symlink (a link to the references must gain nothing), never blocking on a FIFO, and
-    at most `limit` bytes. Raises OSError or ValueError otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
-        if st.st_size > limit:
-            raise ValueError(f"{path.name} is over {limit} bytes")
-        os.set_blocking(fd, True)
-        chunks, left = [], st.st_size
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def remove_scratch(scratch: Path) -> None:
-    """Remove a scratch directory the candidate wrote into, at any depth."""
-    try:
-        shutil.rmtree(scratch, ignore_errors=True)
-    except RecursionError:
-        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-
-
-HARBOR_FOLDERS = ("/tests", "/logs/verifier")  # where Harbor copies them into the container
-
-
-def in_container() -> bool:
-    """Whether the grader runs in a container (Docker, Podman), where its folders are its own copies:
-    only there, and only at Harbor's paths, does it close them to others; elsewhere they may be the
-    task's own files."""
-    return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
-
-
-def _drop_privileges() -> None:
-    os.setgroups([])
-    os.setgid(CANDIDATE_GID)
-    os.setuid(CANDIDATE_UID)
-
-
-def _choose_isolation(requested: str) -> str:
-    if requested not in ("auto", "bwrap", "uid", "none"):
-        raise ValueError(f"unknown isolation {requested!r}")
-    if requested in ("uid", "none"):
-        return requested
-    if _bwrap_flags() is None:
-        why = uid_fallback_unavailable() if requested == "auto" else "bwrap was asked for by name"
-        if why is None:
-            return "uid"
-        raise IsolationUnavailable(
-            "the candidate's sandbox (bubblewrap with its own user, PID and network namespaces "
-            f"and /proc) cannot be started here, nor a uid drop ({why}); refusing a weaker one"
-        )
-    return "bwrap"
-
-
-CANDIDATE_UID = CANDIDATE_GID = 65532  # neither root nor the uid twin's sandboxes run as (65534)
-_UID_FALLBACK: list[str | None] = []  # cached answer of uid_fallback_unavailable
-_UID_PROBE = r"""
-import os, sys
-logs, closed = sys.argv[1], sys.argv[2:]
-if logs and os.access(logs, os.W_OK):
-    print("writable: " + logs); sys.exit(3)
-for root in closed:  # not even traversable: a file reached by its (known) name is as bad as a listed one
-    if os.access(root, os.X_OK) or os.access(root, os.R_OK):
-        print("reachable: " + root); sys.exit(3)
-import numpy
-"""
-
-
-def uid_fallback_unavailable(protect: Iterable[str | Path] | None = None) -> str | None:
-    """Why the candidate cannot run under a dropped uid here (None: it can), where bwrap cannot start.
-
-    In a default Docker container (root, Docker's seccomp profile, no user namespaces), as
-    Harbor runs graders, the candidate's side runs as `CANDIDATE_UID` with no groups and no
-    capabilities instead; the network is the container's (Harbor tasks set
-    `allow_internet = false`). That is only allowed when a child dropped to that uid can
-    neither enter this `tests/` folder (not even to open a file by its name) nor write
-    `$LOGS_DIR`, and can still import numpy; the grader first closes those folders to
-    others where it owns them and runs in a container. `protect` overrides the folders
-    that must stay closed (tests).
-    """
-    if protect is None and _UID_FALLBACK:
-        return _UID_FALLBACK[0]
-    closed = [Path(p) for p in (protect or [Path(__file__).resolve().parent])]
-    logs = os.environ.get("LOGS_DIR", "")
-    why = _uid_fallback_check(Path(logs) if logs and Path(logs).is_dir() else None, [r for r in closed if r.exists()])
-    if protect is None:
-        _UID_FALLBACK.append(why)
-    return why
-
-
-def _uid_fallback_check(logs: Path | None, closed: list[Path]) -> str | None:
-    if os.geteuid() != 0:
-        return "the grader is not root, so it cannot run the candidate as another uid"
-    for root in [*closed, *([logs] if logs else [])]:
-        try:
-            if str(root) in HARBOR_FOLDERS and root.stat().st_uid == 0 and in_container():
-                os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
-        except OSError:
-            pass  # a read-only mount: what the check below finds decides
-    argv = [sys.executable, "-c", _UID_PROBE, str(logs or ""), *map(str, closed)]
-    try:
-        proc = subprocess.run(argv, capture_output=True,
-                              timeout=60, preexec_fn=_drop_privileges, cwd="/")  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"a child cannot drop to uid {CANDIDATE_UID}: {exc}"
-    if proc.returncode == 3:
-        return f"uid {CANDIDATE_UID} could reach the grader's files ({proc.stdout.decode(errors='replace').strip()})"
-    if proc.returncode != 0:
-        return f"the interpreter does not run as uid {CANDIDATE_UID}: {proc.stderr.decode(errors='replace')[-200:]}"
-    return None
-
-
-def _unprivileged_python_works() -> bool:
-    """Whether the interpreter (and numpy) can run as nobody (root-only installs cannot)."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", "import numpy"],
-            capture_output=True,
-            timeout=60,
-            preexec_fn=_drop_privileges,
-            cwd="/",
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
-
-
-def _bwrap_flags() -> list[str] | None:
-    """Namespace flags of the candidate's sandbox, or None where bwrap cannot build it.
-
-    Every variant has its own user, PID, network, IPC and UTS namespaces and its own
-    /proc; the first also disables further user namespaces (bwrap >= 0.8). There is no
-    weaker variant: without a PID namespace the candidate would reach the grader's
-    files through /proc/<pid>/root.
-    """
-    if _BWRAP_VARIANT:
-        return _BWRAP_VARIANT[0] or None
-    full = ["--unshare-all", "--unshare-user", "--proc", "/proc", "--cap-drop", "ALL"]
-    variants = [[*full, "--disable-userns"], full]
-    if shutil.which("bwrap") is None:
-        _BWRAP_VARIANT.append([])
-        return None
-    for flags in variants:
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", *flags, "--die-with-parent", "true"]
-        try:
-            ok = subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            _BWRAP_VARIANT.append(flags)
-            return flags
-    _BWRAP_VARIANT.append([])
-    return None
-
-
-def _python_roots() -> list[Path]:
-    """Directories the interpreter needs: its prefixes and every existing sys.path root."""
-    roots = {Path(os.path.realpath(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    roots.add(Path(os.path.realpath(sys.executable)).parent)
-    for entry in sys.path:
-        # only package directories: sys.path[0] is the grader's own folder and must stay unseen
-        if entry and os.path.isdir(entry) and ("site-packages" in entry or "dist-packages" in entry):
-            roots.add(Path(os.path.realpath(entry)))
-    # keep only outermost roots
-    ordered = sorted(roots, key=lambda p: len(p.parts))
-    kept: list[Path] = []
-    for root in ordered:
-        if not any(k == root or k in root.parents for k in kept):
-            kept.append(root)
-    return kept
-
-
-def _bwrap_argv(
-    app_dir: Path,
-    assets_dir: str | Path | None,
-    scratch: Path,
-    forbidden: list[str],
-    app_mount: str,
-    assets_mount: str,
-) -> list[str]:
-    flags = _bwrap_flags() or []
-    argv = ["bwrap", "--die-with-parent", "--new-session", *flags, "--dev", "/dev"]
-    argv += ["--size", str(NESTED_TMP_BYTES), "--tmpfs", "/tmp"]
-    for system in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc"):
-        if os.path.exists(system):
-            argv += ["--ro-bind", system, system]
-    for root in _python_roots():
-        argv += ["--ro-bind", str(root), str(root)]
-    argv += _mask_forbidden(forbidden)
-    argv += ["--ro-bind", str(app_dir.resolve()), app_mount]
-    if assets_dir is not None and Path(assets_dir).exists():
-        argv += ["--ro-bind", str(Path(assets_dir).resolve()), assets_mount]
-    argv += ["--bind", str(scratch), "/scratch"]
-    return argv
-
-
-def _mask_forbidden(forbidden: list[str]) -> list[str]:
-    """Re-create each site directory holding a forbidden package without it (physically absent)."""
-    args: list[str] = []
-    seen: set[str] = set()
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        site = os.path.realpath(entry)
-        if site in seen:
-            continue
-        seen.add(site)
-        names = os.listdir(site)
-        if not any(_is_forbidden(n, forbidden) for n in names):
-            continue
-        args += ["--tmpfs", site]
-        for name in sorted(names):
-            if not _is_forbidden(name, forbidden):
-                args += ["--ro-bind", os.path.join(site, name), os.path.join(site, name)]
-    return args
-
-
-def _is_forbidden(name: str, forbidden: list[str]) -> bool:
-    """A site-packages entry that belongs to a forbidden package (or its bundled helpers)."""
-    stem = name.lower().split("-")[0].split(".")[0]
-    aliases = set(forbidden)
-    if "torch" in aliases:
-        aliases |= {"functorch", "torchgen"}
-    return stem in aliases
