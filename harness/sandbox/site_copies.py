@@ -54,9 +54,17 @@ def hold(root: Path, key: str) -> None:
     """Mark the copy `key` under `root` in use by this process until it exits, and used now.
 
     Call it before looking for the copy: a copy `collect` removed meanwhile is then
-    seen to be gone (and built again), never used half-removed.
+    seen to be gone (and built again), never used half-removed. In a cache this user
+    cannot write (one made for it beforehand) the copy is used unheld: only that cache's
+    owner collects there.
     """
-    path = root / f"{key}.lock"
+    try:
+        _hold(root / f"{key}.lock")
+    except OSError:  # not this user's to write (EACCES, EROFS)
+        pass
+
+
+def _hold(path: Path) -> None:
     with _HELD_LOCK:
         if str(path) not in _HELD:
             while True:

@@ -122,3 +122,14 @@ def test_building_a_copy_notes_its_size_and_collects_the_stale_ones(tmp_path, mo
     assert int((root / f"{copy.name}.size").read_text()) > 0
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted([copy.name, "a"])
     assert pruned_site_dir(site, frozenset({"torch"})) == copy  # reused, nothing collected
+
+
+def test_a_copy_in_a_cache_this_user_cannot_write_is_used_unheld(root, monkeypatch):
+    make_copy(root, "prebuilt")
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(site_copies, "_hold", refused)
+    hold(root, "prebuilt")  # no error: the sandbox starts on the copy as it is
+    assert (root / "prebuilt").is_dir()
