@@ -314,7 +314,8 @@ def _recover(record: Path) -> None:
                 os.mkdir(out, 0o700)
                 try:
                     _run(*_COPY, f"{path}/.", f"{out}/")
-                    sync_filesystem(out)  # the copy is on the host disk before it replaces anything
+                    if _read(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
+                        sync_filesystem(out)  # (not per scratch tmpfs: a syncfs flushes the whole host filesystem)
                 except (OSError, subprocess.CalledProcessError):
                     discard_tree(out)  # a partial copy (the host full) is never swapped in
                     raise

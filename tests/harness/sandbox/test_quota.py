@@ -355,3 +355,15 @@ def test_a_copy_out_the_host_has_no_room_for_replaces_nothing(tmp_path, small_ho
     assert not os.path.ismount(root) and (root / "weights.bin").read_bytes() == data
     assert_same_tree(root)
 
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_a_candidates_copy_out_is_flushed_to_the_host(tmp_path, monkeypatch, kind):
+    synced: list[str] = []
+    real = quota.sync_filesystem
+    monkeypatch.setattr(quota, "sync_filesystem", lambda path: synced.append(str(path)) or real(path))
+    root = make_tree(tmp_path / "candidate")
+    CappedRoot.mount(root, 16, kind).release()
+    assert (str(quota._sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
+    assert_same_tree(root)
