@@ -265,3 +265,23 @@ def test_migrate_refuses_an_unusable_inbox_before_making_a_run(tmp_path, capsys)
     )
     assert code == 2 and "inbox: cannot use" in capsys.readouterr().err
     assert not runs.exists()
+
+
+def test_a_directory_in_place_of_the_request_stops_the_run_with_one_line(tmp_path):
+    model = InboxModel(tmp_path, wait_s=5)
+    (tmp_path / "request-1.json").mkdir()  # made by the program after twin started
+    with pytest.raises(ModelStopped, match=r"cannot write request-1\.json .*remove what is in its place"):
+        model.query(MESSAGES, TOOLS, role="agent")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_a_refused_reply_that_cannot_be_set_aside_stops_the_run_with_one_line(tmp_path):
+    """A directory reply is refused; a non-empty directory where it would be set aside stops the run."""
+    model = InboxModel(tmp_path, wait_s=5)
+    (tmp_path / "reply-1.rejected.json").mkdir()
+    (tmp_path / "reply-1.rejected.json" / "x").write_text("")
+    (tmp_path / "reply-1.json").mkdir()
+    with pytest.raises(ModelStopped, match=r"cannot set the refused reply-1\.json aside"):
+        model.query(MESSAGES, TOOLS, role="agent")
+    assert not (tmp_path / "error-1.json").exists()  # stopped before a retry was offered
+    assert (tmp_path / "expired-1.json").exists()
