@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +197,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         "|---|---|---|---|---|---|",
     ]
     by_round = {g.round: g for g in (grades.rounds if grades else [])}
-    tallies = evidence_tallies(s.run)
+    tallies = evidence_tallies(s.run, [rs.round for rs in state.rounds])
     for rs in sorted(state.rounds, key=lambda r: r.round):
         tally = tallies.get(rs.round, Counter())
         grade = by_round.get(rs.round)
@@ -309,12 +310,18 @@ def run_files(run: RunDir) -> list[str]:
     return [p.name + ("/" if p.is_dir() else "") for p in paths if p.exists()]
 
 
-def evidence_tallies(run: RunDir) -> dict[int, Counter]:
-    """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts)."""
+def evidence_tallies(run: RunDir, rounds: Iterable[int] = ()) -> dict[int, Counter]:
+    """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts).
+
+    Every round that holds evidence, and each of `rounds` after the first that does: a round
+    that recorded none (its tree unchanged, so not verified again) carries the state before it.
+    """
     if not run.evidence.exists():
         return {}
     store = EvidenceStore(run.evidence, create=False)
     try:
-        return {round: round_tally(store, round, candidate_only=True) for round in store.evidence_rounds()}
+        held = store.evidence_rounds()
+        counted = sorted({*held, *(r for r in rounds if held and r > min(held))})
+        return {round: round_tally(store, round, candidate_only=True) for round in counted}
     finally:
         store.close()

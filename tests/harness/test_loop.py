@@ -353,6 +353,10 @@ def test_a_round_whose_migrator_changed_nothing_is_not_verified_again(tmp_path):
     assert state.rounds[1].commit == state.rounds[0].commit
     assert state.rounds[1].evidence_score == state.rounds[0].evidence_score
     assert outcomes(run, "calc.ops") == [(1, "violated")]  # no re-run: the same tree was judged already
+    # summary.md's row of round 2 carries round 1's evidence, not a row of zeros
+    rows = [line for line in run.summary.read_text().splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2 and rows[0].split("|")[3:6] == rows[1].split("|")[3:6]
+    assert rows[0].split("|")[4].strip() == "1"  # calc.ops violated
 
 
 def diagnose_naming(*probes: str) -> dict:
