@@ -18,8 +18,8 @@ ID_ENDS = frozenset(" \t:;,(—–")
 
 
 def objective_statuses(diagnosis: Diagnosis, latest: dict[str, EvidenceRecord]) -> list[tuple[str, str]]:
-    """Each gap of `diagnosis` as ('title: objective', status), status 'done' or 'open: why',
-    judged on `latest` (property id → its latest record)."""
+    """Each gap of `diagnosis` as ('title: objective', 'open: why'), or as ('title', 'done') once
+    `latest` (property id → its latest record) shows it done."""
     marked = []
     for gap in diagnosis.gaps:
         entries = [*gap.evidence, *gap.probes]
@@ -29,7 +29,8 @@ def objective_statuses(diagnosis: Diagnosis, latest: dict[str, EvidenceRecord]) 
             status = "open: it names no property with evidence, so nothing shows it done"
         else:
             status = f"open: {', '.join(left)} not established" if left else "done"
-        marked.append((f"{gap.title}: {gap.objective}", status))
+        # a done objective is named by its title alone: its whole text again would only cost tokens
+        marked.append((gap.title if status == "done" else f"{gap.title}: {gap.objective}", status))
     return marked
 
 
