@@ -266,6 +266,7 @@ class InboxModel:
                 self.console.print(f"twin: reply-{n}.json refused ({exc}); see error-{n}.json", soft_wrap=True)
                 continue
             reply.latency_s = time.monotonic() - started
+            self.console.print(f"twin: read reply-{n}.json after {reply.latency_s:.1f} s", soft_wrap=True)
             self.call += 1
             return reply
         raise AssertionError("unreachable")

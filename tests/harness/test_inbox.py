@@ -138,7 +138,7 @@ def answer(folder, n, reply, *, delay=0.05):
     return thread
 
 
-def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back(tmp_path):
+def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back(tmp_path, capsys):
     trajectory = Trajectory(tmp_path / "trajectory.jsonl")
     trajectory.set_context(round=2, step=3)
     budget = BudgetTracker(Budget(max_calls=10, max_tokens=1000))
@@ -162,6 +162,7 @@ def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back
     assert reply.tool_calls[0].arguments == {"path": "/a", "content": "b"}
     assert model.call == 8 and model.n == 2
     assert not [p for p in model.folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+    assert "twin: read reply-1.json after " in capsys.readouterr().err  # the program sees its reply was taken
 
 
 def test_malformed_reply_gets_one_retry_with_the_error_written(tmp_path):
