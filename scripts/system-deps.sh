@@ -23,10 +23,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   exit 0
 fi
-echo "twin needs ${need[*]}; install them first:" >&2
 if command -v apt-get >/dev/null 2>&1; then
-  echo "  sudo apt-get install -y ${need[*]}" >&2
+  echo "twin needs ${need[*]}; install them first: sudo apt-get install -y ${need[*]}" >&2
 else
-  echo "  (with your system's package manager) ${need[*]}" >&2
+  echo "twin needs ${need[*]}; install them first with your system's package manager" >&2
 fi
 exit 1

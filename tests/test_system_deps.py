@@ -53,7 +53,9 @@ def test_without_root_the_scripts_stop_at_once_with_the_command_to_run(bare_path
     )  # fmt: skip
     assert time.monotonic() - started < 5
     assert proc.returncode == 1, proc.stderr
-    assert "sudo apt-get install -y bubblewrap git tmux" in proc.stderr
+    # one line: what is missing and the command that installs it
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "install them first: sudo apt-get install -y bubblewrap git tmux" in proc.stderr
     assert "must not run" not in proc.stderr
 
 
