@@ -48,11 +48,8 @@ docker image inspect "$IMAGE" >/dev/null 2>&1 || docker import "$TARBALL" "$IMAG
 # The branch as committed, handed over as a bundle: a fresh clone, whatever this checkout's layout.
 work=$(mktemp -d /var/tmp/twin-bare-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-branch=$(git rev-parse --abbrev-ref HEAD)
-[ "$branch" != HEAD ] || branch=checked
-git bundle create -q "$work/twin.bundle" "HEAD:refs/heads/$branch" 2>/dev/null \
-  || git bundle create "$work/twin.bundle" "HEAD:refs/heads/$branch" >/dev/null 2>&1 \
-  || die "could not bundle HEAD"
+branch=$(git rev-parse --abbrev-ref HEAD)  # HEAD when detached: the clone checks out the same commit
+git bundle create "$work/twin.bundle" "$branch" >/dev/null 2>&1 || die "could not bundle $branch"
 git diff --quiet HEAD 2>/dev/null || echo "note: uncommitted changes are not part of the check (it clones HEAD)"
 
 # This machine's package access, read-only, as a fresh machine of its kind has it.
@@ -81,7 +78,7 @@ for script in example.sh test.sh; do
   start=$SECONDS
   set +e
   out=$(docker run --rm --privileged --network host "${access[@]}" --user 65534:65534 -e HOME=/tmp -w /tmp \
-    "$IMAGE" bash -c "git clone -q -b '$branch' /check/twin.bundle twin && cd twin \
+    "$IMAGE" bash -c "git clone -q /check/twin.bundle twin && cd twin \
       && s=\$(date +%s%N); ./scripts/$script; rc=\$?; e=\$(date +%s%N); echo \"rc=\$rc ms=\$(( (e - s) / 1000000 ))\"" 2>&1)
   set -e
   secs=$((SECONDS - start))
@@ -107,7 +104,7 @@ step() {  # name, command...
   return \$rc
 }
 cd /root
-step clone git clone -q -b '$branch' /check/twin.bundle twin || exit 1
+step clone git clone -q /check/twin.bundle twin || exit 1
 cd twin
 step example.sh ./scripts/example.sh || exit 1
 step test.sh timeout $SUITE_TIMEOUT ./scripts/test.sh $(printf '%q ' "$@")
