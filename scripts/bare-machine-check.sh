@@ -52,8 +52,30 @@ branch=$(git rev-parse --abbrev-ref HEAD)  # HEAD when detached: the clone check
 git bundle create "$work/twin.bundle" "$branch" >/dev/null 2>&1 || die "could not bundle $branch"
 git diff --quiet HEAD 2>/dev/null || echo "note: uncommitted changes are not part of the check (it clones HEAD)"
 
+chmod 755 "$work"
+chmod 644 "$work/twin.bundle"
+
+# --privileged, as a bare machine's root has every capability; where this machine itself runs
+# with fewer (inside a container), the same minus the capabilities its bounding set lacks.
+privileged=(--privileged)
+if ! docker run --rm --privileged "$IMAGE" true >/dev/null 2>&1; then
+  caps=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE
+    NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT
+    SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE
+    AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ)
+  bounding=$((16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status)))
+  privileged=(--cap-add ALL --security-opt seccomp=unconfined --security-opt apparmor=unconfined
+    --security-opt systempaths=unconfined)
+  for bit in "${!caps[@]}"; do
+    (( (bounding >> bit) & 1 )) || privileged+=(--cap-drop "${caps[$bit]}")
+  done
+  docker run --rm "${privileged[@]}" "$IMAGE" true >/dev/null 2>&1 \
+    || die "docker cannot run a privileged container here: ${privileged[*]}"
+  echo "note: --privileged is refused on this machine; running with ${privileged[*]}"
+fi
+
 # This machine's package access, read-only, as a fresh machine of its kind has it.
-access=(-v "$work:/check:ro")
+access=("${privileged[@]}" --network host -v "$work:/check:ro")
 for path in /etc/pip.conf /etc/xdg/pip /opt/wheels /opt/pypi /opt/pypi-more /etc/apt/sources.list.d; do
   [ -e "$path" ] && access+=(-v "$path:$path:ro")
 done
@@ -77,9 +99,9 @@ echo "== without root (uid 65534): each command stops in under 5 s with the comm
 for script in example.sh test.sh; do
   start=$SECONDS
   set +e
-  out=$(docker run --rm --privileged --network host "${access[@]}" --user 65534:65534 -e HOME=/tmp -w /tmp \
-    "$IMAGE" bash -c "git clone -q /check/twin.bundle twin && cd twin \
-      && s=\$(date +%s%N); ./scripts/$script; rc=\$?; e=\$(date +%s%N); echo \"rc=\$rc ms=\$(( (e - s) / 1000000 ))\"" 2>&1)
+  out=$(docker run --rm "${access[@]}" --user 65534:65534 -e HOME=/tmp -w /tmp \
+    "$IMAGE" bash -c "{ git clone -q /check/twin.bundle twin && cd twin; } || exit 3
+      s=\$(date +%s%N); ./scripts/$script; rc=\$?; e=\$(date +%s%N); echo \"rc=\$rc ms=\$(( (e - s) / 1000000 ))\"" 2>&1)
   set -e
   secs=$((SECONDS - start))
   rc=$(sed -n 's/^rc=\([0-9]*\) ms=.*/\1/p' <<<"$out")
@@ -111,7 +133,7 @@ step test.sh timeout $SUITE_TIMEOUT ./scripts/test.sh $(printf '%q ' "$@")
 EOF
 chmod 755 "$work/as-root.sh"
 set +e
-docker run --rm --privileged --network host "${access[@]}" "$IMAGE" /check/as-root.sh 2>&1 | tee "$work/as-root.log"
+docker run --rm "${access[@]}" "$IMAGE" /check/as-root.sh 2>&1 | tee "$work/as-root.log"
 set -e
 for step in clone example.sh test.sh; do
   line=$(grep -a "^STEP $step " "$work/as-root.log" | tail -1 || true)
