@@ -49,7 +49,9 @@ docker image inspect "$IMAGE" >/dev/null 2>&1 || docker import "$TARBALL" "$IMAG
 work=$(mktemp -d /var/tmp/twin-bare-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 branch=$(git rev-parse --abbrev-ref HEAD)  # HEAD when detached: the clone checks out the same commit
-git bundle create "$work/twin.bundle" "$branch" >/dev/null 2>&1 || die "could not bundle $branch"
+refs=(HEAD)
+[ "$branch" = HEAD ] || refs+=("$branch")
+git bundle create "$work/twin.bundle" "${refs[@]}" >/dev/null 2>&1 || die "could not bundle $branch"
 git diff --quiet HEAD 2>/dev/null || echo "note: uncommitted changes are not part of the check (it clones HEAD)"
 
 chmod 755 "$work"
