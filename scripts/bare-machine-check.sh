@@ -86,10 +86,11 @@ for path in /etc/apt/apt.conf.d/*; do
 done
 ca=$(python3 -m pip config get global.cert 2>/dev/null || true)
 ca=${ca:-${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}
-[ -f "$ca" ] && access+=(-v "$(readlink -f "$ca"):$ca:ro")
 while IFS='=' read -r name _; do
   access+=(-e "$name")
 done < <(env | grep -E '^PIP_[A-Z_]+=' || true)
+# beside the system's store, not over it: installing ca-certificates there must still work
+[ -f "$ca" ] && access+=(-v "$(readlink -f "$ca"):/etc/twin-bare-check/ca.crt:ro" -e PIP_CERT=/etc/twin-bare-check/ca.crt)
 
 failed=0
 report() {  # step, seconds, status

@@ -19,8 +19,15 @@ fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${need[*]} (apt-get)" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # apt's own chatter (debconf without apt-utils, …) only when the install fails
+  log=$(mktemp)
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    rm -f "$log"
+    echo "apt-get install ${need[*]} failed (above: its last lines)" >&2
+    exit 1
+  fi
+  rm -f "$log"
   exit 0
 fi
 if command -v apt-get >/dev/null 2>&1; then
