@@ -76,8 +76,13 @@ if ! docker run --rm --privileged "$IMAGE" true >/dev/null 2>&1; then
   echo "note: --privileged is refused on this machine; running with ${privileged[*]}"
 fi
 
+# The machine's disk where the check writes (clone, .venv, twin's cache, tests' files: ~8 GB) is
+# memory, so that it leaves nothing behind and needs no free space on this machine's disk.
+disk=(--tmpfs /root:rw,exec,mode=700,size=12g --tmpfs /var/cache:rw,exec,mode=755,size=12g
+  --tmpfs /tmp:rw,exec,mode=1777,size=8g --tmpfs /var/tmp:rw,exec,mode=1777,size=2g)
+
 # This machine's package access, read-only, as a fresh machine of its kind has it.
-access=("${privileged[@]}" --network host -v "$work:/check:ro")
+access=("${privileged[@]}" "${disk[@]}" --network host -v "$work:/check:ro")
 for path in /etc/pip.conf /etc/xdg/pip /opt/wheels /opt/pypi /opt/pypi-more /etc/apt/sources.list.d; do
   [ -e "$path" ] && access+=(-v "$path:$path:ro")
 done
