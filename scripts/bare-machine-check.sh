@@ -27,7 +27,7 @@ die() { echo "bare-machine-check: $*" >&2; exit 2; }
 command -v docker >/dev/null 2>&1 || die "needs docker; install it: apt-get install -y docker.io"
 docker info >/dev/null 2>&1 || die "the docker engine is not running; start it: dockerd &"
 
-if [ ! -s "$TARBALL" ]; then
+if ! docker image inspect "$IMAGE" >/dev/null 2>&1 && [ ! -s "$TARBALL" ]; then
   command -v debootstrap >/dev/null 2>&1 || die "needs debootstrap; install it: apt-get install -y debootstrap"
   echo "building the bare root filesystem (debootstrap, once; cached in $TARBALL)"
   mkdir -p "$CACHE"
@@ -79,7 +79,8 @@ fi
 # The machine's disk where the check writes (clone, .venv, twin's cache, tests' files: ~8 GB) is
 # memory, so that it leaves nothing behind and needs no free space on this machine's disk.
 disk=(--tmpfs /root:rw,exec,mode=700,size=12g --tmpfs /var/cache:rw,exec,mode=755,size=12g
-  --tmpfs /tmp:rw,exec,mode=1777,size=8g --tmpfs /var/tmp:rw,exec,mode=1777,size=2g)
+  --tmpfs /tmp:rw,exec,mode=1777,size=8g --tmpfs /var/tmp:rw,exec,mode=1777,size=2g
+  --tmpfs /var/lib/apt/lists:rw,mode=755,size=1g)
 
 # This machine's package access, read-only, as a fresh machine of its kind has it.
 access=("${privileged[@]}" "${disk[@]}" --network host -v "$work:/check:ro")

@@ -47,12 +47,16 @@ def test_the_readme_commands_pass_on_a_bare_debian_machine():
 
 
 def test_the_check_refuses_without_root_in_one_line():
-    if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        pytest.skip("running as root without setpriv: cannot drop to a user")
-    prefix = [] if os.geteuid() != 0 else [shutil.which("setpriv"), "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot drop to a user")
+        prefix = [shutil.which("setpriv"), "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    script = REPO / "scripts" / "bare-machine-check.sh"
     proc = subprocess.run(
-        [*prefix, "bash", str(REPO / "scripts" / "bare-machine-check.sh")],
+        [*prefix, "bash", str(script)],
         capture_output=True, text=True, timeout=30, cwd="/tmp", env={"PATH": os.environ["PATH"], "HOME": "/tmp"},
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"bare-machine-check: needs root (debootstrap and docker); run: sudo {REPO}/scripts/bare-machine-check.sh"]
+    expected = f"bare-machine-check: needs root (debootstrap and docker); run: sudo {script}"
+    assert proc.stderr.strip().splitlines() == [expected]

@@ -136,3 +136,30 @@ def test_roles_probes_and_solve_see_views_of_the_original_and_the_assets(tmp_pat
         assert all(views_dir in hosts[inside].parents for inside in given), (boundary.name, hosts)
         assert hosts.get("/app", cand.resolve()) == cand.resolve()  # the candidate keeps its modes
     assert {m.inside: m.host for m in cand_side.mounts}["/app"] == cand.resolve()
+
+
+def _prefix(base: Path, *, venv: bool) -> Path:
+    site = base / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "pkg.py").write_text("x = 1\n")
+    if venv:
+        (base / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    return base
+
+
+@pytest.mark.parametrize("base_inside", [False, True], ids=["system-base", "base-under-root"])
+def test_interpreter_copy_of_a_venv_whose_base_lies_elsewhere_or_inside(tmp_path, monkeypatch, base_inside):
+    """A venv made from the system's Python (base under /usr) is copied whole; a base
+    prefix that is itself copied (pyenv under /root) leaves its own site-packages empty."""
+    venv = _prefix(tmp_path / "venv", venv=True)
+    base = _prefix(tmp_path / "base", venv=False)
+    root = base if base_inside else venv
+    monkeypatch.setattr(views.sys, "prefix", str(venv))
+    monkeypatch.setattr(views.sys, "base_prefix", str(base))
+    monkeypatch.setattr(views.sys, "version_info", (3, 11, 2))
+    copy = views.interpreter_copy(root, cache=tmp_path / "cache")
+    assert (tmp_path / "cache" / "roots") in copy.parents
+    site = copy / "lib" / "python3.11" / "site-packages"
+    assert site.is_dir()
+    assert [p.name for p in site.iterdir()] == ([] if base_inside else ["pkg.py"])
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o755
