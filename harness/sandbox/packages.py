@@ -107,6 +107,7 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
     target = root / key
     if target.is_dir():
         return target
+    staging = None
     try:
         root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
@@ -124,5 +125,7 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)  # built concurrently by another process
     except (OSError, subprocess.CalledProcessError):
+        if staging is not None:  # a partial copy (a full disk) is gigabytes nobody would reuse
+            shutil.rmtree(staging, ignore_errors=True)
         return None
     return target if target.is_dir() else None

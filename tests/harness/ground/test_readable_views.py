@@ -163,3 +163,17 @@ def test_interpreter_copy_of_a_venv_whose_base_lies_elsewhere_or_inside(tmp_path
     assert site.is_dir()
     assert [p.name for p in site.iterdir()] == ([] if base_inside else ["pkg.py"])
     assert stat.S_IMODE(copy.stat().st_mode) == 0o755
+
+
+def test_a_failed_interpreter_copy_leaves_nothing_behind(tmp_path, monkeypatch):
+    venv = _prefix(tmp_path / "venv", venv=True)
+
+    def full_disk(src, dst, **_kwargs):
+        Path(dst).mkdir(parents=True)
+        (Path(dst) / "half-written").write_bytes(b"x" * 1024)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(views.shutil, "copytree", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        views.interpreter_copy(venv, cache=tmp_path / "cache")
+    assert list((tmp_path / "cache" / "roots").iterdir()) == []
