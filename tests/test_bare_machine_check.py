@@ -17,6 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("TWIN_BARE_CACHE", "/var/cache/twin-bare-machine"))
+IMAGE = "twin-bare-machine:bookworm"
 
 
 def _skip_reason() -> str | None:
@@ -26,8 +27,11 @@ def _skip_reason() -> str | None:
         return "needs docker"
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         return "the docker engine is not running"
-    if shutil.which("debootstrap") is None and not (CACHE / "bookworm-minbase-python3-git.tar").exists():
-        return "needs debootstrap (or a cached root filesystem)"
+    cached = (CACHE / "bookworm-minbase-python3-git.tar").exists() or (
+        subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode == 0
+    )
+    if shutil.which("debootstrap") is None and not cached:
+        return "needs debootstrap (or the root filesystem it built, cached or imported)"
     return None
 
 
