@@ -271,12 +271,16 @@ class CandidateRepo:
                         tar.extract(member, dest, filter="data")
                     except (tarfile.FilterError, OSError) as exc:
                         refused[member.name] = str(exc)[:200]
+            while proc.stdout.read(1 << 16):  # whatever git writes past the end marker
+                pass
         except tarfile.TarError as exc:
             raise CandidateRepoError(f"git archive of round {round} is unreadable: {exc}") from None
         finally:
+            # git dies of SIGPIPE when reading stops early: that is never the error to report
             proc.stdout.close()
-            if proc.wait() != 0:
-                raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
+            proc.wait()
+        if proc.returncode != 0:
+            raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
         for member in links:
             name = member.name.rstrip("/")
             why = link_refusal(name, member.linkname, kinds)

@@ -169,3 +169,18 @@ def test_diff_shows_what_a_round_changed(repo):
     repo.commit_round(2, "m")
     text = repo.diff(1, 2)
     assert "a.py" in text and "-x = 1" in text and "+x = 2" in text
+
+
+def test_an_export_that_stops_early_reports_its_own_error_not_gits_sigpipe(repo, tmp_path, monkeypatch):
+    import tarfile
+
+    (repo.work_tree / "a.bin").write_bytes(os.urandom(1 << 20))  # more than a pipe holds
+    (repo.work_tree / "b.py").write_text("B = 1\n")
+    repo.commit_round(1, "first")
+
+    def fails(self, member, *args, **kwargs):
+        raise tarfile.ReadError("unexpected end of data")
+
+    monkeypatch.setattr(tarfile.TarFile, "extract", fails)
+    with pytest.raises(CandidateRepoError, match="unreadable: unexpected end of data"):
+        repo.export(1, tmp_path / "snap")
