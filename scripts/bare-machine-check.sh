@@ -83,7 +83,8 @@ disk=(--tmpfs /root:rw,exec,mode=700,size=12g --tmpfs /var/cache:rw,exec,mode=75
   --tmpfs /var/lib/apt/lists:rw,mode=755,size=1g)
 
 # This machine's package access, read-only, as a fresh machine of its kind has it.
-access=("${privileged[@]}" "${disk[@]}" --network host -v "$work:/check:ro")
+mkdir -m 777 "$work/out"
+access=("${privileged[@]}" "${disk[@]}" --network host -v "$work:/check:ro" -v "$work/out:/out")
 for path in /etc/pip.conf /etc/xdg/pip /opt/wheels /opt/pypi /opt/pypi-more /etc/apt/sources.list.d; do
   [ -e "$path" ] && access+=(-v "$path:$path:ro")
 done
@@ -131,14 +132,16 @@ step() {  # name, command...
   local name=\$1; shift
   local s=\$(date +%s)
   "\$@"; local rc=\$?
-  echo "STEP \$name rc=\$rc seconds=\$(( \$(date +%s) - s ))"
+  echo; echo "STEP \$name rc=\$rc seconds=\$(( \$(date +%s) - s ))"
   return \$rc
 }
 cd /root
 step clone git clone -q /check/twin.bundle twin || exit 1
 cd twin
-step example.sh ./scripts/example.sh || exit 1
-step test.sh timeout $SUITE_TIMEOUT ./scripts/test.sh $(printf '%q ' "$@")
+step example.sh ./scripts/example.sh; rc=\$?
+cp -r runs /out/example-runs 2>/dev/null
+[ \$rc = 0 ] || exit 1
+step test.sh timeout $SUITE_TIMEOUT ./scripts/test.sh -rfE --junitxml=/out/junit.xml $(printf '%q ' "$@")
 EOF
 chmod 755 "$work/as-root.sh"
 set +e
@@ -151,7 +154,10 @@ for step in clone example.sh test.sh; do
   secs=${line##*seconds=}
   if [ "$rc" = 0 ]; then report "root $step" "$secs" PASS; else report "root $step (exit $rc)" "$secs" FAIL; fi
 done
-cp "$work/as-root.log" "$CACHE/last-run.log" 2>/dev/null || true
+# what the run leaves for a look afterwards: its log, the suite's junit report, the example's run
+rm -rf "$CACHE/last-run"
+mkdir -p "$CACHE/last-run"
+cp -r "$work/as-root.log" "$work/out/." "$CACHE/last-run/" 2>/dev/null || true
 
-if [ "$failed" = 0 ]; then echo "bare-machine-check: PASS"; else echo "bare-machine-check: FAIL (log: $CACHE/last-run.log)"; fi
+if [ "$failed" = 0 ]; then echo "bare-machine-check: PASS"; else echo "bare-machine-check: FAIL (log and junit report: $CACHE/last-run/)"; fi
 exit "$failed"
