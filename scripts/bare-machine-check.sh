@@ -3,7 +3,8 @@
 # but what a minimal Debian image has, python3 and git. It checks, on this branch's committed HEAD:
 #   1. as an unprivileged user, ./scripts/example.sh and ./scripts/test.sh each stop in under 5 s
 #      with one line naming the command to run;
-#   2. as root, a fresh `git clone`, then ./scripts/example.sh, then ./scripts/test.sh pass.
+#   2. as root, a fresh `git clone`, then ./scripts/example.sh (which must also have graded every
+#      round), then ./scripts/test.sh pass.
 # Prints PASS or FAIL with the time of each step; exits 0 only when every step passed.
 #
 # Needs root, docker (a running engine) and debootstrap. The root filesystem is built once with
@@ -138,16 +139,19 @@ step() {  # name, command...
 cd /root
 step clone git clone -q /check/twin.bundle twin || exit 1
 cd twin
-step example.sh ./scripts/example.sh; rc=\$?
+step example.sh ./scripts/example.sh 2>&1 | tee /out/example.log
 cp -r runs /out/example-runs 2>/dev/null
-[ \$rc = 0 ] || exit 1
+# a run that crashes is recorded and scored, so twin exits 0: the example must also have graded its rounds
+grep -q "^STEP example.sh rc=0 " /out/example.log || exit 1
+if grep -q "internal error\|grading failed" /out/example.log; then echo "STEP example-graded rc=1 seconds=0"; exit 1; fi
+echo "STEP example-graded rc=0 seconds=0"
 step test.sh timeout $SUITE_TIMEOUT ./scripts/test.sh -rfE --junitxml=/out/junit.xml $(printf '%q ' "$@")
 EOF
 chmod 755 "$work/as-root.sh"
 set +e
 docker run --rm "${access[@]}" "$IMAGE" /check/as-root.sh 2>&1 | tee "$work/as-root.log"
 set -e
-for step in clone example.sh test.sh; do
+for step in clone example.sh example-graded test.sh; do
   line=$(grep -a "^STEP $step " "$work/as-root.log" | tail -1 || true)
   if [ -z "$line" ]; then report "root $step" "-" FAIL; continue; fi
   rc=${line#*rc=}; rc=${rc%% *}

@@ -46,7 +46,7 @@ def test_the_readme_commands_pass_on_a_bare_debian_machine():
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     summary = [line for line in proc.stdout.splitlines() if line.endswith("s") and (" PASS " in line)]
-    assert len(summary) == 5, proc.stdout[-3000:]  # two non-root stops, clone, example, suite
+    assert len(summary) == 6, proc.stdout[-3000:]  # two non-root stops, clone, example and its grades, suite
     assert proc.stdout.rstrip().endswith("bare-machine-check: PASS")
 
 
