@@ -16,6 +16,7 @@
 # /opt, the CA file) and its apt sources. Pass arguments to narrow the suite, e.g. `-- -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+{  # read whole before it runs: editing the checkout during a run must not change it
 
 CACHE=${TWIN_BARE_CACHE:-/var/cache/twin-bare-machine}
 MIRROR=${TWIN_BARE_MIRROR:-http://deb.debian.org/debian}
@@ -165,3 +166,4 @@ cp -r "$work/as-root.log" "$work/out/." "$CACHE/last-run/" 2>/dev/null || true
 
 if [ "$failed" = 0 ]; then echo "bare-machine-check: PASS"; else echo "bare-machine-check: FAIL (log and junit report: $CACHE/last-run/)"; fi
 exit "$failed"
+}

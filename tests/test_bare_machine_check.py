@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -50,13 +51,18 @@ def test_the_readme_commands_pass_on_a_bare_debian_machine():
     assert proc.stdout.rstrip().endswith("bare-machine-check: PASS")
 
 
-def test_the_check_refuses_without_root_in_one_line():
+def test_the_check_refuses_without_root_in_one_line(request):
     prefix = []
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv: cannot drop to a user")
         prefix = [shutil.which("setpriv"), "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-    script = REPO / "scripts" / "bare-machine-check.sh"
+    top = Path(tempfile.mkdtemp(prefix="twin-scripts-", dir="/tmp"))  # any user can read it (not /root)
+    script = top / "bare-machine-check.sh"
+    shutil.copy(REPO / "scripts" / "bare-machine-check.sh", script)
+    top.chmod(0o755)
+    script.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(top))
     proc = subprocess.run(
         [*prefix, "bash", str(script)],
         capture_output=True, text=True, timeout=30, cwd="/tmp", env={"PATH": os.environ["PATH"], "HOME": "/tmp"},

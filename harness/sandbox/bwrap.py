@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.ground.boundary import SECRET_NAME, Boundary, Limits
 from harness.ground.isolation import cache_root
 from harness.ground.sandbox import ExecResult, SandboxError
-from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import Presenter, RootOverCaps
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.process import (
@@ -202,7 +202,7 @@ class BwrapSandbox:
             return []
         args: list[str] = []
         for site_dir in site_dirs():
-            inside = self._inside_of(site_dir)
+            inside = self._inside_of(site_dir) or copied_inside(self._bound.mounts, site_dir)
             if inside is None:
                 continue
             drop = hidden_entries(site_dir, packages)

@@ -34,7 +34,7 @@ from pathlib import Path
 from harness.ground.boundary import Boundary, Limits
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
-from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import Presenter, RootOverCaps
 from harness.sandbox.privilege import settle_writable
 from harness.sandbox.process import (
@@ -119,7 +119,7 @@ def container_config(
         volumes[str(mount.host)] = {"bind": mount.inside, "mode": "rw" if mount.writable else "ro"}
     packages = tuple(sorted(boundary.hidden_packages))
     for site_dir in site_dirs() if packages else []:
-        inside = _inside_of(boundary, site_dir)
+        inside = _inside_of(boundary, site_dir) or copied_inside(boundary.mounts, site_dir)
         drop = hidden_entries(site_dir, packages) if inside else frozenset()
         if drop:
             pruned = pruned_site_dir(site_dir, drop)

@@ -17,9 +17,11 @@ import site
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
+from harness.ground.boundary import Mount
 from harness.ground.isolation import cache_root
 
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
@@ -35,6 +37,20 @@ def site_dirs() -> list[Path]:
     if user:
         dirs.append(Path(user))
     return [d.resolve() for d in dirs if d.is_dir()]
+
+
+def copied_inside(mounts: Iterable[Mount], site_dir: Path) -> str | None:
+    """`site_dir`'s own path, where a copy of it is mounted there, else None.
+
+    An interpreter prefix the sandbox uid cannot reach (a venv under `/root`, twin as root)
+    is copied and mounted at its own path (`isolation.python_mounts`): no mount's host holds
+    `site_dir`, yet its copy, hidden packages and all, appears inside at the same place.
+    """
+    for mount in mounts:
+        inside = Path(mount.inside)
+        if mount.host != inside and (site_dir == inside or inside in site_dir.parents):
+            return str(site_dir)
+    return None
 
 
 def _normalise(name: str) -> str:
