@@ -1,1 +1,1 @@
-"""Loading tasks (Harbor format), the visible/hidden split, and running the unchanged grader."""
+"""Tasks in Harbor format: the task model (`task`, a low floor) and grading/authoring on top of it (`grading`)."""

@@ -26,13 +26,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmark_adapter.task import load_task  # noqa: E402
+from benchmark_adapter.task.loader import load_task  # noqa: E402
 from evidence_store import numbers  # noqa: E402
-from harness.cli.migrate import run_migration  # noqa: E402
+from harness.ground.trajectory import ModelCallRecord, Trajectory  # noqa: E402
 from harness.models.litellm_client import estimate_usage  # noqa: E402
 from harness.run.directory import RunConfig  # noqa: E402
+from harness.run.migration import run_migration  # noqa: E402
 from harness.run.session import RunInputs  # noqa: E402
-from harness.run.trajectory import ModelCallRecord, Trajectory  # noqa: E402
+from harness.scaffolds import registry  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"
@@ -81,7 +82,7 @@ def measure(task: str, scaffold: str, root: Path) -> dict:
     config = RunConfig.build(task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=False)
     inputs = RunInputs.create(root / "runs", config, load_task(TASKS / task), f"{task}-{scaffold}")
     started = time.monotonic()
-    run_migration(inputs)
+    run_migration(inputs, registry.SCAFFOLDS)
     wall = time.monotonic() - started
     calls = Trajectory(inputs.run.trajectory).model_calls()
     prompt = sum(prompt_tokens(c) for c in calls)

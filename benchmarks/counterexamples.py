@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmark_adapter.defects import apply_defect  # noqa: E402
-from benchmark_adapter.sweep import load_defects  # noqa: E402
+from benchmark_adapter.grading.defects import apply_defect  # noqa: E402
+from benchmark_adapter.grading.sweep import load_defects  # noqa: E402
 
 TASK = ROOT / "tasks" / "flask-to-starlette"
 ORACLE = TASK / "solution" / "app"

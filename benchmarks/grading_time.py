@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmark_adapter.grader import oracle_copy, run_grader  # noqa: E402
-from benchmark_adapter.task import load_task  # noqa: E402
+from benchmark_adapter.grading.grader import oracle_copy, run_grader  # noqa: E402
+from benchmark_adapter.task.loader import load_task  # noqa: E402
 
 TARGET_S = 90.0
 

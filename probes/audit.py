@@ -29,13 +29,15 @@ import hashlib
 import os
 import re
 import stat
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.ground.agent_tree import Walk, walk
-from harness.ground.untrusted_io import AgentFileError, read_regular_text
+from harness.ground.agent_tree import Walk
+from probes.audit_base import HIDDEN_KINDS, MAX_FILE_BYTES, SKIP_DIRS, Finding, python_files, read_source, scan
+from probes.foreign_files import file_kind, foreign_findings
+from probes.layout import import_roots as roots_of
+from probes.layout import own_top_names
+from probes.transliteration import find_transliterations
 
-SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 TEXT_SUFFIXES = {
     ".sh",
     ".bash",
@@ -68,45 +70,6 @@ LOADER_CALLS = {
     "importlib.util.spec_from_file_location",
 }
 IMPORT_CALLS = {"importlib.import_module", "__import__"}
-MAX_FILE_BYTES = 2_000_000
-# Every kind of finding a file or tree kept from the audit's sight counts as.
-HIDDEN_KINDS = ("forbidden_import", "loads_original", "vendored", "transliteration")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the audit found."""
-
-    kind: str
-    file: str
-    line: int
-    detail: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def scan(root: Path) -> Walk:
-    """The bounded, link-free walk of `root` the audit reads (caches and environments skipped)."""
-    return walk(root, skip_dirs=SKIP_DIRS)
-
-
-def python_files(root: Path, found: Walk | None = None) -> list[Path]:
-    """Regular Python files under `root` (no symlinks, no special files), skipping caches."""
-    found = found if found is not None else scan(root)
-    return [root / e.rel for e in found.files(".py") if not (SKIP_DIRS & set(e.rel.split("/")))]
-
-
-def read_source(path: Path) -> str:
-    """A file's text for the audit: a regular file only, never through a link, at most MAX_FILE_BYTES.
-
-    A file that is over the cap or cannot be opened reads as empty here; `audit_candidate`
-    reports it as hidden from the audit.
-    """
-    try:
-        return read_regular_text(path, MAX_FILE_BYTES)
-    except AgentFileError:
-        return ""
 
 
 def _text_files(root: Path, found: Walk) -> list[Path]:
@@ -300,11 +263,6 @@ def audit_candidate(
         import_roots: the candidate's import roots (`probes.layout.import_roots`);
             None infers them from its layout.
     """
-    from probes.foreign_files import file_kind, foreign_findings
-    from probes.layout import import_roots as roots_of
-    from probes.layout import own_top_names
-    from probes.transliteration import find_transliterations
-
     candidate, source = candidate.resolve(), source.resolve()
     forbidden_set = set(forbidden)
     found = scan(candidate)

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
 from harness.ground.agent_tree import remove_tree
-from probes.audit import audit_candidate, scan
+from probes.audit import audit_candidate
+from probes.audit_base import scan
 from probes.base import Probe, base_context, not_established
 from probes.context import ProbeContext
 from probes.layout import module_name
 from probes.outcomes import crash_result
-from probes.probe_format import probe_names, property_of
+from probes.probe_format import ProbeFile, property_of, read_probe_file
 from probes.sides import DRIVER, candidate_roots, run_side
 
 IMPORTS = Property(
@@ -227,33 +228,55 @@ def candidate_check(path: str, name: str) -> Probe:
     The function returns named values; every boolean among them must be true. A
     crash in the candidate's code is violated, one in the probe's code not_established.
     """
-
-    def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        return run_candidate_checks(ctx, Path(path), [name])
-
-    return probe
+    return file_checks(path, [name])
 
 
 def file_checks(path: str, names: list[str] | None = None) -> Probe:
-    """Every `check_*` function of a probe file (or those in `names`), run in one candidate-side process."""
+    """Every `check_*` function of the probe file at `path` (or those in `names`), read when the probe runs.
+
+    See `checks_probe`, which runs them.
+    """
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        found = probe_names(Path(path), checks=True)
-        return run_candidate_checks(ctx, Path(path), sorted(found) if names is None else names)
+        file = read_probe_file(path)
+        return checks_probe(file, chosen_checks(file, names))(ctx)
 
     return probe
 
 
-def run_candidate_checks(ctx: ProbeContext, file: Path, names: list[str]) -> list[ProbeResult]:
-    """Run candidate-only checks of one file; one result per check."""
-    found = probe_names(file, checks=True)
-    digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]
-    root = _check_dir(ctx, f"{file.stem}-{digest}")
-    shutil.copy(file, root / "probe.py")
-    runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in names]
-    timeout = ctx.timeout_s + sum(float(found.get(n, {}).get("timeout_s") or 0) for n in names)
+def chosen_checks(file: ProbeFile, names: list[str] | None) -> dict[str, dict]:
+    """The checks of `file` named in `names` (all of them for None), with their metadata ({} for one it lacks)."""
+    found = file.names(checks=True)
+    return {name: found.get(name, {}) for name in (sorted(found) if names is None else names)}
+
+
+def checks_probe(file: ProbeFile, checks: dict[str, dict]) -> Probe:
+    """Candidate-only checks of a probe file as read, run in one candidate-side process; one result per check.
+
+    Args:
+        file: the probe file as read (`probes.probe_format.read_probe_file`): its text is
+            what the candidate side runs.
+        checks: check name -> metadata, as `file.names(checks=True)` gives them.
+    """
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        return run_candidate_checks(ctx, file, checks)
+
+    return probe
+
+
+def run_candidate_checks(ctx: ProbeContext, file: ProbeFile, checks: dict[str, dict]) -> list[ProbeResult]:
+    """Run candidate-only checks of one file (name -> metadata); one result per check."""
+    digest = hashlib.sha1(str(file.path.resolve()).encode()).hexdigest()[:8]
+    root = _check_dir(ctx, f"{file.path.stem}-{digest}")
+    (root / "probe.py").write_bytes(file.data)
+    runs = [{"out": f"{name or '_'}", "dtype": ctx.dtype, "name": name} for name in checks]
+    timeout = ctx.timeout_s + sum(float(meta.get("timeout_s") or 0) for meta in checks.values())
     outcomes = run_side(ctx, root, "candidate", runs, mode="check", timeout_s=timeout, config_name="checks")
-    return [_decide_check(ctx, file, name, found.get(name, {}), run) for name, run in zip(names, outcomes, strict=True)]
+    return [
+        _decide_check(ctx, file.path, name, meta, run)
+        for (name, meta), run in zip(checks.items(), outcomes, strict=True)
+    ]
 
 
 def _decide_check(ctx: ProbeContext, file: Path, name: str, meta: dict, run: dict) -> ProbeResult:

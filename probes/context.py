@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from benchmark_adapter.layout import laid_out_mounts
-from benchmark_adapter.task import Task, load_task
+from benchmark_adapter.task.layout import laid_out_mounts
+from benchmark_adapter.task.model import Task
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, scratch_dir
@@ -175,6 +175,7 @@ class ProbeContext:
             hidden=list(self.task.hidden_roots),
             forbidden_packages=list(settings.forbidden_packages),
             laid_out=laid_out_mounts(self.task),
+            image=self.task.image,
         )
         boundary = probe_boundary(
             layout,
@@ -221,11 +222,11 @@ def _contains(root: Path, path: Path) -> bool:
     return root == path or root in path.parents
 
 
-def make_context(task: Task | Path | str, candidate: Path | str, **options) -> ProbeContext:
+def make_context(task: Task, candidate: Path | str, **options) -> ProbeContext:
     """Build a probe context for `candidate` against `task`'s original.
 
     Args:
-        task: a loaded task or its directory.
+        task: the loaded task (`benchmark_adapter.task.loader`).
         candidate: the candidate work tree (host path).
         **options: any `ProbeContext` field (sandbox_kind, device, precision,
             workdir, audit_log, candidate_commit, seed, timeout_s, keep). Without
@@ -234,7 +235,6 @@ def make_context(task: Task | Path | str, candidate: Path | str, **options) -> P
     Raises:
         ProbeOptionError: unknown option or value, or the candidate is not a directory.
     """
-    task = task if isinstance(task, Task) else load_task(task)
     candidate = Path(candidate).expanduser().resolve()
     if not candidate.is_dir():
         raise ProbeOptionError(f"candidate directory not found: {candidate}")

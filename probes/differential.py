@@ -26,7 +26,7 @@ from harness.ground.agent_tree import remove_tree
 from probes.base import Probe, base_context
 from probes.context import ProbeContext
 from probes.outcomes import decide_matched
-from probes.probe_format import ProbeFileError, probe_names, property_of
+from probes.probe_format import ProbeFile, ProbeFileError, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
 from probes.sides import DRIVER, run_side, slot
 
@@ -66,32 +66,50 @@ def differential_probe(
     }
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        file = Path(path)
-        meta = probe_names(file).get(name)
+        file = read_probe_file(path)
+        meta = file.names().get(name)
         if meta is None:
-            raise ProbeFileError(f"{file}: no probe named {name!r}")
+            raise ProbeFileError(f"{file.path}: no probe named {name!r}")
         meta.update({("id" if k == "property_id" else k): v for k, v in options.items()})
-        return run_matched_probes(ctx, file, {name: meta}, rerun={name: {"path": str(file), "name": name, **options}})
+        rerun = {name: {"path": str(file.path), "name": name, **options}}
+        return run_matched_probes(ctx, file, {name: meta}, rerun=rerun)
 
     return probe
 
 
 def probe_file_probe(path: str, names: list[str] | None = None) -> Probe:
-    """Every differential probe of a file (or those in `names`), run together.
+    """Every matched pair of the probe file at `path` (or those in `names`), read when the probe runs.
 
-    Each side runs once for the whole file (one process imports torch or jax once),
-    and every probe still gets its own inputs, outputs and result.
+    See `pairs_probe`, which runs them.
     """
 
     def probe(ctx: ProbeContext) -> list[ProbeResult]:
-        file = Path(path)
-        found = probe_names(file)
+        file = read_probe_file(path)
+        found = file.names()
         chosen = {n: found[n] for n in (names if names is not None else sorted(found)) if n in found}
         missing = sorted(set(names or []) - set(found))
         if missing:
-            raise ProbeFileError(f"{file}: no probe named {', '.join(missing)}")
-        rerun = {n: {"path": str(file), "name": n} for n in chosen}
-        return run_matched_probes(ctx, file, chosen, rerun=rerun)
+            raise ProbeFileError(f"{file.path}: no probe named {', '.join(missing)}")
+        return pairs_probe(file, chosen)(ctx)
+
+    return probe
+
+
+def pairs_probe(file: ProbeFile, pairs: dict[str, dict]) -> Probe:
+    """Matched pairs of a probe file as read, run together.
+
+    Each side runs once for the whole file (one process imports torch or jax once),
+    and every probe still gets its own inputs, outputs and result.
+
+    Args:
+        file: the probe file as read (`probes.probe_format.read_probe_file`): its text is
+            what both sides run.
+        pairs: probe name -> metadata, as `file.names()` gives them.
+    """
+    rerun = {n: {"path": str(file.path), "name": n} for n in pairs}
+
+    def probe(ctx: ProbeContext) -> list[ProbeResult]:
+        return run_matched_probes(ctx, file, pairs, rerun=rerun)
 
     return probe
 
@@ -107,22 +125,22 @@ def _property(file: Path, name: str, meta: dict) -> Property:
     return Property(id=pid, kind=kind, level=level, description=description)
 
 
-def prepare_root(ctx: ProbeContext, file: Path, names: list[str]) -> Path:
+def prepare_root(ctx: ProbeContext, file: ProbeFile, names: list[str]) -> Path:
     """A fresh directory under the work directory for one file's probes: its driver, the file, a slot per probe."""
-    digest = hashlib.sha1(f"{file.resolve()}:{','.join(names)}".encode()).hexdigest()[:8]
-    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", file.stem)[:40]
+    digest = hashlib.sha1(f"{file.path.resolve()}:{','.join(names)}".encode()).hexdigest()[:8]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", file.path.stem)[:40]
     root = ctx.workdir / "probes" / f"{slug}-{digest}"
     if root.exists():
         remove_tree(root)  # the sides wrote here: any depth
     for name in names:
         (root / slot(name) / "inputs").mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
-    shutil.copy(file, root / "probe.py")
+    (root / "probe.py").write_bytes(file.data)
     return root
 
 
 def run_matched_probes(
-    ctx: ProbeContext, file: Path, probes: dict[str, dict], *, rerun: dict[str, dict]
+    ctx: ProbeContext, file: ProbeFile, probes: dict[str, dict], *, rerun: dict[str, dict]
 ) -> list[ProbeResult]:
     """Run matched differential probes of one file and decide each outcome (see the module docstring).
 
@@ -132,7 +150,7 @@ def run_matched_probes(
     """
     names = list(probes)
     root = prepare_root(ctx, file, names)
-    sha1 = hashlib.sha1(file.read_bytes()).hexdigest()
+    sha1 = hashlib.sha1(file.data).hexdigest()
     timeout = ctx.timeout_s + sum(float(m.get("timeout_s") or 0) for m in probes.values())
     wants_f64 = {n for n, m in probes.items() if m.get("noise", "float64") == "float64"}
     runs = []
@@ -175,7 +193,7 @@ def run_matched_probes(
         context = base_context(ctx, "probes.differential:differential_probe", **rerun[name])
         context.update(
             {
-                "probe_file": str(file),
+                "probe_file": str(file.path),
                 "probe_name": name,
                 "dtype": ctx.dtype,
                 "component": meta.get("component"),
@@ -193,7 +211,7 @@ def run_matched_probes(
         results.append(
             decide_matched(
                 ctx,
-                _property(file, name, meta),
+                _property(file.path, name, meta),
                 meta,
                 context,
                 root / slot(name),

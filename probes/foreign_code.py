@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterator
 
-from probes.audit import Finding
+from probes.audit_base import Finding
 
 # Native names a framework goes by in headers and link lines, beyond its own name.
 NATIVE_NAMES = {

@@ -2,7 +2,7 @@
 
 The Python audit (`probes.audit`) reads `.py` files only; a candidate could still
 depend on torch through a file it never reads. This module parses those files
-(never runs them) and reports `probes.audit.Finding`s; the code among them is read
+(never runs them) and reports `probes.audit_base.Finding`s; the code among them is read
 with tree-sitter by `probes.foreign_code`:
 
 - shell scripts (`*.sh`, `*.bash`, or a shell shebang), parsed with tree-sitter-bash:
@@ -36,7 +36,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-from probes.audit import SKIP_DIRS, Finding
+from probes.audit_base import SKIP_DIRS, Finding
 from probes.foreign_code import CodeAuditor
 
 MAX_FILE_BYTES = 1_000_000

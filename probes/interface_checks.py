@@ -3,7 +3,7 @@
 The built-in checks every task gets are imports, independence and the migration
 audit. What else a candidate must do (trace under jit, give live gradients, convert
 a checkpoint into its own parameter tree, run its entry points) depends on names only
-the task knows: `[metadata.twin.interface]` (`benchmark_adapter.interface`) declares
+the task knows: `[metadata.twin.interface]` (`benchmark_adapter.task.interface`) declares
 them. `interface_check(task)` runs the checks the declaration gives something to run
 with (the template `probes/interface_probe.py`, candidate side only);
 `check_plan(task)` says which ran and which could not, and why.
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.task import Task
+from benchmark_adapter.task.model import Task
 from evidence_store.records import ProbeResult
 from probes.base import Probe
-from probes.checks import run_candidate_checks
+from probes.checks import checks_probe, chosen_checks
 from probes.context import ProbeContext
+from probes.probe_format import read_probe_file
 
 TEMPLATE = Path(__file__).with_name("interface_probe.py")
 ALWAYS = ["imports", "independence", "audit.wrapping", "audit.vendored", "audit.transliteration"]
@@ -89,6 +90,7 @@ def interface_check() -> Probe:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "interface_checks.py"
         path.write_text(probe_file_text(ctx.task))
-        return run_candidate_checks(ctx, path, [name.removeprefix("check_") for name in names])
+        file = read_probe_file(path)
+        return checks_probe(file, chosen_checks(file, [name.removeprefix("check_") for name in names]))(ctx)
 
     return probe

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from probes.audit import python_files, read_source
+from probes.audit_base import python_files, read_source
 
 SKIP_DIRS = {"tests", "test", "__pycache__", ".git", "build", "dist", ".venv", "venv"}
 
@@ -79,6 +79,17 @@ def import_roots(candidate: Path, declared: list[str] | None) -> list[str]:
     return [*ordered, ""]
 
 
+def dotted_name(rel: str | Path) -> str:
+    """The dotted name of a module file relative to the directory it is imported from.
+
+    'pkg/model.py' -> 'pkg.model'; 'pkg/__init__.py' -> 'pkg'; a top-level '__init__.py' -> ''.
+    """
+    parts = list(Path(rel).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
 def module_name(rel: str | Path, roots: list[str]) -> str:
     """The dotted name a candidate file is imported as under the first root holding it.
 
@@ -92,10 +103,7 @@ def module_name(rel: str | Path, roots: list[str]) -> str:
             inner = rel.relative_to(root)
         else:
             continue
-        parts = list(inner.with_suffix("").parts)
-        if parts and parts[-1] == "__init__":
-            parts = parts[:-1]
-        return ".".join(parts)
+        return dotted_name(inner)
     return ".".join(rel.with_suffix("").parts)
 
 

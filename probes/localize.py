@@ -21,8 +21,9 @@ import ast
 from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from probes.audit import python_files
+from probes.audit_base import python_files
 from probes.base import base_context
+from probes.layout import dotted_name
 from probes.probe_format import PLANTED_KIND
 from probes.suite import load_probe_file, run_probes, task_probes
 
@@ -32,13 +33,6 @@ LOCALIZATION = Property(
     level=2,
     description="The first component of the original whose migrated counterpart diverges.",
 )
-
-
-def _module_name(root: Path, path: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
 
 
 def _resolve_relative(module: str, is_package: bool, level: int, target: str | None) -> str:
@@ -62,7 +56,7 @@ def module_graph(source: Path):
     # `self.` or their class, never by a bare name).
     defined: dict[str, dict[str, str]] = {}
     for path in python_files(source):
-        name = _module_name(source, path)
+        name = dotted_name(path.relative_to(source))
         if not name:
             continue
         try:

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from probes.context import ProbeContext
+from probes.probe_format import ProbeFile
 from probes.sides import _read_run, run_side, slot
 
 REFERENCE_OUTS = ("ref", "ref64", "ref2")
@@ -42,7 +43,7 @@ def reseeded(probes: dict[str, dict]) -> frozenset[str]:
 def reference_runs(
     ctx: ProbeContext,
     root: Path,
-    file: Path,
+    file: ProbeFile,
     names: list[str],
     runs: list[dict],
     timeout,
@@ -61,7 +62,7 @@ def reference_runs(
     key = hashlib.sha1(
         "|".join(
             [
-                file.read_text(errors="replace"),
+                file.data.decode(errors="replace"),
                 ",".join(names),
                 str(ctx.seed),
                 ctx.dtype,

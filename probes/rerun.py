@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
@@ -97,7 +98,7 @@ def rerun_record(
     if context_builder is not None:
         results = probe(context_builder(task_dir, candidate_dir, carried))
     else:
-        with run_suite(task_dir, candidate_dir, [probe], **_run_options(carried)) as suite:
+        with run_suite(load_task(task_dir), candidate_dir, [probe], **_run_options(carried)) as suite:
             results = suite.results
     result = _as_result(results, original)
     # What the original kept (seeds, versions, commit) still describes this execution unless

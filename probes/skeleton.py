@@ -16,6 +16,9 @@ from pathlib import Path
 import libcst as cst
 from pydantic import BaseModel, Field
 
+from probes.audit_base import python_files
+from probes.layout import dotted_name
+
 MAX_PROBES = 24
 """Components given a probe of their own; the rest are listed in a comment."""
 SKIPPED_PARTS = {"tests", "test", "docs", "examples", "scripts", "build", "dist", "setup.py", "conftest.py"}
@@ -45,7 +48,7 @@ def public_components(source: Path) -> list[Component]:
     A file that does not parse is skipped (it is the original's, not ours to judge).
     """
     found = []
-    for path in sorted(source.rglob("*.py")):
+    for path in sorted(python_files(source)):
         rel = path.relative_to(source)
         if any(part.startswith((".", "_")) and part != "__init__.py" for part in rel.parts):
             continue
@@ -55,8 +58,7 @@ def public_components(source: Path) -> list[Component]:
             tree = cst.parse_module(path.read_text(errors="replace"))
         except (cst.ParserSyntaxError, ValueError, OSError):
             continue
-        module = ".".join(rel.with_suffix("").parts)
-        module = module.removesuffix(".__init__") if module != "__init__" else source.name
+        module = dotted_name(rel) or source.name  # a top-level __init__.py: the package itself
         found += _components(tree, module)
     return found
 

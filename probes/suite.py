@@ -4,7 +4,8 @@
   independence, the static audit) and those its declared interface allows.
 - `task_probes(task)`: the bundled probe library for a known task
   (`probes/library/<task name>/*.py`), written from the task's visible parts only.
-- `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`).
+- `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`),
+  read and parsed once (`file_probes` of the parsed file): every probe runs that text.
 - `run_probes(ctx, probes)`: run them; a probe that raises becomes a
   not_established result with its trace, never an exception.
 - `run_suite(task, candidate, probes, ...)`: the one way to run a suite on a
@@ -23,14 +24,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmark_adapter.task import Task
+from benchmark_adapter.task.model import Task
 from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
-from probes.checks import audit_check, file_checks, imports_check
+from probes.checks import audit_check, checks_probe, imports_check
 from probes.context import ProbeContext, make_context
-from probes.differential import probe_file_probe
+from probes.differential import pairs_probe
 from probes.interface_checks import declared_checks, interface_check
-from probes.probe_format import ProbeFileError, probe_names
+from probes.probe_format import ProbeFile, ProbeFileError, read_probe_file
 from probes.services.families import inferred_services
 from probes.services.probe_file import SearchBudget, read_services, service_probes
 
@@ -87,9 +88,9 @@ def task_probes(task: Task | str, budget=None) -> list[Probe]:
     Args:
         budget: a `probes.services.probe_file.SearchBudget` for its counterexample searches.
     """
-    files = library_files(task)
-    probes = [probe for path in files for probe in load_probe_file(path, budget)]
-    if isinstance(task, Task) and not any(read_services(path) for path in files):
+    files = [read_probe_file(path) for path in library_files(task)]
+    probes = [probe for file in files for probe in file_probes(file, budget)]
+    if isinstance(task, Task) and not any(read_services(file) for file in files):
         # Without stated requests, a web app's own routes are searched (probes.services.families).
         spec = inferred_services(task)
         if spec is not None:
@@ -111,20 +112,30 @@ def load_probe_file(path: Path | str, budget=None) -> list[Probe]:
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ProbeFileError(f"probe file not found: {path}")
-    services = read_services(path)
+    return file_probes(read_probe_file(path), budget)
+
+
+def file_probes(file: ProbeFile, budget=None) -> list[Probe]:
+    """The probes of a probe file read once: the parsed file is what every probe runs.
+
+    Raises:
+        ProbeFileError: the file is not a probe file (see `probes/README.md`).
+    """
+    services = read_services(file)
     try:
-        pairs = probe_names(path)
-        checks = probe_names(path, checks=True)
+        pairs = file.names()
+        checks = file.names(checks=True)
     except ProbeFileError as exc:
         if services is None or "defines no probe" not in str(exc):
             raise
         pairs, checks = {}, {}  # a file may state services only
-    probes = [_named(probe_file_probe(str(path)), path.stem)] if pairs else []
+    stem = file.path.stem
+    probes = [_named(pairs_probe(file, pairs), stem)] if pairs else []
     if checks:
-        probes.append(_named(file_checks(str(path)), f"{path.stem}:checks"))
+        probes.append(_named(checks_probe(file, checks), f"{stem}:checks"))
     if services is not None:
-        found = service_probes(path, services, budget or SearchBudget())
-        probes += [_named(p, f"{path.stem}:services") for p in found]
+        found = service_probes(file.path, services, budget or SearchBudget())
+        probes += [_named(p, f"{stem}:services") for p in found]
     return probes
 
 
@@ -193,7 +204,7 @@ class SuiteRun(NamedTuple):
 
 @contextmanager
 def run_suite(
-    task: Task | Path | str,
+    task: Task,
     candidate: Path | str,
     probes: list[Probe],
     *,
@@ -209,7 +220,7 @@ def run_suite(
     caller named, or asked to keep, stays).
 
     Args:
-        task: a loaded task or its directory.
+        task: the loaded task (`benchmark_adapter.task.loader`).
         candidate: the candidate work tree (host path).
         probes: what to run (`builtin_checks`, `task_probes`, `load_probe_file`, factories).
         jobs: probes run at once.

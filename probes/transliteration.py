@@ -25,6 +25,8 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from probes.audit_base import python_files, read_source
+
 FRAMEWORKS = {
     "torch",
     "jax",
@@ -184,8 +186,6 @@ def find_transliterations(
     candidate: Path, source: Path, *, forbidden: list[str]
 ) -> list[Transliteration]:
     """Candidate files that restate a framework-using original file (best match per candidate file)."""
-    from probes.audit import python_files, read_source
-
     originals = []
     for path in python_files(source):
         stmts = statements(read_source(path), forbidden)

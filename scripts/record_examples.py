@@ -24,11 +24,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmark_adapter.defects import Defect  # noqa: E402
-from benchmark_adapter.task import load_task  # noqa: E402
-from harness.cli.migrate import run_migration  # noqa: E402
+from benchmark_adapter.grading.defects import Defect  # noqa: E402
+from benchmark_adapter.task.loader import load_task  # noqa: E402
 from harness.run.directory import RunConfig  # noqa: E402
+from harness.run.migration import run_migration  # noqa: E402
 from harness.run.session import RunInputs  # noqa: E402
+from harness.scaffolds.registry import SCAFFOLDS  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"
@@ -179,7 +180,7 @@ def record(task: str, scaffold: str) -> Path:
         )
         inputs = RunInputs.create(Path(tmp) / "runs", config, loaded, "record")
         run = inputs.run
-        print(run_migration(inputs))
+        print(run_migration(inputs, SCAFFOLDS))
         out = EXAMPLES / task / f"{scaffold}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(run.trajectory, out)

@@ -49,6 +49,6 @@ def probe_workdirs(monkeypatch, tmp_path) -> list[Path]:
 
 @pytest.fixture(autouse=True)
 def _skip_task_check(monkeypatch):
-    """`twin migrate` and `twin bench` check their task first (benchmark_adapter.check); tests of
+    """`twin migrate` and `twin bench` check their task first (benchmark_adapter.grading.check); tests of
     anything else skip that (tests/benchmark_adapter/test_check.py removes this to test it)."""
     monkeypatch.setenv("TWIN_SKIP_TASK_CHECK", "1")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.bench.schema import TrialSpec
+from benchmark_adapter.task.model import Task
 from harness.run.directory import RunDir
 
 
-def post_run_failures(spec: TrialSpec, run_dir: Path, sandbox: str) -> list[dict]:
+def post_run_failures(task: Task, run_dir: Path, sandbox: str) -> list[dict]:
     """Run the same built-in checks on every scaffold's final candidate (after the run).
 
     The twin loop's own evidence cannot be compared with a base scaffold that has none,
@@ -16,7 +16,6 @@ def post_run_failures(spec: TrialSpec, run_dir: Path, sandbox: str) -> list[dict
     """
     import tempfile
 
-    from benchmark_adapter.task import load_task
     from harness.run.candidate_repo import CandidateRepo
     from probes.suite import builtin_checks, run_suite
 
@@ -24,7 +23,6 @@ def post_run_failures(spec: TrialSpec, run_dir: Path, sandbox: str) -> list[dict
     state = run.load_state()
     if state.final_round is None:
         return []
-    task = load_task(spec.task)
     repo = CandidateRepo(run.candidate, run.candidate_git)
     with tempfile.TemporaryDirectory(prefix="twin-post-") as tmp:
         snapshot = repo.export(state.final_round, Path(tmp) / "candidate")

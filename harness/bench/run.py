@@ -11,29 +11,35 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from benchmark_adapter.task.model import Task
 from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
 from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
-from harness.bench.trials import collect_trial, trial_command
+from harness.bench.trials import collect_trial, prepare_trial
+from harness.ground.untrusted_io import write_text_atomic
 from harness.models.ledger import LEDGER_ENV, Ledger
-from harness.run.directory import write_text_atomic
 
 
 def run_bench(
     config: BenchConfig,
     benches_dir: Path = Path("benches"),
     *,
+    tasks: Mapping[Path, Task] | None = None,
     on_trial: Callable[[TrialResult], None] | None = None,
 ) -> BenchResults:
-    """Run (or resume) a bench; return its results."""
-    for task in config.tasks:
-        from benchmark_adapter.task import load_task
+    """Run (or resume) a bench; return its results.
 
-        load_task(task)
+    Args:
+        tasks: the bench's tasks as the command loaded them, by directory; one not given is
+            loaded here. Each is loaded once, before any trial starts.
+    """
+    from benchmark_adapter.task.loader import load_task
+
+    loaded = {path: (tasks or {}).get(path) or load_task(path) for path in config.tasks}
     bench = BenchDir(benches_dir / config.name)
     bench.root.mkdir(parents=True, exist_ok=True)
     if bench.results_path.is_file():
@@ -63,14 +69,14 @@ def run_bench(
 
     def launch(spec: TrialSpec) -> tuple[list[str], Path]:
         run_dir = bench.runs / spec.trial_id
-        return trial_command(spec, config, run_dir.resolve()), run_dir
+        return prepare_trial(spec, config, run_dir.resolve()), run_dir
 
     def record(spec: TrialSpec, code: int, started: float, model_and_grader_s: float) -> TrialResult:
         # model_and_grader_s: time inside the trial's own process; the rest is the bench's
         attempts_n[spec.trial_id] += 1
-        result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id])
+        result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id], rounds=config.rounds)
         if result.status == "ok":
-            result.failures = post_run_failures(spec, bench.runs / spec.trial_id, config.sandbox)
+            result.failures = post_run_failures(loaded[spec.task], bench.runs / spec.trial_id, config.sandbox)
         result.trial_wall_s = time.monotonic() - started
         results.trials[spec.trial_id] = result
         results.overhead_s[spec.trial_id] = max(0.0, result.trial_wall_s - model_and_grader_s)

@@ -1,6 +1,8 @@
-"""One trial: its `twin migrate` command, the process that runs it, and the result read from its run directory.
+"""One trial: its run directory, the `twin migrate` process that runs it, and the result read from that directory.
 
-A trial whose run directory exists is resumed, never started again. How a trial ended
+The bench writes each trial's `RunConfig` and a fresh state into the trial's run
+directory once, then starts `twin migrate --resume DIR` on it, the first time as
+after a kill: a trial's settings are never re-built as command-line flags. How a trial ended
 is read from its run directory: an infrastructure failure (twin's own machinery:
 model provider, a sandbox that could not start, a grader reporting its own failure)
 is `infra_failed`, never scored; a run that stopped on an error of twin's is graded
@@ -16,38 +18,37 @@ from pathlib import Path
 
 from harness.bench.schema import BenchConfig, TrialResult, TrialSpec
 from harness.ground.errors import InfraFailure
-from harness.run.directory import RunDir
+from harness.run.directory import RunConfig, RunDir, RunState
 
 
-def trial_command(spec: TrialSpec, config: BenchConfig, run_dir: Path) -> list[str]:
-    """The `twin migrate` command of a trial (a resume when its run directory exists)."""
-    base = [sys.executable, "-m", "harness.cli", "migrate"]
-    if (run_dir / "config.json").is_file():
-        return [*base, "--resume", str(run_dir)]
-    command = [
-        *base,
-        "--task",
-        str(spec.task),
-        "--model",
-        spec.model_name,
-        "--scaffold",
-        spec.scaffold,
-        "--rounds",
-        str(config.rounds),
-        "--seed",
-        str(spec.seed),
-        "--runs-dir",
-        str(run_dir.parent),
-        "--run-id",
-        run_dir.name,
-        "--sandbox",
-        config.sandbox,
-    ]
-    if config.api_base:
-        command += ["--api-base", config.api_base]
-    if config.model_retries is not None:
-        command += ["--model-retries", str(config.model_retries)]
-    return command
+def trial_config(spec: TrialSpec, config: BenchConfig) -> RunConfig:
+    """The `RunConfig` of one trial of the bench `config`.
+
+    Raises:
+        RunError: a setting the run refuses (e.g. an empty model name).
+    """
+    model = {"name": spec.model_name, "api_base": config.api_base, "retries": config.model_retries}
+    return RunConfig.build(
+        task=spec.task.expanduser().resolve(),
+        model={k: v for k, v in model.items() if v is not None},
+        scaffold=spec.scaffold,
+        rounds=config.rounds,
+        seed=spec.seed,
+        sandbox=config.sandbox,
+    )
+
+
+def prepare_trial(spec: TrialSpec, config: BenchConfig, run_dir: Path) -> list[str]:
+    """Write the trial's run directory unless it has one; return the command that runs (or resumes) it.
+
+    The state is written first and `config.json` last: a directory with `config.json` is a run.
+    """
+    run = RunDir(run_dir)
+    if not run.config_path.is_file():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run.save_state(RunState(run_id=run_dir.name))
+        run.write_config(trial_config(spec, config))
+    return [sys.executable, "-m", "harness.cli", "migrate", "--resume", str(run_dir)]
 
 
 def trial_log(run_dir: Path) -> Path:
@@ -69,8 +70,8 @@ def timed_trial_process(command: list[str], log: Path, env: dict[str, str]) -> t
     return code, time.monotonic() - started
 
 
-def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int) -> TrialResult:
-    """Read a finished trial's run directory into a `TrialResult`."""
+def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int, *, rounds: int) -> TrialResult:
+    """Read a finished trial's run directory into a `TrialResult`; `rounds` is the bench's (and so the trial's)."""
     from harness.run.finish import RunGrades
 
     result = TrialResult(
@@ -108,7 +109,7 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
         result.error = "; ".join(g.error for g in grades.rounds if g.error)
     result.model_label = grades.model
     result.snapshot_rewards = {g.round: g.reward for g in grades.rounds}
-    for r in range(1, run.load_config().rounds + 1):
+    for r in range(1, rounds + 1):
         chosen = state.choice_with_rounds(r)
         result.rewards[r] = result.snapshot_rewards.get(chosen) if chosen else None
         if result.rewards[r] is None and result.status == "ok" and state.stop_reason.startswith("error:"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -65,20 +64,20 @@ def bench_command(
         infra_retries=retries,
         retry_backoff_s=backoff,
     )
-    from benchmark_adapter.task_environment import load_task_for_sandbox
-    from harness.cli.task import SKIP_CHECK_ENV, check_before_run
+    from benchmark_adapter.task.loader import load_task_for_sandbox
+    from harness.cli.task import check_before_run
 
-    for task in config.tasks:  # under docker each task's image built once; its notes on stderr
-        check_before_run(load_task_for_sandbox(task, sandbox), sandbox, skip=skip_task_check)
-    if skip_task_check:
-        os.environ[SKIP_CHECK_ENV] = "1"  # the trials' own `twin migrate` skip it too
+    loaded = {}
+    for task in config.tasks:  # each loaded once (under docker its image built); its notes on stderr; checked once
+        loaded[task] = load_task_for_sandbox(task, sandbox)
+        check_before_run(loaded[task], sandbox, skip=skip_task_check)
     console = agent_console()
 
     def show(result) -> None:
         reward = "-" if result.reward is None else numbers.reward(result.reward)
         console.print(f"{result.trial_id}: {result.status} reward={reward} ${result.cost_usd:.4f}", highlight=False)
 
-    results = run_bench(config, benches_dir, on_trial=show)
+    results = run_bench(config, benches_dir, tasks=loaded, on_trial=show)
     done = sum(t.status == "ok" for t in results.trials.values())
     console.print(f"bench {config.name}: {done}/{len(results.trials)} trials scored — {benches_dir / config.name}")
     if report:

@@ -9,12 +9,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from benchmark_adapter.grader import oracle_copy, run_grader
+from benchmark_adapter.grading.grader import oracle_copy, run_grader
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
 from harness.ground.terminal import agent_console, styled
-from harness.run.directory import write_text_atomic
+from harness.ground.untrusted_io import write_text_atomic
 
 
 def grade_command(

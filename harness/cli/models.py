@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from harness.ground.terminal import agent_console
-from harness.models.factory import API_BASE_ENV, API_KEY_ENV, MODEL_ENV, model_kind
+from harness.models.config import API_BASE_ENV, API_KEY_ENV, MODEL_ENV, parse_model_name
 
 PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "openai": ("OPENAI_API_KEY",),
@@ -44,7 +44,7 @@ KEYLESS = {"ollama", "ollama_chat", "replay", "scripted", "inbox", "human"}
 
 def provider_of(model: str) -> str:
     """The provider a model string goes to: litellm's prefix, or a guess for bare names."""
-    kind = model_kind(model)
+    kind = parse_model_name(model).key
     if kind != "litellm":
         return kind
     if "/" in model:

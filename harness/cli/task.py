@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from benchmark_adapter.authoring import new_task
-from benchmark_adapter.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
+from benchmark_adapter.grading.authoring import new_task
+from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
 from evidence_store import numbers
 from harness.cli import options
 from harness.cli.grade import grade_output_tail
@@ -16,7 +16,6 @@ from harness.ground.errors import TwinError
 from harness.ground.terminal import agent_console, styled
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories, and check them.")
-SKIP_CHECK_ENV = "TWIN_SKIP_TASK_CHECK"
 
 
 @app.command("new")
@@ -85,7 +84,7 @@ def check_command(
     output_dir: options.OutputDir = None,
 ) -> None:
     """Grade the task's oracle (>= 0.97), an empty candidate (0) and its seeded defects, as a run would."""
-    from benchmark_adapter.sweep import load_defects
+    from benchmark_adapter.grading.sweep import load_defects
 
     loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     path = None if no_defects else defects or default_defects(loaded)

@@ -5,6 +5,8 @@
 command may see or do), `isolation` (the policy that builds every sandbox's boundary),
 `agent_tree` (how agent-written trees are read, copied and removed without trusting
 them), `untrusted_io` (single files read and written in directories another uid can
-write) and `terminal` (the console on which agent text is never markup). Modules here
-import only each other; `tests/test_layers.py` holds every package to its floor.
+write, and every record twin writes whole: `write_text_atomic`), `trajectory` (the
+typed record of every model and tool call, which the model clients append to and the
+run resumes from) and `terminal` (the console on which agent text is never markup).
+Modules here import only each other; `tests/test_layers.py` holds every package to its floor.
 """

@@ -97,6 +97,13 @@ class Boundary(BaseModel):
             "For the grader, whose test.sh sandboxes the candidate itself; never for roles."
         ),
     )
+    image: str | None = Field(
+        default=None,
+        description=(
+            "The image a container sandbox runs on: a published task's own, built from its environment/ "
+            "(`Task.image`). None: the sandbox's default. Sandboxes without images lay the files out."
+        ),
+    )
 
     _hidden_inodes: set[tuple[int, int]] | None = PrivateAttr(default=None)
 
@@ -193,6 +200,21 @@ class Boundary(BaseModel):
         if self.is_hidden_inode(resolved):
             self.refuse("resolve", inside_path, "is a hard link to a hidden file")
         return resolved, mount
+
+    def inside_of(self, host_path: Path) -> str | None:
+        """Where a host path appears inside: through the innermost mount that contains it (None: none does).
+
+        The inverse of `to_host` for paths the sandbox builds its command line from (site
+        directories, hidden roots, programs); nothing is resolved or refused here.
+        """
+        innermost = None
+        for mount in self.mounts:
+            if host_path == mount.host or mount.host in host_path.parents:
+                if innermost is None or len(mount.host.parts) > len(innermost.host.parts):
+                    innermost = mount
+        if innermost is None:
+            return None
+        return os.path.normpath(f"{innermost.inside}/{host_path.relative_to(innermost.host)}")
 
     def is_hidden(self, host_path: Path) -> bool:
         """Whether a resolved host path is, or lies under, a hidden root."""

@@ -80,6 +80,9 @@ class Layout(BaseModel):
         description="Roles only: the original and the assets again where the roles' prompts say they are.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="The task image's ENV (published tasks).")
+    image: str | None = Field(
+        default=None, description="The image built for a published task (docker sandbox), passed to every boundary."
+    )
 
 
 # ---- the fixed parts ---------------------------------------------------------------------------
@@ -239,6 +242,7 @@ def role_boundary(
         limits=limits or default_limits(),
         workdir=layout.candidate_mount,
         audit_log=audit_log,
+        image=layout.image,
     )
 
 
@@ -289,6 +293,7 @@ def probe_boundary(
         limits=default_limits().model_copy(update={"wall_s": wall_s}),
         workdir=PROBE_WORK if isolated else str(work),
         audit_log=audit_log,
+        image=layout.image,
     )
 
 
@@ -332,6 +337,7 @@ def grader_boundary(
         workdir=GRADER_TESTS,
         audit_log=audit_log,
         nested_sandbox=True,
+        image=layout.image,
     )
 
 
@@ -359,6 +365,7 @@ def solve_boundary(layout: Layout, *, solution: Path, workdir: str | None, wall_
         env=layout.env,
         limits=default_limits().model_copy(update={"wall_s": wall_s}),
         workdir=workdir or layout.candidate_mount,
+        image=layout.image,
     )
 
 

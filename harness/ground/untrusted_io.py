@@ -16,7 +16,7 @@ or write twin does there goes through this module:
 - `write_atomic` writes a new file under a random temporary name created with
   `O_CREAT | O_EXCL | O_NOFOLLOW` (a link planted at that name is never written
   through), then renames it over the final name (a link planted there is
-  replaced, never followed);
+  replaced, never followed); `write_text_atomic` is the same for a text file at a path;
 - `overwrite_regular` rewrites a file of a tree the agent owns in place, never
   through a link and never blocking on a FIFO;
 - `Folder` holds a directory open (`O_DIRECTORY | O_NOFOLLOW`) and does all of the
@@ -162,6 +162,11 @@ def write_atomic(directory: Path | str | int, name: str, data: bytes, *, mode: i
         _write_atomic_at(dir_fd, name, data, mode)
     finally:
         os.close(dir_fd)
+
+
+def write_text_atomic(path: Path, data: str) -> None:
+    """`write_atomic` of UTF-8 text at `path`: the run's and the bench's own records (config, state, grades)."""
+    write_atomic(path.parent, path.name, data.encode("utf-8"))
 
 
 def _write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from harness.ground.model import Message, ModelReply, ToolSchema
-from harness.run.trajectory import json_line
+from harness.ground.trajectory import json_line
 
 CACHE_SCHEMA_VERSION = 1
 

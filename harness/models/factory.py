@@ -1,7 +1,7 @@
-"""`make_model(name)`: the model a run uses, chosen by name, recording and budgeted.
+"""`make_model(config)`: the model a run uses, chosen by its name's kind, recording and budgeted.
 
-The registry `MODEL_KINDS` maps a kind to its builder; each builder imports its
-module only when it is used:
+The registry `MODEL_KINDS` maps a kind (`ModelConfig.kind`, parsed once from the
+name) to its builder; each builder imports its module only when it is used:
 
 - `replay:PATH`   → `ReplayModel` (the assistant turns of a recorded trajectory);
 - `scripted:PATH` → `ScriptedModel` (a JSON/YAML list of replies);
@@ -38,15 +38,9 @@ from harness.ground.model import (
     ToolSchema,
     Usage,
 )
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
 from harness.models.budget import BudgetTracker
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
-
-MODEL_ENV = "TWIN_MODEL"
-"""Environment variable naming the model when none is given."""
-API_BASE_ENV = "TWIN_API_BASE"
-"""Environment variable with a base URL override."""
-API_KEY_ENV = "TWIN_API_KEY"
-"""Environment variable with a key that overrides the provider's own variable."""
+from harness.models.config import API_BASE_ENV, API_KEY_ENV, KIND_KEYS, ModelConfig
 
 
 class MeteredModel:
@@ -56,6 +50,7 @@ class MeteredModel:
         inner: the model that answers.
         trajectory: where each call (and each failed call) is recorded; None records nothing.
         budget: the run's shared budget; None means unlimited.
+        tokenizer: the litellm model whose tokenizer counts a reply that reported no tokens; None: a default one.
     """
 
     def __init__(
@@ -64,12 +59,14 @@ class MeteredModel:
         *,
         trajectory: Trajectory | None = None,
         budget: BudgetTracker | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         self.inner = inner
         self.name = inner.name
         self.label: str = getattr(inner, "label", inner.name)
         self.trajectory = trajectory
         self.budget = budget
+        self.tokenizer = tokenizer
 
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
@@ -110,8 +107,7 @@ class MeteredModel:
 
         answer = reply.as_message()
         text = (answer.get("content") or "") + (json.dumps(answer["tool_calls"]) if answer.get("tool_calls") else "")
-        tokenizer = self.name if model_kind(self.name) == "litellm" else None
-        return estimate_usage(messages, tools, text, model=tokenizer)
+        return estimate_usage(messages, tools, text, model=self.tokenizer)
 
     def _record_error(self, role: str, exc: Exception, latency_s: float) -> None:
         if self.trajectory is None:
@@ -135,22 +131,15 @@ class MeteredModel:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelOptions:
-    """Everything a model builder may need besides the name's argument."""
+    """What a model builder is given: the model's settings and the run's objects it records into."""
 
+    config: ModelConfig
     trajectory: Trajectory | None = None
     budget: BudgetTracker | None = None
-    api_base: str | None = None
     api_key: str | None = None
-    cache_dir: Path | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    timeout_s: float = 600
-    max_retries: int = 5
-    backoff_s: float = 2.0
     start: int = 0
-    wait_s: float = 3600.0
 
 
 def _replay(argument: str, o: ModelOptions) -> Model:
@@ -169,7 +158,11 @@ def _inbox(argument: str, o: ModelOptions) -> Model:
     from harness.models.inbox import InboxModel
 
     return InboxModel(
-        Path(_path_of(argument, "inbox:")), wait_s=o.wait_s, start=o.start, trajectory=o.trajectory, budget=o.budget
+        Path(_path_of(argument, "inbox:")),
+        wait_s=o.config.wait_s,
+        start=o.start,
+        trajectory=o.trajectory,
+        budget=o.budget,
     )
 
 
@@ -182,22 +175,15 @@ def _human(argument: str, o: ModelOptions) -> Model:
     return HumanModel(trajectory=o.trajectory, evidence_path=evidence)
 
 
-def _litellm(name: str, o: ModelOptions) -> Model:
-    if o.max_retries < 0 or o.timeout_s <= 0:
-        raise TwinError("max_retries must be >= 0 and timeout_s > 0")
+def _litellm(argument: str, o: ModelOptions) -> Model:  # argument: the whole name, as o.config.name
     from harness.models.cache import ResponseCache
     from harness.models.litellm_client import LiteLLMModel
 
     return LiteLLMModel(
-        name,
-        api_base=o.api_base or os.environ.get(API_BASE_ENV) or None,
+        o.config,
+        api_base=o.config.api_base or os.environ.get(API_BASE_ENV) or None,
         api_key=o.api_key or os.environ.get(API_KEY_ENV) or None,
-        temperature=o.temperature,
-        max_tokens=o.max_tokens,
-        timeout_s=o.timeout_s,
-        max_retries=o.max_retries,
-        backoff_s=o.backoff_s,
-        cache=ResponseCache(o.cache_dir) if o.cache_dir is not None else None,
+        cache=ResponseCache(o.config.cache_dir) if o.config.cache_dir is not None else None,
     )
 
 
@@ -208,82 +194,41 @@ MODEL_KINDS: dict[str, Callable[[str, ModelOptions], Model]] = {
     "human": _human,
     "litellm": _litellm,
 }
-"""Model kinds by name; `model_kind()` says which one a model string selects."""
+"""Model kinds by name; `ModelConfig.kind` says which one a model name selects."""
 
-NOT_LIVE = {"replay": "replayed", "scripted": "scripted"}
-"""Kinds whose answers nobody reasoned out now, and how outputs label them."""
-
-
-def model_kind(name: str) -> str:
-    """The `MODEL_KINDS` key a model string selects ('litellm' for any provider string)."""
-    name = (name or "").strip()
-    if name == "human":
-        return "human"
-    prefix = name.split(":", 1)[0]
-    return prefix if ":" in name and prefix in MODEL_KINDS and prefix != "litellm" else "litellm"
+assert set(MODEL_KINDS) == set(KIND_KEYS), "MODEL_KINDS and harness.models.config.KindKey disagree"
 
 
 def make_model(
-    name: str,
+    config: ModelConfig,
     *,
     trajectory: Trajectory | None = None,
     budget: BudgetTracker | None = None,
-    api_base: str | None = None,
     api_key: str | None = None,
-    cache_dir: Path | None = None,
-    temperature: float | None = None,
-    max_tokens: int | None = None,
-    timeout_s: float = 600,
-    max_retries: int = 5,
-    backoff_s: float = 2.0,
-    replay_start: int = 0,
-    wait_s: float = 3600.0,
+    start: int = 0,
 ) -> MeteredModel:
-    """The model named `name`, recording into `trajectory` and charging `budget`.
+    """The model `config` names, recording into `trajectory` and charging `budget`.
 
     Args:
-        name: 'replay:PATH', 'scripted:PATH', 'inbox:DIR', 'human', or a litellm model string.
+        config: the model's name (already parsed into its kind) and settings.
         trajectory: the run's trajectory.
         budget: the run's budget tracker.
-        api_base: base URL override (else `TWIN_API_BASE`, else the provider's default).
-        api_key: key override (else `TWIN_API_KEY`, else the provider's own env var).
-        cache_dir: on-disk response cache for live models; None disables it.
-        temperature, max_tokens: sampling settings; provider defaults when None.
-        timeout_s: seconds per attempt.
-        max_retries: retries on rate limits, 5xx, timeouts and connection failures.
-        backoff_s: first retry delay (doubles each retry).
-        replay_start: the run's model calls so far (a resumed run): where `replay:`
-            continues, and the call position an `inbox:` request reports.
-        wait_s: for `inbox:`, how long to wait for each reply.
+        api_key: key override (else `TWIN_API_KEY`, else the provider's own env var); never written anywhere.
+        start: the run's model calls so far (a resumed run): where `replay:` continues, and the call
+            position an `inbox:` request reports.
 
     Raises:
-        TwinError: empty name, or a replay/script file or inbox folder that cannot be used.
+        TwinError: a replay/script file or inbox folder that cannot be used, or a name its kind refuses.
     """
-    name = (name or "").strip()
-    if not name:
-        raise TwinError(f"no model given: pass --model or set {MODEL_ENV} (see docs/models.md)")
-    options = ModelOptions(
-        trajectory=trajectory,
-        budget=budget,
-        api_base=api_base,
-        api_key=api_key,
-        cache_dir=cache_dir,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        backoff_s=backoff_s,
-        start=replay_start,
-        wait_s=wait_s,
-    )
-    kind = model_kind(name)
-    argument = name if kind == "litellm" else name[len(kind) :]
-    inner = MODEL_KINDS[kind](argument, options)
-    return MeteredModel(inner, trajectory=trajectory, budget=budget)
+    kind = config.kind
+    options = ModelOptions(config, trajectory=trajectory, budget=budget, api_key=api_key, start=start)
+    inner = MODEL_KINDS[kind.key](kind.argument, options)
+    tokenizer = config.name if kind.key == "litellm" else None
+    return MeteredModel(inner, trajectory=trajectory, budget=budget, tokenizer=tokenizer)
 
 
-def check_model(name: str, *, wait_s: float = 3600.0) -> None:
-    """Refuse a model string that cannot work before a run directory is made for it.
+def check_model(config: ModelConfig) -> None:
+    """Refuse a model that cannot work before a run directory is made for it.
 
     Builds the model without recording anything (a missing recording or script, an
     unusable inbox folder, a bad name fail here), and `human` needs a terminal.
@@ -291,8 +236,8 @@ def check_model(name: str, *, wait_s: float = 3600.0) -> None:
     Raises:
         TwinError: with the reason.
     """
-    make_model(name, wait_s=wait_s)
-    if model_kind(name) == "human" and not sys.stdin.isatty():
+    make_model(config)
+    if config.kind.is_person and not sys.stdin.isatty():
         raise TwinError("--model human needs a terminal on standard input (use inbox:DIR for programs)")
 
 

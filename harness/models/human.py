@@ -29,9 +29,9 @@ from evidence_store.store import EvidenceStore
 from harness.ground.errors import TwinError
 from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
 from harness.ground.terminal import agent_console, styled
+from harness.ground.trajectory import Trajectory
 from harness.models import human_syntax
 from harness.models.human_syntax import COMMANDS, AnswerError, Call, Command, Text, is_complete, parse_answer, usage
-from harness.run.trajectory import Trajectory
 
 Ask = Callable[[str], str]
 """Reads one line after showing a prompt; raises EOFError when input ends."""

@@ -38,8 +38,8 @@ from rich.console import Console
 from harness.ground.errors import TwinError
 from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema, Usage
 from harness.ground.terminal import agent_console
+from harness.ground.trajectory import Trajectory
 from harness.ground.untrusted_io import AgentFileError, Folder
-from harness.run.trajectory import Trajectory
 
 PROTOCOL = "twin-inbox/1"
 POLL_S = 0.1

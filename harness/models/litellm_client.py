@@ -30,6 +30,7 @@ from harness.ground.model import (
     Usage,
 )
 from harness.models.cache import ResponseCache
+from harness.models.config import ModelConfig
 
 MAX_BACKOFF_S = 60.0
 _litellm: Any = None
@@ -56,41 +57,33 @@ class LiteLLMModel:
     """A live model through litellm.
 
     Args:
-        name: a litellm model string: 'anthropic/claude-…', 'openai/gpt-…',
-            'ollama/qwen2.5-coder', or 'openai/<name>' with `api_base` for any
-            OpenAI-compatible server.
-        api_base: base URL override (e.g. 'http://127.0.0.1:8000/v1').
+        config: the model's settings; its name is a litellm model string: 'anthropic/claude-…',
+            'openai/gpt-…', 'ollama/qwen2.5-coder', or 'openai/<name>' with an api base for any
+            OpenAI-compatible server. Temperature and max_tokens None: the provider's defaults;
+            `retries` count after the first attempt, for infrastructure failures only; the first
+            backoff doubles each retry, with jitter, capped at 60 s.
+        api_base: the base URL to use (the config's, or an environment override; None: the provider's).
         api_key: key override; otherwise litellm reads the provider's env var.
-        temperature: sampling temperature; provider default when None.
-        max_tokens: completion token limit; provider default when None.
-        timeout_s: seconds per attempt.
-        max_retries: retries after the first attempt, for infrastructure failures only.
-        backoff_s: first backoff; doubles each retry, with jitter, capped at 60 s.
         cache: optional on-disk response cache.
     """
 
     def __init__(
         self,
-        name: str,
+        config: ModelConfig,
         *,
         api_base: str | None = None,
         api_key: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        timeout_s: float = 600,
-        max_retries: int = 5,
-        backoff_s: float = 2.0,
         cache: ResponseCache | None = None,
     ) -> None:
-        self.name = name
-        self.label = name
+        self.name = config.name
+        self.label = config.name
         self.api_base = api_base
         self._api_key = api_key
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        self.temperature = config.temperature
+        self.max_tokens = config.max_tokens
+        self.timeout_s = config.timeout_s
+        self.max_retries = config.retries
+        self.backoff_s = config.backoff_s
         self.cache = cache
 
     def __repr__(self) -> str:  # never shows the key

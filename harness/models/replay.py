@@ -27,7 +27,7 @@ from typing import Any
 from evidence_store.numbers import canonical
 from harness.ground.errors import TwinError
 from harness.ground.model import Message, ModelReply, ReplayDivergence, ToolSchema
-from harness.run.trajectory import ModelCallRecord, Trajectory
+from harness.ground.trajectory import ModelCallRecord, Trajectory
 
 SNIPPET_CHARS = 60
 

@@ -1,1 +1,2 @@
-"""One run: its configuration and directory, its session, the loop, the workspace and candidate repository, the Verifier's desk, the trajectory and the closing steps."""
+"""One run, what every scaffold shares: its configuration and directory, its session, the workspace and
+candidate repository, the trajectory, progress, the migration's course and the closing steps."""

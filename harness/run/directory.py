@@ -15,14 +15,16 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from harness.ground.errors import TwinError
-from harness.ground.untrusted_io import write_atomic
+from harness.ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
+from harness.models.config import ModelConfig, nest_model_settings
 
 STATE_VERSION = 1
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2
+"""2: the model's settings in one `model` table (1 kept them flat beside the run's; still read)."""
 Scaffold = Literal["twin", "base", "mini-swe-agent"]
 """Scaffold names; `harness.scaffolds.registry.SCAFFOLDS` maps each to its implementation."""
 Step = Literal["diagnose", "migrate", "verify"]
@@ -38,14 +40,12 @@ class RunConfig(BaseModel):
 
     schema_version: int = Field(default=CONFIG_VERSION, description="config.json format version.")
     task: Path = Field(description="The task directory (Harbor format).")
-    model: str = Field(description="litellm model string, or replay:PATH, scripted:PATH, inbox:DIR, human.")
+    model: ModelConfig = Field(description="The model: its name and settings (a bare name is accepted too).")
     scaffold: Scaffold = Field(
         default="twin", description="'twin' (the loop), 'base' (one agent) or 'mini-swe-agent' (its default agent)."
     )
     rounds: int = Field(default=2, ge=1, le=20, description="Refinement rounds R.")
     seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
-    api_base: str | None = Field(default=None, description="Base URL of an OpenAI-compatible server.")
-    temperature: float | None = Field(default=None, description="Sampling temperature.")
     budget: Budget = Field(default_factory=Budget, description="Token, dollar, call and time limits.")
     diagnoser_steps: int = Field(default=30, ge=1, description="Model calls per Diagnoser run.")
     migrator_steps: int = Field(default=80, ge=1, description="Model calls per Migrator run.")
@@ -63,32 +63,61 @@ class RunConfig(BaseModel):
         default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
     )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
-    cache_dir: Path | None = Field(default=None, description="On-disk model response cache.")
-    model_retries: int = Field(default=5, ge=0, description="Retries on rate limits, 5xx, time-outs.")
-    model_backoff_s: float = Field(default=2.0, ge=0, description="First retry delay (doubles).")
-    model_wait_s: float = Field(
-        default=3600.0, gt=0, description="inbox: seconds to wait for each reply before the run stops (resumable)."
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_in_one_table(cls, data: object) -> object:
+        """Version 1's flat model settings (`model` a name, `model_retries`, … beside the run's) nested,
+        whether they come from an old `config.json`, a `[run]` table or keywords."""
+        if not isinstance(data, dict):
+            return data
+        return {**nest_model_settings(data), "schema_version": CONFIG_VERSION}
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: object) -> RunConfig:
-        """Read `[run]` of a TOML file (or its top level), then apply non-None overrides."""
+        """Read `[run]` of a TOML file (or its top level), then apply non-None overrides (the model's
+        settings one by one, into its table)."""
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise RunError(f"cannot read config {path}: {exc}") from None
-        data = data.get("run", data)
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.build(**data)
+        data = nest_model_settings(data.get("run", data))
+        overrides = nest_model_settings({k: v for k, v in overrides.items() if v is not None})
+        model = {**_as_table(data.get("model")), **_as_table(overrides.pop("model", None))}
+        return cls.build(**{**data, **overrides, **({"model": model} if model else {})})
 
     @classmethod
     def build(cls, **fields: object) -> RunConfig:
+        """A config from keywords (the model's settings as a table, or flat as in version 1).
+
+        Raises:
+            RunError: the first invalid setting, named (`model.retries`).
+        """
         try:
             return cls(**fields)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise RunError(f"bad run setting {where}: {first['msg']}") from None
+
+    def with_model_wait(self, wait_s: float) -> RunConfig:
+        """This config waiting `wait_s` for each inbox reply (`--model-wait-s` on resume).
+
+        Raises:
+            RunError: `wait_s` is not a positive number.
+        """
+        try:
+            model = self.model.with_wait(wait_s)
+        except ValidationError as exc:
+            raise RunError(f"bad run setting model.wait_s: {exc.errors()[0]['msg']}") from None
+        return self.model_copy(update={"model": model})
+
+
+def _as_table(model: object) -> dict:
+    """A model's settings as a table: `None` is none, a `ModelConfig` its fields."""
+    if isinstance(model, ModelConfig):
+        return model.model_dump(exclude_unset=True)
+    return dict(model) if isinstance(model, dict) else {}
 
 
 class RoundState(BaseModel):
@@ -148,15 +177,6 @@ class RunState(BaseModel):
 def new_run_id() -> str:
     """A run id that sorts by start time: `20250101-120000-a1b2c3`."""
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def write_text_atomic(path: Path, data: str) -> None:
-    """Write a file so that a reader sees the old or the new content, never half of it.
-
-    Through `harness.ground.untrusted_io.write_atomic`: a random temporary name created
-    exclusively, so a link planted in the directory is never written through.
-    """
-    write_atomic(path.parent, path.name, data.encode("utf-8"))
 
 
 class RunDir:

@@ -13,13 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.grader import run_grader
+from benchmark_adapter.grading.grader import run_grader
 from evidence_store import numbers
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
-from harness.run.directory import RunConfig, RunDir, RunState, write_text_atomic
+from harness.ground.untrusted_io import write_text_atomic
+from harness.run.directory import RunConfig, RunDir, RunState
 
 GRADES_VERSION = 1
 
@@ -201,7 +202,7 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
     where = f"{final}" if final.is_dir() else "not exported"
     lines.append(f"final candidate: round {state.final_round} — {where}")
     lines.append(f"run directory: {run.root} ({', '.join(run_files(run))})")
-    if config.model.startswith(("replay:", "scripted:")):
+    if not config.model.kind.live:
         lines.append(REAL_MODEL_HINT.format(task=config.task, rounds=config.rounds))
     return lines
 

@@ -13,19 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmark_adapter.task import Task, load_task
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import Task
 from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Mount
 from harness.ground.isolation import default_limits
 from harness.ground.model import Model
 from harness.ground.sandbox import Sandbox
+from harness.ground.trajectory import ToolCallRecord, Trajectory
 from harness.models.budget import BudgetTracker
-from harness.models.factory import API_KEY_ENV, make_model
+from harness.models.config import API_KEY_ENV
+from harness.models.factory import make_model
 from harness.models.ledger import LedgerBudget, budget_for_run
 from harness.run.candidate_repo import CandidateRepo
 from harness.run.directory import RunConfig, RunDir, RunState, new_run_id
 from harness.run.progress import Progress
-from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.presentation import recover_presented
 from harness.sandbox.quota import EXT4, CappedRoot, recover_capped
@@ -59,15 +61,19 @@ class RunInputs:
         return cls(RunDir.create(runs_dir, config, state), config, state, task)
 
     @classmethod
-    def read(cls, run: RunDir) -> RunInputs:
+    def read(cls, run: RunDir, load: Callable[[RunConfig], Task] | None = None) -> RunInputs:
         """Resume a run: its config and state from its directory, then its task.
+
+        Args:
+            load: loads the task the config names (e.g. for its sandbox); default `load_task`.
 
         Raises:
             RunError: config.json or state.json cannot be read.
             TaskError: the task is gone or malformed.
         """
         config = run.load_config()
-        return cls(run, config, run.load_state(), load_task(config.task))
+        task = load(config) if load is not None else load_task(config.task)
+        return cls(run, config, run.load_state(), task)
 
 
 @dataclass
@@ -90,7 +96,7 @@ class Session:
 
     @property
     def model_label(self) -> str:
-        return getattr(self.model, "label", None) or self.config.model
+        return getattr(self.model, "label", None) or self.config.model.name
 
     def workbench(self, role: str, *, write: bool) -> Workbench:
         """The boundary and the two sandboxes of one role.
@@ -209,14 +215,8 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
         config.model,
         trajectory=trajectory,
         budget=budget,
-        api_base=config.api_base,
         api_key=api_key or os.environ.get(API_KEY_ENV),
-        cache_dir=config.cache_dir,
-        temperature=config.temperature,
-        max_retries=config.model_retries,
-        backoff_s=config.model_backoff_s,
-        wait_s=config.model_wait_s,
-        **({"replay_start": replay_from} if replay_from else {}),
+        start=replay_from or 0,
     )
     session = Session(run, config, state, task, trajectory, budget, model, repo, workspace)
     if config.sandbox != "none":

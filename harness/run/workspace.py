@@ -1,7 +1,7 @@
 """The run's workspace: what a role is given, laid out on the host, and the roles' boundaries over it.
 
 A workspace holds a copy of the source repository without its version-control
-history (`benchmark_adapter.layout.copy_without_history`), the task's assets (reused
+history (`benchmark_adapter.task.layout.copy_without_history`), the task's assets (reused
 read-only), and the candidate directory the Migrator writes. `role_boundary` hands
 these to the isolation policy (`harness/ground/isolation.py`), the one place that
 decides what a command sees, and where.
@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.layout import command_workdir, copy_without_history, task_layout
-from benchmark_adapter.task import Task
+from benchmark_adapter.task.layout import command_workdir, copy_without_history, task_layout
+from benchmark_adapter.task.model import Task
 from harness.ground import isolation
 from harness.ground.boundary import Boundary, Limits, Mount
 from harness.ground.errors import TwinError

@@ -21,24 +21,17 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-import sys
 from pathlib import Path
 
-from harness.ground.boundary import SECRET_NAME, Boundary, Limits
+from harness.ground.boundary import Boundary, Limits
 from harness.ground.isolation import cache_root
 from harness.ground.sandbox import ExecResult, SandboxError
+from harness.sandbox.base import BoundarySandbox, PresentedRoots, sandbox_env
+from harness.sandbox.disk import DiskWatch
 from harness.sandbox.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.presentation import Presenter, RootOverCaps
+from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
-from harness.sandbox.process import (
-    SYSTEM_PATH,
-    DiskWatch,
-    host_prlimit,
-    limit_prefix,
-    pids_cgroup_available,
-    run_limited,
-)
-from harness.sandbox.quota import cap_writable_roots, release_all
+from harness.sandbox.process import host_prlimit, limit_prefix, pids_cgroup_available, run_limited
 from harness.sandbox.seccomp import filter_file
 
 
@@ -47,32 +40,7 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def sandbox_env(boundary: Boundary, extra: dict[str, str] | None) -> dict[str, str]:
-    """The whole environment inside: fixed defaults, allowed names, the boundary's and the call's.
-
-    Raises:
-        BoundaryViolation: `extra` names a variable that looks like a credential.
-    """
-    env = {
-        "PATH": f"{Path(sys.prefix) / 'bin'}:{SYSTEM_PATH}",
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-    }
-    if sys.prefix != sys.base_prefix:
-        env["VIRTUAL_ENV"] = sys.prefix
-    env.update({name: os.environ[name] for name in boundary.env_allow if name in os.environ})
-    env.update(boundary.env)
-    for name, value in (extra or {}).items():
-        if SECRET_NAME.search(name):
-            boundary.refuse("set environment", name, "looks like a credential")
-        env[name] = value
-    return env
-
-
-class BwrapSandbox:
+class BwrapSandbox(BoundarySandbox):
     """Runs commands in a bubblewrap sandbox built from a `Boundary`.
 
     Failures of the command (non-zero exit, time-out, output cut) come back in the
@@ -84,38 +52,21 @@ class BwrapSandbox:
         executable = bwrap_path()
         if executable is None:
             raise SandboxError("bubblewrap (bwrap) is not installed: install it or pass --sandbox none")
-        self.boundary = boundary
         self._bwrap = executable
         self._staging = Staging()
         self._seccomp = filter_file("nested" if boundary.nested_sandbox else "strict", cache_root() / "seccomp")
-        self._capped = cap_writable_roots(boundary)  # before the presenter: a capped root needs no slot
-        try:
-            self._presenter = Presenter(boundary)
-        except BaseException:
-            release_all(self._capped)
-            raise
+        roots = PresentedRoots(boundary)
+        super().__init__(boundary, roots)
+        self._presenter = roots.presenter
         self._bound = self._presenter.boundary()  # as bound: roots from their neutral slots
         try:
             self._prefix = self._build_prefix()
         except BaseException:
-            self._staging.close()
-            self._presenter.close()
-            release_all(self._capped)
+            self.close()
             raise
         self._prlimit = self._inside_prlimit()
-        self._closed = False
 
     # ---- building the command line --------------------------------------------------------------
-    def _inside_of(self, host: Path) -> str | None:
-        """Where a host path appears inside (through the innermost mount containing it)."""
-        best = None
-        for mount in self._bound.mounts:
-            if host == mount.host or mount.host in host.parents:
-                inside = os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}")
-                if best is None or len(mount.host.parts) > len(best[0].parts):
-                    best = (mount.host, inside)
-        return best[1] if best else None
-
     def _build_prefix(self) -> list[str]:
         b = self._bound
         args = [
@@ -182,7 +133,7 @@ class BwrapSandbox:
         """Cover hidden roots that lie under a mounted root (an empty, read-only layer)."""
         args: list[str] = []
         for hidden, bound in self._presenter.hidden_pairs:
-            inside = self._inside_of(bound) if bound is not None else None  # None: not in a snapshot
+            inside = self._bound.inside_of(bound) if bound is not None else None  # None: not in a snapshot
             if inside is None or not hidden.exists():
                 continue
             if hidden.is_dir():
@@ -202,7 +153,7 @@ class BwrapSandbox:
             return []
         args: list[str] = []
         for site_dir in site_dirs():
-            inside = self._inside_of(site_dir) or copied_inside(self._bound.mounts, site_dir)
+            inside = self._bound.inside_of(site_dir) or copied_inside(self._bound.mounts, site_dir)
             if inside is None:
                 continue
             drop = hidden_entries(site_dir, packages)
@@ -220,7 +171,7 @@ class BwrapSandbox:
     def _inside_prlimit(self) -> str | None:
         """Where `prlimit` is visible inside, if it is (it sets limits in the user namespace)."""
         prlimit = host_prlimit()
-        return self._inside_of(Path(prlimit).resolve()) if prlimit else None
+        return self._bound.inside_of(Path(prlimit).resolve()) if prlimit else None
 
     # ---- the protocol ---------------------------------------------------------------------------
     def exec(
@@ -237,8 +188,7 @@ class BwrapSandbox:
         A read-only root that grew over the snapshot caps since the sandbox was built is the
         command's failure: it does not run, and the result says which root (`exceeded`).
         """
-        if self._closed:
-            raise SandboxError(f"sandbox {self.boundary.name} is closed")
+        self._refuse_if_closed()
         workdir = posixpath.join(self.boundary.workdir, cwd or ".")
         if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
             self.boundary.to_host(workdir)
@@ -292,67 +242,6 @@ class BwrapSandbox:
             return self.boundary.limits
         return self.boundary.limits.model_copy(update={"wall_s": timeout_s})
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file inside the sandbox (checked against the boundary first)."""
-        return read_checked(self.boundary, path)
-
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file inside the sandbox (only under the writable root)."""
-        write_checked(self.boundary, path, data)
-
-    def close(self) -> None:
-        """Nothing outlives a command (the PID namespace dies with it); remove staging points."""
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
+        """Nothing outlives a command (the PID namespace dies with it); remove the staging points."""
         self._staging.close()
-        self._presenter.close()
-        release_all(self._capped)
-
-    def __enter__(self) -> BwrapSandbox:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-
-def read_checked(boundary: Boundary, path: str) -> bytes:
-    """Read the host file behind an inside path, after the boundary's checks.
-
-    Raises:
-        BoundaryViolation: the path is refused (and audited).
-        FileNotFoundError, IsADirectoryError: as for a plain open.
-    """
-    host = boundary.check_read(path)
-    fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read()
-
-
-def write_checked(boundary: Boundary, path: str, data: bytes | str) -> None:
-    """Write the host file behind an inside path atomically, after the boundary's checks.
-
-    Raises:
-        BoundaryViolation: the path is not under the writable root, or is refused.
-        IsADirectoryError: the path is a directory.
-    """
-    host = boundary.check_write(path)
-    if host.is_dir():
-        raise IsADirectoryError(f"{path} is a directory")
-    parent = host.parent
-    for ancestor in [parent, *parent.parents]:
-        if ancestor.exists():
-            break
-        if ancestor.is_symlink():
-            boundary.refuse("write", path, "a dangling symbolic link in its parents")
-    parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode() if isinstance(data, str) else data
-    tmp = parent / f".{host.name}.twin-tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, host)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

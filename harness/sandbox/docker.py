@@ -13,12 +13,13 @@ removes any a killed harness left behind.
 The interpreter and system roots come from the host (the boundary mounts them at
 the same paths, site-packages as the pruned copy), so the image only has to provide
 an empty root; it is `$TWIN_DOCKER_IMAGE`, else `twin-base:local`, which twin builds
-once with `docker import` from an empty root filesystem (no registry is needed); a
-published task whose image twin built runs on that image (`task_image.py`). The seccomp filter is the bwrap
-sandbox's (`seccomp.docker_profile`); writable roots are handed to the container's
-uid before each command and lose setuid/setgid bits after it, and are capped filesystems
-where twin can mount them (`quota.py`: the host mounts them, the container binds them);
-`/dev/shm` is the engine's tmpfs of `Limits.shm_mb`.
+once with `docker import` from an empty root filesystem (no registry is needed;
+`docker_engine.py`); a published task whose image twin built runs on that image
+(`task_image.py`). The seccomp filter is the bwrap sandbox's (`seccomp.docker_profile`);
+writable roots are handed to the container's uid before each command and lose
+setuid/setgid bits after it, and are capped filesystems where twin can mount them
+(`quota.py`: the host mounts them, the container binds them); `/dev/shm` is the
+engine's tmpfs of `Limits.shm_mb`.
 """
 
 from __future__ import annotations
@@ -26,53 +27,27 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
 from harness.ground.boundary import Boundary, Limits
 from harness.ground.sandbox import ExecResult, SandboxError
-from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
+from harness.sandbox import docker_engine
+from harness.sandbox.base import BoundarySandbox, PresentedRoots, sandbox_env
+from harness.sandbox.disk import DiskGuard, DiskWatch
+from harness.sandbox.docker_engine import DEFAULT_IMAGE, LABEL, ensure_base_image, reap_containers, remove_container
 from harness.sandbox.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
-from harness.sandbox.presentation import Presenter, RootOverCaps
+from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import settle_writable
-from harness.sandbox.process import (
-    DISK_POLL_S,
-    DISK_RETURNCODE,
-    TIMEOUT_RETURNCODE,
-    DiskWatch,
-    HeadTail,
-    file_cap_reached,
-)
-from harness.sandbox.quota import cap_writable_roots, release_all
+from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail, command_result
 from harness.sandbox.seccomp import docker_profile
-from harness.sandbox.task_image import task_image_for
 
-LABEL = "twin.sandbox"
-DEFAULT_IMAGE = "twin-base:local"
-_BASE_DIRS = ("app", "assets", "dev", "etc", "logs", "proc", "run", "source", "sys", "tests", "tmp")
 _STDIN_INSIDE = "/run/twin-stdin"
 START_ATTEMPTS = 3
 START_RETRY_S = 0.5
 # What the engine says when the runtime lost a freshly created container before its command ran.
 _TRANSIENT_START = ("cannot start a stopped process", "container not started")
-
-
-def _client():
-    """A connected Docker client, or SandboxError saying what is missing."""
-    try:
-        import docker
-    except ImportError:
-        raise SandboxError("sandbox 'docker' needs the docker package: pip install 'twin-harness[docker]'") from None
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # the SDK raises several unrelated types for "no engine"
-        raise SandboxError(
-            f"no Docker engine reachable ({exc.__class__.__name__}): start Docker or use --sandbox bwrap"
-        ) from None
-    return client
 
 
 def container_user() -> str:
@@ -119,7 +94,7 @@ def container_config(
         volumes[str(mount.host)] = {"bind": mount.inside, "mode": "rw" if mount.writable else "ro"}
     packages = tuple(sorted(boundary.hidden_packages))
     for site_dir in site_dirs() if packages else []:
-        inside = _inside_of(boundary, site_dir) or copied_inside(boundary.mounts, site_dir)
+        inside = boundary.inside_of(site_dir) or copied_inside(boundary.mounts, site_dir)
         drop = hidden_entries(site_dir, packages) if inside else frozenset()
         if drop:
             pruned = pruned_site_dir(site_dir, drop)
@@ -127,7 +102,7 @@ def container_config(
                 raise SandboxError(f"cannot hide {', '.join(packages)} from {site_dir} for docker")
             volumes[str(pruned)] = {"bind": inside, "mode": "ro"}
     for hidden in boundary.hidden:
-        inside = _inside_of(boundary, hidden)
+        inside = boundary.inside_of(hidden)
         if inside is not None and hidden.exists():
             empty = tempfile.mkdtemp(prefix="empty-", dir=scratch) if hidden.is_dir() else os.devnull
             volumes[empty] = {"bind": inside, "mode": "ro"}
@@ -164,35 +139,18 @@ def container_config(
     )
 
 
-def _inside_of(boundary: Boundary, host: Path) -> str | None:
-    best = None
-    for mount in boundary.mounts:
-        if host == mount.host or mount.host in host.parents:
-            if best is None or len(mount.host.parts) > len(best[0].parts):
-                best = (
-                    mount.host,
-                    os.path.normpath(f"{mount.inside}/{host.relative_to(mount.host)}"),
-                )
-    return best[1] if best else None
-
-
-class DockerSandbox:
+class DockerSandbox(BoundarySandbox):
     """Runs each command in a fresh, labelled container that is always removed."""
 
     def __init__(self, boundary: Boundary, image: str | None = None) -> None:
-        self.boundary = boundary
-        # a published task whose image twin built runs on it (harness/sandbox/task_image.py)
-        self.image = image or task_image_for(boundary) or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
-        self._client = _client()
+        # a published task whose image twin built runs on it (Boundary.image; harness/sandbox/task_image.py)
+        self.image = image or boundary.image or os.environ.get("TWIN_DOCKER_IMAGE", DEFAULT_IMAGE)
+        self._client = docker_engine.client()
         if self.image == DEFAULT_IMAGE:
             ensure_base_image(self._client)
-        self._capped = cap_writable_roots(boundary)  # before the presenter: a capped root needs no slot
-        try:
-            self._presenter = Presenter(boundary)
-        except BaseException:
-            release_all(self._capped)
-            raise
-        self._closed = False
+        roots = PresentedRoots(boundary)
+        super().__init__(boundary, roots)
+        self._presenter = roots.presenter
         # Containers are reaped by this instance's own label: another sandbox with the same
         # boundary name (a parallel trial, another test worker) keeps its running containers.
         self._instance = uuid.uuid4().hex
@@ -210,8 +168,7 @@ class DockerSandbox:
 
         A read-only root over the snapshot caps fails the command without starting one.
         """
-        if self._closed:
-            raise SandboxError(f"sandbox {self.boundary.name} is closed")
+        self._refuse_if_closed()
         workdir = posixpath.join(self.boundary.workdir, cwd or ".")
         if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
             self.boundary.to_host(workdir)
@@ -270,7 +227,7 @@ class DockerSandbox:
                 container.start()
                 return container
             except Exception as exc:
-                _remove(container)
+                remove_container(container)
                 if attempt == START_ATTEMPTS or not _lost_before_start(exc):
                     raise SandboxError(f"docker could not start the command: {exc}") from None
                 time.sleep(START_RETRY_S * attempt)
@@ -280,22 +237,14 @@ class DockerSandbox:
         start = time.monotonic()
         container = self._start(config)
         timed_out = False
-        over: list[str] = []
-        finished = threading.Event()
 
-        def watch_disk() -> None:
-            while not finished.wait(DISK_POLL_S):
-                reason = disk.over()
-                if reason is not None:
-                    over.append(reason)
-                    try:
-                        container.kill()
-                    except Exception:
-                        pass
-                    return
+        def stop() -> None:
+            try:
+                container.kill()
+            except Exception:
+                pass
 
-        if disk.roots:
-            threading.Thread(target=watch_disk, daemon=True).start()
+        guard = DiskGuard(disk, stop)
         try:
             try:
                 status = container.wait(timeout=wall)
@@ -313,97 +262,18 @@ class DockerSandbox:
             for chunk in container.logs(stdout=False, stderr=True, stream=True):
                 err.feed(chunk)
         finally:
-            finished.set()
-            _remove(container)
-        exceeded = over[0] if over else (disk.over() if disk.roots else None)
-        exceeded = exceeded or file_cap_reached(returncode, limits)
-        stderr = err.text()
-        if exceeded is not None:
-            returncode = DISK_RETURNCODE
-            stderr += f"\ntwin: the command was stopped: {exceeded}\n"
-        return ExecResult(
-            returncode=returncode,
-            stdout=out.text(),
-            stderr=stderr,
-            timed_out=timed_out,
-            truncated=out.truncated or err.truncated,
-            duration_s=time.monotonic() - start,
-            exceeded=exceeded,
+            guard.finish()
+            remove_container(container)
+        return command_result(
+            returncode, out, err, timed_out=timed_out, started=start, exceeded=guard.exceeded(), limits=limits
         )
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file (checked against the boundary first; read on the host)."""
-        return read_checked(self.boundary, path)
-
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file under the writable root (checked against the boundary first)."""
-        write_checked(self.boundary, path, data)
-
-    def close(self) -> None:
-        """Remove any container of this sandbox that is still there; release its capped roots."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            reap_containers(self._client, instance=self._instance)
-        finally:
-            self._presenter.close()
-            release_all(self._capped)
-
-
-def ensure_base_image(client) -> str:
-    """Build `twin-base:local` (an empty root with mount points) with `docker import` if missing.
-
-    Raises:
-        SandboxError: the engine refused the import.
-    """
-    import io
-    import tarfile
-
-    try:
-        client.images.get(DEFAULT_IMAGE)
-        return DEFAULT_IMAGE
-    except Exception:  # docker.errors.ImageNotFound, without importing the SDK's errors here
-        pass
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in _BASE_DIRS:
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o1777 if name == "tmp" else 0o755
-            tar.addfile(info)
-    repository, tag = DEFAULT_IMAGE.split(":")
-    try:
-        client.api.import_image_from_data(buffer.getvalue(), repository=repository, tag=tag)
-    except Exception as exc:
-        raise SandboxError(f"cannot build the local image {DEFAULT_IMAGE}: {exc}") from None
-    return DEFAULT_IMAGE
-
-
-def reap_containers(client=None, *, boundary: str | None = None, instance: str | None = None) -> int:
-    """Remove containers labelled by twin (all, one boundary's, or one sandbox's); returns how many."""
-    client = client or _client()
-    label = LABEL
-    if instance is not None:
-        label = f"{LABEL}.instance={instance}"
-    elif boundary is not None:
-        label = f"{LABEL}.boundary={boundary}"
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": label}):
-        removed += _remove(container)
-    return removed
+    def _release(self) -> None:
+        """Remove any container of this sandbox that is still there."""
+        reap_containers(self._client, instance=self._instance)
 
 
 def _lost_before_start(exc: Exception) -> bool:
     """Whether a failed start is the runtime's transient loss of a container it had just created."""
     text = str(exc).lower()
     return any(sign in text for sign in _TRANSIENT_START)
-
-
-def _remove(container) -> int:
-    """Remove a container; one already gone or being removed counts as removed by someone else (0)."""
-    try:
-        container.remove(force=True)
-        return 1
-    except Exception:  # docker.errors.NotFound / APIError 409 "removal already in progress"
-        return 0

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from harness.ground.boundary import Boundary
 from harness.ground.sandbox import ExecResult, SandboxError
-from harness.sandbox.bwrap import read_checked, sandbox_env, write_checked
+from harness.sandbox.base import BoundarySandbox, sandbox_env
 from harness.sandbox.process import host_prlimit, limit_prefix, run_limited
 
 log = logging.getLogger(__name__)
@@ -21,17 +20,13 @@ log = logging.getLogger(__name__)
 WARNING = "sandbox 'none': nothing is isolated (files, network, environment, hidden packages)"
 
 
-class UnsandboxedProcess:
+class UnsandboxedProcess(BoundarySandbox):
     """Runs commands directly on the host, with the boundary's limits and a clean environment.
 
     Paths inside are translated to the host through the boundary's mounts (so `/app`
     means the candidate directory on the host), for `cwd` and file operations only;
     the command itself sees the host's filesystem.
     """
-
-    def __init__(self, boundary: Boundary) -> None:
-        self.boundary = boundary
-        self._closed = False
 
     def exec(
         self,
@@ -43,8 +38,7 @@ class UnsandboxedProcess:
         stdin: str | None = None,
     ) -> ExecResult:
         """Run `command` on the host (argv list, or a string run by `bash -c`)."""
-        if self._closed:
-            raise SandboxError(f"sandbox {self.boundary.name} is closed")
+        self._refuse_if_closed()
         log.warning("%s: %s", WARNING, self.boundary.name)
         host_cwd, _ = self.boundary.to_host(cwd or self.boundary.workdir)
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
@@ -63,14 +57,3 @@ class UnsandboxedProcess:
             stdin=stdin,
             rlimits_in_argv=bool(wrapper),
         )
-
-    def read_file(self, path: str) -> bytes:
-        """Read a file (checked against the boundary first)."""
-        return read_checked(self.boundary, path)
-
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file (only under the writable root)."""
-        write_checked(self.boundary, path, data)
-
-    def close(self) -> None:
-        self._closed = True

@@ -39,7 +39,8 @@ from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root, stage_root
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.ground.views import tree_entries
-from harness.sandbox.process import DISK_RETURNCODE
+from harness.sandbox.disk import DISK_RETURNCODE
+from harness.sandbox.owner import own_tag, owner_alive
 from harness.sandbox.quota import is_capped
 
 MAX_SNAPSHOT_ENTRIES = 50_000
@@ -249,17 +250,8 @@ def _slot_dir() -> Path:
     recover_slots(base)
     path = Path(tempfile.mkdtemp(prefix="p", dir=base))
     os.chmod(path, 0o711)
-    (path / _OWNER).write_text(_process_tag(os.getpid()) or "")
+    (path / _OWNER).write_text(own_tag())
     return path
-
-
-def _process_tag(pid: int) -> str | None:
-    """`pid start-time`: names one process even after its pid is reused."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return f"{pid} {fields[19]}"
-    except (OSError, IndexError):
-        return None
 
 
 def _move_in(slot: _Slot) -> None:
@@ -312,8 +304,7 @@ def _owner_alive(folder: Path) -> bool:
         tag = (folder / _OWNER).read_text().strip()
     except OSError:
         return False
-    pid = int(tag.split()[0]) if tag.split() and tag.split()[0].isdigit() else -1
-    return pid > 0 and _process_tag(pid) == tag
+    return owner_alive(tag)
 
 
 def _holds_root(folder: Path) -> bool:

@@ -4,7 +4,8 @@ Shared by every sandbox that starts a local process (`bwrap`, `none`). The
 command runs in its own process group; on time-out the whole group is killed,
 and anything the command left running in it is killed when it returns. Output
 is drained completely (so the command never blocks on a full pipe) but only the
-first and last halves of `Limits.output_bytes` are kept.
+first and last halves of `Limits.output_bytes` are kept. A command over writable
+roots is held to their disk cap by `disk.py`'s watch.
 
 Per-process limits (address space, core files, and processes inside a user
 namespace) are set by `prlimit` in front of the command (`limit_prefix`), which
@@ -27,13 +28,9 @@ from pathlib import Path
 
 from harness.ground.boundary import Limits
 from harness.ground.sandbox import ExecResult, SandboxError
-from harness.sandbox.quota import is_capped
-from harness.sandbox.quota import usage as quota_usage
+from harness.sandbox.disk import DISK_RETURNCODE, DiskGuard, DiskWatch, file_cap_reached
 
 TIMEOUT_RETURNCODE = 124
-DISK_RETURNCODE = 125
-DISK_POLL_S = 0.05
-_DISK_MAX_ENTRIES = 200_000
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 _STALE_CGROUP_S = 300.0
@@ -135,94 +132,6 @@ def _sweep_stale(parent: Path) -> None:
             pass
 
 
-class DiskWatch:
-    """Watches the writable roots of one command against a disk cap.
-
-    A root on a capped filesystem (`quota.py`, twin as root) cannot go over: its kernel
-    refuses the write. There the watch reads the filesystem's own count (`statvfs`: files
-    unlinked while open included) and stops the command once it is full, so that it fails
-    saying why instead of running on against `ENOSPC`. Any other root is walked: usage
-    counts allocated blocks, so a sparse file costs what it really takes, and a tree of
-    more than `_DISK_MAX_ENTRIES` entries counts as over the cap too (inodes are disk as
-    well); what a walk cannot see (a file unlinked while open) and what a burst writes
-    between two looks pass it. Polled while the command runs (the command is killed
-    once a root is over) and once more when it ends. A root that was already over (or
-    full) before the command (`budgeted` measured it) only counts as over when it grows:
-    a command that removes files must be able to run to its end.
-    """
-
-    def __init__(self, roots: list[Path], cap_mb: int, labels: list[str] | None = None) -> None:
-        self.roots = roots
-        self.labels = labels or ["a writable root"] * len(roots)
-        self.cap = cap_mb * 1024 * 1024
-        self.cap_mb = cap_mb
-        self._before: dict[Path, tuple[int, int, int, bool]] = {}
-
-    @classmethod
-    def of(cls, mounts: list, cap_mb: int) -> DiskWatch:
-        """The watch over a boundary's writable mounts (host paths, labelled by their paths inside)."""
-        writable = [m for m in mounts if m.writable]
-        return cls([m.host for m in writable], cap_mb, [m.inside for m in writable])
-
-    def _measure(self, root: Path) -> tuple[int, int, int, bool]:
-        """(bytes used, entries, bytes left under the cap, at or over the cap) of one root."""
-        if is_capped(root):  # the filesystem's count; its size may be larger than this cap
-            used, entries, left, full = quota_usage(root)
-            return used, entries, min(left, max(0, self.cap - used)), full or used >= self.cap
-        used, entries = _usage(root)
-        return used, entries, max(0, self.cap - used), used >= self.cap
-
-    def budgeted(self, limits: Limits) -> Limits:
-        """`limits` with the per-file cap lowered to what the fullest root has left under its cap.
-
-        Measures the roots before the command. A command can still write several files
-        at once, which the watch stops; once a root is over its cap, the next command can
-        write no byte into any file until files are removed (removing still works).
-        """
-        self._before = {root: self._measure(root) for root in self.roots}
-        room = [0 if full else left for _used, _entries, left, full in self._before.values()]
-        left = -(-min(room, default=self.cap) // (1 << 20))  # rounded up: a file can still reach the cap
-        ceiling = limits.disk_mb if limits.file_mb is None else limits.file_mb
-        return limits.model_copy(update={"file_mb": min(left, ceiling)})
-
-    def over(self) -> str | None:
-        """Why a root is over its cap (naming the root as seen inside), or None."""
-        for root, label in zip(self.roots, self.labels, strict=True):
-            used, entries, _left, full = self._measure(root)
-            used_before, entries_before, _, full_before = self._before.get(root, (0, 0, 0, False))
-            if entries > max(_DISK_MAX_ENTRIES, entries_before):
-                return f"disk: {label} holds more than {_DISK_MAX_ENTRIES} entries"
-            if full and (not full_before or used > used_before):
-                # at the cap, writes were refused: no file may reach it
-                mib = used // (1024 * 1024)
-                return f"disk: {label} holds {mib} MiB, reaching its cap of {self.cap_mb} MiB"
-        return None
-
-
-def _usage(root: Path) -> tuple[int, int]:
-    """Allocated bytes and entry count under `root` (iterative, no links followed, one device)."""
-    try:
-        dev = os.lstat(root).st_dev
-    except OSError:
-        return 0, 0
-    stack, used, entries = [os.fspath(root)], 0, 0
-    while stack and entries <= _DISK_MAX_ENTRIES:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    entries += 1
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    used += st.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False) and st.st_dev == dev:
-                        stack.append(entry.path)
-        except OSError:
-            continue
-    return used, entries
-
-
 def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[str]:
     """`prlimit` arguments setting the per-process limits in front of a command.
 
@@ -313,46 +222,54 @@ def run_limited(
         reader.start()
     expired = threading.Event()
 
-    def on_timeout() -> None:
-        expired.set()
+    def stop() -> None:
         _kill_group(proc)
         if cgroup is not None:
             cgroup.kill_all()
+
+    def on_timeout() -> None:
+        expired.set()
+        stop()
 
     # A timer rather than wait(timeout=…): the latter polls, adding up to 50 ms per command.
     timer = threading.Timer(limits.wall_s, on_timeout)
     timer.daemon = True
     timer.start()
-    over: list[str] = []
-    finished = threading.Event()
-    if disk is not None:
-
-        def watch_disk() -> None:
-            while not finished.wait(DISK_POLL_S):
-                reason = disk.over()
-                if reason is not None:
-                    over.append(reason)
-                    _kill_group(proc)
-                    if cgroup is not None:
-                        cgroup.kill_all()
-                    return
-
-        threading.Thread(target=watch_disk, daemon=True).start()
+    guard = DiskGuard(disk, stop)
     try:
         proc.wait()
     finally:
-        finished.set()
+        guard.finish()
         timer.cancel()
-        _kill_group(proc)  # whatever the command left running in its group goes with it
-        if cgroup is not None:
-            cgroup.kill_all()
+        stop()  # whatever the command left running in its group goes with it
     for reader in readers:
         reader.join(timeout=10)
     if cgroup is not None:
         # The kernel releases an emptied group a few ms later; do not make the caller wait.
         threading.Thread(target=cgroup.remove, daemon=True).start()
     returncode = TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode
-    exceeded = over[0] if over else (disk.over() if disk is not None else None)
+    return command_result(
+        returncode, out, err, timed_out=expired.is_set(), started=start, exceeded=guard.exceeded(), limits=limits
+    )
+
+
+def command_result(
+    returncode: int,
+    out: HeadTail,
+    err: HeadTail,
+    *,
+    timed_out: bool,
+    started: float,
+    exceeded: str | None,
+    limits: Limits,
+) -> ExecResult:
+    """The result of a command that ended; one the disk stopped fails with `DISK_RETURNCODE`, saying why.
+
+    Args:
+        started: `time.monotonic()` when the command started.
+        exceeded: why its disk watch stopped it (None: it did not); a death by SIGXFSZ
+            is read as the per-file cap.
+    """
     exceeded = exceeded or file_cap_reached(returncode, limits)
     stderr = err.text()
     if exceeded is not None:
@@ -362,21 +279,11 @@ def run_limited(
         returncode=returncode,
         stdout=out.text(),
         stderr=stderr,
-        timed_out=expired.is_set(),
+        timed_out=timed_out,
         truncated=out.truncated or err.truncated,
-        duration_s=time.monotonic() - start,
+        duration_s=time.monotonic() - started,
         exceeded=exceeded,
     )
-
-
-def file_cap_reached(returncode: int, limits: Limits) -> str | None:
-    """Why a command that died of SIGXFSZ stopped (the per-file cap), else None."""
-    if returncode not in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-        return None
-    why = f"disk: a file reached the size cap of {limits.file_bytes() >> 20} MiB"
-    if limits.file_mb is not None and limits.file_mb < limits.disk_mb:
-        why += f" (what was left under the writable roots' cap of {limits.disk_mb} MiB: remove files first)"
-    return why
 
 
 def _rlimits_setter(limits: Limits):

@@ -39,6 +39,7 @@ from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Boundary
 from harness.ground.isolation import stage_root
 from harness.ground.untrusted_io import write_atomic
+from harness.sandbox.owner import own_tag, owner_alive
 
 log = logging.getLogger(__name__)
 EXT4 = "ext4"
@@ -77,7 +78,7 @@ class CappedRoot:
         # the record is written whole under a name recover_capped() does not read, then renamed:
         # another twin starting meanwhile never sees a record without its owner
         draft = Path(tempfile.mkdtemp(prefix=_DRAFT, dir=_quota_dir()))
-        _write(draft, "owner", _process_tag(os.getpid()) or "")
+        _write(draft, "owner", own_tag())
         _write(draft, "origin", str(path))
         _write(draft, "kind", kind)
         record = draft.with_name("q" + draft.name.removeprefix(_DRAFT))
@@ -246,13 +247,17 @@ def _recover(record: Path) -> None:
 
     `in`: the copy in did not finish, the original is aside: unmount and put it back.
     `mounted`: the filesystem holds the tree: copy it out beside the root, then as `out`.
-    `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes.
+    `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
+    it goes at once where the folder that held the root is gone (its scratch was removed).
     """
     origin = _read(record, "origin")
     if not origin:
         discard_tree(record)
         return
     path = Path(origin)
+    if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
+        discard_tree(record)
+        return
     state = _read(record, "state")
     image = record / "image.ext4"
     if state == "in":
@@ -332,15 +337,6 @@ def _read(record: Path, name: str) -> str:
         return ""
 
 
-def _process_tag(pid: int) -> str | None:
-    """`pid start-time`: names one process even after its pid is reused."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return f"{pid} {fields[19]}"
-    except (OSError, IndexError):
-        return None
-
-
 def _age_s(path: Path) -> float:
     try:
         return time.time() - os.lstat(path).st_mtime
@@ -349,9 +345,7 @@ def _age_s(path: Path) -> float:
 
 
 def _owner_alive(record: Path) -> bool:
-    tag = _read(record, "owner")
-    head = tag.split()[0] if tag.split() else ""
-    return head.isdigit() and _process_tag(int(head)) == tag
+    return owner_alive(_read(record, "owner"))
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -12,9 +12,9 @@ candidate-side probe sees no original in the image either) and imports them as t
 image, with the built image's environment variables less those that look like secrets and
 nothing it would run of its own accord (no `ENTRYPOINT`, `CMD` or `HEALTHCHECK`).
 
-`remember_task_image` records the image for its task; `task_image_for` finds it for any
-boundary of that task (every role, probe and grader boundary hides the task's `task.toml`),
-and the docker sandbox runs on it instead of `twin-base:local`. twin still mounts its own
+The loaded task carries the image (`Task.image`, set by `benchmark_adapter.task.loader`), every
+boundary made for the task carries it on (`Boundary.image`), and the docker sandbox runs on it
+instead of `twin-base:local`. twin still mounts its own
 interpreter, system directories and the boundary's roots over the image, exactly as over
 twin-base, so what a `RUN` left under those paths is covered by twin's own.
 """
@@ -29,13 +29,14 @@ import re
 import stat
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.ground.boundary import SECRET_NAME, Boundary
+from harness.ground.boundary import SECRET_NAME
 from harness.ground.sandbox import SandboxError
+from harness.sandbox import docker_engine
+from harness.sandbox.docker_engine import ensure_base_image
 
 REPOSITORY = "twin-task"
 LABEL = "twin.task-image"
@@ -43,9 +44,6 @@ BUILD_TIMEOUT_S = 1800.0
 # Bumped whenever the last step changes, so that an image built by an older step is not reused.
 _LAST_STEP_VERSION = "2"
 _REASON_CHARS = 300
-
-_images: dict[Path, str] = {}
-_images_lock = threading.Lock()
 
 
 class ImageBuildError(SandboxError):
@@ -143,9 +141,7 @@ def build_task_image(
         ImageBuildError: no engine, a FROM image that is not here, a failing step, the
             time limit, or a context that would carry a hidden file (one line each).
     """
-    from harness.sandbox.docker import _client, ensure_base_image
-
-    client = client or _client()
+    client = client or docker_engine.client()
     laid_out = sorted({os.path.normpath(p) for p in laid_out} - {"/"})
     try:
         entries = context_entries(context, hidden)
@@ -270,34 +266,6 @@ def one_line(text: str) -> str:
     """A message of the engine as one line of at most a few hundred characters."""
     line = " ".join(str(text).split())
     return line if len(line) <= _REASON_CHARS else line[: _REASON_CHARS - 1] + "…"
-
-
-def remember_task_image(task_root: Path, image: str) -> None:
-    """Use `image` for every docker sandbox of the task at `task_root` in this process."""
-    with _images_lock:
-        _images[Path(os.path.realpath(task_root))] = image
-
-
-def remembered_task_image(task_root: Path) -> str | None:
-    """The image built for the task at `task_root` in this process, if any."""
-    with _images_lock:
-        return _images.get(Path(os.path.realpath(task_root)))
-
-
-def forget_task_images() -> None:
-    """Forget every remembered image (the images themselves stay with the engine)."""
-    with _images_lock:
-        _images.clear()
-
-
-def task_image_for(boundary: Boundary) -> str | None:
-    """The image built for the task whose `task.toml` `boundary` hides, if one was built."""
-    for hidden in boundary.hidden:
-        if hidden.name == "task.toml":
-            image = remembered_task_image(hidden.parent)
-            if image is not None:
-                return image
-    return None
 
 
 def _inodes_under(roots: Sequence[Path]) -> set[tuple[int, int]]:

@@ -8,38 +8,21 @@ graded and reported alike. mini-swe-agent itself is imported only when its scaff
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, get_args
+from typing import get_args
 
 from harness.ground.errors import TwinError
 from harness.run.directory import Scaffold as ScaffoldName
-from harness.run.loop import TwinLoop
-from harness.run.progress import Progress
-from harness.run.session import Session
+from harness.run.migration import ScaffoldFactory
 from harness.scaffolds.base import BaseScaffold
 from harness.scaffolds.mini_swe import MiniSweAgentScaffold
-
-
-class Scaffold(Protocol):
-    """Runs (or resumes) one run's rounds.
-
-    `run()` commits each round's candidate, sets the state's final round, stop reason
-    and status, and saves it. A budget running out ends it cleanly; infrastructure
-    failures and `ModelStopped` propagate to the caller.
-    """
-
-    def run(self) -> None: ...
-
-
-ScaffoldFactory = Callable[[Session, Progress], Scaffold]
-"""Builds a scaffold over one run's session, reporting to `progress`."""
+from harness.scaffolds.twin.loop import TwinLoop
 
 SCAFFOLDS: dict[str, ScaffoldFactory] = {
     "twin": TwinLoop,
     "base": BaseScaffold,
     "mini-swe-agent": MiniSweAgentScaffold,
 }
-"""Name -> factory. The names are those `RunConfig.scaffold` accepts."""
+"""Name -> factory (`harness.run.migration.ScaffoldFactory`). The names are those `RunConfig.scaffold` accepts."""
 
 assert set(SCAFFOLDS) == set(get_args(ScaffoldName)), "SCAFFOLDS and harness.run.directory.Scaffold disagree"
 
@@ -53,8 +36,3 @@ def check_scaffold(name: str) -> str:
     if name not in SCAFFOLDS:
         raise TwinError(f"unknown scaffold {name!r}: choose {', '.join(SCAFFOLDS)}")
     return name
-
-
-def make_scaffold(name: str, session: Session, progress: Progress) -> Scaffold:
-    """Build the scaffold called `name`."""
-    return SCAFFOLDS[check_scaffold(name)](session, progress)

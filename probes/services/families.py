@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from probes.audit import python_files
+from probes.audit_base import python_files
 
 HTTP_FRAMEWORKS = {
     "flask": ("Flask", "wsgi"),

@@ -22,13 +22,12 @@ the loop re-runs in every later round. How each side starts comes from the task
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from probes.probe_format import ProbeFileError
+from probes.probe_format import ProbeFile, ProbeFileError
 from probes.services.families import sides_for
 from probes.services.matched import LEVEL, Probe, matched_probe
 from probes.services.search import counterexample_probe
@@ -46,25 +45,16 @@ class SearchBudget:
     seed: int = 0
 
 
-def read_services(path: Path) -> dict[str, Any] | None:
+def read_services(file: ProbeFile) -> dict[str, Any] | None:
     """The file's `SERVICES` literal (None when it has none), checked for shape.
 
     Raises:
-        ProbeFileError: unparsable file, or a `SERVICES` that is not a literal of the documented shape.
+        ProbeFileError: a `SERVICES` that is not a literal of the documented shape.
     """
-    try:
-        tree = ast.parse(Path(path).read_text(), filename=str(path))
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ProbeFileError(f"{path}: {exc}") from None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SERVICES" for t in node.targets):
-            try:
-                spec = ast.literal_eval(node.value)
-            except ValueError:
-                raise ProbeFileError(f"{path}: SERVICES must be a literal dict") from None
-            _check(path, spec)
-            return spec
-    return None
+    spec = file.literal("SERVICES")
+    if spec is not None:
+        _check(file.path, spec)
+    return spec
 
 
 def _check(path: Path, spec: Any) -> None:

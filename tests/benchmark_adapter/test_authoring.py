@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.authoring import interface_note, new_task, stale_grader_files, twin_metadata
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.grader import oracle_candidate, oracle_copy, run_grader
-from benchmark_adapter.sweep import load_defects, run_sweep
-from benchmark_adapter.task import TaskError, load_task
+from benchmark_adapter.grading.authoring import interface_note, new_task, stale_grader_files, twin_metadata
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.grader import oracle_candidate, oracle_copy, run_grader
+from benchmark_adapter.grading.sweep import load_defects, run_sweep
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import TaskError
 from harness.cli.app import main
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the generated grader needs bwrap")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter import check as check_module
-from benchmark_adapter.check import check_task, ensure_task_checked, task_content_hash
-from benchmark_adapter.defects import Defect
-from benchmark_adapter.grader import Grade
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading import check as check_module
+from benchmark_adapter.grading.check import check_task, ensure_task_checked, task_content_hash
+from benchmark_adapter.grading.defects import Defect
+from benchmark_adapter.grading.grader import Grade
+from benchmark_adapter.task.loader import load_task
 from harness.cli.app import main
 
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from benchmark_adapter.authoring import new_task
-from benchmark_adapter.checkpoint import checkpoint_note, convert_checkpoint
-from benchmark_adapter.task import TaskError
+from benchmark_adapter.grading.authoring import new_task
+from benchmark_adapter.grading.checkpoint import checkpoint_note, convert_checkpoint
+from benchmark_adapter.task.model import TaskError
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tasks" / "published" / "tiny-net"

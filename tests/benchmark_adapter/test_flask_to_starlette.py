@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.sweep import load_defects
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.sweep import load_defects
+from benchmark_adapter.task.loader import load_task
 from tests.conftest import TASKS_DIR, requires_bwrap
 
 TASK = TASKS_DIR / "flask-to-starlette"

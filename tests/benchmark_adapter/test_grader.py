@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
+from benchmark_adapter.task.loader import load_task
 from harness.cli.app import main
 
 requires_bwrap = pytest.mark.skipif(
@@ -209,7 +209,7 @@ def test_a_grader_failing_on_the_candidate_is_reward_zero_with_the_reason(tmp_pa
 
 @requires_bwrap
 def test_a_grader_reporting_its_own_machinery_failing_is_infrastructure(tmp_path, candidate):
-    from benchmark_adapter.grader import GraderInfraError
+    from benchmark_adapter.grading.grader import GraderInfraError
 
     script = 'echo \'{"reward": 0, "infrastructure_error": "nested sandbox unavailable"}\' > "$LOGS_DIR/reward.json"'
     with pytest.raises(GraderInfraError, match="nested sandbox unavailable"):
@@ -217,7 +217,7 @@ def test_a_grader_reporting_its_own_machinery_failing_is_infrastructure(tmp_path
 
 
 def test_a_sandbox_that_never_reaches_test_sh_is_infrastructure(tmp_path, candidate, monkeypatch):
-    from benchmark_adapter.grader import GraderInfraError
+    from benchmark_adapter.grading.grader import GraderInfraError
     from harness.ground.sandbox import ExecResult
     from harness.sandbox.none import UnsandboxedProcess
 

@@ -1,4 +1,4 @@
-"""The shared grading library (benchmark_adapter/templates/grader/grading.py) and the t2j-mini copies."""
+"""The shared grading library (benchmark_adapter/grading/templates/grader/grading.py) and the t2j-mini copies."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = REPO / "tasks" / "t2j-mini" / "common"
-LIBRARY = REPO / "benchmark_adapter" / "templates" / "grader"
+LIBRARY = REPO / "benchmark_adapter" / "grading" / "templates" / "grader"
 requires_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap not installed"
 )

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.grader import Grade
-from benchmark_adapter.sweep import load_defects, run_sweep
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.grader import Grade
+from benchmark_adapter.grading.sweep import load_defects, run_sweep
+from benchmark_adapter.task.loader import load_task
 from tests.conftest import TASKS_DIR
 
 TASK = TASKS_DIR / "t2j-mini" / "llama-lora-sft"
@@ -97,7 +97,7 @@ def test_assets_are_small_and_regenerated_exactly(tmp_path):
 
 
 def test_grading_library_is_the_shared_copy():
-    common = TASKS_DIR.parent / "benchmark_adapter" / "templates" / "grader" / "grading.py"
+    common = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader" / "grading.py"
     assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.sweep import load_defects
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.sweep import load_defects
+from benchmark_adapter.task.loader import load_task
 from tests.conftest import TASKS_DIR
 
 TASK = TASKS_DIR / "t2j-mini" / "llama-paged-serve"
@@ -125,7 +125,7 @@ def test_assets_are_small_and_consistent():
 
 
 def test_grading_library_is_the_shared_copy():
-    common = TASKS_DIR.parent / "benchmark_adapter" / "templates" / "grader" / "grading.py"
+    common = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader" / "grading.py"
     assert (TASK / "tests" / "grading.py").read_bytes() == common.read_bytes()
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.grader import oracle_copy, run_grader
-from benchmark_adapter.sweep import load_defects, run_sweep
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.grader import oracle_copy, run_grader
+from benchmark_adapter.grading.sweep import load_defects, run_sweep
+from benchmark_adapter.task.loader import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 TASK_DIR = REPO / "tasks" / "t2j-mini" / "mlp-train"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import benchmark_adapter.grader as grader_module
-from benchmark_adapter.grader import GraderInfraError, oracle_copy, run_grader
-from benchmark_adapter.task import load_task
+import benchmark_adapter.grading.grader as grader_module
+from benchmark_adapter.grading.grader import GraderInfraError, oracle_copy, run_grader
+from benchmark_adapter.task.loader import load_task
 from tests.conftest import TASKS_DIR
 
 GRADERS = [
@@ -88,7 +88,7 @@ def test_the_report_comes_before_any_candidate_code(tmp_path, no_bwrap):
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 def test_the_library_reports_a_sandbox_that_does_not_start(tmp_path, monkeypatch):
     """bwrap is there but the sandbox it builds fails: reported, and run_candidate refuses too."""
-    sys.path.insert(0, str(TASKS_DIR.parent / "benchmark_adapter" / "templates" / "grader"))
+    sys.path.insert(0, str(TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader"))
     try:
         import grading
     finally:

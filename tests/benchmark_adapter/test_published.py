@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.dockerfile import DockerfileError, read_dockerfile
-from benchmark_adapter.task import TaskError, load_task
+from benchmark_adapter.task.dockerfile import DockerfileError, read_dockerfile
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import TaskError
 from harness.cli.app import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,7 +186,7 @@ def test_bundled_published_task_loads_by_convention():
         "/app/checkpoint",
         "/app/jax_repo",
     )
-    from benchmark_adapter.grader import oracle_candidate
+    from benchmark_adapter.grading.grader import oracle_candidate
 
     assert oracle_candidate(task) == TINY / "solution" / "jax_repo"
 

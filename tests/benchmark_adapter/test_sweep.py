@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.defects import Defect, DefectError
-from benchmark_adapter.grader import Grade, GraderError
-from benchmark_adapter.sweep import check_scores, load_defects, run_sweep
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.defects import Defect, DefectError
+from benchmark_adapter.grading.grader import Grade, GraderError
+from benchmark_adapter.grading.sweep import check_scores, load_defects, run_sweep
+from benchmark_adapter.task.loader import load_task
 
 
 def make_task(root: Path) -> Path:

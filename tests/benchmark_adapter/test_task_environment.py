@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.dockerfile import RunRefused
-from benchmark_adapter.layout import command_workdir
-from benchmark_adapter.task import TaskError, load_task
-from benchmark_adapter.task_environment import load_task_for_sandbox
+from benchmark_adapter.task.dockerfile import RunRefused
+from benchmark_adapter.task.layout import command_workdir
+from benchmark_adapter.task.loader import load_task, load_task_for_sandbox
+from benchmark_adapter.task.model import TaskError
 from harness.cli.app import main
 from harness.ground.sandbox import SandboxError
-from harness.sandbox.task_image import forget_task_images
 from tests.benchmark_adapter.test_published import make_task
 from tests.harness.sandbox.test_task_image import RUN_WRITES_A_FILE, copy_shell, needs_engine
 
@@ -30,12 +29,6 @@ REWARD_IF_BUILT = (
     "test -f /app/from_run.txt && test -f /app/torch_orig/net/model.py && echo 1 > /logs/verifier/reward.txt "
     "|| echo 0 > /logs/verifier/reward.txt\n"
 )
-
-
-@pytest.fixture(autouse=True)
-def _no_remembered_images():
-    yield
-    forget_task_images()
 
 
 @pytest.mark.parametrize(
@@ -67,7 +60,7 @@ def test_without_an_engine_docker_lays_the_files_out_after_one_line(tmp_path, mo
     def no_engine():
         raise SandboxError("no Docker engine reachable (DockerException): start Docker or use --sandbox bwrap")
 
-    monkeypatch.setattr("harness.sandbox.docker._client", no_engine)
+    monkeypatch.setattr("harness.sandbox.docker_engine.client", no_engine)
     make_task(tmp_path / "t", dockerfile="FROM python:3.11-slim\nCOPY torch_orig /app/torch_orig\n")
     lines: list[str] = []
     task = load_task_for_sandbox(tmp_path / "t", "docker", say=lines.append)
@@ -119,7 +112,8 @@ def test_docker_builds_the_image_and_every_container_of_the_task_runs_on_it(tmp_
     assert json.loads(out.read_text())["reward"] == 1.0  # the grader's container saw what the RUN wrote
     err = capsys.readouterr().err
     assert err.count("note: Dockerfile:3: RUN honoured in twin-task:") == 1
-    task = load_task(root)  # in this process the image honours the RUN
+    task = load_task_for_sandbox(root, "docker")  # the image (reused) honours the RUN
+    assert task.image is not None and task.image.startswith("twin-task:")
     ws = prepare_workspace(task, tmp_path / "ws")
     boundary = role_boundary(task, ws, name="migrator", write_candidate=True, side="candidate", audit_log=None)
     sandbox = make_sandbox("docker", boundary)
@@ -142,3 +136,52 @@ def test_an_image_that_cannot_be_built_falls_back_in_one_line(tmp_path):
     with pytest.raises(RunRefused, match="task r: Dockerfile:2: RUN"):
         load_task_for_sandbox(tmp_path / "r", "docker", say=lines.append)
     assert len([line for line in lines if "image was not built" in line]) == 2
+
+
+def test_the_image_is_a_field_of_the_task_and_every_boundary_of_it_carries_it(tmp_path, monkeypatch):
+    """Under docker the built image is the loaded task's, passed to each boundary; nothing remembers it."""
+    from benchmark_adapter.grading.grader import grader_boundary
+    from benchmark_adapter.task import loader
+    from benchmark_adapter.task.layout import task_layout
+    from harness.ground.isolation import probe_boundary, solve_boundary
+    from harness.run.workspace import prepare_workspace, role_boundary
+
+    builds: list[tuple[Path, list[Path], list[str]]] = []
+
+    def build(context, *, hidden, laid_out):
+        builds.append((context, hidden, laid_out))
+        return "twin-task:fake"
+
+    monkeypatch.setattr(loader, "build_task_image", build)
+    root = make_task(tmp_path / "t", dockerfile="FROM a\nRUN make all\nCOPY torch_orig /app/torch_orig\nWORKDIR /srv\n")
+    lines: list[str] = []
+    task = load_task_for_sandbox(root, "docker", say=lines.append)
+    assert task.image == "twin-task:fake"
+    assert builds == [(root.resolve() / "environment", task.hidden_roots, ["/app/torch_orig"])]
+    assert "note: Dockerfile:2: RUN honoured in twin-task:fake" in lines  # the image honours it: not refused
+    assert command_workdir(task) == "/srv"  # the image has its WORKDIR
+    ws = prepare_workspace(task, tmp_path / "ws")
+    layout = task_layout(task, ws.candidate)
+    boundaries = [
+        role_boundary(task, ws, name="migrator", write_candidate=True, side="candidate", audit_log=None),
+        grader_boundary(task, ws.candidate, tmp_path / "logs", audit_log=None),
+        probe_boundary(layout, side="reference", work=tmp_path / "w", given=tmp_path / "g", audit_log=None,
+                       env={}, wall_s=9),
+        solve_boundary(layout, solution=tmp_path / "solution", workdir=None, wall_s=9),
+    ]
+    assert [b.image for b in boundaries] == ["twin-task:fake"] * 4
+
+    with pytest.raises(RunRefused, match="Dockerfile:2: RUN `make all` cannot run"):
+        load_task_for_sandbox(root, "bwrap", say=lines.append)  # another sandbox: no image, and no memory of one
+    assert len(builds) == 1
+    plain = load_task(root, overrides={"ignore_run": "true"})
+    assert plain.image is None
+    assert role_boundary(plain, ws, name="m", write_candidate=True, side="candidate", audit_log=None).image is None
+
+
+def test_twins_own_layout_builds_no_image_under_docker(monkeypatch):
+    from benchmark_adapter.task import loader
+
+    monkeypatch.setattr(loader, "build_task_image", lambda *a, **k: pytest.fail("built an image"))
+    task = load_task_for_sandbox(REPO / "tasks" / "t2j-mini" / "mlp-train", "docker", say=pytest.fail)
+    assert task.image is None and task.environment is None

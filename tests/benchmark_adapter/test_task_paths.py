@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task import TaskError, load_task
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import TaskError
 from harness.cli.app import main
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.sweep import load_defects
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.sweep import load_defects
 
 pytestmark = [
     pytest.mark.heavy,

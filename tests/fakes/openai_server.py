@@ -8,7 +8,7 @@ and can assert what was sent::
     from tests.fakes import FakeOpenAIServer, error, text, tool_call
 
     with FakeOpenAIServer([error(429), text("hello", prompt_tokens=12)]) as server:
-        model = make_model("openai/fake", api_base=server.base_url, api_key="sk-fake")
+        model = make_model(ModelConfig(name="openai/fake", api_base=server.base_url), api_key="sk-fake")
         assert model.query([{"role": "user", "content": "hi"}]).content == "hello"
         assert len(server.requests) == 2
 

@@ -15,9 +15,11 @@ import pytest
 from harness.bench.directory import BenchDir
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig, TrialSpec
-from harness.bench.trials import collect_trial
+from harness.bench.trials import collect_trial, prepare_trial
 from harness.cli.app import main
+from harness.models.config import ModelConfig
 from harness.models.ledger import LedgerLimits
+from harness.run.directory import RunDir
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="trials run in the bwrap sandbox")
@@ -71,9 +73,30 @@ def test_spent_bench_budget_starts_no_trial(tmp_path):
     assert results.trials == {}
 
 
+def test_a_trial_is_its_written_run_config_resumed_and_is_written_once(tmp_path):
+    cfg = BenchConfig(
+        name="b", tasks=[plans.TINY_TASK], models=["openai/{scaffold}"], sandbox="none", api_base="http://h/v1",
+        model_retries=0,
+    )
+    spec = TrialSpec(task=plans.TINY_TASK, model="openai/{scaffold}", scaffold="base", seed=3)
+    run_dir = tmp_path / "runs" / spec.trial_id
+    command = prepare_trial(spec, cfg, run_dir)
+    assert command == [sys.executable, "-m", "harness.cli", "migrate", "--resume", str(run_dir)]
+    run = RunDir(run_dir)
+    config, state = run.load_config(), run.load_state()
+    assert config.model == ModelConfig(name="openai/base", api_base="http://h/v1", retries=0)
+    assert (config.task, config.scaffold, config.seed, config.rounds, config.sandbox) == (
+        plans.TINY_TASK.resolve(), "base", 3, 2, "none"
+    )
+    assert state.run_id == spec.trial_id and state.rounds == [] and state.status == "running"
+    run.config_path.write_text(run.config_path.read_text().replace('"seed": 3', '"seed": 4'))
+    assert prepare_trial(spec, cfg, run_dir) == command  # a trial with a run directory is resumed as it is
+    assert run.load_config().seed == 4
+
+
 def test_infrastructure_failure_is_marked_and_never_scored(tmp_path):
     spec = TrialSpec(task=plans.TINY_TASK, model="openai/x", scaffold="twin", seed=0)
-    result = collect_trial(spec, tmp_path / "missing-run", returncode=3, attempts=2)
+    result = collect_trial(spec, tmp_path / "missing-run", returncode=3, attempts=2, rounds=2)
     assert result.status == "infra_failed" and result.rewards == {}
 
 

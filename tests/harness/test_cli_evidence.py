@@ -104,6 +104,7 @@ def test_rerun_appends_the_new_result(run_dir, capsys, monkeypatch, tmp_path):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(rerun, "run_suite", _suite_on(0.99))
+    monkeypatch.setattr(rerun, "load_task", lambda path: path)  # the stand-in suite takes the task's path
     spec = rerun.RerunSpec(factory="cli_rerun_factory:make", task="t", candidate="c")
     with EvidenceStore.open_run("r1") as store:
         rid = store.append(_rec("fwd.logits", "violated", 2, context={"rerun": spec.to_context()}))
@@ -128,6 +129,7 @@ def test_rerun_takes_task_and_candidate_from_the_run_directory(
     (run_dir / "candidate").mkdir()
     seen = []
     monkeypatch.setattr(rerun, "run_suite", _suite_on(None, seen))
+    monkeypatch.setattr(rerun, "load_task", lambda path: path)  # the stand-in suite takes the task's path
     spec = {"factory": "cli_rerun_factory2:make", "options": {"limit": 0.5}}
     with EvidenceStore.open_run("r1") as store:
         rid = store.append(_rec("loss", "established", 2, context={"rerun": spec}))

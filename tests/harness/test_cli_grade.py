@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from benchmark_adapter.grader import Grade
+from benchmark_adapter.grading.grader import Grade
 from harness.cli import grade as grade_cli
 from harness.cli.app import main
 from harness.cli.grade import _print_grade
@@ -56,7 +56,7 @@ def test_a_published_task_says_which_candidate_path_was_meant(tmp_path, monkeypa
 
 
 def test_keep_logs_holds_the_graders_output(tmp_path):
-    from benchmark_adapter.grader import _keep
+    from benchmark_adapter.grading.grader import _keep
 
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.sweep import load_defects
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.sweep import load_defects
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "flask-to-starlette"

@@ -23,9 +23,10 @@ import pytest
 
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -54,7 +55,7 @@ def replay(task: str, scaffold: str, tmp_path: Path, *, grade: bool = False) -> 
     recording = EXAMPLES / task / f"{scaffold}.jsonl"
     config = RunConfig.build(task=TASKS / task, model=f"replay:{recording}", scaffold=scaffold, rounds=2, grade=grade)
     run = RunDir.create(tmp_path, config, RunState(run_id="replay"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert state.status == "finished" and state.final_round == 2
     calls = [json.loads(line) for line in run.trajectory.read_text().splitlines() if '"model_call"' in line]

@@ -9,9 +9,10 @@ from rich.console import Console
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelStopped
+from harness.ground.trajectory import Trajectory
+from harness.models.config import ModelConfig
 from harness.models.factory import make_model
 from harness.models.human import HumanModel
-from harness.run.trajectory import Trajectory
 from tests.harness.test_human_syntax import SUBMIT_SUMMARY, TOOLS
 
 SYSTEM = {"role": "system", "content": "You are the Migrator. SYSTEM-TEXT"}
@@ -101,12 +102,12 @@ def test_evidence_command_shows_the_stores_summary(tmp_path):
 
 def test_human_model_is_recorded_as_a_person_and_needs_a_terminal(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    model = make_model("human", trajectory=Trajectory(tmp_path / "t.jsonl"))
+    model = make_model(ModelConfig(name="human"), trajectory=Trajectory(tmp_path / "t.jsonl"))
     assert model.name == "human" and model.label == "a person at the terminal"
     with pytest.raises(TwinError, match="needs a terminal"):
         model.query([SYSTEM, TASK], TOOLS)
     with pytest.raises(TwinError, match="takes no argument"):
-        make_model("human:alice")
+        make_model(ModelConfig(name="human:alice"))
 
 
 def test_migrate_refuses_human_without_a_terminal_before_making_a_run(tmp_path, monkeypatch, capsys):

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,7 +130,7 @@ def test_a_person_quits_then_resumes_and_drives_the_tiny_task_to_a_graded_candid
     # what the person typed replays without them
     config = RunConfig.build(task=plans.TINY_TASK, model=f"replay:{run.trajectory}", scaffold="base", rounds=1)
     again = RunDir.create(tmp_path / "replays", config, RunState(run_id="replay"))
-    run_migration(RunInputs.read(again))
+    run_migration(RunInputs.read(again), SCAFFOLDS)
     assert json.loads(again.grades.read_text())["rounds"][0]["reward"] == 1.0
 
 

@@ -10,10 +10,11 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ModelStopped
+from harness.ground.trajectory import Trajectory
 from harness.models.budget import Budget, BudgetTracker
+from harness.models.config import ModelConfig
 from harness.models.factory import make_model
 from harness.models.inbox import InboxModel, MalformedReply, parse_reply
-from harness.run.trajectory import Trajectory
 
 TOOLS = [
     {
@@ -219,21 +220,22 @@ def test_no_reply_in_time_stops_and_expires_the_request_and_numbers_never_repeat
 
 def test_inbox_through_the_factory_is_metered_and_labelled(tmp_path):
     trajectory = Trajectory(tmp_path / "trajectory.jsonl")
-    model = make_model(f"inbox:{tmp_path / 'box'}", trajectory=trajectory, wait_s=5)
+    model = make_model(ModelConfig(name=f"inbox:{tmp_path / 'box'}", wait_s=5), trajectory=trajectory)
     thread = answer(tmp_path / "box", 1, {"content": "hello", "usage": {"prompt_tokens": 2, "completion_tokens": 1}})
     model.query(MESSAGES, TOOLS, role="agent")
     thread.join()
     record = trajectory.model_calls()[0]
     assert record.model == f"inbox:{tmp_path / 'box'}" and record.label.startswith("outside program via inbox")
     with pytest.raises(ModelStopped):
-        make_model(f"inbox:{tmp_path / 'box'}", trajectory=trajectory, wait_s=0.1).query(MESSAGES, TOOLS)
+        config = ModelConfig(name=f"inbox:{tmp_path / 'box'}", wait_s=0.1)
+        make_model(config, trajectory=trajectory).query(MESSAGES, TOOLS)
     assert [r.kind for r in trajectory.records() if r.type == "model_error"] == ["stopped"]
 
 
 @pytest.mark.parametrize("name", ["inbox:", "inbox:  "])
 def test_inbox_without_a_folder_is_refused(name):
     with pytest.raises(TwinError, match="inbox: needs a path"):
-        make_model(name)
+        make_model(ModelConfig(name=name))
 
 
 def test_non_positive_wait_is_refused(tmp_path):

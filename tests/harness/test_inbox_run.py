@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli.app import main
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,7 @@ def drive_kill_and_resume(tmp_path: Path, task: Path, script: list[dict], kill_a
     finally:
         stop(driver)
     assert code == 0
-    assert run.load_config().model_wait_s == 60
+    assert run.load_config().model.wait_s == 60
     return run
 
 
@@ -105,7 +106,7 @@ def test_inbox_run_on_tiny_task_survives_a_killed_driver_and_replays(tmp_path, c
     # the recording replays, its cut-off step left out
     config = RunConfig.build(task=plans.TINY_TASK, model=f"replay:{run.trajectory}", rounds=2)
     again = RunDir.create(tmp_path / "replays", config, RunState(run_id="replay"))
-    run_migration(RunInputs.read(again))
+    run_migration(RunInputs.read(again), SCAFFOLDS)
     assert [g["reward"] for g in json.loads(again.grades.read_text())["rounds"]] == [0.5, 1.0]
 
 

@@ -9,9 +9,10 @@ import pytest
 
 from evidence_store.store import EvidenceStore
 from harness.cli.app import main
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(
@@ -35,7 +36,7 @@ def outcomes(run: RunDir, property_id: str) -> list[tuple[int, str]]:
 
 def test_probe_goes_from_violated_to_established_and_final_grade_is_full(tmp_path):
     run = start(tmp_path, plans.twin_fix_in_round_two())
-    line = run_migration(RunInputs.read(run))
+    line = run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert [r.done for r in state.rounds] == [["diagnose", "migrate", "verify"]] * 2
     assert outcomes(run, "calc.ops") == [(1, "violated"), (2, "established")]
@@ -49,7 +50,7 @@ def test_probe_goes_from_violated_to_established_and_final_grade_is_full(tmp_pat
 
 def test_regression_in_round_two_is_flagged_and_round_one_is_delivered(tmp_path):
     run = start(tmp_path, plans.twin_regress_in_round_two())
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert outcomes(run, "calc.ops")[-1] == (2, "violated")
     store = EvidenceStore(run.evidence, create=False)
@@ -76,7 +77,7 @@ def model_calls(run: RunDir) -> int:
 )
 def test_each_budget_stops_the_run_cleanly(tmp_path, budget, kind, calls):
     run = start(tmp_path, plans.twin_fix_in_round_two(), budget=budget, grade=False)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert state.status == "finished"
     assert state.stop_reason.startswith(f"budget: {kind} budget exhausted")
@@ -88,13 +89,13 @@ def test_dollar_budget_stops_the_run(tmp_path):
     for reply in replies:
         reply["cost_usd"] = 0.4
     run = start(tmp_path, replies, budget={"max_usd": 1.0}, grade=False)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     assert run.load_state().stop_reason.startswith("budget: dollars budget exhausted")
 
 
 def test_base_scaffold_runs_continuation_rounds_without_evidence(tmp_path):
     run = start(tmp_path, plans.base_two_rounds(), scaffold="base", base_steps=3)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert [r.done for r in state.rounds] == [["migrate"], ["migrate"]]
     assert not run.evidence.exists()
@@ -117,7 +118,7 @@ def test_refused_requests_land_in_the_audit_log_and_the_evidence(tmp_path):
         plans.call("submit", summary="nothing"),
     ]
     run = start(tmp_path, replies, rounds=1, grade=False)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     audit = [json.loads(line) for line in run.audit_log.read_text().splitlines()]
     assert any(a["target"] == "/tests/test.sh" for a in audit)
     tool_results = [json.loads(line) for line in run.trajectory.read_text().splitlines() if '"tool_call"' in line]
@@ -151,7 +152,7 @@ def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monke
     with FakeOpenAIServer(responses) as server:
         config = RunConfig.build(task=plans.TINY_TASK, model="openai/fake-model", api_base=server.base_url, rounds=2)
         run = RunDir.create(tmp_path / "runs", config, RunState(run_id="live"))
-        run_migration(RunInputs.read(run))
+        run_migration(RunInputs.read(run), SCAFFOLDS)
         assert server.remaining == 0
         first = server.requests[0].body
         assert {t["function"]["name"] for t in first["tools"]} >= {"read_file", "bash", "submit"}
@@ -240,7 +241,7 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
         *plans.verify_again(),
     ]
     run = start(tmp_path, replies)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     verifier_1 = _first_prompt(run, "verifier", 1)
     assert "[summary by the Migrator: " in verifier_1 and "```data\nwrote calc\n```" in verifier_1
     assert "```data\n- calc/__init__.py (+" in verifier_1 and "\n- calc/ops.py (+" in verifier_1
@@ -310,7 +311,7 @@ def test_a_diagnoser_finding_nothing_left_ends_the_run_without_migrator_or_verif
     replies = [plans.diagnose(), *plans.migrate(plans.OPS_GOOD), *plans.verify_with_new_probe()]
     replies.append(plans.diagnose(complete=True))  # the script holds no reply for a round-2 Migrator
     run = start(tmp_path, replies, rounds=3, grade=False)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert [role for round, role in model_call_roles(run) if round == 2] == ["diagnoser"]
     assert "nothing left" in state.stop_reason and state.status == "finished"
@@ -322,7 +323,7 @@ def test_complete_with_a_property_not_established_goes_on(tmp_path):
     replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY), *plans.verify_with_new_probe()]
     replies += [plans.diagnose(complete=True), *plans.migrate(plans.OPS_GOOD), *plans.verify_again()]
     run = start(tmp_path, replies, grade=False)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     assert [role for round, role in model_call_roles(run) if round == 2].count("verifier") == 1
     assert outcomes(run, "calc.ops")[-1] == (2, "established")
 
@@ -331,7 +332,7 @@ def test_a_round_whose_migrator_changed_nothing_is_not_verified_again(tmp_path):
     replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY), *plans.verify_with_new_probe()]
     replies += [plans.diagnose(), plans.call("submit", summary="changed nothing")]
     run = start(tmp_path, replies, grade=False)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert "verifier" not in [role for round, role in model_call_roles(run) if round == 2]
     assert state.rounds[1].commit == state.rounds[0].commit

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.run.loop import TwinLoop, property_id_in
+from harness.scaffolds.twin.loop import TwinLoop, property_id_in
 from roles.fence import fence_agent_text
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.cli.migrate import run_migration
+from harness.ground.trajectory import Trajectory
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
-from harness.run.trajectory import Trajectory
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the loop's tests run the real bwrap sandbox")
@@ -79,7 +80,7 @@ def test_round_two_diagnoser_sees_round_one_localization(tmp_path):
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=plans.TINY_TASK, model=model, rounds=2, grade=False)
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     first, second = localizations(run)
     assert (first.round, first.outcome.value, first.observations["component"]) == (1, "violated", "calc.ops.scale")
     assert first.observations["probes"] == ["calc.scale"] and first.observations["change"] == "first"
@@ -109,7 +110,7 @@ def test_mlp_train_round_two_diagnoser_names_the_defective_converter(tmp_path):
         grade=False,
     )
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     first = localizations(run)[0]
     assert first.round == 1 and first.observations["component"] == "mlp_train.checkpoint.load_checkpoint"
     assert f"the divergence starts at {first.observations['component']}" in diagnoser_prompts(run)[2]
@@ -119,7 +120,7 @@ def test_a_localization_that_turns_violated_is_no_regression_of_the_candidate(tm
     from types import SimpleNamespace
 
     from evidence_store.records import EvidenceRecord, Outcome, Property
-    from harness.run.loop import TwinLoop
+    from harness.scaffolds.twin.loop import TwinLoop
 
     def record(pid: str, kind: str, outcome: str, round: int) -> EvidenceRecord:
         return EvidenceRecord(

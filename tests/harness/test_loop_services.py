@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the loop's tests run the real bwrap sandbox")
@@ -59,7 +60,7 @@ def test_a_counterexample_from_round_one_is_stored_and_rerun_in_round_two(tmp_pa
     model = plans.write_script(tmp_path / "script.json", _replies())
     config = RunConfig.build(task=TASK, model=model, rounds=2, grade=False)
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     store = EvidenceStore(run.evidence, create=False)
     try:
         search = [r for r in store.records(property_id="search:http:catalog") if r.round == 1]

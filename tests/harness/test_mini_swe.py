@@ -17,9 +17,10 @@ import pytest
 
 from harness.bench.directory import BenchDir
 from harness.cli.app import main
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 pytestmark = [
@@ -60,7 +61,7 @@ def run_tiny(tmp_path, replies, **settings) -> RunDir:
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=plans.TINY_TASK, model=model, scaffold="mini-swe-agent", **{"rounds": 2, **settings})
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     return run
 
 
@@ -110,7 +111,7 @@ def test_a_run_replays_from_its_trajectory(tmp_path):
         task=plans.TINY_TASK, model=f"replay:{run.trajectory}", scaffold="mini-swe-agent", rounds=2
     )
     again = RunDir.create(tmp_path / "replays", config, RunState(run_id="replay"))
-    run_migration(RunInputs.read(again))
+    run_migration(RunInputs.read(again), SCAFFOLDS)
     assert [g["reward"] for g in json.loads(again.grades.read_text())["rounds"]] == [0.5, 1.0]
     assert all(c["label"].startswith("replayed from") for c in records(again, "model_call"))
 
@@ -200,7 +201,7 @@ def test_bundled_mini_swe_agent_example_replays_and_grades(tmp_path):
     task = REPO / "tasks" / "t2j-mini" / "mlp-train"
     config = RunConfig.build(task=task, model=f"replay:{recording}", scaffold="mini-swe-agent", rounds=2)
     run = RunDir.create(tmp_path, config, RunState(run_id="replay"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     rewards = [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]]
     assert rewards[0] < rewards[1] and rewards[1] >= 0.97  # round 1's seeded defect, repaired in round 2
 
@@ -232,7 +233,8 @@ SETTINGS_SEEN = [*POISONED, "MSWEA_GLOBAL_CONFIG_DIR", "MSWEA_CONFIG_DIR", "MSWE
 RUN_THEN_SHOW_SETTINGS = f"""
 import json, os, sys
 from pathlib import Path
-from harness.cli.migrate import run_migration
+from harness.run.migration import run_migration
+from harness.scaffolds.registry import SCAFFOLDS
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs
 
@@ -240,7 +242,7 @@ task, model, runs = sys.argv[1:]
 assert "minisweagent" not in sys.modules
 config = RunConfig.build(task=task, model=model, scaffold="mini-swe-agent", rounds=2)
 run = RunDir.create(Path(runs), config, RunState(run_id="run"))
-run_migration(RunInputs.read(run))
+run_migration(RunInputs.read(run), SCAFFOLDS)
 import minisweagent
 env = {{name: os.environ.get(name) for name in {SETTINGS_SEEN!r}}}
 print(json.dumps({{"run": str(run.root), "package_dir": str(minisweagent.global_config_dir), "env": env}}))

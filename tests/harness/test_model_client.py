@@ -12,10 +12,11 @@ import pytest
 
 from harness.ground.errors import BudgetExceeded
 from harness.ground.model import ModelInfraError, ModelRequestError
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
+from harness.models.config import ModelConfig
 from harness.models.factory import make_model
 from harness.models.litellm_client import LiteLLMModel, _classify, _import_litellm
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, error, text, tool_call, tool_calls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +37,10 @@ def server():
         yield fake
 
 
-def local(server, name="openai/fake-local", **kwargs):
-    kwargs.setdefault("backoff_s", 0.01)
-    return make_model(name, api_base=server.base_url, api_key="sk-test-dummy", **kwargs)
+def local(server, name="openai/fake-local", *, trajectory=None, budget=None, **settings):
+    settings.setdefault("backoff_s", 0.01)
+    config = ModelConfig(name=name, api_base=server.base_url, **settings)
+    return make_model(config, api_key="sk-test-dummy", trajectory=trajectory, budget=budget)
 
 
 def test_plain_answer_and_what_litellm_sent(server):
@@ -93,7 +95,7 @@ def test_retry_after_header_is_honoured(server):
 def test_server_errors_exhaust_retries_as_infra_failure(server, tmp_path):
     server.push(*[error(500, "boom")] * 3)
     trajectory = Trajectory(tmp_path / "trajectory.jsonl")
-    model = local(server, max_retries=2, trajectory=trajectory)
+    model = local(server, retries=2, trajectory=trajectory)
     with pytest.raises(ModelInfraError, match="after 3 attempt"):
         model.query(HI)
     assert len(server.requests) == 3
@@ -127,28 +129,24 @@ def test_timeout_is_retried_then_reported_as_infra(server):
     server.push(text("late", delay_s=30), text("late again", delay_s=30))
     started = time.monotonic()
     with pytest.raises(ModelInfraError, match="after 2 attempt"):
-        local(server, timeout_s=0.4, max_retries=1).query(HI)
+        local(server, timeout_s=0.4, retries=1).query(HI)
     assert time.monotonic() - started < 20  # gave up long before the server answered
     assert len(server.requests) == 2
 
 
 def test_timeout_then_success(server):
     server.push(text("late", delay_s=30), text("in time"))
-    assert local(server, timeout_s=0.4, max_retries=1).query(HI).content == "in time"
+    assert local(server, timeout_s=0.4, retries=1).query(HI).content == "in time"
 
 
 def test_refused_connection_is_infra():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again before the call: nothing listens
-    model = make_model(
-        "openai/fake-local",
-        api_base=f"http://127.0.0.1:{port}/v1",
-        api_key="sk-test-dummy",
-        max_retries=1,
-        backoff_s=0.01,
-        timeout_s=5,
+    config = ModelConfig(
+        name="openai/fake-local", api_base=f"http://127.0.0.1:{port}/v1", retries=1, backoff_s=0.01, timeout_s=5
     )
+    model = make_model(config, api_key="sk-test-dummy")
     with pytest.raises(ModelInfraError):
         model.query(HI)
 
@@ -169,7 +167,7 @@ def test_local_server_without_any_key_gets_a_placeholder(server, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("TWIN_API_KEY", raising=False)
     server.push(text("no key needed"))
-    model = make_model("openai/fake-local", api_base=server.base_url)
+    model = make_model(ModelConfig(name="openai/fake-local", api_base=server.base_url))
     assert model.query(HI).content == "no key needed"
     assert server.requests[0].headers["authorization"] == "Bearer no-key"
 
@@ -249,7 +247,7 @@ def test_litellm_is_imported_lazily_and_offline():
 
 
 def test_repr_never_shows_the_key():
-    model = LiteLLMModel("openai/x", api_key="sk-very-secret", api_base="http://127.0.0.1:1/v1")
+    model = LiteLLMModel(ModelConfig(name="openai/x"), api_key="sk-very-secret", api_base="http://127.0.0.1:1/v1")
     assert "sk-very-secret" not in repr(model)
 
 

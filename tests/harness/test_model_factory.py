@@ -4,11 +4,13 @@ import pytest
 
 from harness.ground.errors import BudgetExceeded, TwinError
 from harness.ground.model import ModelReply, ModelRequestError, Usage
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
+from harness.models.config import ModelConfig, parse_model_name
 from harness.models.factory import MeteredModel, make_model
 from harness.models.litellm_client import LiteLLMModel
 from harness.models.scripted import ScriptedModel
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from harness.run.directory import RunConfig, RunError
 
 
 def test_scripted_model_records_and_charges(tmp_path):
@@ -19,7 +21,7 @@ def test_scripted_model_records_and_charges(tmp_path):
     trajectory = Trajectory(tmp_path / "t.jsonl")
     trajectory.set_context(round=3, step=1)
     budget = BudgetTracker(Budget(max_usd=0.5))
-    model = make_model(f"scripted:{script}", trajectory=trajectory, budget=budget)
+    model = make_model(ModelConfig(name=f"scripted:{script}"), trajectory=trajectory, budget=budget)
     assert isinstance(model, MeteredModel) and isinstance(model.inner, ScriptedModel)
     assert model.label == "scripted"
     assert model.query([{"role": "user", "content": "q"}], role="diagnoser").content == "one"
@@ -35,7 +37,7 @@ def test_scripted_model_records_and_charges(tmp_path):
 def test_live_names_make_a_litellm_model_without_importing_it(monkeypatch, tmp_path):
     monkeypatch.setenv("TWIN_API_BASE", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("TWIN_API_KEY", "sk-env")
-    model = make_model("anthropic/claude-x", cache_dir=tmp_path, temperature=0.2, max_tokens=99)
+    model = make_model(ModelConfig(name="anthropic/claude-x", cache_dir=tmp_path, temperature=0.2, max_tokens=99))
     inner = model.inner
     assert isinstance(inner, LiteLLMModel)
     assert (inner.name, inner.api_base, inner.temperature, inner.max_tokens) == (
@@ -46,21 +48,28 @@ def test_live_names_make_a_litellm_model_without_importing_it(monkeypatch, tmp_p
     )
     assert inner.cache is not None and inner.cache.directory == tmp_path
     assert model.label == "anthropic/claude-x"
-    explicit = make_model("openai/x", api_base="http://h/v1", api_key="sk-arg").inner
+    explicit = make_model(ModelConfig(name="openai/x", api_base="http://h/v1"), api_key="sk-arg").inner
     assert explicit.api_base == "http://h/v1" and explicit._api_key == "sk-arg"
 
 
-@pytest.mark.parametrize("name", ["", "   ", "scripted:", "replay:  "])
-def test_empty_names_are_clear_errors(name):
-    with pytest.raises(TwinError):
-        make_model(name)
+@pytest.mark.parametrize("name", ["scripted:", "replay:  "])
+def test_names_without_their_path_are_clear_errors(name):
+    with pytest.raises(TwinError, match="needs a path"):
+        make_model(ModelConfig(name=name))
 
 
-def test_bad_retry_settings_are_rejected():
-    with pytest.raises(TwinError, match="max_retries"):
-        make_model("openai/x", max_retries=-1)
-    with pytest.raises(TwinError, match="timeout_s"):
-        make_model("openai/x", timeout_s=0)
+@pytest.mark.parametrize(
+    ("settings", "where"),
+    [
+        ({"name": ""}, "model.name: Value error, no model given"),
+        ({"name": "   "}, "model.name: Value error, no model given"),
+        ({"name": "openai/x", "retries": -1}, "model.retries"),
+        ({"name": "openai/x", "timeout_s": 0}, "model.timeout_s"),
+    ],
+)
+def test_bad_model_settings_are_one_clear_error(tmp_path, settings, where):
+    with pytest.raises(RunError, match=f"^bad run setting {where}"):
+        RunConfig.build(task=tmp_path, model=settings)
 
 
 class Refusing:
@@ -113,6 +122,7 @@ def test_metered_model_works_without_trajectory_or_budget():
     ],
 )
 def test_model_kind_selects_the_registry_entry(name, kind):
-    from harness.models.factory import MODEL_KINDS, model_kind
+    from harness.models.factory import MODEL_KINDS
 
-    assert model_kind(name) == kind and kind in MODEL_KINDS
+    assert parse_model_name(name).key == kind and kind in MODEL_KINDS
+    assert ModelConfig(name=name).kind == parse_model_name(name)

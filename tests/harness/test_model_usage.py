@@ -8,10 +8,11 @@ import json
 import pytest
 
 from harness.ground.model import ModelReply, ToolCall, Usage
+from harness.ground.trajectory import Trajectory
 from harness.models.budget import Budget, BudgetTracker
+from harness.models.config import ModelConfig
 from harness.models.factory import MeteredModel, make_model
 from harness.models.litellm_client import estimate_usage, uses_cache_control, with_cache_control
-from harness.run.trajectory import Trajectory
 from tests.fakes import FakeOpenAIServer, anthropic_tool_use, text
 
 SYSTEM = {"role": "system", "content": "You are the Migrator. " * 50}
@@ -42,7 +43,8 @@ def test_anthropic_requests_mark_the_stable_prefix_and_the_last_message_for_the_
         "read_file", {}, input_tokens=900, cache_read_input_tokens=700, cache_creation_input_tokens=150
     )
     with FakeOpenAIServer([reply]) as server:
-        model = make_model("anthropic/claude-sonnet-4-5", api_base=server.base_url.removesuffix("/v1"), api_key="sk-x")
+        config = ModelConfig(name="anthropic/claude-sonnet-4-5", api_base=server.base_url.removesuffix("/v1"))
+        model = make_model(config, api_key="sk-x")
         answer = model.query(conversation(2), [TOOL])
         (request,) = server.requests
     assert request.path.endswith("/messages")
@@ -62,7 +64,8 @@ def test_openai_requests_are_sent_unmarked_and_cached_tokens_are_read_from_the_d
     scripted.body["usage"]["prompt_tokens_details"] = {"cached_tokens": 1024}
     with FakeOpenAIServer([scripted]) as server:
         budget = BudgetTracker(Budget())
-        model = make_model("openai/gpt-4o-mini", api_base=server.base_url, api_key="sk-x", budget=budget)
+        config = ModelConfig(name="openai/gpt-4o-mini", api_base=server.base_url)
+        model = make_model(config, api_key="sk-x", budget=budget)
         reply = model.query(conversation(1))
         (request,) = server.requests
     assert request.body["messages"][0] == SYSTEM  # OpenAI caches a repeated prefix without markers

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 import harness.cli.probe
-import harness.run.probe_desk
+import harness.scaffolds.twin.probe_desk
 import probes.suite
-from benchmark_adapter.task import load_task
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.cli.app import main
-from harness.run.probe_desk import RunProbeDesk
+from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from tests.conftest import REPO_ROOT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
@@ -33,7 +33,7 @@ def _interrupting(ctx):
 @pytest.fixture
 def interrupted_checks(monkeypatch):
     """The built-in checks replaced by a probe that is interrupted half-way."""
-    for module in (probes.suite, harness.run.probe_desk, harness.cli.probe):
+    for module in (probes.suite, harness.scaffolds.twin.probe_desk, harness.cli.probe):
         monkeypatch.setattr(module, "builtin_checks", lambda task: [_interrupting])
 
 
@@ -82,8 +82,7 @@ def test_the_bench_post_run_checks_remove_their_work_directory(probe_workdirs, m
         return dest
 
     monkeypatch.setattr(harness.run.candidate_repo.CandidateRepo, "export", export)
-    spec = SimpleNamespace(task=str(TINY))
-    assert harness.bench.checks.post_run_failures(spec, tmp_path / "run", "none") == []
+    assert harness.bench.checks.post_run_failures(load_task(TINY), tmp_path / "run", "none") == []
     assert len(probe_workdirs) == 1 and not probe_workdirs[0].exists()
 
 

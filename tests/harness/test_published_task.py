@@ -16,9 +16,10 @@ from evidence_store.store import EvidenceStore
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
 from harness.cli.app import main
-from harness.cli.migrate import run_migration
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the published layout is laid out by bwrap")
@@ -77,7 +78,7 @@ def run_scripted(tmp_path, replies, rounds):
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=TASK, model=model, rounds=rounds)
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     store = EvidenceStore(run.evidence, create=False)
     try:
         outcomes = [(r.round, r.outcome.value) for r in store.records(property_id="forward.predictions")]
@@ -150,8 +151,8 @@ def test_grade_oracle_runs_a_solve_script(tmp_path, capsys, script, reward):
 
 
 def test_role_and_grader_boundaries_lay_out_app_as_the_dockerfile(tmp_path):
-    from benchmark_adapter.layout import grader_boundary
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.grading.grader import grader_boundary
+    from benchmark_adapter.task.loader import load_task
     from harness.run.workspace import prepare_workspace, role_boundary
 
     task = load_task(TASK)

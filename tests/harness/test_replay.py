@@ -8,9 +8,10 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.ground.model import ReplayDivergence
+from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from harness.models.config import ModelConfig
 from harness.models.factory import make_model
 from harness.models.replay import ReplayModel
-from harness.run.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from tests.fakes import FakeOpenAIServer, text, tool_call
 
 SYSTEM = "You migrate PyTorch code to JAX."
@@ -48,12 +49,8 @@ def recording(tmp_path):
         text("looks right", prompt_tokens=20),
     ]
     with FakeOpenAIServer(scripted) as server:
-        model = make_model(
-            "openai/fake-local",
-            api_base=server.base_url,
-            api_key="sk-dummy",
-            trajectory=Trajectory(path),
-        )
+        config = ModelConfig(name="openai/fake-local", api_base=server.base_url)
+        model = make_model(config, api_key="sk-dummy", trajectory=Trajectory(path))
         result = tiny_loop(model)
     assert result == ("ported", "looks right")
     return path
@@ -61,7 +58,7 @@ def recording(tmp_path):
 
 def test_replay_round_trip_reproduces_the_run_without_a_server(recording, tmp_path):
     new = Trajectory(tmp_path / "replayed" / "trajectory.jsonl")
-    model = make_model(f"replay:{recording}", trajectory=new)
+    model = make_model(ModelConfig(name=f"replay:{recording}"), trajectory=new)
     assert model.label == f"replayed from {recording}"
     # Tool results (timings) may differ; they are not compared.
     assert tiny_loop(model, tool_output="took 0.97 s") == ("ported", "looks right")
@@ -76,12 +73,12 @@ def test_replay_round_trip_reproduces_the_run_without_a_server(recording, tmp_pa
 
 
 def test_replay_accepts_a_run_directory(recording):
-    assert make_model(f"replay:{recording.parent}").inner.path == recording
+    assert make_model(ModelConfig(name=f"replay:{recording.parent}")).inner.path == recording
 
 
 def test_changed_user_text_says_where(recording):
     with pytest.raises(ReplayDivergence) as info:
-        tiny_loop(make_model(f"replay:{recording}"), task="Port layers.py")
+        tiny_loop(make_model(ModelConfig(name=f"replay:{recording}")), task="Port layers.py")
     message = str(info.value)
     assert message.startswith("replay diverged at call 0 (role migrator), message 1 (user)")
     assert "'Port model.py'" in message and "'Port layers.py'" in message
@@ -91,12 +88,12 @@ def test_changed_role_diverges(recording):
     with pytest.raises(
         ReplayDivergence, match="call 0 .*role: expected 'migrator', got 'diagnoser'"
     ):
-        tiny_loop(make_model(f"replay:{recording}"), role="diagnoser")
+        tiny_loop(make_model(ModelConfig(name=f"replay:{recording}")), role="diagnoser")
 
 
 def test_changed_tools_diverge(recording):
     with pytest.raises(ReplayDivergence, match=r"tools: expected \['read_file', 'bash'\]"):
-        tiny_loop(make_model(f"replay:{recording}"), tools=TOOLS[:1])
+        tiny_loop(make_model(ModelConfig(name=f"replay:{recording}")), tools=TOOLS[:1])
 
 
 def test_changed_tool_call_id_diverges_at_the_second_call(recording):
@@ -120,7 +117,7 @@ def test_extra_message_diverges(recording):
 
 def test_running_past_the_recording_diverges(recording, tmp_path):
     trajectory = Trajectory(tmp_path / "t.jsonl")
-    model = make_model(f"replay:{recording}", trajectory=trajectory)
+    model = make_model(ModelConfig(name=f"replay:{recording}"), trajectory=trajectory)
     tiny_loop(model)
     with pytest.raises(ReplayDivergence, match="call 3 .*ends after 3 model calls"):
         model.query([{"role": "user", "content": "again"}], role="verifier")
@@ -130,13 +127,13 @@ def test_running_past_the_recording_diverges(recording, tmp_path):
 
 def test_missing_or_empty_recording_is_a_clear_error(tmp_path):
     with pytest.raises(TwinError, match="no trajectory"):
-        make_model(f"replay:{tmp_path / 'absent.jsonl'}")
+        make_model(ModelConfig(name=f"replay:{tmp_path / 'absent.jsonl'}"))
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(TwinError, match="no model calls"):
-        make_model(f"replay:{empty}")
+        make_model(ModelConfig(name=f"replay:{empty}"))
     with pytest.raises(TwinError, match="needs a path"):
-        make_model("replay:")
+        make_model(ModelConfig(name="replay:"))
 
 
 def test_recorded_request_is_what_was_sent(recording):
@@ -151,19 +148,17 @@ def test_recorded_request_is_what_was_sent(recording):
 
 def test_resumed_replay_continues_from_a_later_call(recording):
     calls = Trajectory(recording).model_calls()
-    model = make_model(f"replay:{recording}", replay_start=2)
+    model = make_model(ModelConfig(name=f"replay:{recording}"), start=2)
     assert model.query(calls[2].request.messages, role="verifier").content == "looks right"
     with pytest.raises(TwinError, match="cannot start at call 4; .* records 3 calls"):
-        make_model(f"replay:{recording}", replay_start=4)
+        make_model(ModelConfig(name=f"replay:{recording}"), start=4)
 
 
 def test_measured_numbers_in_user_text_may_differ_but_words_and_counts_may_not(tmp_path):
     from harness.models.replay import request_difference
 
     path = tmp_path / "trajectory.jsonl"
-    model = make_model(
-        "scripted:" + str(_script(tmp_path)), trajectory=Trajectory(path)
-    )
+    model = make_model(ModelConfig(name="scripted:" + str(_script(tmp_path))), trajectory=Trajectory(path))
     model.query([{"role": "user", "content": "round 2: forward score=0.9330 noise_floor=4.59e-13"}])
     (recorded,) = Trajectory(path).model_calls()
 
@@ -184,7 +179,7 @@ def _script(tmp_path):
 
 def _call(index, role, messages, round=1):
     from harness.ground.model import ModelReply
-    from harness.run.trajectory import ModelRequest
+    from harness.ground.trajectory import ModelRequest
 
     return ModelCallRecord(
         index=index, role=role, round=round, model="m", request=ModelRequest(messages=messages), reply=ModelReply()

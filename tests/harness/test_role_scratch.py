@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from benchmark_adapter.task import load_task
+from benchmark_adapter.task.loader import load_task
+from harness.models.config import ModelConfig
 from harness.run.directory import RunConfig
 from harness.run.session import RunInputs, open_session
 from roles.tools import workbench_tools
@@ -21,7 +22,7 @@ def session(tmp_path):
     config = RunConfig.build(task=plans.TINY_TASK, model="scripted:x.json", sandbox="bwrap", grade=False)
     script = tmp_path / "x.json"
     script.write_text("[]")
-    config = config.model_copy(update={"model": f"scripted:{script}"})
+    config = config.model_copy(update={"model": ModelConfig(name=f"scripted:{script}")})
     inputs = RunInputs.create(tmp_path / "runs", config, load_task(plans.TINY_TASK), "r")
     session = open_session(inputs)
     yield session

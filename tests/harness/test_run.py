@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from harness.models.config import ModelConfig, ModelKind
 from harness.run.audit import read_refusals
 from harness.run.directory import RunConfig, RunDir, RunError, RunState
 
@@ -15,8 +16,9 @@ def config(tmp_path, **kw):
 def test_create_writes_whole_config_and_state(tmp_path):
     run = RunDir.create(tmp_path / "runs", config(tmp_path, rounds=3), RunState(run_id="r1"))
     data = json.loads(run.config_path.read_text())
-    assert data["rounds"] == 3 and data["schema_version"] == 1
-    assert "api_key" not in data
+    assert data["rounds"] == 3 and data["schema_version"] == 2
+    assert data["model"]["name"] == "scripted:x.json" and data["model"]["retries"] == 5
+    assert "api_key" not in data and "api_key" not in data["model"]
     assert run.load_state().run_id == "r1"
     assert RunDir.open("r1", tmp_path / "runs").root == run.root
 
@@ -52,9 +54,71 @@ def test_model_calls_of_last_completed_step(tmp_path):
 
 def test_toml_config_with_overrides(tmp_path):
     path = tmp_path / "run.toml"
-    path.write_text('[run]\nmodel = "openai/x"\nrounds = 4\n[run.budget]\nmax_usd = 2.5\n')
+    path.write_text('[run]\nmodel = "openai/x"\nrounds = 4\nmodel_retries = 1\n[run.budget]\nmax_usd = 2.5\n')
     cfg = RunConfig.from_toml(path, task=tmp_path, rounds=5)
-    assert (cfg.model, cfg.rounds, cfg.budget.max_usd) == ("openai/x", 5, 2.5)
+    assert (cfg.model.name, cfg.model.retries, cfg.rounds, cfg.budget.max_usd) == ("openai/x", 1, 5, 2.5)
+
+
+def test_toml_model_table_takes_overrides_setting_by_setting(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[run.model]\nname = "openai/x"\napi_base = "http://h/v1"\ntemperature = 0.5\n')
+    cfg = RunConfig.from_toml(path, task=tmp_path, model={"name": "openai/y", "retries": 0})
+    assert cfg.model == ModelConfig(name="openai/y", api_base="http://h/v1", temperature=0.5, retries=0)
+    assert cfg.model.kind == ModelKind("litellm", "openai/y")
+
+
+VERSION_1 = {
+    "schema_version": 1,
+    "task": "/tasks/t",
+    "model": "inbox:/box",
+    "scaffold": "base",
+    "rounds": 3,
+    "seed": 0,
+    "api_base": "http://h/v1",
+    "temperature": 0.2,
+    "budget": {"max_usd": 1.0},
+    "sandbox": "none",
+    "grade": False,
+    "cache_dir": "/cache",
+    "model_retries": 1,
+    "model_backoff_s": 0.5,
+    "model_wait_s": 60.0,
+}
+
+
+def test_a_version_1_config_resumes_with_its_model_settings_in_one_table(tmp_path):
+    run = RunDir.create(tmp_path / "runs", config(tmp_path), RunState(run_id="old"))
+    run.config_path.write_text(json.dumps(VERSION_1))  # as twin wrote it before the model had its own table
+    loaded = run.load_config()
+    assert loaded.model == ModelConfig(
+        name="inbox:/box",
+        api_base="http://h/v1",
+        temperature=0.2,
+        cache_dir="/cache",
+        retries=1,
+        backoff_s=0.5,
+        wait_s=60.0,
+    )
+    assert loaded.model.kind == ModelKind("inbox", "/box")
+    assert (loaded.scaffold, loaded.rounds, loaded.budget.max_usd, loaded.grade) == ("base", 3, 1.0, False)
+    run.write_config(loaded)  # written back (e.g. --model-wait-s on resume): the new layout, read again the same
+    assert json.loads(run.config_path.read_text())["schema_version"] == 2
+    assert run.load_config() == loaded
+
+
+def test_a_newer_config_is_refused(tmp_path):
+    run = RunDir.create(tmp_path / "runs", config(tmp_path), RunState(run_id="r1"))
+    run.config_path.write_text(json.dumps({**VERSION_1, "schema_version": 3}))
+    with pytest.raises(RunError, match="newer twin"):
+        run.load_config()
+
+
+def test_a_new_wait_is_checked_and_keeps_the_parsed_name(tmp_path):
+    cfg = config(tmp_path)
+    waited = cfg.with_model_wait(5)
+    assert waited.model.wait_s == 5 and waited.model.kind is cfg.model.kind
+    with pytest.raises(RunError, match="bad run setting model.wait_s"):
+        cfg.with_model_wait(0)
 
 
 def test_refusals_are_read_incrementally(tmp_path):

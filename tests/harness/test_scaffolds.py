@@ -8,10 +8,10 @@ import pytest
 
 from harness.ground.errors import TwinError
 from harness.run.directory import Scaffold as ScaffoldName
-from harness.run.loop import TwinLoop
 from harness.scaffolds.base import BaseScaffold
 from harness.scaffolds.mini_swe import MiniSweAgentScaffold
-from harness.scaffolds.registry import SCAFFOLDS, check_scaffold, make_scaffold
+from harness.scaffolds.registry import SCAFFOLDS, check_scaffold
+from harness.scaffolds.twin.loop import TwinLoop
 
 
 def test_registry_names_the_configs_scaffolds_and_their_factories():
@@ -23,19 +23,3 @@ def test_registry_names_the_configs_scaffolds_and_their_factories():
 def test_unknown_scaffold_lists_the_known_ones():
     with pytest.raises(TwinError, match="unknown scaffold 'swe': choose twin, base, mini-swe-agent"):
         check_scaffold("swe")
-    with pytest.raises(TwinError, match="unknown scaffold"):
-        make_scaffold("swe", session=None, progress=None)  # type: ignore[arg-type]
-
-
-def test_make_scaffold_calls_the_registered_factory(monkeypatch):
-    built = []
-
-    class Fake:
-        def __init__(self, session, progress):
-            built.append((session, progress))
-
-        def run(self) -> None: ...
-
-    monkeypatch.setitem(SCAFFOLDS, "base", Fake)
-    assert isinstance(make_scaffold("base", "session", "progress"), Fake)
-    assert built == [("session", "progress")]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import json
 from collections import Counter
 
 import pytest
 
-import benchmark_adapter.task
+from benchmark_adapter.task import loader
 from harness.cli.app import main
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs, open_session
@@ -22,7 +22,6 @@ needs_bwrap = pytest.mark.skipif(
 def reads(monkeypatch) -> Counter:
     """Count every read of config.json and state.json and every task load, wherever it is called from."""
     counts: Counter = Counter()
-    original_load_task = benchmark_adapter.task.load_task
 
     def counting(name, function):
         def wrapper(*args, **kwargs):
@@ -33,10 +32,8 @@ def reads(monkeypatch) -> Counter:
 
     for method in ("load_config", "load_state"):
         monkeypatch.setattr(RunDir, method, counting(method, getattr(RunDir, method)))
-    load_task = counting("load_task", original_load_task)
-    for module in list(sys.modules.values()):
-        if getattr(module, "load_task", None) is original_load_task:
-            monkeypatch.setattr(module, "load_task", load_task)
+    # every load of a task directory parses it through the loader's read_task
+    monkeypatch.setattr(loader, "read_task", counting("read_task", loader.read_task))
     return counts
 
 
@@ -49,7 +46,7 @@ def migrate_base(tmp_path, *extra: str) -> int:
 @needs_bwrap
 def test_a_new_run_is_built_from_its_typed_config_and_reads_nothing_back(tmp_path, reads):
     assert migrate_base(tmp_path) == 0
-    assert reads == {"load_task": 1}
+    assert reads == {"read_task": 1}
     state = RunDir(tmp_path / "runs" / "r").state_path.read_text()
     assert RunState.model_validate_json(state).status == "finished"
 
@@ -60,8 +57,25 @@ def test_a_resumed_run_reads_its_directory_once_and_loads_its_task_once(tmp_path
     reads.clear()
     capsys.readouterr()
     assert main(["migrate", "--resume", "r", "--runs-dir", str(tmp_path / "runs")]) == 0
-    assert reads == {"load_config": 1, "load_state": 1, "load_task": 1}
+    assert reads == {"load_config": 1, "load_state": 1, "read_task": 1}
     assert "run directory: " in capsys.readouterr().out
+
+
+@needs_bwrap
+def test_a_run_whose_config_has_the_flat_version_1_layout_resumes(tmp_path, capsys):
+    assert migrate_base(tmp_path) == 0
+    run = RunDir(tmp_path / "runs" / "r")
+    written = json.loads(run.config_path.read_text())
+    model = written.pop("model")
+    flat = {"model": model["name"], "api_base": model["api_base"], "temperature": model["temperature"]}
+    flat |= {"cache_dir": model["cache_dir"], "model_retries": model["retries"], "model_backoff_s": 0.5}
+    run.config_path.write_text(json.dumps({**written, **flat, "model_wait_s": 60.0, "schema_version": 1}))
+    capsys.readouterr()
+    assert main(["migrate", "--resume", "r", "--runs-dir", str(tmp_path / "runs"), "--model-wait-s", "7"]) == 0
+    assert f"run directory: {run.root}" in capsys.readouterr().out
+    again = json.loads(run.config_path.read_text())  # written back with the new wait: in the new layout
+    assert again["schema_version"] == 2 and again["model"] == {**model, "backoff_s": 0.5, "wait_s": 7.0}
+    assert {k: v for k, v in again.items() if k != "model"} == {**written, "schema_version": 2}
 
 
 @needs_bwrap
@@ -81,7 +95,7 @@ def test_resuming_a_finished_run_with_more_rounds_says_it_is_finished_and_change
 
 def test_the_session_shares_the_inputs_objects_and_reads_nothing(tmp_path, reads):
     config = RunConfig.build(task=plans.TINY_TASK, model="scripted:" + str(tmp_path / "none.json"))
-    task = benchmark_adapter.task.load_task(plans.TINY_TASK)
+    task = loader.load_task(plans.TINY_TASK)
     reads.clear()
     inputs = RunInputs.create(tmp_path / "runs", config, task, "r")
     (tmp_path / "none.json").write_text("[]")
@@ -98,7 +112,7 @@ def test_the_session_shares_the_inputs_objects_and_reads_nothing(tmp_path, reads
 
 def test_resumed_inputs_equal_the_new_runs(tmp_path):
     config = RunConfig.build(task=plans.TINY_TASK, model="scripted:x.json", rounds=3)
-    task = benchmark_adapter.task.load_task(plans.TINY_TASK)
+    task = loader.load_task(plans.TINY_TASK)
     created = RunInputs.create(tmp_path / "runs", config, task, "r")
     resumed = RunInputs.read(RunDir.open("r", tmp_path / "runs"))
     assert (resumed.config, resumed.state, resumed.task.root) == (config, created.state, task.root)
@@ -115,7 +129,7 @@ def test_the_candidate_is_on_a_capped_filesystem_for_the_session_only(tmp_path):
 
     config = RunConfig.build(task=plans.TINY_TASK, model="scripted:" + str(tmp_path / "none.json"))
     (tmp_path / "none.json").write_text("[]")
-    inputs = RunInputs.create(tmp_path / "runs", config, benchmark_adapter.task.load_task(plans.TINY_TASK), "r")
+    inputs = RunInputs.create(tmp_path / "runs", config, loader.load_task(plans.TINY_TASK), "r")
     session = open_session(inputs)
     candidate = session.workspace.candidate
     try:

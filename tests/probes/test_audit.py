@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
@@ -25,7 +26,7 @@ SECRET = "AUDIT-SECRET-9d1e"
 
 
 def _ctx(candidate, tmp_path):
-    return make_context(TINY, candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    return make_context(load_task(TINY), candidate, sandbox_kind="none", workdir=tmp_path / "work")
 
 
 def _audit_in_time(candidate, seconds=20):

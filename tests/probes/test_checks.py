@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, file_checks, imports_check
@@ -12,7 +13,7 @@ SOURCE = TINY / "environment" / "source"
 
 
 def _ctx(candidate, tmp_path):
-    return make_context(TINY, candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    return make_context(load_task(TINY), candidate, sandbox_kind="none", workdir=tmp_path / "work")
 
 
 def test_imports_and_independence_on_a_clean_candidate(tmp_path):

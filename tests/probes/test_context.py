@@ -5,6 +5,7 @@ import sys
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from probes.context import ProbeOptionError, make_context
 from tests.conftest import requires_bwrap
 
@@ -20,20 +21,16 @@ from tests.conftest import requires_bwrap
 )
 def test_bad_options(options, message, tmp_path):
     with pytest.raises(ProbeOptionError, match=message):
-        make_context(TINY, CANDIDATES / "good", workdir=tmp_path, **options)
+        make_context(load_task(TINY), CANDIDATES / "good", workdir=tmp_path, **options)
 
 
-def test_missing_candidate_and_task(tmp_path):
+def test_missing_candidate(tmp_path):
     with pytest.raises(ProbeOptionError, match="candidate directory not found"):
-        make_context(TINY, tmp_path / "nope")
-    from benchmark_adapter.task import TaskError
-
-    with pytest.raises(TaskError):
-        make_context(tmp_path, CANDIDATES / "good")
+        make_context(load_task(TINY), tmp_path / "nope")
 
 
 def test_roots_and_policy(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
     assert ctx.roots("reference")["candidate"] is None
     assert ctx.roots("candidate")["source"] is None
     assert ctx.roots("candidate")["candidate"] == str(ctx.candidate)
@@ -41,14 +38,14 @@ def test_roots_and_policy(tmp_path):
     env = ctx.side_env()
     assert env["JAX_PLATFORMS"] == "cpu" and env["JAX_DEFAULT_MATMUL_PRECISION"] == "highest"
     assert (
-        make_context(TINY, CANDIDATES / "good", precision="bf16", workdir=tmp_path).dtype
+        make_context(load_task(TINY), CANDIDATES / "good", precision="bf16", workdir=tmp_path).dtype
         == "bfloat16"
     )
 
 
 @requires_bwrap
 def test_bwrap_sides_hide_torch_source_and_hidden_files(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="bwrap", workdir=tmp_path)
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="bwrap", workdir=tmp_path)
     assert ctx.roots("candidate")["candidate"] == "/app"
     script = (
         "import importlib.util, os\n"

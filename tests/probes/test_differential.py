@@ -5,6 +5,7 @@ import shutil
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import differential_probe, probe_file_probe
@@ -14,7 +15,7 @@ NUMPY_PROBES = FIXTURES / "probe_numpy.py"
 
 
 def _run(candidate: str, tmp_path, probe_file=NUMPY_PROBES):
-    ctx = make_context(TINY, CANDIDATES / candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    ctx = make_context(load_task(TINY), CANDIDATES / candidate, sandbox_kind="none", workdir=tmp_path / "work")
     return {r.property.id: r for r in probe_file_probe(str(probe_file))(ctx)}
 
 
@@ -90,7 +91,7 @@ def test_structure_mismatch_is_violated(tmp_path, candidate_copy):
         "def reference(env):\n    import numpy as np\n    return {'y': np.zeros((2, 3)), 'meta': {'k': 1}}\n\n"
         "def candidate(env):\n    import numpy as np\n    return {'y': np.zeros((3, 2)), 'meta': {'j': 1}}\n"
     )
-    ctx = make_context(TINY, cand, sandbox_kind="none", workdir=tmp_path / "work")
+    ctx = make_context(load_task(TINY), cand, sandbox_kind="none", workdir=tmp_path / "work")
     (result,) = differential_probe(str(probe))(ctx)
     assert result.outcome is Outcome.VIOLATED
     assert any("shape (3, 2)" in s for s in result.observations["structure"])
@@ -99,7 +100,7 @@ def test_structure_mismatch_is_violated(tmp_path, candidate_copy):
 
 
 def test_reference_failure_is_not_established(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
     (result,) = differential_probe(str(FIXTURES / "probe_broken_reference.py"))(ctx)
     assert result.outcome is Outcome.NOT_ESTABLISHED
     assert "reference side failed" in result.observations["message"]
@@ -108,7 +109,7 @@ def test_reference_failure_is_not_established(tmp_path):
 
 @pytest.mark.slow
 def test_real_torch_reference_against_numpy_candidate(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "work")
     (result,) = differential_probe(str(FIXTURES / "probe_tiny.py"), "net")(ctx)
     assert result.outcome is Outcome.ESTABLISHED, (result.observations, result.trace)
     assert result.context["noise_source"] == "float64"
@@ -144,10 +145,18 @@ def test_probe_names_reads_metadata_without_running(tmp_path):
     assert set(probe_names(path, checks=True)) == {"ok", "bad", "misfit", "nothing"}
 
 
+def test_a_probe_file_s_probes_come_in_name_order_whatever_the_order_of_its_functions(tmp_path):
+    path = tmp_path / "order.py"
+    pairs = "".join(f"def reference_{n}(env):\n    pass\n\ndef candidate_{n}(env):\n    pass\n\n" for n in "zqa")
+    path.write_text(pairs + "".join(f"def check_{n}(env):\n    pass\n\n" for n in "ymb"))
+    assert list(probe_names(path)) == ["a", "q", "z"]
+    assert list(probe_names(path, checks=True)) == ["b", "m", "y"]
+
+
 def test_reference_cache_is_reused_across_candidates(tmp_path):
     cache = tmp_path / "cache"
     first = make_context(
-        TINY,
+        load_task(TINY),
         CANDIDATES / "good",
         sandbox_kind="none",
         workdir=tmp_path / "a",
@@ -156,7 +165,7 @@ def test_reference_cache_is_reused_across_candidates(tmp_path):
     (good,) = differential_probe(str(NUMPY_PROBES), "affine")(first)
     assert len(list(cache.glob("*/done"))) == 1
     second = make_context(
-        TINY,
+        load_task(TINY),
         CANDIDATES / "wrong",
         sandbox_kind="none",
         workdir=tmp_path / "b",

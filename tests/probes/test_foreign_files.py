@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
@@ -238,7 +239,7 @@ def test_bundled_oracles_get_no_new_finding(oracle, forbidden):
 
 
 def _ctx(candidate, tmp_path):
-    return make_context(TINY, candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    return make_context(load_task(TINY), candidate, sandbox_kind="none", workdir=tmp_path / "work")
 
 
 def test_independence_and_wrapping_carry_the_findings(tmp_path, candidate_copy):
@@ -298,9 +299,9 @@ def test_twin_probe_shows_the_violation(tmp_path, pull):
 
 
 def test_the_verifiers_run_checks_reports_them(tmp_path):
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.task.loader import load_task
     from evidence_store.store import EvidenceStore
-    from harness.run.probe_desk import RunProbeDesk
+    from harness.scaffolds.twin.probe_desk import RunProbeDesk
 
     cand = tmp_path / "cand"
     cand.mkdir()

@@ -5,10 +5,11 @@ import shutil
 import pytest
 from probe_fixtures import TINY
 
-from benchmark_adapter.task import TaskError, load_task
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import TaskError
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
-from harness.run.probe_desk import RunProbeDesk
+from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.context import make_context
 from probes.interface_checks import check_plan, declared_checks, interface_check
 from probes.suite import builtin_checks
@@ -74,7 +75,8 @@ def _candidate(tmp_path, model: str = MODEL, train: str = TRAIN):
 
 
 def _outcomes(tmp_path, **candidate):
-    ctx = make_context(_task(tmp_path), _candidate(tmp_path, **candidate), sandbox_kind="none", workdir=tmp_path / "w")
+    task = load_task(_task(tmp_path))
+    ctx = make_context(task, _candidate(tmp_path, **candidate), sandbox_kind="none", workdir=tmp_path / "w")
     return {r.property.id: r for r in interface_check()(ctx)}
 
 

@@ -5,11 +5,12 @@ import shutil
 import pytest
 from probe_fixtures import BARE_NAMES, CANDIDATES
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
 from probes.context import make_context
-from probes.layout import candidate_modules, import_roots, infer_import_roots, module_name
+from probes.layout import candidate_modules, dotted_name, import_roots, infer_import_roots, module_name
 
 PORT = BARE_NAMES / "solution" / "app"
 SOURCE = BARE_NAMES / "environment" / "source"
@@ -42,6 +43,14 @@ def test_declared_roots_win_over_the_layout(declared, expected):
     assert import_roots(PORT, declared) == expected
 
 
+@pytest.mark.parametrize(
+    ("rel", "expected"),
+    [("pkg/model.py", "pkg.model"), ("pkg/__init__.py", "pkg"), ("__init__.py", ""), ("train.py", "train")],
+)
+def test_a_file_s_dotted_name_drops_its_suffix_and_a_package_s_init(rel, expected):
+    assert dotted_name(rel) == expected
+
+
 def test_module_names_follow_the_most_specific_root():
     assert module_name("jax_repo/model.py", ["jax_repo", ""]) == "model"
     assert module_name("jax_repo/model.py", [""]) == "jax_repo.model"
@@ -49,7 +58,7 @@ def test_module_names_follow_the_most_specific_root():
 
 
 def _ctx(task, candidate, tmp_path):
-    return make_context(task, candidate, sandbox_kind="none", workdir=tmp_path / "work")
+    return make_context(load_task(task), candidate, sandbox_kind="none", workdir=tmp_path / "work")
 
 
 def test_a_port_importing_siblings_by_bare_name_gets_no_false_violation(tmp_path):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.defects import apply_defect
-from benchmark_adapter.sweep import load_defects
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.sweep import load_defects
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from benchmark_adapter.sweep import load_defects
+from benchmark_adapter.grading.sweep import load_defects
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context
 from probes.localize import localization_verdict, localize_divergence, module_graph
@@ -15,12 +16,12 @@ MLP = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "mlp-train"
 
 @pytest.fixture
 def tiny_ctx(tmp_path):
-    return make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    return make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
 
 
 @pytest.fixture
 def mlp_ctx(tmp_path):
-    return make_context(MLP, MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    return make_context(load_task(MLP), MLP / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
 
 
 def _result(pid: str, outcome: Outcome, component: str | None, level: int = 1) -> ProbeResult:

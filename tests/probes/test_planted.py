@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.task import load_task
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
-from harness.run.probe_desk import RunProbeDesk
+from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.probe_format import property_of, stated_ids
 from probes.suite import PROBE_FILE_FORMAT
 

@@ -9,6 +9,7 @@ import time
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from probes.checks import imports_check
@@ -32,14 +33,14 @@ def _raising(exc: BaseException):
 
 
 def test_the_work_directory_lives_for_the_block_and_goes_after_it(probe_workdirs):
-    with run_suite(TINY, CANDIDATES / "good", [_writing], sandbox_kind="none") as suite:
+    with run_suite(load_task(TINY), CANDIDATES / "good", [_writing], sandbox_kind="none") as suite:
         assert (suite.ctx.workdir / "probe-output.txt").is_file()
         assert [r.outcome for r in suite.results] == [Outcome.ESTABLISHED]
     assert len(probe_workdirs) == 1 and not probe_workdirs[0].exists()
 
 
 def test_a_probe_that_raises_is_a_result_and_the_work_directory_still_goes(probe_workdirs):
-    with run_suite(TINY, CANDIDATES / "good", [_raising(RuntimeError("bug"))], sandbox_kind="none") as suite:
+    with run_suite(load_task(TINY), CANDIDATES / "good", [_raising(RuntimeError("bug"))], sandbox_kind="none") as suite:
         [result] = suite.results
     assert result.outcome is Outcome.NOT_ESTABLISHED and "RuntimeError: bug" in result.observations["message"]
     assert not probe_workdirs[0].exists()
@@ -48,7 +49,7 @@ def test_a_probe_that_raises_is_a_result_and_the_work_directory_still_goes(probe
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_an_interrupt_removes_the_work_directory(probe_workdirs, jobs):
     with pytest.raises(KeyboardInterrupt):
-        with run_suite(TINY, CANDIDATES / "good", [_writing, _raising(KeyboardInterrupt())], jobs=jobs,
+        with run_suite(load_task(TINY), CANDIDATES / "good", [_writing, _raising(KeyboardInterrupt())], jobs=jobs,
                        sandbox_kind="none"):
             pass
     assert len(probe_workdirs) == 1 and not probe_workdirs[0].exists()
@@ -73,30 +74,30 @@ def test_an_interrupted_parallel_suite_starts_no_further_probes(probe_workdirs):
         return []
 
     with pytest.raises(KeyboardInterrupt):
-        with run_suite(TINY, CANDIDATES / "good", [interrupted, slow, late], jobs=2, sandbox_kind="none"):
+        with run_suite(load_task(TINY), CANDIDATES / "good", [interrupted, slow, late], jobs=2, sandbox_kind="none"):
             pass
     assert "late" not in started and not probe_workdirs[0].exists()
 
 
 def test_an_error_inside_the_block_removes_the_work_directory(probe_workdirs):
     with pytest.raises(ValueError, match="caller"):
-        with run_suite(TINY, CANDIDATES / "good", [_writing], sandbox_kind="none"):
+        with run_suite(load_task(TINY), CANDIDATES / "good", [_writing], sandbox_kind="none"):
             raise ValueError("the caller failed")
     assert not probe_workdirs[0].exists()
 
 
 def test_a_work_directory_the_caller_named_or_kept_stays(probe_workdirs, tmp_path):
     named = tmp_path / "named"
-    with run_suite(TINY, CANDIDATES / "good", [_writing], sandbox_kind="none", workdir=named):
+    with run_suite(load_task(TINY), CANDIDATES / "good", [_writing], sandbox_kind="none", workdir=named):
         pass
     assert (named / "probe-output.txt").is_file() and probe_workdirs == []
-    with run_suite(TINY, CANDIDATES / "good", [_writing], sandbox_kind="none", keep=True) as suite:
+    with run_suite(load_task(TINY), CANDIDATES / "good", [_writing], sandbox_kind="none", keep=True) as suite:
         pass
     assert (suite.ctx.workdir / "probe-output.txt").is_file()
 
 
 def test_a_rerun_runs_in_a_fresh_context_and_removes_its_work_directory(probe_workdirs, tmp_path):
-    with run_suite(TINY, CANDIDATES / "good", [imports_check()], sandbox_kind="none") as suite:
+    with run_suite(load_task(TINY), CANDIDATES / "good", [imports_check()], sandbox_kind="none") as suite:
         first = next(r for r in suite.results if r.property.id == "imports")
     assert first.outcome is Outcome.ESTABLISHED
     first.context["rerun"].update(task=str(TINY), candidate=str(CANDIDATES / "good"))

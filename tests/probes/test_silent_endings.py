@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.checks import file_checks, imports_check
 from probes.context import make_context
@@ -72,7 +73,7 @@ def attacked(tmp_path: Path, prefix: str = "", suffix: str = "") -> Path:
 
 
 def matched(app: Path, tmp_path: Path) -> dict:
-    ctx = make_context(TINY, app, sandbox_kind="none", workdir=tmp_path / "work")
+    ctx = make_context(load_task(TINY), app, sandbox_kind="none", workdir=tmp_path / "work")
     return {r.property.id: r for r in probe_file_probe(str(NUMPY_PROBES))(ctx)}
 
 
@@ -88,7 +89,8 @@ def test_ending_the_process_does_not_hide_violated_probes(tmp_path, attack):
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_ending_the_process_does_not_hide_imports_and_independence(tmp_path, attack):
-    ctx = make_context(TINY, attacked(tmp_path, ATTACKS[attack]), sandbox_kind="none", workdir=tmp_path / "work")
+    candidate = attacked(tmp_path, ATTACKS[attack])
+    ctx = make_context(load_task(TINY), candidate, sandbox_kind="none", workdir=tmp_path / "work")
     results = {r.property.id: r for r in imports_check()(ctx)}
     assert results["imports"].outcome is Outcome.VIOLATED, results["imports"].observations
     assert results["independence"].outcome is Outcome.VIOLATED, results["independence"].observations
@@ -96,7 +98,7 @@ def test_ending_the_process_does_not_hide_imports_and_independence(tmp_path, att
 
 def test_ending_the_process_does_not_hide_a_failing_check(tmp_path):
     app = attacked(tmp_path, ATTACKS["exit at import"])
-    ctx = make_context(TINY, app, sandbox_kind="none", workdir=tmp_path / "work")
+    ctx = make_context(load_task(TINY), app, sandbox_kind="none", workdir=tmp_path / "work")
     results = {r.property.id: r for r in file_checks(str(NUMPY_PROBES), ["ok", "bad"])(ctx)}
     assert results["probe_numpy.ok"].outcome is Outcome.VIOLATED
     assert results["probe_numpy.bad"].outcome is Outcome.VIOLATED
@@ -120,6 +122,6 @@ def test_a_probe_failing_in_its_own_code_is_still_not_established(tmp_path):
     results = matched(attacked(tmp_path), tmp_path)
     assert results["np.misfit"].outcome is Outcome.NOT_ESTABLISHED
     assert "calling convention" in results["np.misfit"].observations["message"]
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "checks")
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path / "checks")
     (misfit,) = file_checks(str(NUMPY_PROBES), ["misfit"])(ctx)
     assert misfit.outcome is Outcome.NOT_ESTABLISHED

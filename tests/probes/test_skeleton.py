@@ -53,3 +53,14 @@ def test_an_original_without_public_code_still_gets_a_valid_file(tmp_path):
     path = tmp_path / "probes.py"
     path.write_text(skeleton.probe_skeleton(tmp_path / "src"))
     assert set(probe_names(path)) == {"example"}
+
+
+def test_the_skeleton_reads_the_original_as_the_audit_does_links_and_environments_left_out(tmp_path):
+    root = _repo(tmp_path / "src")
+    (tmp_path / "outside.py").write_text("def leaked():\n    pass\n")
+    (root / "linked.py").symlink_to(tmp_path / "outside.py")
+    (root / "venv" / "lib").mkdir(parents=True)
+    (root / "venv" / "lib" / "site.py").write_text("def installed():\n    pass\n")
+    (root / "__init__.py").write_text("def top():\n    pass\n")
+    found = sorted(c.dotted for c in skeleton.public_components(root))
+    assert found == ["pkg.model.Net", "pkg.model.apply", "src.top"]

@@ -1,18 +1,45 @@
 from __future__ import annotations
 
+import ast
+import shutil
+
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
+from probes import checks, differential
 from probes.base import load_factory
 from probes.context import make_context
 from probes.probe_format import ProbeFileError
-from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file, run_probes, task_probes
+from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file, run_probes, run_suite, task_probes
 
 
 def test_load_probe_file_groups_pairs_and_checks():
     probes = load_probe_file(FIXTURES / "probe_numpy.py")
     assert [p.__name__ for p in probes] == ["probe_numpy", "probe_numpy:checks"]
+
+
+def test_a_probe_file_is_read_and_parsed_once_from_loading_to_running(tmp_path, monkeypatch):
+    path = tmp_path / "probe_numpy.py"
+    shutil.copy(FIXTURES / "probe_numpy.py", path)
+    parsed, ran = [], []
+    real_parse = ast.parse
+
+    def counting_parse(source, filename="<unknown>", *args, **kwargs):
+        parsed.append(str(filename))
+        return real_parse(source, filename, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting_parse)
+    monkeypatch.setattr(differential, "run_matched_probes", lambda ctx, file, probes, rerun: ran.append(file) or [])
+    monkeypatch.setattr(checks, "run_candidate_checks", lambda ctx, file, found: ran.append(file) or [])
+    probes = load_probe_file(path)
+    path.unlink()  # the sides are given the text that was read, not the file as it is later
+    with run_suite(load_task(TINY), CANDIDATES / "good", probes, sandbox_kind="none", workdir=tmp_path / "work") as suite:
+        assert suite.results == []
+    assert parsed.count(str(path)) == 1
+    assert [file.path for file in ran] == [path, path]
+    assert {file.data for file in ran} == {(FIXTURES / "probe_numpy.py").read_bytes()}
 
 
 def test_load_probe_file_refuses_missing_and_malformed(tmp_path):
@@ -25,7 +52,7 @@ def test_load_probe_file_refuses_missing_and_malformed(tmp_path):
 
 
 def test_a_probe_that_raises_becomes_not_established(tmp_path):
-    ctx = make_context(TINY, CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
 
     def broken(_ctx):
         raise RuntimeError("probe bug")
@@ -45,7 +72,7 @@ def test_a_probe_that_raises_becomes_not_established(tmp_path):
 
 
 def test_builtin_checks_and_task_library(repo_root):
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.task.loader import load_task
 
     task = load_task(TINY)
     assert [p.__name__ for p in builtin_checks(task)] == ["imports", "audit"]

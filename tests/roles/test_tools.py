@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.ground.boundary import Boundary, Mount
+from harness.ground.trajectory import ToolCallRecord, Trajectory
 from harness.models.scripted import ScriptedModel
 from harness.run.candidate_repo import CandidateRepo
 from harness.run.session import Session
-from harness.run.trajectory import ToolCallRecord, Trajectory
 from roles.agent import Agent, Submitted
 from roles.tools import MAX_READ_CHARS, diff_tool, read_tool, submit_tool, write_tools
 

@@ -1,48 +1,6 @@
-"""llama-lora-sft: data and template, checkpoint and adapters, loss, gradients, schedule, optimizer, train step, run."""
+"""llama-lora-sft: checkpoint and adapters, loss, gradients, validation, the training run."""
 
 PROBES = {
-    "lora_config": {
-        "id": "config.lora",
-        "level": 1,
-        "component": "llama_sft.config.LoraConfig",
-        "description": "LoraConfig defaults and its scale (alpha / rank) for a few settings.",
-    },
-    "tokenizer": {
-        "id": "data.tokenizer",
-        "level": 1,
-        "component": "llama_sft.tokenizer.ByteTokenizer",
-        "description": "Special token ids and the encode/decode round trip of the first prompts.",
-    },
-    "prompt_part": {
-        "id": "data.template.prompt",
-        "level": 1,
-        "component": "llama_sft.template.prompt_ids",
-        "description": "Token ids of the prompt part of the chat template, first records.",
-    },
-    "response_part": {
-        "id": "data.template.response",
-        "level": 1,
-        "component": "llama_sft.template.response_ids",
-        "description": "Token ids of the response part of the chat template, first records.",
-    },
-    "template": {
-        "id": "data.template",
-        "level": 1,
-        "component": "llama_sft.template.render",
-        "description": "The whole chat template rendered as text, first records.",
-    },
-    "encode": {
-        "id": "data.encode",
-        "level": 1,
-        "component": "llama_sft.data.encode_example",
-        "description": "encode_example and collate: ids, label masking, padding.",
-    },
-    "schedule_batches": {
-        "id": "data.split_and_batches",
-        "level": 1,
-        "component": "llama_sft.data.batch_schedule",
-        "description": "Train/validation split and the batch order.",
-    },
     "convert": {
         "id": "checkpoint.convert",
         "level": 1,
@@ -61,32 +19,12 @@ PROBES = {
         "component": "llama_sft.loss.sft_loss",
         "description": "token_nll and sft_loss with prompt and padding masked.",
     },
-    "lr": {
-        "id": "optim.schedule",
-        "level": 1,
-        "component": "llama_sft.optim.lr_multiplier",
-        "description": "Learning rate of every optimizer step.",
-    },
     "grads": {
         "id": "grads.lora",
         "level": 2,
         "component": "llama_sft.train.train",
         "description": "SFT loss and its gradients with respect to every adapter factor.",
         "compare": {"loss": "scalar", "grads/*": "tensor"},
-    },
-    "optimizer": {
-        "id": "optim.steps",
-        "level": 2,
-        "component": "llama_sft.optim.build_optimizer",
-        "description": "Four AdamW steps with the schedule from fixed gradients below max_grad_norm; base untouched.",
-    },
-    "clipping": {
-        "id": "optim.clipped_steps",
-        "level": 2,
-        # the original clips in its training loop, before optimizer.step()
-        "component": "llama_sft.train.train",
-        "uses": ["llama_sft.optim.build_optimizer"],
-        "description": "Four steps from gradients far above max_grad_norm: clipped by global norm first.",
     },
     "validation": {
         # validation_loss runs whatever model it is given: the model is a dependency
@@ -111,6 +49,7 @@ PROBES = {
         },
     },
 }
+
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RAW_BLOCK = {
@@ -242,87 +181,6 @@ def _batch(env, n=8):
     return {k: np.asarray(v) for k, v in batch.items()}
 
 
-def _template_out(env, part):
-    from llama_sft.template import prompt_ids, render, response_ids
-    from llama_sft.tokenizer import ByteTokenizer
-
-    tok = ByteTokenizer(_cfgs(env)[0].vocab_size)
-    records = _records(env)[:6]
-    if part == "tokenizer":
-        return {
-            "special": [tok.bos_id, tok.eos_id, tok.pad_id, tok.user_id, tok.assistant_id],
-            "ids": [list(tok.encode(r["prompt"])) for r in records],
-            "roundtrip": [tok.decode(tok.encode(r["prompt"])) for r in records],
-        }
-    if part == "prompt":
-        return {"prompt": [list(prompt_ids(tok, r["prompt"])) for r in records]}
-    if part == "response":
-        return {"response": [list(response_ids(tok, r["response"])) for r in records]}
-    return {"render": [render(tok, r["prompt"], r["response"]) for r in records]}
-
-
-def reference_tokenizer(env):
-    return _template_out(env, "tokenizer")
-
-
-def candidate_tokenizer(env):
-    return _template_out(env, "tokenizer")
-
-
-def reference_prompt_part(env):
-    return _template_out(env, "prompt")
-
-
-def candidate_prompt_part(env):
-    return _template_out(env, "prompt")
-
-
-def reference_response_part(env):
-    return _template_out(env, "response")
-
-
-def candidate_response_part(env):
-    return _template_out(env, "response")
-
-
-def reference_template(env):
-    return _template_out(env, "render")
-
-
-def candidate_template(env):
-    return _template_out(env, "render")
-
-
-def reference_encode(env):
-    encoded, _ = _encoded(env, 10)
-    return {
-        "ids": [list(i) for i, _ in encoded],
-        "labels": [list(lab) for _, lab in encoded],
-        "batch": _batch(env),
-    }
-
-
-def candidate_encode(env):
-    return reference_encode(env)
-
-
-def reference_schedule_batches(env):
-    from llama_sft.config import TrainConfig
-    from llama_sft.data import batch_schedule, split_train_val
-
-    cfg = TrainConfig()
-    train, val = split_train_val(_records(env), cfg.val_fraction, cfg.split_seed)
-    return {
-        "train": [r["prompt"] for r in train],
-        "val": [r["prompt"] for r in val],
-        "batches": [list(map(int, b)) for b in batch_schedule(len(train), cfg.batch_size, cfg.total_steps, cfg.seed)],
-    }
-
-
-def candidate_schedule_batches(env):
-    return reference_schedule_batches(env)
-
-
 def reference_convert(env):
     raw = _raw(env)
     from llama_sft.checkpoint import raw_to_module_name
@@ -413,28 +271,6 @@ def candidate_loss(env):
     return {"sum": total, "count": int(count), "loss": sft_loss(logits, labels)}
 
 
-def reference_lr(env):
-    from llama_sft.config import TrainConfig
-    from llama_sft.optim import lr_multiplier
-
-    cfg = TrainConfig()
-    return {
-        "lr": [
-            cfg.learning_rate * lr_multiplier(s, cfg.warmup_steps, cfg.total_steps) for s in range(cfg.total_steps + 3)
-        ]
-    }
-
-
-def candidate_lr(env):
-    import numpy as np
-    from llama_sft.config import TrainConfig
-    from llama_sft.optim import lr_schedule
-
-    cfg = TrainConfig()
-    schedule = lr_schedule(cfg)
-    return {"lr": [float(np.asarray(schedule(s))) for s in range(cfg.total_steps + 3)]}
-
-
 def inputs_grads(env):
     return _adapters(env)
 
@@ -468,98 +304,6 @@ def candidate_grads(env):
 
     loss, grads = jax.value_and_grad(loss_fn)(lora)
     return {"loss": loss, "grads": _lora_to_raw(grads)}
-
-
-def _step_inputs(env, norm_of_step):
-    import numpy as np
-
-    adapters = _adapters(env)
-    for step in range(4):
-        grads = _adapters(env)
-        norm = float(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())))
-        for name, value in grads.items():
-            adapters[f"g{step}.{name}"] = (value * (norm_of_step(step) / norm)).astype(np.float32)
-    return adapters
-
-
-def inputs_optimizer(env):
-    from llama_sft.config import TrainConfig
-
-    # Below the clipping norm, so clipping (wherever the candidate puts it) changes nothing.
-    return _step_inputs(env, lambda step: 0.5 * TrainConfig().max_grad_norm)
-
-
-def inputs_clipping(env):
-    from llama_sft.config import TrainConfig
-
-    return _step_inputs(env, lambda step: (4.0 + step) * TrainConfig().max_grad_norm)
-
-
-def reference_clipping(env):
-    return reference_optimizer(env)
-
-
-def candidate_clipping(env):
-    return candidate_optimizer(env)
-
-
-def reference_optimizer(env):
-    import torch
-    from llama_sft.config import TrainConfig
-    from llama_sft.lora import lora_modules
-    from llama_sft.optim import build_optimizer
-
-    cfg = TrainConfig()
-    model = _torch_model(env)
-    modules = lora_modules(model, _cfgs(env)[1])
-    params = [p for m in modules.values() for p in (m.lora_A, m.lora_B)]
-    optimizer, scheduler = build_optimizer(params, cfg)
-    norms = []
-    for step in range(4):
-        for name, m in modules.items():
-            m.lora_A.grad = torch.tensor(env.inputs[f"g{step}.{name}.lora_A"], dtype=getattr(torch, env.dtype))
-            m.lora_B.grad = torch.tensor(env.inputs[f"g{step}.{name}.lora_B"], dtype=getattr(torch, env.dtype))
-        norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)))
-        optimizer.step()
-        scheduler.step()
-    lora = {}
-    for name, m in modules.items():
-        lora[f"{name}.lora_A"], lora[f"{name}.lora_B"] = m.lora_A.detach(), m.lora_B.detach()
-    return {"lora": lora, "base_unchanged": True}
-
-
-def candidate_optimizer(env):
-    import jax
-    import numpy as np
-    import optax
-    from llama_sft.config import TrainConfig
-    from llama_sft.optim import make_optimizer
-
-    base, lora = _jax_params(env)
-    params = {"base": base, "lora": lora}
-    optimizer = make_optimizer(TrainConfig())
-    state = optimizer.init(params)
-    for step in range(4):
-        g_lora = {
-            "layers": [
-                {
-                    t: {
-                        "a": env.inputs[f"g{step}.layers.{i}.{t}.lora_A"].T.copy(),
-                        "b": env.inputs[f"g{step}.layers.{i}.{t}.lora_B"].T.copy(),
-                    }
-                    for t in TARGETS
-                }
-                for i in range(len(lora["layers"]))
-            ]
-        }
-        g_base = jax.tree_util.tree_map(lambda x: np.full_like(x, 0.01), base)
-        updates, state = optimizer.update({"base": g_base, "lora": g_lora}, state, params)
-        params = optax.apply_updates(params, updates)
-    unchanged = all(
-        bool(np.array_equal(np.asarray(a), np.asarray(b)))
-        for a, b in zip(jax.tree_util.tree_leaves(params["base"]), jax.tree_util.tree_leaves(base))
-    )
-    return {"lora": _lora_to_raw(params["lora"]), "base_unchanged": unchanged}
 
 
 def inputs_validation(env):
@@ -638,23 +382,3 @@ def reference_run(env):
 
 def candidate_run(env):
     return _run_main(env)
-
-
-def reference_lora_config(env):
-    import dataclasses
-
-    from llama_sft.config import LoraConfig
-
-    default = LoraConfig()
-    variants = [dataclasses.replace(default, rank=r, alpha=a) for r, a in ((4, 8.0), (16, 8.0), (8, 32.0))]
-    return {
-        "rank": default.rank,
-        "alpha": float(default.alpha),
-        "targets": list(default.targets),
-        "scales": [float(c.scale) for c in (default, *variants)],
-    }
-
-
-def candidate_lora_config(env):
-    return reference_lora_config(env)
-

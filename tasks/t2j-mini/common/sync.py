@@ -1,6 +1,6 @@
 """Copy the shared grading library into every t2j-mini task's `tests/` (tasks stay self-contained).
 
-The one copy twin ships is `benchmark_adapter/templates/grader/grading.py` (package data: generated
+The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading.py` (package data: generated
 graders get it too); each task's `tests/grading.py` is a copy of it.
 
 Usage:
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 COMMON = Path(__file__).resolve().parent
-LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "templates" / "grader"
+LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "grading" / "templates" / "grader"
 SHARED_FILES = ("grading.py",)
 
 

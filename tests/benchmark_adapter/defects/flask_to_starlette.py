@@ -4,7 +4,7 @@ Each is a small, realistic slip of a Flask-to-Starlette port: the kind of "last 
 behaviour change a fixed suite may not anticipate.
 """
 
-from benchmark_adapter.defects import Defect
+from benchmark_adapter.grading.defects import Defect
 
 DEFECTS: list[Defect] = [
     Defect(

@@ -1,6 +1,6 @@
 """Seeded defects of the llama-lora-sft oracle: small, realistic migration bugs."""
 
-from benchmark_adapter.defects import Defect
+from benchmark_adapter.grading.defects import Defect
 
 DEFECTS = [
     Defect(

@@ -5,7 +5,7 @@ serving engine: cache indexing, masks, rotary positions, the sampler's rules and
 order, stopping, ordering, checkpoint conversion and independence.
 """
 
-from benchmark_adapter.defects import Defect
+from benchmark_adapter.grading.defects import Defect
 
 DEFECTS: list[Defect] = [
     Defect(

@@ -3,7 +3,7 @@
 Each is a small, realistic slip of a PyTorch-to-JAX port of the MLP training package.
 """
 
-from benchmark_adapter.defects import Defect
+from benchmark_adapter.grading.defects import Defect
 
 DEFECTS: list[Defect] = [
     Defect(

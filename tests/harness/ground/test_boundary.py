@@ -144,3 +144,13 @@ def test_no_audit_log_still_refuses(layout):
     with pytest.raises(BoundaryViolation):
         b.check_read("/nowhere")
     assert not layout["audit"].exists()
+
+
+def test_inside_of_maps_a_host_path_through_the_innermost_mount(layout):
+    nested = layout["src"] / "pkg"
+    nested.mkdir()
+    b = make(layout, mounts=[Mount(host=layout["src"], inside="/source"), Mount(host=nested, inside="/deep")])
+    assert b.inside_of(layout["src"] / "a.txt") == "/source/a.txt"
+    assert b.inside_of(layout["src"]) == "/source"
+    assert b.inside_of(nested / "sub" / "c.txt") == "/deep/sub/c.txt"
+    assert b.inside_of(layout["elsewhere"] / "b.txt") is None

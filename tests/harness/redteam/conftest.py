@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task import Task, load_task
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import Task
 from harness.ground.boundary import Boundary, Limits
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from harness.sandbox.registry import make_sandbox

@@ -452,7 +452,7 @@ def test_mount_table_does_not_name_the_task_or_the_run(arena):
 
 def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
     """The pointer file the candidate repository leaves in /app shows nothing of the host."""
-    from benchmark_adapter.task import load_task
+    from benchmark_adapter.task.loader import load_task
     from harness.ground.boundary import Limits
     from harness.run.workspace import prepare_workspace, role_boundary
     from harness.sandbox.registry import make_sandbox

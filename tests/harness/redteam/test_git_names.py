@@ -14,11 +14,12 @@ import json
 
 import pytest
 
-from harness.cli.migrate import run_migration
 from harness.run import candidate_repo, finish
 from harness.run.candidate_repo import CandidateRepo, CandidateRepoError, git_refused
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from harness.scaffolds.registry import SCAFFOLDS
 from tests.conftest import requires_bwrap
 from tests.harness import loop_scripts as plans
 
@@ -76,7 +77,7 @@ def test_a_migrator_writing_dot_git_in_capitals_finishes_and_is_graded(tmp_path)
     planted = "mkdir -p /app/.GIT /app/calc/.Git && printf '[core]\\n' | tee /app/.GIT/x > /app/calc/.Git/config"
     replies.insert(at, plans.call("bash", command=planted))
     run = start(tmp_path, replies)
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert state.status == "finished" and not (run.root / "crash.txt").exists()
     assert [g["reward"] for g in json.loads(run.grades.read_text())["rounds"]] == [0.5, 1.0]
@@ -104,7 +105,7 @@ def test_a_failure_committing_or_grading_a_round_is_recorded_graded_and_resumabl
     else:
         monkeypatch.setattr(finish, "_grade_round", grading_fails_in_round_two)
     run = start(tmp_path, plans.twin_fix_in_round_two())
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert state.status == "failed" and state.stop_reason.startswith("error:")
     assert ("invalid path" if where == "commit" else "UnicodeDecodeError") in (run.root / "crash.txt").read_text()
@@ -113,6 +114,6 @@ def test_a_failure_committing_or_grading_a_round_is_recorded_graded_and_resumabl
     if where == "grade":
         assert rounds[1]["reward"] is None and rounds[1]["error"].startswith("internal error")
     monkeypatch.undo()
-    run_migration(RunInputs.read(run))  # resumed from the last complete step
+    run_migration(RunInputs.read(run), SCAFFOLDS)  # resumed from the last complete step
     assert run.load_state().status == "finished"
     assert [g["round"] for g in json.loads(run.grades.read_text())["rounds"]] == [1, 2]

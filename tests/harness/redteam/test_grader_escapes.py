@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.grader import run_grader
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.grader import run_grader
+from benchmark_adapter.task.loader import load_task
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]
@@ -75,7 +75,7 @@ def make_task(root: Path, test_sh: str) -> Path:
     (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 120.0\n')
     (root / "instruction.md").write_text("Migrate.\n")
     (root / "tests" / "refs" / "secret.txt").write_text(SECRET)
-    shutil.copy(REPO / "benchmark_adapter" / "templates" / "grader" / "grading.py", root / "tests")
+    shutil.copy(REPO / "benchmark_adapter" / "grading" / "templates" / "grader" / "grading.py", root / "tests")
     (root / "tests" / "grade.py").write_text(GRADE_PY)
     (root / "tests" / "test.sh").write_text(test_sh)
     return root
@@ -226,7 +226,7 @@ def test_pruned_site_packages_is_a_separate_copy(tmp_path):
 
 def test_bundled_grader_library_fails_closed_without_its_sandbox(monkeypatch):
     """With bwrap unusable, running the candidate raises; it never falls back to a weaker sandbox."""
-    sys.path.insert(0, str(REPO / "benchmark_adapter" / "templates" / "grader"))
+    sys.path.insert(0, str(REPO / "benchmark_adapter" / "grading" / "templates" / "grader"))
     try:
         import grading
     finally:

@@ -25,8 +25,8 @@ import pytest
 
 from harness.ground.isolation import SANDBOX_GID, SANDBOX_UID
 from harness.ground.model import ModelStopped
+from harness.ground.untrusted_io import write_text_atomic
 from harness.models.inbox import InboxModel
-from harness.run.directory import write_text_atomic
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to switch uids"

@@ -16,20 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter import grader
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading import grader
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from harness.bench.schema import TrialSpec
 from harness.bench.trials import collect_trial
-from harness.cli.migrate import run_migration
 from harness.ground.boundary import Boundary, Mount
 from harness.ground.isolation import python_mounts
+from harness.ground.trajectory import ToolCallRecord, Trajectory
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
 from harness.run.session import RunInputs
-from harness.run.trajectory import ToolCallRecord, Trajectory
 from harness.sandbox.presentation import MAX_SNAPSHOT_ENTRIES
 from harness.sandbox.quota import EXT4, unavailable
 from harness.sandbox.registry import make_sandbox
+from harness.scaffolds.registry import SCAFFOLDS
 from probes.checks import imports_check
 from probes.context import make_context
 from probes.differential import probe_file_probe
@@ -95,7 +96,7 @@ def test_twin_migrate_finishes_and_grades_when_the_migrator_grows_app_over_the_c
     model = plans.write_script(tmp_path / "script.json", replies)
     config = RunConfig.build(task=plans.TINY_TASK, model=model, rounds=2)
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
-    run_migration(RunInputs.read(run))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert state.status == "finished", state.stop_reason
     grades = json.loads(run.grades.read_text())
@@ -111,7 +112,7 @@ def test_twin_migrate_finishes_and_grades_when_the_migrator_grows_app_over_the_c
         assert not first.ok and REFUSAL in first.result and str(tmp_path) not in first.result
     assert second.ok and "back" in second.result
     spec = TrialSpec(task=plans.TINY_TASK, model="scripted", scaffold="twin", seed=0)
-    trial = collect_trial(spec, run.root, returncode=0, attempts=1)
+    trial = collect_trial(spec, run.root, returncode=0, attempts=1, rounds=2)
     assert trial.status == "ok" and set(trial.rewards) == {1, 2}
 
 
@@ -119,7 +120,7 @@ def test_a_probe_side_whose_candidate_grew_over_the_caps_is_violated(tmp_path):
     tree = candidate(tmp_path / "cand")
     probe = tmp_path / "calc_ops.py"
     probe.write_text(plans.PROBE)
-    with make_context(plans.TINY_TASK, tree, sandbox_kind="bwrap", workdir=tmp_path / "work") as ctx:
+    with make_context(load_task(plans.TINY_TASK), tree, sandbox_kind="bwrap", workdir=tmp_path / "work") as ctx:
         (before,) = probe_file_probe(str(probe))(ctx)
         assert before.outcome is Outcome.ESTABLISHED, before.trace
         grow(tree)

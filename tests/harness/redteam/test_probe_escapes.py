@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe
@@ -123,7 +124,7 @@ def run(tmp_path: Path, hostile: str | None = None) -> dict:
     probe.write_text(PROBE_FILE)
     workdir = tmp_path / "work"
     app = candidate(tmp_path, hostile, workdir)
-    ctx = make_context(TINY, app, sandbox_kind="bwrap", workdir=workdir, timeout_s=120)
+    ctx = make_context(load_task(TINY), app, sandbox_kind="bwrap", workdir=workdir, timeout_s=120)
     try:
         return {r.property.id: r for r in probe_file_probe(str(probe))(ctx)}
     finally:
@@ -177,7 +178,7 @@ def test_ending_the_candidate_side_or_forging_its_record_is_a_violation(tmp_path
     probe.write_text(PROBE_FILE)
     app = candidate(tmp_path, None, tmp_path / "work")
     (app / "model.py").write_text("import os\n" + ENDINGS[ending] + "\n" + (app / "model.py").read_text())
-    with make_context(TINY, app, sandbox_kind="bwrap", workdir=tmp_path / "work", timeout_s=120) as ctx:
+    with make_context(load_task(TINY), app, sandbox_kind="bwrap", workdir=tmp_path / "work", timeout_s=120) as ctx:
         results = {r.property.id: r for r in probe_file_probe(str(probe))(ctx)}
     for pid, result in results.items():
         assert result.outcome is Outcome.VIOLATED, (pid, result.observations, result.trace[-800:])
@@ -186,14 +187,14 @@ def test_ending_the_candidate_side_or_forging_its_record_is_a_violation(tmp_path
 def test_probe_work_directory_is_removed_unless_kept(tmp_path):
     app = tmp_path / "app"
     app.mkdir()
-    made = make_context(TINY, app, sandbox_kind="none")
+    made = make_context(load_task(TINY), app, sandbox_kind="none")
     made.workdir.joinpath("x").write_text("1")
     made.close()
     assert not made.workdir.exists()
-    kept = make_context(TINY, app, sandbox_kind="none", keep=True)
+    kept = make_context(load_task(TINY), app, sandbox_kind="none", keep=True)
     kept.close()
     assert kept.workdir.exists()
-    named = make_context(TINY, app, sandbox_kind="none", workdir=tmp_path / "mine")
+    named = make_context(load_task(TINY), app, sandbox_kind="none", workdir=tmp_path / "mine")
     named.close()
     assert (tmp_path / "mine").is_dir()
     os.rmdir(kept.workdir)
@@ -202,6 +203,6 @@ def test_probe_work_directory_is_removed_unless_kept(tmp_path):
 def test_probe_sandbox_uses_the_etc_snapshot(tmp_path):
     app = tmp_path / "app"
     app.mkdir()
-    with make_context(TINY, app, sandbox_kind="bwrap") as ctx:
+    with make_context(load_task(TINY), app, sandbox_kind="bwrap") as ctx:
         result = ctx.sandbox("candidate").exec("ls /etc; test -e /etc/shadow && echo SHADOW")
     assert "SHADOW" not in result.stdout and "passwd" in result.stdout, result

@@ -18,7 +18,7 @@ import jinja2.meta
 import pytest
 
 from evidence_store.records import EvidenceRecord, Outcome, Property
-from harness.run.loop import TwinLoop
+from harness.scaffolds.twin.loop import TwinLoop
 from roles import prompting
 from roles.role import RoundBrief
 from roles.schemas import Diagnosis

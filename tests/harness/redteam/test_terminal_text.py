@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmark_adapter.grader import Grade
+from benchmark_adapter.grading.grader import Grade
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import STORE_FILENAME, EvidenceStore
 from harness.cli import grade as grade_cli

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.layout import grader_boundary
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.grader import grader_boundary
+from benchmark_adapter.task.loader import load_task
 from harness.ground.boundary import Boundary, BoundaryViolation, Limits, Mount
 from harness.ground.isolation import python_mounts
 from harness.ground.sandbox import SandboxError
-from harness.sandbox.bwrap import BwrapSandbox, sandbox_env
+from harness.sandbox.base import sandbox_env
+from harness.sandbox.bwrap import BwrapSandbox
 from harness.sandbox.packages import hidden_entries, site_dirs
 from tests.conftest import requires_bwrap
 from tests.harness.redteam.conftest import make_task

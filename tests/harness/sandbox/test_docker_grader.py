@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.grader import oracle_copy, run_grader
-from benchmark_adapter.task import load_task
+from benchmark_adapter.grading.grader import oracle_copy, run_grader
+from benchmark_adapter.task.loader import load_task
 from harness.cli.app import main
 from tests.benchmark_adapter.test_check import make_task
 from tests.conftest import docker_engine
@@ -106,9 +106,10 @@ def harbor_run(task_dir: Path, tmp_path: Path, *, prepend: str = "") -> dict:
         volumes.update({str(laid.host): {"bind": laid.inside, "mode": "ro"} for laid in task.extra_layout})
         if task.assets_dir is not None:
             volumes[str(task.assets_dir)] = {"bind": task.settings.assets_mount, "mode": "ro"}
-        from harness.sandbox.docker import _client, ensure_base_image
+        from harness.sandbox.docker_engine import client as docker_client
+        from harness.sandbox.docker_engine import ensure_base_image
 
-        client = _client()
+        client = docker_client()
         container = client.containers.run(
             ensure_base_image(client), ["bash", "/tests/test.sh"], detach=True, user="0:0", network_mode="none",
             volumes=volumes, working_dir="/tests", tmpfs={"/tmp": "rw,size=1g"},

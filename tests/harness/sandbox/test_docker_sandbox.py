@@ -9,7 +9,8 @@ import pytest
 
 from harness.ground.boundary import Boundary, Limits, Mount
 from harness.ground.sandbox import SandboxError
-from harness.sandbox.docker import LABEL, container_config, container_user
+from harness.sandbox.docker import container_config, container_user
+from harness.sandbox.docker_engine import LABEL
 from harness.sandbox.registry import make_sandbox
 from tests.conftest import docker_engine
 
@@ -133,7 +134,7 @@ def test_local_base_image_is_built_without_a_registry():
         pytest.skip("no Docker engine running here")
     import docker
 
-    from harness.sandbox.docker import DEFAULT_IMAGE, ensure_base_image
+    from harness.sandbox.docker_engine import DEFAULT_IMAGE, ensure_base_image
 
     client = docker.from_env()
     assert ensure_base_image(client) == DEFAULT_IMAGE

@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from harness.ground.isolation import SANDBOX_UID
+from harness.ground.isolation import SANDBOX_UID, reachable
 from harness.sandbox import privilege
-from harness.sandbox.privilege import Staging, reachable, settle_writable, unprivileged_prefix
+from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.seccomp import compile_filter, docker_profile, filter_file
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root switches uids")

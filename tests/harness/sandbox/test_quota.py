@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.sandbox import quota
-from harness.sandbox.process import DiskWatch
+from harness.sandbox.disk import DiskWatch
 from harness.sandbox.quota import EXT4, TMPFS, CappedRoot, recover_capped, unavailable
 
 requires_mount = pytest.mark.skipif(
@@ -130,6 +130,18 @@ def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch
     assert not os.path.ismount(root)
     assert_same_tree(root)
     assert leftovers(root) == []
+
+
+@pytest.mark.parametrize("state", ["in", "mounted", "out"])
+def test_a_dead_owners_record_whose_folder_is_gone_is_dropped_without_a_warning(tmp_path, caplog, state):
+    record = quota._quota_dir() / "qgone"
+    record.mkdir()
+    gone = tmp_path / "removed-scratch" / "work"
+    for name, text in (("owner", "999999999 1"), ("origin", str(gone)), ("kind", TMPFS), ("state", state)):
+        quota._write(record, name, text)
+    with caplog.at_level("WARNING", logger=quota.log.name):
+        recover_capped()
+    assert not record.exists() and not gone.parent.exists() and caplog.records == []
 
 
 @requires_mount

@@ -54,22 +54,8 @@ def test_limit_prefix():
     assert args == [*expected, "--nproc=7", "--"]
 
 
-def test_disk_watch_names_the_root_inside_and_counts_allocated_blocks(tmp_path):
-    from harness.sandbox.process import DiskWatch
-
-    root = tmp_path / "app"
-    root.mkdir()
-    watch = DiskWatch([root], 1, ["/app"])
-    with open(root / "sparse", "wb") as fh:
-        fh.truncate(64 << 20)  # 64 MiB long, nothing allocated
-    assert watch.over() is None
-    (root / "dense").write_bytes(b"x" * (2 << 20))
-    reason = watch.over()
-    assert reason is not None and reason.startswith("disk: /app") and str(tmp_path) not in reason
-
-
 def test_run_limited_stops_a_command_over_its_disk_cap(tmp_path):
-    from harness.sandbox.process import DISK_RETURNCODE, DiskWatch
+    from harness.sandbox.disk import DISK_RETURNCODE, DiskWatch
 
     result = run_limited(
         ["bash", "-c", f"for i in $(seq 100); do head -c 1M /dev/zero > {tmp_path}/f$i; sleep 0.02; done"],

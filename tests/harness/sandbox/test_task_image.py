@@ -19,9 +19,6 @@ from harness.sandbox.task_image import (
     build_task_image,
     context_digest,
     context_entries,
-    forget_task_images,
-    remember_task_image,
-    task_image_for,
     write_context,
 )
 from tests.conftest import docker_engine
@@ -36,12 +33,6 @@ RUN_WRITES_A_FILE = (
 
 needs_engine = pytest.mark.skipif(not docker_engine(), reason="no Docker engine")
 needs_sdk = pytest.mark.skipif(importlib.util.find_spec("docker") is None, reason="needs the docker package")
-
-
-@pytest.fixture(autouse=True)
-def _no_remembered_images():
-    yield
-    forget_task_images()
 
 
 def copy_shell(directory: Path) -> None:
@@ -116,15 +107,6 @@ def test_dockerignore_and_the_digest(tmp_path):
     assert context_digest(entries) != digest
 
 
-def test_a_boundary_finds_the_image_of_the_task_it_hides(tmp_path):
-    root = task_dir(tmp_path / "t", "FROM twin-base:local\n")
-    boundary = Boundary(name="b", hidden=hidden(root))
-    assert task_image_for(boundary) is None
-    remember_task_image(root, "twin-task:abc")
-    assert task_image_for(boundary) == "twin-task:abc"
-    assert task_image_for(Boundary(name="other", hidden=[tmp_path / "task.toml"])) is None
-
-
 @needs_engine
 def test_an_image_from_twin_base_is_built_once_and_a_docker_sandbox_sees_what_its_run_wrote(tmp_path):
     """What the RUN wrote is there; what the Dockerfile lays out is only where a boundary mounts it."""
@@ -150,7 +132,6 @@ def test_an_image_from_twin_base_is_built_once_and_a_docker_sandbox_sees_what_it
     image = build_task_image(root / "environment", hidden=hidden(root), laid_out=laid_out)
     assert image.startswith("twin-task:")
     assert build_task_image(root / "environment", hidden=hidden(root), laid_out=laid_out) == image  # reused
-    remember_task_image(root, image)
     (tmp_path / "cand").mkdir()
     command = 'cat from_run.txt; ls /app/src || echo no-src; echo "[${API_TOKEN-unset}] $MODE"; ls -A /tests /opt'
     outputs = []
@@ -160,6 +141,7 @@ def test_an_image_from_twin_base_is_built_once_and_a_docker_sandbox_sees_what_it
             mounts=[*python_mounts(), Mount(host=tmp_path / "cand", inside="/app/jax_repo", writable=True), *mounts],
             hidden=hidden(root),
             workdir="/app",
+            image=image,
         )
         sandbox = make_sandbox("docker", boundary)
         try:

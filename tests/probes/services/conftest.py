@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_adapter.task.loader import load_task
 from probes.context import make_context
 
 TASK_TOML = """
@@ -80,7 +81,7 @@ def tiny_context(tmp_path):
         root = tmp_path / f"t{len(made)}"
         task, candidate = write_task(root, lib=lib, cli=cli)
         ctx = make_context(
-            task, candidate, sandbox_kind=sandbox_kind, workdir=root / "work", timeout_s=120
+            load_task(task), candidate, sandbox_kind=sandbox_kind, workdir=root / "work", timeout_s=120
         )
         made.append(ctx)
         return ctx

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task import load_task
+from benchmark_adapter.task.loader import load_task
 from probes.context import make_context
 from probes.services.families import find_app, infer_families, probe_families, sides_for
 
@@ -45,20 +45,22 @@ def test_the_application_object_is_found_in_either_framework():
 def test_http_sides_come_from_the_task_or_from_the_code(tmp_path):
     task = tmp_path / "task"
     shutil.copytree(BOOKSHOP, task, ignore=shutil.ignore_patterns("solution"))
-    declared, _ = sides_for(make_context(BOOKSHOP, BOOKSHOP / "solution" / "app", sandbox_kind="none"), "http")
+    bookshop = make_context(load_task(BOOKSHOP), BOOKSHOP / "solution" / "app", sandbox_kind="none")
+    declared, _ = sides_for(bookshop, "http")
     assert declared["candidate"]["server"]["argv"][2:4] == ["uvicorn", "app:app"]
     toml = task / "task.toml"
     toml.write_text(toml.read_text().split("# How each side")[0] + "\n[verifier]\ntimeout_sec = 300.0\n")
     cand = tmp_path / "cand"
     cand.mkdir()
     (cand / "server.py").write_text("from starlette.applications import Starlette\nweb = Starlette()\n")
-    inferred, why = sides_for(make_context(task, cand, sandbox_kind="none"), "http")
+    inferred, why = sides_for(make_context(load_task(task), cand, sandbox_kind="none"), "http")
     assert why == "" and inferred["candidate"]["server"]["argv"][2:4] == ["uvicorn", "server:web"]
     assert inferred["reference"]["server"]["argv"][2:5] == ["flask", "--app", "app:app"]
     (cand / "server.py").write_text("print('no app here')\n")
-    none, why = sides_for(make_context(task, cand, sandbox_kind="none"), "http")
+    none, why = sides_for(make_context(load_task(task), cand, sandbox_kind="none"), "http")
     assert none is None and "in the candidate" in why
-    assert sides_for(make_context(task, cand, sandbox_kind="none"), "process")[0] == {"reference": {}, "candidate": {}}
+    process = sides_for(make_context(load_task(task), cand, sandbox_kind="none"), "process")
+    assert process[0] == {"reference": {}, "candidate": {}}
 
 
 def test_the_originals_routes_and_parameters_make_a_request_space():

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from benchmark_adapter.defects import apply_defect
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.services.http import HttpRequest, http_probe, service_sides
@@ -37,7 +38,7 @@ REQUESTS = {
 
 def run(candidate, tmp_path, sandbox="none", requests=REQUESTS):
     ctx = make_context(
-        TASK, candidate, sandbox_kind=sandbox, workdir=tmp_path / "work", timeout_s=180
+        load_task(TASK), candidate, sandbox_kind=sandbox, workdir=tmp_path / "work", timeout_s=180
     )
     try:
         return {r.property.id: r for r in http_probe(SIDES, requests)(ctx)}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.probe_format import ProbeFileError
+from probes.probe_format import ProbeFileError, read_probe_file
 from probes.services.probe_file import SearchBudget, read_services
 from probes.suite import load_probe_file, task_probes
 
@@ -20,7 +20,7 @@ SERVICES = """SERVICES = {
 def test_a_services_literal_is_read_without_running_the_file(tmp_path):
     path = tmp_path / "svc.py"
     path.write_text("raise SystemExit('never run')\n" + SERVICES)
-    spec = read_services(path)
+    spec = read_services(read_probe_file(path))
     assert spec["kind"] == "http" and list(spec["spaces"]) == ["any"]
     assert [p.__name__ for p in load_probe_file(path)] == ["svc:services"]
 
@@ -52,7 +52,7 @@ def test_a_broken_probe_pair_is_still_an_error_next_to_services(tmp_path):
 def test_the_bookshop_library_states_cases_and_spaces_and_takes_the_budget():
     probes = task_probes("flask-to-starlette", SearchBudget(max_examples=5, seconds=1.0))
     assert [p.__name__ for p in probes] == ["http:services"]
-    spec = read_services(REPO / "probes" / "library" / "flask_to_starlette" / "http.py")
+    spec = read_services(read_probe_file(REPO / "probes" / "library" / "flask_to_starlette" / "http.py"))
     assert set(spec["spaces"]) == {"listing", "catalog", "create", "login", "session", "prefs", "errors"}
     assert len(spec["cases"]) == 4
 

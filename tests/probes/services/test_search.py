@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from benchmark_adapter.task.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.store import EvidenceStore
 from probes.context import make_context
@@ -58,7 +59,7 @@ def test_counterexample_is_shrunk_reproduced_and_saved(tiny_context, tmp_path):
     record = save_regression(store, regression, run_id="r1", round=1)
 
     def build(task, candidate, _context):
-        return make_context(task, candidate, sandbox_kind="none", workdir=tmp_path / "rerun")
+        return make_context(load_task(task), candidate, sandbox_kind="none", workdir=tmp_path / "rerun")
 
     again = rerun_record(store, record.record_id, round=2, context_builder=build)
     assert again.outcome == Outcome.VIOLATED

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark_adapter.sweep import load_defects
+from benchmark_adapter.grading.sweep import load_defects
 from probes.services.strategies import (
     ApiSpace,
     Pool,

@@ -7,8 +7,8 @@ unchanged grader in twin's sandbox (as `twin grade` and a run's grading do):
 - its oracle, which must reach the task's `oracle_min_reward` (0.97 unless
   `[metadata.twin]` says otherwise) with no error;
 - an empty candidate, which must score 0;
-- where asked, each seeded defect (`benchmark_adapter.defects`), which must score below
-  the oracle (by more than float noise, as `benchmark_adapter.sweep` counts it caught).
+- where asked, each seeded defect (`benchmark_adapter.grading.defects`), which must score below
+  the oracle (by more than float noise, as `benchmark_adapter.grading.sweep` counts it caught).
 
 `ensure_task_checked` runs the first two once per task content and sandbox kind before
 a run (`twin migrate`, `twin bench`) and remembers a pass under twin's cache directory.
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.defects import Defect, apply_defect
-from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
-from benchmark_adapter.sweep import TRIP_MARGIN
-from benchmark_adapter.task import Task
+from benchmark_adapter.grading.defects import Defect, apply_defect
+from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
+from benchmark_adapter.grading.sweep import TRIP_MARGIN
+from benchmark_adapter.task.model import Task
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root
@@ -175,7 +175,7 @@ def _defect_row(task: Task, defect: Defect, oracle_dir: Path, oracle: float | No
 
 def default_defects(task: Task) -> Path | None:
     """twin's own defect list for a bundled task (`tests/benchmark_adapter/defects/<name>.py`), if any."""
-    path = Path(__file__).resolve().parents[1] / "tests" / "benchmark_adapter" / "defects"
+    path = Path(__file__).resolve().parents[2] / "tests" / "benchmark_adapter" / "defects"
     path = path / f"{task.name.replace('-', '_')}.py"
     return path if path.is_file() else None
 

@@ -1,21 +1,21 @@
-"""Loading a task in Harbor format and splitting it into what the agent may see and what it may not.
+"""A task in Harbor format, split into what the agent may see and what it may not.
 
 A task directory holds `task.toml`, `instruction.md`, `environment/` (the source
 repository and assets the agent is given), `tests/` (the grader) and optionally
 `solution/`. twin's own settings live in `task.toml` under `[metadata.twin]`;
-see `tasks/README.md` for every key.
+see `tasks/README.md` for every key. `benchmark_adapter.task.loader` reads a directory into
+a `Task`; this module only describes one, and checks the paths its settings name.
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from benchmark_adapter.interface import TaskInterface
+from benchmark_adapter.task.interface import TaskInterface
 from harness.ground.errors import TwinError
 
 
@@ -122,6 +122,14 @@ class Task(BaseModel):
         default=None,
         description="Published layout only: what the Dockerfile lays out (None: twin's own layout).",
     )
+    image: str | None = Field(
+        default=None,
+        description=(
+            "Published layout under the docker sandbox only: the image built from environment/, which "
+            "every sandbox of the task runs on and which honours the Dockerfile's RUN steps (None: "
+            "its files are laid out without one)."
+        ),
+    )
 
     @property
     def source_dir(self) -> Path:
@@ -151,83 +159,15 @@ class Task(BaseModel):
     @property
     def hidden_roots(self) -> list[Path]:
         """Everything no role, tool or command may see: grader, solution, task.toml."""
-        hidden = [self.tests_dir, self.root / "task.toml"]
-        if self.solution_dir is not None:
-            hidden.append(self.solution_dir)
-        return hidden
+        return hidden_roots(self.root)
 
 
-def load_task(
-    path: str | Path, settings: str | Path | None = None, overrides: dict[str, str] | None = None
-) -> Task:
-    """Load and validate a task directory.
-
-    A task without `[metadata.twin]` and without `environment/source/` is read as
-    published (`benchmark_adapter.published`): the layout comes from its Dockerfile.
-
-    Args:
-        path: the task directory, or a settings file (`twin.toml`) whose `task` names it.
-        settings: a settings file for a published task (original, assets, output), so
-            that the task directory itself stays unchanged.
-        overrides: keys of that settings file given directly (flags), on top of it.
-
-    Raises:
-        TaskError: the directory, task.toml, instruction.md, tests/test.sh or the
-            source repository is missing or malformed.
-    """
-    path = Path(path).expanduser()
-    if path.is_file() and path.name != "task.toml":
-        from benchmark_adapter.published import task_of_settings_file
-
-        if settings is not None:
-            raise TaskError(f"{path} is a settings file already; pass --settings or a task directory")
-        path, settings = task_of_settings_file(path), path
-    root = path.resolve()
-    if not root.is_dir():
-        raise TaskError(f"task directory not found: {path}")
-    toml_path = root / "task.toml"
-    if not toml_path.is_file():
-        raise TaskError(f"not a task: {root} has no task.toml")
-    try:
-        config = tomllib.loads(toml_path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise TaskError(f"malformed task.toml in {root}: {exc}") from None
-    instruction = root / "instruction.md"
-    if not instruction.is_file():
-        raise TaskError(f"task {root.name} has no instruction.md")
-    if not (root / "tests" / "test.sh").is_file():
-        raise TaskError(f"task {root.name} has no tests/test.sh (the grader)")
-    metadata = config.get("metadata", {})
-    own_layout = ("twin" in metadata and not published_twin_keys(metadata)) or (
-        root / "environment" / "source"
-    ).is_dir()
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    if settings is not None or overrides or not own_layout:
-        if "twin" in metadata and not published_twin_keys(metadata):
-            raise TaskError(
-                f"task {root.name} has [metadata.twin]: --settings applies to published tasks only"
-            )
-        from benchmark_adapter.published import load_published_task
-
-        return load_published_task(root, config, instruction.read_text(), settings, overrides)
-    try:
-        settings_ = TwinTaskSettings(**metadata.get("twin", {}))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise TaskError(f"bad [metadata.twin] {where} in {toml_path}: {first['msg']}") from None
-    check_task_paths(root, settings_, toml_path)
-    task = Task(
-        root=root,
-        name=task_name(config, root),
-        instruction=instruction.read_text(),
-        settings=settings_,
-        verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", 600.0)),
-        agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
-    )
-    if not task.source_dir.is_dir():
-        raise TaskError(f"task {root.name}: source repository {settings_.source_dir} not found")
-    return task
+def hidden_roots(root: Path) -> list[Path]:
+    """What no role, tool or command may see of the task at `root`: tests/, task.toml, solution/ if any."""
+    hidden = [root / "tests", root / "task.toml"]
+    if (root / "solution").is_dir():
+        hidden.append(root / "solution")
+    return hidden
 
 
 PUBLISHED_TWIN_KEYS = frozenset({"interface", "probe_files"})

@@ -24,10 +24,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.layout import command_workdir, grader_boundary
-from benchmark_adapter.solve import solve_into, solve_script
-from benchmark_adapter.task import Task
+from benchmark_adapter.grading.solve import solve_into, solve_script
+from benchmark_adapter.task.layout import command_workdir, task_layout
+from benchmark_adapter.task.model import Task
+from harness.ground import isolation
 from harness.ground.agent_tree import copy_tree, remove_tree
+from harness.ground.boundary import Boundary
 from harness.ground.errors import TwinError
 from harness.ground.isolation import scratch_dir
 from harness.ground.untrusted_io import AgentFileError, read_regular_text
@@ -120,10 +122,10 @@ def run_grader(
             )
     logs_dir = scratch_dir("twin-verifier-")
     try:
+        env, script = _grader_env(task, candidate, logs_dir, isolated=sandbox != "none")
         boundary = grader_boundary(task, candidate, logs_dir, audit_log=audit_log)
         box = make_sandbox(sandbox, boundary)
         try:
-            env, script = _grader_env(task, candidate, logs_dir, isolated=sandbox != "none")
             started = time.monotonic()
             # The marker shows test.sh was reached: without it the sandbox failed, not the candidate.
             result = box.exec(
@@ -160,6 +162,18 @@ def run_grader(
         return out
     finally:
         remove_tree(logs_dir)
+
+
+def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
+    """The boundary of the task's unchanged grader: see `harness.ground.isolation.grader_boundary`."""
+    layout = task_layout(task, candidate)
+    return isolation.grader_boundary(
+        layout,
+        tests=task.tests_dir,
+        logs=Path(logs_dir),
+        audit_log=audit_log,
+        wall_s=task.verifier_timeout_s,
+    )
 
 
 def _grader_env(
@@ -258,10 +272,10 @@ def oracle_candidate(task: Task) -> Path:
 def oracle_copy(task: Task) -> Iterator[Path]:
     """A temporary copy of the oracle candidate, as `solve.sh` would leave it at /app.
 
-    A published task with only `solution/solve.sh` gets it run (`benchmark_adapter.solve`).
+    A published task with only `solution/solve.sh` gets it run (`benchmark_adapter.grading.solve`).
 
     Raises:
-        GraderError: the task ships no oracle; benchmark_adapter.solve.SolveError: its solve.sh failed.
+        GraderError: the task ships no oracle; benchmark_adapter.grading.solve.SolveError: its solve.sh failed.
     """
     try:
         source = oracle_candidate(task)

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from dockerfile_parse import DockerfileParser
 from dockerfile_parse.util import WordSplitter, extract_key_values
 
-from benchmark_adapter.task import EnvironmentLayout, LaidOut, TaskError
+from benchmark_adapter.task.model import EnvironmentLayout, LaidOut, TaskError
 from harness.ground.boundary import SECRET_NAME
 
 SKIPPED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "USER", "SHELL", "HEALTHCHECK", "STOPSIGNAL",

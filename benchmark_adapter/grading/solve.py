@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.layout import task_layout
-from benchmark_adapter.task import Task
+from benchmark_adapter.task.layout import task_layout
+from benchmark_adapter.task.model import Task
 from harness.ground.errors import TwinError
 from harness.ground.isolation import solve_boundary
 from harness.sandbox.registry import make_sandbox

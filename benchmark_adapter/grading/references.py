@@ -17,10 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchmark_adapter.task import Task, TaskError
+from benchmark_adapter.task.model import Task, TaskError
 from probes.context import make_context
 from probes.differential import prepare_root
-from probes.probe_format import probe_names
+from probes.probe_format import ProbeFile, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
 from probes.sides import slot
 
@@ -37,11 +37,11 @@ def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:
         empty.mkdir()
         ctx = make_context(task, empty, sandbox_kind=sandbox, workdir=Path(tmp) / "work", timeout_s=timeout_s)
         try:
-            for file in sorted((tests / "probes").glob("*.py")):
-                pairs = probe_names(file)
+            for file in map(read_probe_file, sorted((tests / "probes").glob("*.py"))):
+                pairs = file.names()
                 entries += _record_file(ctx, file, pairs, refs, prepare_root, reference_runs, slot)
-                for name, meta in probe_names(file, checks=True).items():
-                    entries.append(_entry(file, name, meta, "check", kind_prefix="check"))
+                for name, meta in file.names(checks=True).items():
+                    entries.append(_entry(file.path, name, meta, "check", kind_prefix="check"))
         finally:
             ctx.close()
     spec = {
@@ -58,7 +58,7 @@ def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:
     return spec
 
 
-def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_runs, slot_of) -> list[dict]:
+def _record_file(ctx, file: ProbeFile, pairs: dict, refs: Path, prepare, reference_runs, slot_of) -> list[dict]:
     names = sorted(pairs)
     if not names:
         return []
@@ -79,13 +79,13 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
         if not ref["ok"]:
             last = (ref.get("trace") or "").strip().splitlines()[-1:] or ["no output"]
             raise TaskError(
-                f"probe {file.name}:{name or '<file>'}: the reference side failed on the original: {last[0]}"
+                f"probe {file.path.name}:{name or '<file>'}: the reference side failed on the original: {last[0]}"
             )
         if not results.get((name, "ref64"), {}).get("ok"):
             noise_key = "ref2"
             if not results.get((name, "ref2"), {}).get("ok"):
-                raise TaskError(f"probe {file.name}:{name}: the reference's noise run failed")
-        entry = _entry(file, name, pairs[name], "candidate")
+                raise TaskError(f"probe {file.path.name}:{name}: the reference's noise run failed")
+        entry = _entry(file.path, name, pairs[name], "candidate")
         src = root / slot_of(name)
         for part, target in (("inputs", "inputs"), ("ref", "ref"), (noise_key, "noise")):
             keep = ("inputs.json", "inputs.npz") if part == "inputs" else ("manifest.json", "arrays.npz")
@@ -106,15 +106,16 @@ def _record_file(ctx, file: Path, pairs: dict, refs: Path, prepare, reference_ru
 
 def _entry(file: Path, name: str, meta: dict, mode: str, kind_prefix: str = "") -> dict:
     stem = file.stem
-    default_id = f"{stem}.{kind_prefix + '_' if kind_prefix else ''}{name}".rstrip("._") or stem
+    # the id and level twin probe gives the same property (probe_format.property_of): checks 0, matched probes 1
+    kind, level = ("check", 0) if mode == "check" else ("differential", 1)
+    pid, _, level = property_of(file, name, meta, kind=kind, level=level)
     return {
         "file": f"probes/{file.name}",
         "name": name,
         "slot": f"{stem}.{kind_prefix}{'_' if kind_prefix else ''}{name or '_'}",
         "mode": mode,
-        "id": str(meta.get("id") or default_id),
-        # the level twin probe gives the same property (probe_format.stated_ids): checks 0, matched probes 1
-        "level": int(meta.get("level", 0 if mode == "check" else 1)),
+        "id": pid,
+        "level": level,
         "compare": meta.get("compare") or {},
         "component": meta.get("component"),
         "description": meta.get("description", ""),

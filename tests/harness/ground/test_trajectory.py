@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from harness.ground.model import ModelReply, ToolCall, Usage
-from harness.run.trajectory import (
+from harness.ground.trajectory import (
     MAX_TOOL_RESULT_CHARS,
     SCHEMA_VERSION,
     ModelCallRecord,

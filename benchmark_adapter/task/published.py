@@ -4,7 +4,7 @@ Published migration tasks (T2J-Bench's among them) put everything in the agent's
 image through `environment/Dockerfile`: the original (e.g. `COPY torch_orig
 /app/torch_orig`), a checkpoint (`COPY checkpoint /app/checkpoint`), and an
 instruction that names where the port goes (`/app/jax_repo/`). This module reads
-that layout (`benchmark_adapter.dockerfile`) and finds, by convention:
+that layout (`benchmark_adapter.task.dockerfile`) and finds, by convention:
 
 - the original: the laid-out directory whose Python code imports the source framework;
 - the assets: the laid-out directory holding checkpoints (`*.safetensors`, `*.pt`, …);
@@ -25,9 +25,9 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from benchmark_adapter.dockerfile import DockerfileError, read_dockerfile
-from benchmark_adapter.layout import command_workdir
-from benchmark_adapter.task import (
+from benchmark_adapter.task.dockerfile import DockerfileError, read_dockerfile
+from benchmark_adapter.task.layout import command_workdir
+from benchmark_adapter.task.model import (
     EnvironmentLayout,
     LaidOut,
     Task,
@@ -37,7 +37,6 @@ from benchmark_adapter.task import (
     published_twin_keys,
     task_name,
 )
-from harness.sandbox.task_image import remembered_task_image
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".npz", ".npy", ".h5", ".msgpack", ".gguf")
 # top-level directories an instruction names that are never the output (system, grader, oracle)
@@ -102,18 +101,11 @@ def task_of_settings_file(path: Path) -> Path:
     return (path.parent / settings.task).resolve()
 
 
-def load_published_task(
-    root: Path,
-    config: dict,
-    instruction: str,
-    settings_file: Path | str | None,
-    overrides: dict[str, str] | None = None,
-) -> Task:
-    """A `Task` for a published task directory (see the module docstring).
+def published_settings(settings_file: Path | str | None, overrides: dict[str, str] | None = None) -> PublishedSettings:
+    """The settings a published task is read with: its settings file (if any), flags on top.
 
     Raises:
-        TaskError: no Dockerfile, an instruction it cannot honour, or an original,
-            assets or output that cannot be found (each one line).
+        TaskError: the settings file cannot be read, or a setting is malformed.
     """
     settings = read_settings(Path(settings_file)) if settings_file is not None else PublishedSettings()
     if overrides:
@@ -121,14 +113,29 @@ def load_published_task(
             settings = PublishedSettings(**{**settings.model_dump(exclude_unset=True), **overrides})
         except ValidationError as exc:
             raise TaskError(f"bad setting {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
+    return settings
+
+
+def load_published_task(
+    root: Path, config: dict, instruction: str, settings: PublishedSettings, *, image: str | None = None
+) -> Task:
+    """A `Task` for a published task directory (see the module docstring).
+
+    Args:
+        image: the image the docker sandbox built from the task's `environment/`: it honours
+            the Dockerfile's RUN steps, and becomes the task's `image`.
+
+    Raises:
+        TaskError: no Dockerfile, an instruction it cannot honour, or an original,
+            assets or output that cannot be found (each one line).
+    """
     dockerfile = root / "environment" / "Dockerfile"
     if not dockerfile.is_file():
         raise TaskError(
             f"task {root.name}: no [metadata.twin] and no environment/Dockerfile: cannot tell where the original is"
         )
     try:
-        # an image the docker sandbox built from this Dockerfile honours its RUN steps
-        layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run, image=remembered_task_image(root))
+        layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run, image=image)
     except DockerfileError as exc:
         raise exc.prefixed(f"task {root.name}") from None
     if not layout.copies:
@@ -165,6 +172,7 @@ def load_published_task(
         verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", 600.0)),
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
         environment=layout,
+        image=image,
     )
     if layout.workdir != "/" and command_workdir(task) is None:
         layout.notes.append(
@@ -175,7 +183,7 @@ def load_published_task(
 
 def _settings(root: Path, config: dict, **layout) -> TwinTaskSettings:
     """twin's settings of a published task: its layout, plus the interface and probe files its
-    `[metadata.twin]` may state (`benchmark_adapter.task.PUBLISHED_TWIN_KEYS`)."""
+    `[metadata.twin]` may state (`benchmark_adapter.task.model.PUBLISHED_TWIN_KEYS`)."""
     own = config.get("metadata", {}).get("twin", {}) if published_twin_keys(config.get("metadata", {})) else {}
     try:
         return TwinTaskSettings(**layout, **own)

@@ -5,7 +5,7 @@ migration tasks are: `environment/Dockerfile` copies the original (`torch_orig/`
 and the assets (`checkpoint/`) into `/app`, the instruction asks for the port in
 `/app/jax_repo/`, and `tests/` is a grader generated from the probe files
 (`templates/grader/`). The references are recorded once, at creation
-(`benchmark_adapter.references`), by running the reference side of every probe
+(`benchmark_adapter.grading.references`), by running the reference side of every probe
 on the original (working dtype, then float64 or a rerun for the noise floor),
 exactly as `twin probe` would.
 
@@ -24,16 +24,17 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
-from benchmark_adapter.grader import oracle_copy, readable_to_all, run_grader
-from benchmark_adapter.layout import copy_without_history
-from benchmark_adapter.published import imports_framework
-from benchmark_adapter.references import record_references
-from benchmark_adapter.task import Task, TaskError, load_task
+from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
+from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
+from benchmark_adapter.grading.references import record_references
+from benchmark_adapter.task.layout import copy_without_history
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.model import Task, TaskError
+from benchmark_adapter.task.published import imports_framework
 from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
-PROBES_PACKAGE = Path(__file__).resolve().parents[1] / "probes"  # twin's own package, in a wheel too
+PROBES_PACKAGE = Path(__file__).resolve().parents[2] / "probes"  # twin's own package, in a wheel too
 ORIGINAL_NAME, ASSETS_NAME = "torch_orig", "checkpoint"
 WORKDIR = "/app"
 ORACLE_MIN = 0.97

@@ -13,9 +13,9 @@ from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, candidate_latest, round_tally
 from harness.ground.errors import BudgetExceeded
 from harness.run.audit import read_refusals
-from harness.run.probe_desk import RunProbeDesk
 from harness.run.progress import Progress
 from harness.run.session import Session
+from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.fence import HarnessText, fence_agent_text

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.defects import Defect, apply_defect
-from benchmark_adapter.grader import Grade, GraderError, oracle_copy, run_grader
-from benchmark_adapter.task import Task
+from benchmark_adapter.grading.defects import Defect, apply_defect
+from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
+from benchmark_adapter.task.model import Task
 from harness.ground.agent_tree import discard_tree
 
 SCHEMA_VERSION = 1
@@ -125,7 +125,7 @@ def run_sweep(
         oracle_grade: an already computed grade of the oracle (skips grading it again).
 
     Raises:
-        GraderError: no oracle; benchmark_adapter.defects.DefectError: a defect no longer applies.
+        GraderError: no oracle; benchmark_adapter.grading.defects.DefectError: a defect no longer applies.
     """
     grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
     with oracle_copy(task) as oracle_dir:

@@ -2,7 +2,8 @@
 
 `task_layout` turns a loaded task into the policy's `Layout` (where the candidate,
 the original and the assets lie and appear, what is hidden, which packages are
-absent); `grader_boundary` hands that layout to `harness.ground.isolation`.
+absent, the task's image); the boundaries of roles, probes and the grader are made
+from it by `harness.ground.isolation`.
 `copy_without_history` copies an original without its version-control state, so
 that nothing can be read out of old commits, reflogs or packed refs.
 `command_workdir` is where a published task's commands start (its WORKDIR).
@@ -14,11 +15,9 @@ import os
 import shutil
 from pathlib import Path, PurePosixPath
 
-from benchmark_adapter.task import Task
-from harness.ground import isolation
-from harness.ground.boundary import Boundary, Mount
+from benchmark_adapter.task.model import Task
+from harness.ground.boundary import Mount
 from harness.ground.isolation import Layout
-from harness.sandbox.task_image import remembered_task_image
 
 # Names never copied from the source repository: version-control state and pointers elsewhere.
 VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})
@@ -58,17 +57,7 @@ def task_layout(task: Task, candidate: Path, *, source: Path | None = None) -> L
         network=settings.allow_network,
         laid_out=laid_out_mounts(task),
         env=task.environment.env if task.environment is not None else {},
-    )
-
-
-def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
-    """The boundary of the task's unchanged grader: see `harness.ground.isolation.grader_boundary`."""
-    return isolation.grader_boundary(
-        task_layout(task, candidate),
-        tests=task.tests_dir,
-        logs=Path(logs_dir),
-        audit_log=audit_log,
-        wall_s=task.verifier_timeout_s,
+        image=task.image,
     )
 
 
@@ -91,7 +80,7 @@ def command_workdir(task: Task) -> str | None:
     env = task.environment
     if env is None or env.workdir == "/":
         return None
-    if remembered_task_image(task.root) is not None:
+    if task.image is not None:
         return env.workdir
     workdir = PurePosixPath(env.workdir)
     for place in [task.settings.candidate_mount, *(c.inside for c in env.copies)]:

@@ -1,0 +1,30 @@
+"""Which process owns what a sandbox leaves on disk while it runs (slots, capped roots).
+
+A record names its owner by `pid start-time`, which names one process even after its
+pid is reused; a later twin recovers a record only once that process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def process_tag(pid: int) -> str | None:
+    """`pid start-time` of a live process, or None where there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return f"{pid} {fields[19]}"
+    except (OSError, IndexError):
+        return None
+
+
+def own_tag() -> str:
+    """This process's tag ("" where /proc cannot tell)."""
+    return process_tag(os.getpid()) or ""
+
+
+def owner_alive(tag: str) -> bool:
+    """Whether the process a record's tag names is still running (an empty or garbled tag: no)."""
+    head = tag.split()[0] if tag.split() else ""
+    return head.isdigit() and int(head) > 0 and process_tag(int(head)) == tag
