@@ -88,6 +88,7 @@ def test_single_laid_out_file_gets_a_view(tmp_path):
     assert views.readable_by(os.stat(view), SANDBOX_UID, SANDBOX_GID, directory=False)
 
 
+@pytest.mark.heavy  # a whole grade
 @root_only
 def test_grader_sees_views_of_what_the_task_gives_never_of_the_candidate(tmp_path, monkeypatch):
     monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
@@ -112,6 +113,7 @@ def test_readable_mounts_leaves_writable_roots_alone(tmp_path, monkeypatch):
     assert views.readable_mounts(mounts, [], cache=tmp_path / "c", uid=SANDBOX_UID, gid=SANDBOX_GID) == mounts
 
 
+@pytest.mark.heavy  # a scripted run and a grade
 @root_only
 def test_roles_probes_and_solve_see_views_of_the_original_and_the_assets(tmp_path, monkeypatch):
     from harness.ground.isolation import probe_boundary, role_boundary, solve_boundary
