@@ -19,14 +19,20 @@ fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${need[*]} (apt-get)" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # apt's own chatter (debconf without apt-utils, …) only when the install fails
+  log=$(mktemp)
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    rm -f "$log"
+    echo "apt-get install ${need[*]} failed (above: its last lines)" >&2
+    exit 1
+  fi
+  rm -f "$log"
   exit 0
 fi
-echo "twin needs ${need[*]}; install them first:" >&2
 if command -v apt-get >/dev/null 2>&1; then
-  echo "  sudo apt-get install -y ${need[*]}" >&2
+  echo "twin needs ${need[*]}; install them first: sudo apt-get install -y ${need[*]}" >&2
 else
-  echo "  (with your system's package manager) ${need[*]}" >&2
+  echo "twin needs ${need[*]}; install them first with your system's package manager" >&2
 fi
 exit 1

@@ -44,16 +44,29 @@ def _as_user(command: list[str]) -> list[str]:
     return [shutil.which("setpriv"), "--reuid", "65534", "--regid", "65534", "--clear-groups", *command]
 
 
+@pytest.fixture
+def scripts_copy(tmp_path):
+    """The scripts where any user can read them (a checkout under /root is closed to others)."""
+    top = Path(tempfile.mkdtemp(prefix="twin-scripts-", dir="/tmp"))
+    shutil.copytree(REPO / "scripts", top / "scripts")
+    for path in [top, *top.rglob("*")]:
+        path.chmod(0o755)
+    yield top
+    shutil.rmtree(top)
+
+
 @pytest.mark.parametrize("script", ["scripts/system-deps.sh", "scripts/example.sh", "scripts/test.sh"])
-def test_without_root_the_scripts_stop_at_once_with_the_command_to_run(bare_path, script):
+def test_without_root_the_scripts_stop_at_once_with_the_command_to_run(bare_path, scripts_copy, script):
     started = time.monotonic()
     proc = subprocess.run(
-        _as_user([shutil.which("bash"), str(REPO / script)]),
+        _as_user([shutil.which("bash"), str(scripts_copy / script)]),
         env={"PATH": bare_path, "HOME": "/tmp"}, capture_output=True, text=True, timeout=30, cwd="/tmp",
     )  # fmt: skip
     assert time.monotonic() - started < 5
     assert proc.returncode == 1, proc.stderr
-    assert "sudo apt-get install -y bubblewrap git tmux" in proc.stderr
+    # one line: what is missing and the command that installs it
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "install them first: sudo apt-get install -y bubblewrap git tmux" in proc.stderr
     assert "must not run" not in proc.stderr
 
 

@@ -253,8 +253,14 @@ def interpreter_copy(root: Path, *, cache: Path) -> Path:
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
-    shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
-    if skip is not None and (staging / "t" / skip.relative_to(root)).parent.is_dir():
+    try:
+        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # a partial copy (a full disk) nobody would reuse
+        raise
+    # the base's site-packages lies inside `root` only when `root` is the base prefix itself
+    # (pyenv under /root); a venv under /root made from the system's Python leaves it out anyway
+    if skip is not None and skip.is_relative_to(root) and (staging / "t" / skip.relative_to(root)).parent.is_dir():
         (staging / "t" / skip.relative_to(root)).mkdir(exist_ok=True)
     (staging / "t").chmod(0o755)
     try:

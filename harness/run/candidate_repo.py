@@ -274,15 +274,19 @@ class CandidateRepo:
                             refused[member.name] = "export size or count cap reached"
                             continue
                     try:
-                        tar.extract(member, dest, filter="data")
-                    except (tarfile.FilterError, OSError) as exc:
+                        _extract(tar, member, dest)
+                    except _REFUSED as exc:
                         refused[member.name] = str(exc)[:200]
+            while proc.stdout.read(1 << 16):  # whatever git writes past the end marker
+                pass
         except tarfile.TarError as exc:
             raise CandidateRepoError(f"git archive of round {round} is unreadable: {exc}") from None
         finally:
+            # git dies of SIGPIPE when reading stops early: that is never the error to report
             proc.stdout.close()
-            if proc.wait() != 0:
-                raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
+            proc.wait()
+        if proc.returncode != 0:
+            raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
         for member in links:
             name = member.name.rstrip("/")
             why = link_refusal(name, member.linkname, kinds)
@@ -310,6 +314,37 @@ class CandidateRepo:
         self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.audit_log, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")
+
+
+# Extraction filters came with Python 3.11.4; Debian bookworm's 3.11.2 has none: the same rules by hand.
+_FILTERS = hasattr(tarfile, "data_filter")
+_REFUSED = (getattr(tarfile, "FilterError", tarfile.ExtractError), tarfile.ExtractError, OSError)
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
+    """Extract one file or directory of a trusted-format, untrusted-content archive under `dest`.
+
+    As tarfile's `data` filter: nothing outside `dest`, no special files, no owner taken from
+    the archive, no setuid/setgid/sticky bits and no group or other write bits.
+
+    Raises:
+        tarfile.ExtractError (FilterError with filters): the member is refused.
+        OSError: it could not be written.
+    """
+    if _FILTERS:
+        tar.extract(member, dest, filter="data")
+        return
+    base = os.path.abspath(dest)
+    target = os.path.abspath(os.path.join(base, member.name))
+    if os.path.isabs(member.name) or os.path.commonpath([base, target]) != base:
+        raise tarfile.ExtractError(f"{member.name!r} would be extracted outside the destination")
+    if not (member.isreg() or member.isdir()):
+        raise tarfile.ExtractError(f"{member.name!r} is a special file")
+    tar.extract(member, base, set_attrs=False)
+    mode = member.mode & 0o755
+    if member.isreg():
+        mode = (mode if mode & 0o100 else mode & ~0o111) | 0o600
+    os.chmod(target, mode if member.isreg() else 0o755)
 
 
 def _summary(refused: dict[str, str], limit: int = 5) -> str:

@@ -28,7 +28,7 @@ from harness.ground.isolation import cache_root
 from harness.ground.sandbox import ExecResult, SandboxError
 from harness.sandbox.base import BoundarySandbox, PresentedRoots, sandbox_env
 from harness.sandbox.disk import DiskWatch
-from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import Staging, settle_writable, unprivileged_prefix
 from harness.sandbox.process import host_prlimit, limit_prefix, pids_cgroup_available, run_limited
@@ -153,7 +153,7 @@ class BwrapSandbox(BoundarySandbox):
             return []
         args: list[str] = []
         for site_dir in site_dirs():
-            inside = self._bound.inside_of(site_dir)
+            inside = self._bound.inside_of(site_dir) or copied_inside(self._bound.mounts, site_dir)
             if inside is None:
                 continue
             drop = hidden_entries(site_dir, packages)

@@ -37,7 +37,7 @@ from harness.sandbox import docker_engine
 from harness.sandbox.base import BoundarySandbox, PresentedRoots, sandbox_env
 from harness.sandbox.disk import DiskGuard, DiskWatch
 from harness.sandbox.docker_engine import DEFAULT_IMAGE, LABEL, ensure_base_image, reap_containers, remove_container
-from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+from harness.sandbox.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from harness.sandbox.presentation import RootOverCaps
 from harness.sandbox.privilege import settle_writable
 from harness.sandbox.process import TIMEOUT_RETURNCODE, HeadTail, command_result
@@ -94,7 +94,7 @@ def container_config(
         volumes[str(mount.host)] = {"bind": mount.inside, "mode": "rw" if mount.writable else "ro"}
     packages = tuple(sorted(boundary.hidden_packages))
     for site_dir in site_dirs() if packages else []:
-        inside = boundary.inside_of(site_dir)
+        inside = boundary.inside_of(site_dir) or copied_inside(boundary.mounts, site_dir)
         drop = hidden_entries(site_dir, packages) if inside else frozenset()
         if drop:
             pruned = pruned_site_dir(site_dir, drop)

@@ -17,9 +17,11 @@ import site
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
+from harness.ground.boundary import Mount
 from harness.ground.isolation import cache_root
 from harness.sandbox import site_copies
 
@@ -36,6 +38,20 @@ def site_dirs() -> list[Path]:
     if user:
         dirs.append(Path(user))
     return [d.resolve() for d in dirs if d.is_dir()]
+
+
+def copied_inside(mounts: Iterable[Mount], site_dir: Path) -> str | None:
+    """`site_dir`'s own path, where a copy of it is mounted there, else None.
+
+    An interpreter prefix the sandbox uid cannot reach (a venv under `/root`, twin as root)
+    is copied and mounted at its own path (`isolation.python_mounts`): no mount's host holds
+    `site_dir`, yet its copy, hidden packages and all, appears inside at the same place.
+    """
+    for mount in mounts:
+        inside = Path(mount.inside)
+        if mount.host != inside and (site_dir == inside or inside in site_dir.parents):
+            return str(site_dir)
+    return None
 
 
 def _normalise(name: str) -> str:
@@ -107,6 +123,7 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         "\0".join(["copy-v2", str(site_dir), str(st.st_mtime_ns), *sorted(drop)]).encode()
     ).hexdigest()[:16]
     target = root / key
+    staging = None
     try:
         root.mkdir(parents=True, exist_ok=True)
         site_copies.hold(root, key)  # before looking: a copy in use is never collected
@@ -129,5 +146,7 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         site_copies.record_size(root, key)
         site_copies.collect(root, current=key)
     except (OSError, subprocess.CalledProcessError):
+        if staging is not None:  # a partial copy (a full disk) is gigabytes nobody would reuse
+            shutil.rmtree(staging, ignore_errors=True)
         return None
     return target if target.is_dir() else None

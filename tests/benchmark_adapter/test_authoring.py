@@ -68,6 +68,7 @@ def made(tmp_path_factory):
     return report, load_task(dest)
 
 
+@pytest.mark.heavy  # makes, publishes and grades a task
 def test_made_task_is_published_self_contained_and_its_oracle_scores(made):
     report, task = made
     assert report.oracle_reward is not None and report.oracle_reward >= 0.97

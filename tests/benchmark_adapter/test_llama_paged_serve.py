@@ -153,6 +153,7 @@ def test_references_are_reproduced_by_the_original(tmp_path):
     assert fresh_meta["serve_finish_reasons"] == stored_meta["serve_finish_reasons"]
 
 
+@pytest.mark.heavy  # serves with the oracle engine: its grade is the module's fixture
 def test_oracle_earns_full_reward(oracle_result):
     assert oracle_result["reward"] >= 0.97, oracle_result
     assert oracle_result["components"]["independence"] == 1.0
@@ -203,9 +204,8 @@ def test_defect_applies_to_the_oracle(defect, tmp_path):
     assert (app / defect.file).read_text() != (ORACLE / defect.file).read_text()
 
 
-@pytest.mark.parametrize(
-    "name", [n if n == "module-renamed" else pytest.param(n, marks=pytest.mark.heavy) for n in FAST_DEFECTS]
-)  # one defect in the default suite (half a minute each on two cores), the others in CI's heavy run
+@pytest.mark.heavy  # half a minute each on two cores, after the oracle's grade
+@pytest.mark.parametrize("name", FAST_DEFECTS)
 def test_seeded_defect_lowers_reward(name, oracle_result, tmp_path):
     defect = next(d for d in DEFECTS if d.name == name)
     result = grade(apply_defect(ORACLE, defect, tmp_path / "app"), tmp_path / "logs")

@@ -103,6 +103,7 @@ def test_defect_list_is_large_unique_and_applies_to_the_oracle(task, tmp_path):
 
 
 # ---- graded: oracle, independence gate, defects -----------------------------------------------
+@pytest.mark.heavy  # trains the oracle; the example's grades cover it too
 @requires_bwrap
 def test_oracle_scores_at_least_097(oracle_grade):
     assert oracle_grade.error is None, oracle_grade.log_tail

@@ -40,6 +40,7 @@ def config(tmp_path, **kw) -> BenchConfig:
     )
 
 
+@pytest.mark.heavy  # a whole bench, graded
 def test_bench_runs_both_scaffolds_grades_every_round_and_reports(tmp_path):
     results = run_bench(config(tmp_path), tmp_path / "benches")
     twin = next(t for t in results.trials.values() if t.scaffold == "twin")
@@ -59,7 +60,7 @@ def test_bench_runs_both_scaffolds_grades_every_round_and_reports(tmp_path):
     assert "| twin | 1→2 | 0 | 1 | 0 |" in report and "| base | 1→2 | 1 | 0 | 0 |" in report
 
 
-@pytest.mark.heavy  # a whole bench; its first run is the default suite's other bench
+@pytest.mark.heavy  # a whole bench, run twice
 def test_finished_trials_are_not_run_again(tmp_path):
     run_bench(config(tmp_path), tmp_path / "benches")
     log = tmp_path / "benches" / "b" / "runs"

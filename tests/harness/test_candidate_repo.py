@@ -1,14 +1,25 @@
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 import subprocess
+import tarfile
 
 import pytest
 
-from harness.run.candidate_repo import CandidateRepo, CandidateRepoError
+from harness.run.candidate_repo import CandidateRepo, CandidateRepoError, _extract
 from tests.fakes.trees import deep_chain
+
+
+@pytest.fixture(params=[True, False], ids=["tarfile-filters", "python-3.11.2"])
+def filters(request, monkeypatch):
+    """Exports with tarfile's extraction filters and with the rules twin applies where they are missing."""
+    if request.param and not hasattr(tarfile, "data_filter"):
+        pytest.skip("this Python's tarfile has no extraction filters (before 3.11.4)")
+    monkeypatch.setattr("harness.run.candidate_repo._FILTERS", request.param)
+    return request.param
 
 
 @pytest.fixture
@@ -18,8 +29,11 @@ def repo(tmp_path):
     return repo
 
 
-def test_rounds_are_committed_tagged_and_exported_without_git(repo, tmp_path):
+def test_rounds_are_committed_tagged_and_exported_without_git(repo, tmp_path, filters):
     (repo.work_tree / "model.py").write_text("A = 1\n")
+    (repo.work_tree / "pkg" / "sub").mkdir(parents=True)
+    (repo.work_tree / "pkg" / "sub" / "run.sh").write_text("#!/bin/sh\n")
+    (repo.work_tree / "pkg" / "sub" / "run.sh").chmod(0o775)
     first = repo.commit_round(1, "first")
     (repo.work_tree / "model.py").write_text("A = 2\n")
     repo.commit_round(2, "second")
@@ -28,6 +42,8 @@ def test_rounds_are_committed_tagged_and_exported_without_git(repo, tmp_path):
     out = repo.export(1, tmp_path / "snap")
     assert (out / "model.py").read_text() == "A = 1\n"
     assert not (out / ".git").exists()
+    modes = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*")}
+    assert modes == {"model.py": 0o644, "pkg": 0o755, "pkg/sub": 0o755, "pkg/sub/run.sh": 0o755}
 
 
 def test_changed_compares_round_trees(repo):
@@ -66,8 +82,9 @@ def test_unknown_round_is_a_clear_error(repo, tmp_path):
 
 # ---- what the Migrator wrote is data to git, never configuration (attacks) -----------------------
 def _git(*args, cwd):
-    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", *args], cwd=cwd, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 def _nested_repo(path, marker):
@@ -119,7 +136,7 @@ def test_git_ignores_the_hosts_global_and_system_configuration(repo, tmp_path, m
     assert not marker.exists()
 
 
-def test_links_out_special_files_and_setuid_bits_never_reach_a_snapshot(tmp_path):
+def test_links_out_special_files_and_setuid_bits_never_reach_a_snapshot(tmp_path, filters):
     audit = tmp_path / "audit.log"
     repo = CandidateRepo(tmp_path / "candidate", tmp_path / "candidate.git", audit_log=audit)
     repo.init()
@@ -188,3 +205,34 @@ def test_a_work_tree_whose_filesystem_lost_writes_is_never_committed(repo):
     with pytest.raises(SandboxError, match="lost writes"):
         repo.commit_round(2, "zeroed")
     assert repo.rounds() == [0, 1] and repo.head() == first
+
+
+def test_an_export_that_stops_early_reports_its_own_error_not_gits_sigpipe(repo, tmp_path, monkeypatch):
+    (repo.work_tree / "a.bin").write_bytes(os.urandom(1 << 20))  # more than a pipe holds
+    (repo.work_tree / "b.py").write_text("B = 1\n")
+    repo.commit_round(1, "first")
+
+    def fails(self, member, *args, **kwargs):
+        raise tarfile.ReadError("unexpected end of data")
+
+    monkeypatch.setattr(tarfile.TarFile, "extract", fails)
+    with pytest.raises(CandidateRepoError, match="unreadable: unexpected end of data"):
+        repo.export(1, tmp_path / "snap")
+
+
+@pytest.mark.parametrize(
+    "name,kind", [("../out", tarfile.REGTYPE), ("/abs", tarfile.REGTYPE), ("fifo", tarfile.FIFOTYPE)]
+)
+def test_without_tarfile_filters_members_out_of_place_or_special_are_refused(tmp_path, monkeypatch, name, kind):
+    monkeypatch.setattr("harness.run.candidate_repo._FILTERS", False)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        member = tarfile.TarInfo(name)
+        member.type = kind
+        tar.addfile(member, io.BytesIO(b""))
+    buffer.seek(0)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with tarfile.open(fileobj=buffer) as tar, pytest.raises(tarfile.ExtractError):
+        _extract(tar, tar.getmembers()[0], dest)
+    assert list(tmp_path.rglob("*")) == [dest]

@@ -73,6 +73,7 @@ def test_malformed_probe_file_is_one_line(tmp_path):
     )
 
 
+@pytest.mark.heavy  # every probe of a task, twice
 def test_json_output_runs_checks_probes_and_localization(tmp_path):
     wrong = FIXTURES / "candidates" / "wrong"
     proc = _cli(
@@ -117,6 +118,7 @@ def test_table_output(tmp_path):
     )
 
 
+@pytest.mark.heavy  # every probe of a task
 def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
     proc = _cli(
         "--task", str(TINY), "--candidate", str(FIXTURES / "candidates" / "wrong"),
@@ -155,6 +157,7 @@ def _task_with_probe_files(tmp_path: Path, files: list[str]) -> Path:
     return task
 
 
+@pytest.mark.heavy  # every probe of a task
 def test_a_task_s_probe_files_run_without_probe_and_a_violation_exits_1(tmp_path):
     task = _task_with_probe_files(tmp_path, ["probe_numpy.py"])
     wrong = str(FIXTURES / "candidates" / "wrong")

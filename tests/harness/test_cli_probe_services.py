@@ -35,6 +35,7 @@ def test_bad_search_budget_is_one_line_and_exit_2():
     assert done.returncode == 2 and "--search-examples must be at least 1" in done.stderr
 
 
+@pytest.mark.heavy  # services started on both sides, then reproduced
 def test_a_seeded_defect_comes_out_violated_with_a_reproduced_counterexample(tmp_path):
     defect = next(d for d in load_defects(DEFECTS) if d.name == "limit-default")
     candidate = apply_defect(ORACLE, defect, tmp_path / "cand")

@@ -43,7 +43,8 @@ RECORDINGS = [
     ("llama-paged-serve", "base", "serve-base"),
     ("mlp-train", "mini-swe-agent", "mlp-train-mini-swe-agent"),
 ]
-HEAVY_REPLAYS = {"lora-twin", "serve-twin"}  # a minute or more each on two cores
+# a minute or more each on two cores (./scripts/example.sh replays the first)
+HEAVY_REPLAYS = {"mlp-train-twin", "lora-twin", "serve-twin"}
 CASES = [pytest.param(task, scaffold, id=name) for task, scaffold, name in RECORDINGS]
 REPLAY_CASES = [
     pytest.param(task, scaffold, id=name, marks=[pytest.mark.heavy] if name in HEAVY_REPLAYS else [])

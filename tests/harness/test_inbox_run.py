@@ -87,6 +87,7 @@ def drive_kill_and_resume(tmp_path: Path, task: Path, script: list[dict], kill_a
     return run
 
 
+@pytest.mark.heavy  # a run, killed and resumed
 def test_inbox_run_on_tiny_task_survives_a_killed_driver_and_replays(tmp_path, capsys):
     script = plans.twin_fix_in_round_two()
     run = drive_kill_and_resume(tmp_path, plans.TINY_TASK, script, kill_at=3)

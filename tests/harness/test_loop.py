@@ -48,6 +48,7 @@ def test_probe_goes_from_violated_to_established_and_final_grade_is_full(tmp_pat
     assert "scripted" in summary and "| 2 |" in summary
 
 
+@pytest.mark.heavy  # a two-round run, graded
 def test_regression_in_round_two_is_flagged_and_round_one_is_delivered(tmp_path):
     run = start(tmp_path, plans.twin_regress_in_round_two())
     run_migration(RunInputs.read(run), SCAFFOLDS)
@@ -164,6 +165,7 @@ def test_a_whole_run_through_litellm_against_a_local_fake_server(tmp_path, monke
     assert json.loads(run.grades.read_text())["rounds"][-1]["reward"] == 1.0
 
 
+@pytest.mark.heavy  # a run, killed and resumed
 def test_killed_run_resumes_from_its_last_complete_step(tmp_path):
     import os
     import signal
@@ -226,6 +228,7 @@ def _first_prompt(run: RunDir, role: str, round: int) -> str:
     return call["request"]["messages"][1]["content"]
 
 
+@pytest.mark.heavy  # a two-round run
 def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, capsys):
     diagnosis = plans.diagnose()
     diagnosis["tool_calls"][0]["arguments"]["diagnosis"]["gaps"][0]["evidence"] = ["calc.ops"]
@@ -283,6 +286,7 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
         store.close()
 
 
+@pytest.mark.heavy  # a two-round run, graded
 def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp_path, capsys):
     script = plans.write_script(tmp_path / "script.json", plans.twin_fix_in_round_two())
     runs = tmp_path / "a-rather-long-directory-name-so-that-paths-exceed-eighty-columns" / "runs"

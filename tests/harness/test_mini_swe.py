@@ -249,6 +249,7 @@ print(json.dumps({{"run": str(run.root), "package_dir": str(minisweagent.global_
 """
 
 
+@pytest.mark.heavy  # a whole run
 def test_a_users_own_mini_swe_agent_settings_have_no_effect(tmp_path):
     """A user's config folder with another model, cost and call limits, a base URL and its
     own `mini.yaml`: none of it reaches the run or twin's process, and the user's variable

@@ -235,6 +235,7 @@ def test_response_cache_hits_skip_the_server(server, tmp_path):
     assert len(server.requests) == 2
 
 
+@pytest.mark.heavy  # imports litellm in a fresh interpreter
 def test_litellm_is_imported_lazily_and_offline():
     probe = (
         "import sys, os, harness.cli.app, harness.models.factory, harness.models.litellm_client;"

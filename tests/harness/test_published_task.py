@@ -65,6 +65,7 @@ def test_grade_oracle_lays_out_app_as_the_dockerfile(tmp_path, capsys):
     assert grade["checks"]["forward.predictions"]["score"] == 1.0
 
 
+@pytest.mark.heavy  # the probe library on both sides
 def test_probe_runs_the_library_on_a_published_task(capsys):
     assert main(["probe", "--task", str(TASK), "--candidate", str(TASK / "solution" / "jax_repo"), "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
@@ -87,6 +88,7 @@ def run_scripted(tmp_path, replies, rounds):
     return run, outcomes, {g["round"]: g["reward"] for g in grades["rounds"]}
 
 
+@pytest.mark.heavy  # a scripted migrate round, probed and graded
 def test_migrate_scripted_round_sees_the_layout_and_is_graded(tmp_path):
     replies = twin_fix_in_round_two()[:9]  # round 1 only: the buggy port, probed
     run, outcomes, rewards = run_scripted(tmp_path, replies, rounds=1)
@@ -110,6 +112,7 @@ def test_migrate_scripted_run_repairs_in_round_two(tmp_path):
     assert run.load_state().final_round == 2
 
 
+@pytest.mark.heavy  # a bench of one trial, graded
 def test_bench_runs_a_published_task(tmp_path):
     folder = tmp_path / "scripts"
     folder.mkdir()
@@ -131,7 +134,11 @@ def test_bench_runs_a_published_task(tmp_path):
 @pytest.mark.parametrize(
     "script, reward",
     [
-        ("mkdir -p /app/jax_repo && cp -r /solution/files/. /app/jax_repo/ && test -d /app/torch_orig", 1.0),
+        pytest.param(
+            "mkdir -p /app/jax_repo && cp -r /solution/files/. /app/jax_repo/ && test -d /app/torch_orig",
+            1.0,
+            marks=pytest.mark.heavy,  # a whole grade, as test_grade_oracle_lays_out_app_as_the_dockerfile's
+        ),
         ("cat /tests/test.sh > /app/jax_repo/leak.txt", None),  # the grader is not there to read
         ("true", None),  # writes nothing
     ],

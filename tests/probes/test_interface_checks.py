@@ -80,6 +80,7 @@ def _outcomes(tmp_path, **candidate):
     return {r.property.id: r for r in interface_check()(ctx)}
 
 
+@pytest.mark.heavy  # every declared check on every task
 def test_a_correct_candidate_passes_every_declared_check(tmp_path):
     found = _outcomes(tmp_path)
     assert [p.__name__ for p in builtin_checks(load_task(tmp_path / "task"))] == [

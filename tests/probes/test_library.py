@@ -49,6 +49,7 @@ def test_library_probe_files_never_read_hidden_task_files():
             assert hidden not in text, f"{path} mentions {hidden}"
 
 
+@pytest.mark.heavy  # trains on both sides, twice
 def test_mlp_loss_probe_on_oracle_and_on_a_defect(tmp_path):
     task = load_task(TASKS / "mlp-train")
     oracle = _oracle("mlp-train", tmp_path)

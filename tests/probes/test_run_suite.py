@@ -55,7 +55,15 @@ def test_an_interrupt_removes_the_work_directory(probe_workdirs, jobs):
     assert len(probe_workdirs) == 1 and not probe_workdirs[0].exists()
 
 
-def test_an_interrupted_parallel_suite_starts_no_further_probes(probe_workdirs):
+@pytest.fixture
+def python_sigint_handler():
+    """Python's Ctrl-C handler, also where the tests were started with SIGINT ignored (`pytest &` in a script)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_parallel_suite_starts_no_further_probes(probe_workdirs, python_sigint_handler):
     started = []
 
     def interrupted(ctx):

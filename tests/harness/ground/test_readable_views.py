@@ -88,6 +88,7 @@ def test_single_laid_out_file_gets_a_view(tmp_path):
     assert views.readable_by(os.stat(view), SANDBOX_UID, SANDBOX_GID, directory=False)
 
 
+@pytest.mark.heavy  # a whole grade
 @root_only
 def test_grader_sees_views_of_what_the_task_gives_never_of_the_candidate(tmp_path, monkeypatch):
     monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
@@ -112,6 +113,7 @@ def test_readable_mounts_leaves_writable_roots_alone(tmp_path, monkeypatch):
     assert views.readable_mounts(mounts, [], cache=tmp_path / "c", uid=SANDBOX_UID, gid=SANDBOX_GID) == mounts
 
 
+@pytest.mark.heavy  # a scripted run and a grade
 @root_only
 def test_roles_probes_and_solve_see_views_of_the_original_and_the_assets(tmp_path, monkeypatch):
     from harness.ground.isolation import probe_boundary, role_boundary, solve_boundary
@@ -136,3 +138,44 @@ def test_roles_probes_and_solve_see_views_of_the_original_and_the_assets(tmp_pat
         assert all(views_dir in hosts[inside].parents for inside in given), (boundary.name, hosts)
         assert hosts.get("/app", cand.resolve()) == cand.resolve()  # the candidate keeps its modes
     assert {m.inside: m.host for m in cand_side.mounts}["/app"] == cand.resolve()
+
+
+def _prefix(base: Path, *, venv: bool) -> Path:
+    site = base / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "pkg.py").write_text("x = 1\n")
+    if venv:
+        (base / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    return base
+
+
+@pytest.mark.parametrize("base_inside", [False, True], ids=["system-base", "base-under-root"])
+def test_interpreter_copy_of_a_venv_whose_base_lies_elsewhere_or_inside(tmp_path, monkeypatch, base_inside):
+    """A venv made from the system's Python (base under /usr) is copied whole; a base
+    prefix that is itself copied (pyenv under /root) leaves its own site-packages empty."""
+    venv = _prefix(tmp_path / "venv", venv=True)
+    base = _prefix(tmp_path / "base", venv=False)
+    root = base if base_inside else venv
+    monkeypatch.setattr(views.sys, "prefix", str(venv))
+    monkeypatch.setattr(views.sys, "base_prefix", str(base))
+    monkeypatch.setattr(views.sys, "version_info", (3, 11, 2))
+    copy = views.interpreter_copy(root, cache=tmp_path / "cache")
+    assert (tmp_path / "cache" / "roots") in copy.parents
+    site = copy / "lib" / "python3.11" / "site-packages"
+    assert site.is_dir()
+    assert [p.name for p in site.iterdir()] == ([] if base_inside else ["pkg.py"])
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o755
+
+
+def test_a_failed_interpreter_copy_leaves_nothing_behind(tmp_path, monkeypatch):
+    venv = _prefix(tmp_path / "venv", venv=True)
+
+    def full_disk(src, dst, **_kwargs):
+        Path(dst).mkdir(parents=True)
+        (Path(dst) / "half-written").write_bytes(b"x" * 1024)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(views.shutil, "copytree", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        views.interpreter_copy(venv, cache=tmp_path / "cache")
+    assert list((tmp_path / "cache" / "roots").iterdir()) == []

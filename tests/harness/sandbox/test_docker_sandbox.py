@@ -96,6 +96,21 @@ def test_hidden_packages_are_replaced_by_a_pruned_site_packages(tmp_path):
     assert not (Path(site[0]) / "torch").exists() and (Path(site[0]) / "numpy").exists()
 
 
+def test_hidden_packages_are_pruned_from_an_interpreter_copied_for_the_sandbox_uid(tmp_path):
+    """twin as root with its venv under /root: the venv is a copy mounted at its own path."""
+    import sys
+
+    from harness.ground.isolation import python_mounts
+
+    mounts = [m for m in python_mounts() if m.inside != sys.prefix]
+    mounts.append(Mount(host=tmp_path / "copy", inside=sys.prefix))
+    b = Boundary(name="c", mounts=mounts, hidden_packages=["torch"])
+    config = container_config(b, ["true"], workdir="/", env={}, image="img")
+    binds = {v["bind"]: Path(host) for host, v in config["volumes"].items()}
+    site = next(inside for inside in binds if inside.startswith(sys.prefix) and inside.endswith("site-packages"))
+    assert not (binds[site] / "torch").exists() and (binds[site] / "numpy").exists()
+
+
 def test_stdin_goes_through_a_mounted_file(tmp_path):
     stdin = tmp_path / "stdin"
     stdin.write_text("x")
