@@ -34,4 +34,5 @@ def test_a_failed_pruned_copy_leaves_nothing_behind(tmp_path, monkeypatch):
 
     monkeypatch.setattr(packages.subprocess, "run", full_disk)
     assert packages.pruned_site_dir(_site(tmp_path), frozenset({"torch"})) is None
-    assert list((tmp_path / "cache" / "site-packages").iterdir()) == []
+    left = list((tmp_path / "cache" / "site-packages").iterdir())
+    assert [p for p in left if p.suffix != ".lock"] == []  # no partial copy; only this process's hold on its key
