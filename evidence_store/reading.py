@@ -47,11 +47,11 @@ def output_line(name: str, output: Mapping[str, Any]) -> str:
     tolerance = float(output.get("tolerance", 0.0))
     if measure == "banded":
         verdict = "inside" if output.get("ok") else "outside"
-        return f"{name}: banded, {verdict} the band {numbers.noise(tolerance)} (similarity {numbers.score(score)})"
+        return f"{name}: banded, {verdict} the band {numbers.tolerance(tolerance)} (similarity {numbers.score(score)})"
     sign = "<=" if output.get("ok") else ">"
     text = (
         f"{name}: {measure} distance {numbers.distance(1.0 - score)} {sign} tolerance "
-        f"{numbers.noise(tolerance)} (noise {numbers.noise(float(output.get('noise', 0.0)))})"
+        f"{numbers.tolerance(tolerance)} (noise {numbers.noise(float(output.get('noise', 0.0)))})"
     )
     return text if output.get("informative", True) else text + ", uninformative"
 

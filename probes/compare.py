@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from evidence_store import numbers
 from probes.similarity import (
     MEASURES,
     banded_scalar_similarity,
@@ -107,8 +108,8 @@ class Comparison:
 
     def failing(self) -> list[str]:
         return self.structure + [
-            f"{leaf.path or '<output>'}: {leaf.measure} score {leaf.score:.6f} "
-            f"(distance {1 - leaf.score:.2e} > tolerance {leaf.tolerance:.2e})"
+            f"{leaf.path or '<output>'}: {leaf.measure} score {numbers.score(leaf.score)} "
+            f"(distance {numbers.distance(1 - leaf.score)} > tolerance {numbers.tolerance(leaf.tolerance)})"
             for leaf in self.leaves
             if not leaf.ok
         ]
