@@ -69,7 +69,9 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
             "run_probe",
             "Run a stored probe on the original and on the candidate with the same inputs (and its "
             "counterexample searches, with a fixed budget); the outcomes are recorded as evidence and "
-            "returned. A confirmed counterexample is kept and re-run in every later round.",
+            "returned: every failing output with its distance against its tolerance, and the passing ones "
+            "counted, with those closest to their tolerance. A confirmed counterexample is kept and re-run "
+            "in every later round.",
             {"name": {"type": "string"}},
             run,
         ),

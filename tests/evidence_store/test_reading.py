@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidence_store import numbers
-from evidence_store.reading import FAILING_SHOWN, Seen, output_line, property_block, render
+from evidence_store.reading import (
+    CLOSEST_SHOWN,
+    FAILING_SHOWN,
+    OWN_FAILING_SHOWN,
+    Seen,
+    output_line,
+    property_block,
+    render,
+)
 from evidence_store.records import EvidenceRecord, Outcome, Property
 
 
@@ -81,10 +89,37 @@ def test_every_failing_output_is_listed_up_to_five_and_passing_ones_are_named():
     assert "    2 other outputs pass: p/good0, p/good1" in block.splitlines()
 
 
-def test_a_probe_result_shows_the_margin_of_every_passing_output():
+def test_a_probe_result_shows_the_margin_of_its_passing_outputs():
     block = property_block(_differential("p", 1, 2), "VIOLATED", margins=True)
     passing = [line for line in block.splitlines() if "/good" in line]
     assert len(passing) == 2 and all("distance" in line and "<= tolerance" in line for line in passing)
+    assert "    2 outputs pass; closest to their tolerance:" in block.splitlines()
+
+
+def test_a_probe_result_lists_every_failing_output_and_only_the_passing_ones_closest_to_their_tolerance():
+    tolerance = 1e-5
+    outputs = {f"bad{i}": _output(0.5, 1e-6, False) for i in range(2)}
+    shares = {f"ok{i:02}": (i * 37 % 50) / 50 for i in range(50)}  # every share once, in scrambled order
+    for name, share in shares.items():
+        outputs[name] = {"measure": "tensor", "score": 1 - share * tolerance, "noise": 1e-6, "tolerance": tolerance,
+                         "ok": True}  # fmt: skip
+    outputs["band"] = {"measure": "banded", "score": 1.0, "noise": 0.0, "tolerance": 0.1, "ok": True}
+    record = _rec("p", "violated", observations={"outputs": outputs, "structure": []})
+    lines = property_block(record, "VIOLATED", margins=True).splitlines()
+    assert [line.split(":")[0].strip() for line in lines[1:3]] == ["bad0", "bad1"]
+    assert lines[3] == "    51 outputs pass; closest to their tolerance:"
+    closest = sorted(shares, key=shares.get, reverse=True)[:CLOSEST_SHOWN]
+    assert [line.split(":")[0].strip() for line in lines[4 : 4 + CLOSEST_SHOWN]] == closest
+    assert lines[4].endswith(f"(noise 1e-06), {numbers.significant(max(shares.values()), 2)} of its tolerance")
+    assert lines[4 + CLOSEST_SHOWN] == f"      … {51 - CLOSEST_SHOWN} more passing (not listed)"
+    assert len(lines) == 5 + CLOSEST_SHOWN
+
+
+def test_a_probe_result_lists_failing_outputs_in_full_up_to_its_own_bound():
+    record = _differential("p", OWN_FAILING_SHOWN + 3, 0)
+    lines = property_block(record, "VIOLATED", margins=True).splitlines()
+    assert sum("distance" in line and " > tolerance" in line for line in lines) == OWN_FAILING_SHOWN
+    assert lines[-1] == "    … 3 more failing (not listed)"
 
 
 def test_the_same_evidence_from_another_machine_renders_the_same_canonical_text():

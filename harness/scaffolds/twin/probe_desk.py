@@ -205,7 +205,8 @@ def render_results(records: list[EvidenceRecord]) -> str:
     """The outcomes for the model, in the reader's format of `evidence_store.reading`.
 
     A property that did not hold shows its failing outputs as distance against tolerance,
-    and the tail of its trace.
+    and the tail of its trace; passing outputs are counted, with the few closest to their
+    tolerance (`reading.property_block` with margins), so a probe of many outputs stays short.
     """
     if not records:
         return "no properties were examined"
