@@ -197,6 +197,10 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
 PLANTED_KIND = "planted"
 """The kind of a planted-fault copy's property: it examines the probe, not the candidate."""
 
+PROBE_FILE_KIND = "probe_file"
+"""The kind of the record that a probe file loads and its probes run again, superseding the error
+(`probe:<file stem>`, `probe:<file stem>:checks`, ...) it had before: about the probe, not the candidate."""
+
 
 def property_of(file: Path, name: str, meta: dict[str, Any], *, kind: str, level: int) -> tuple[str, str, int]:
     """(id, kind, level) of one probe's property, from its metadata.

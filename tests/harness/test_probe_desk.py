@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from evidence_store.records import EvidenceRecord, Outcome, Property
-from harness.scaffolds.twin.probe_desk import render_results
+from pathlib import Path
+
+from benchmark_adapter.task.loader import load_task
+from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
+from evidence_store.store import EvidenceStore
+from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
+from harness.scaffolds.twin.probe_desk import RunProbeDesk, render_results
+from probes.probe_format import PROBE_FILE_KIND
 
 
 def _probe_record(n_outputs: int, failing: list[int]) -> EvidenceRecord:
@@ -41,3 +47,60 @@ def test_run_probe_of_an_established_probe_is_short_too():
     text = render_results([_probe_record(120, failing=[])])
     assert "120 outputs pass; closest to their tolerance:" in text and "… 117 more passing" in text
     assert sum("<= tolerance" in line for line in text.splitlines()) == 3
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
+FIXED = "def reference(env):\n    return {'y': 1.5}\n\n\ndef candidate(env):\n    return {'y': 1.5}\n"
+BROKEN = FIXED + "\nprobe_z = reference\n"
+
+
+def test_a_probe_file_that_loads_again_supersedes_its_load_error(tmp_path):
+    with EvidenceStore(tmp_path / "evidence.sqlite") as store:
+        desk = RunProbeDesk(
+            load_task(FIXTURES / "tiny"), FIXTURES / "candidates" / "good", tmp_path / "probes", store,
+            run_id="r1", sandbox_kind="none", audit_log=None,
+        )  # fmt: skip
+        desk.round = 1
+        desk.write_probe("shape", BROKEN)
+        shown = desk.run_probe("shape")
+        assert "NOT ESTABLISHED probe:shape" in shown and "probe_z (line 8" in shown
+        assert store.latest()["probe:shape"].outcome is Outcome.NOT_ESTABLISHED
+        assert "probe:shape" in store.render_for_prompt(4000, up_to_round=1)
+        assert round_tally(store, 1, candidate_only=True)["not_established"] == 1
+
+        desk.round = 2
+        desk.write_probe("shape", FIXED)
+        shown = desk.run_probe("shape")
+        assert "ESTABLISHED probe:shape (probe_file, L1): probe file shape.py loads and its probes run" in shown
+        latest = store.latest()
+        assert latest["shape"].outcome is Outcome.ESTABLISHED
+        assert latest["probe:shape"].outcome is Outcome.ESTABLISHED
+        assert latest["probe:shape"].property.kind == PROBE_FILE_KIND in NON_CANDIDATE_KINDS
+        assert "supersedes the error recorded in round 1" in latest["probe:shape"].observations["message"]
+        assert "probe:shape" not in store.render_for_prompt(4000, up_to_round=2)
+        assert round_tally(store, 2, candidate_only=True) == {"established": 1, "violated": 0, "not_established": 0}
+
+        before = store.count()
+        desk.rerun_all()  # nothing stale any more: the superseding record is not written again
+        assert [r.property.id for r in store.records()[before:] if r.property.id.startswith("probe:")] == []
+
+        desk.write_probe("shape", BROKEN)  # broken again: the error is the latest once more
+        desk.run_probe("shape")
+        assert store.latest()["probe:shape"].outcome is Outcome.NOT_ESTABLISHED
+
+
+def test_an_error_the_run_records_again_is_not_superseded(tmp_path, monkeypatch):
+    with EvidenceStore(tmp_path / "evidence.sqlite") as store:
+        desk = RunProbeDesk(
+            load_task(FIXTURES / "tiny"), FIXTURES / "candidates" / "good", tmp_path / "probes", store,
+            run_id="r1", sandbox_kind="none", audit_log=None,
+        )  # fmt: skip
+        desk.write_probe("shape", BROKEN)
+        desk.run_probe("shape")
+        desk.write_probe("shape", FIXED)
+        crashed = ProbeResult(property=Property(id="probe:shape", kind="differential", level=1),
+                              outcome=Outcome.NOT_ESTABLISHED, trace="RuntimeError: probe bug")  # fmt: skip
+        monkeypatch.setattr(desk, "_run", lambda probes, origin: desk._record([crashed.model_copy()]))
+        desk.run_probe("shape")
+        latest = store.latest()["probe:shape"]
+        assert latest.outcome is Outcome.NOT_ESTABLISHED and latest.property.kind == "differential"

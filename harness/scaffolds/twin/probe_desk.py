@@ -21,7 +21,7 @@ from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Propert
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
 from probes.interface_checks import check_plan
-from probes.probe_format import stated_ids
+from probes.probe_format import PROBE_FILE_KIND, stated_ids
 from probes.round_localization import localize_round
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
 
@@ -167,7 +167,41 @@ class RunProbeDesk:
                 context={"probe_file": path.name},
             )
             return self._record([result])
-        return self._run(probes, origin=path.name)
+        records = self._run(probes, origin=path.name)
+        return records + self._supersede_errors(path, {r.property.id for r in records})
+
+    def _supersede_errors(self, path: Path, produced: set[str]) -> list[EvidenceRecord]:
+        """Record that a probe file's earlier errors no longer stand: it loaded and its probes ran.
+
+        A file that failed to load, or a probe of it that raised, left `probe:<stem>` (or
+        `probe:<stem>:checks`, ...) not established. Records are never edited, so a later
+        record of the same id, of kind `PROBE_FILE_KIND` (about the probe, not counted
+        among the candidate's properties), takes its place as the latest; an id this
+        run recorded again keeps that new record.
+        """
+        own = f"probe:{path.stem}"
+        stale = [
+            record
+            for pid, record in self.store.latest().items()
+            if (pid == own or pid.startswith(own + ":"))
+            and pid not in produced
+            and record.property.kind != PROBE_FILE_KIND
+        ]
+        results = [
+            ProbeResult(
+                property=Property(
+                    id=record.property.id,
+                    kind=PROBE_FILE_KIND,
+                    level=record.property.level,
+                    description=f"probe file {path.name} loads and its probes run",
+                ),
+                outcome=Outcome.ESTABLISHED,
+                context={"probe_file": path.name, "origin": path.name},
+                observations={"message": f"supersedes the error recorded in round {record.round}"},
+            )
+            for record in stale
+        ]
+        return self._record(results) if results else []
 
     def _run(self, probes: list, *, origin: str) -> list[EvidenceRecord]:
         from probes.suite import run_suite
