@@ -9,7 +9,7 @@ from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Propert
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
 from harness.scaffolds.twin.probe_desk import RunProbeDesk, render_results
-from probes.probe_format import PROBE_FILE_KIND
+from probes.probe_format import ACCEPTED_FORMS, PROBE_FILE_KIND
 
 
 def _probe_record(n_outputs: int, failing: list[int]) -> EvidenceRecord:
@@ -64,6 +64,7 @@ def test_a_probe_file_that_loads_again_supersedes_its_load_error(tmp_path):
         desk.write_probe("shape", BROKEN)
         shown = desk.run_probe("shape")
         assert "NOT ESTABLISHED probe:shape" in shown and "probe_z (line 8" in shown
+        assert ACCEPTED_FORMS in shown  # the whole error, not only the reason line cut to fit
         assert store.latest()["probe:shape"].outcome is Outcome.NOT_ESTABLISHED
         assert "probe:shape" in store.render_for_prompt(4000, up_to_round=1)
         assert round_tally(store, 1, candidate_only=True)["not_established"] == 1

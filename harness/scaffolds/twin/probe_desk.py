@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmark_adapter.task.model import Task
-from evidence_store import reading
+from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
@@ -249,6 +249,9 @@ def render_results(records: list[EvidenceRecord]) -> str:
     for record in records:
         lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)], margins=True))
         tail = [ln for ln in record.trace.strip().splitlines() if ln.strip()][-TRACE_LINES:]
-        if record.outcome is not Outcome.ESTABLISHED and len(tail) > 1:
+        # One line is already the `why` line, unless it was too long to show whole there (a probe
+        # file's load error names what it refused and the forms it accepts).
+        cut = len(tail) == 1 and numbers.budget_length(tail[0]) > reading.TEXT_CHARS
+        if record.outcome is not Outcome.ESTABLISHED and (len(tail) > 1 or cut):
             lines.append("    trace (last lines):\n" + "\n".join(f"      {ln}" for ln in tail))
     return "\n".join(lines)
