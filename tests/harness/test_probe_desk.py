@@ -61,7 +61,9 @@ def test_a_probe_file_that_loads_again_supersedes_its_load_error(tmp_path):
             run_id="r1", sandbox_kind="none", audit_log=None,
         )  # fmt: skip
         desk.round = 1
-        desk.write_probe("shape", BROKEN)
+        stored = desk.write_probe("shape", BROKEN).splitlines()
+        assert stored[0] == "stored probe shape" and stored[1].startswith("error: it does not load as a probe file")
+        assert "probe_z (line 8, not a recognised probe function)" in stored[1] and len(stored) == 2
         shown = desk.run_probe("shape")
         assert "NOT ESTABLISHED probe:shape" in shown and "probe_z (line 8" in shown
         assert ACCEPTED_FORMS in shown  # the whole error, not only the reason line cut to fit
@@ -70,7 +72,7 @@ def test_a_probe_file_that_loads_again_supersedes_its_load_error(tmp_path):
         assert round_tally(store, 1, candidate_only=True)["not_established"] == 1
 
         desk.round = 2
-        desk.write_probe("shape", FIXED)
+        assert desk.write_probe("shape", FIXED) == "stored probe shape"
         shown = desk.run_probe("shape")
         assert "ESTABLISHED probe:shape (probe_file, L1): probe file shape.py loads and its probes run" in shown
         latest = store.latest()
