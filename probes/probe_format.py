@@ -138,11 +138,12 @@ class ProbeFile:
         stem = path.stem
         checks = {f.partition("_")[2] for f in functions if re.fullmatch(r"check(_\w+)?", f)}
         known = {p or stem for p in pairs} | {c or stem for c in checks} | {f"check_{c or stem}" for c in checks}
-        unknown = sorted(str(key) for key in metadata if key not in known)
+        unknown = sorted(repr(key) for key in metadata if key not in known)
         if unknown:
-            have = ", ".join(sorted(known)) or "none"
+            have = ", ".join(repr(k) for k in sorted(known)) or "none"
             raise ProbeFileError(
-                f"{path}: PROBES names {', '.join(unknown)}, which the file defines no probe for (probes: {have})"
+                f"{path}: PROBES names {', '.join(unknown)}, which the file defines no probe for (its probes: "
+                f"{have}; an unsuffixed reference/candidate pair or check takes the file's name, {stem!r})"
             )
 
 

@@ -69,5 +69,10 @@ def test_metadata_for_a_probe_the_file_lacks_is_refused(tmp_path):
     assert good.names() == {"fwd": {"level": 2}}
     assert set(good.names(checks=True)) == {"", "live"}
     typo = _file(tmp_path, "PROBES = {'fw': {'level': 2}}\n" + PAIR, name="typo.py")
-    with pytest.raises(ProbeFileError, match=r"PROBES names fw, which the file defines no probe for \(probes: fwd\)"):
+    with pytest.raises(
+        ProbeFileError, match=r"PROBES names 'fw', which the file defines no probe for \(its probes: 'fwd';"
+    ):
         typo.names()
+    unnamed = _file(tmp_path, "PROBES = {'': {'level': 2}}\n" + PAIR.replace("_fwd", ""), name="fwd.py")
+    with pytest.raises(ProbeFileError, match=r"PROBES names '', .*\(its probes: 'fwd'; an unsuffixed .* name, 'fwd'\)"):
+        unnamed.names()
