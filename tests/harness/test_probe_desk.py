@@ -90,6 +90,14 @@ def test_a_probe_file_that_loads_again_supersedes_its_load_error(tmp_path):
         desk.write_probe("shape", BROKEN)  # broken again: the error is the latest once more
         desk.run_probe("shape")
         assert store.latest()["probe:shape"].outcome is Outcome.NOT_ESTABLISHED
+        assert round_tally(store, 2, candidate_only=True)["not_established"] == 1
+
+        assert desk.write_probe("shape", "") == "removed probe shape: it is no longer run"
+        gone = store.latest()["probe:shape"]  # removed: its error leaves the candidate's properties
+        assert gone.property.kind == PROBE_FILE_KIND and gone.outcome is Outcome.NOT_ESTABLISHED
+        assert gone.property.description == "probe file shape.py was removed"
+        assert round_tally(store, 2, candidate_only=True)["not_established"] == 0
+        assert "probe:shape" not in store.render_for_prompt(4000, up_to_round=2)
 
 
 def test_an_error_the_run_records_again_is_not_superseded(tmp_path, monkeypatch):

@@ -80,6 +80,7 @@ class RunProbeDesk:
             if not path.is_file():
                 return f"no stored probe named {name}: nothing removed"
             path.unlink()
+            self._supersede_errors(path, set(), removed=True)
             return f"removed probe {name}: it is no longer run"
         path.write_text(source)
         lines = [f"stored probe {name}"]
@@ -174,14 +175,15 @@ class RunProbeDesk:
         records = self._run(probes, origin=path.name)
         return records + self._supersede_errors(path, {r.property.id for r in records})
 
-    def _supersede_errors(self, path: Path, produced: set[str]) -> list[EvidenceRecord]:
-        """Record that a probe file's earlier errors no longer stand: it loaded and its probes ran.
+    def _supersede_errors(self, path: Path, produced: set[str], *, removed: bool = False) -> list[EvidenceRecord]:
+        """Record that a probe file's earlier errors no longer stand: it loaded and its probes ran, or it is gone.
 
         A file that failed to load, or a probe of it that raised, left `probe:<stem>` (or
         `probe:<stem>:checks`, ...) not established. Records are never edited, so a later
         record of the same id, of kind `PROBE_FILE_KIND` (about the probe, not counted
-        among the candidate's properties), takes its place as the latest; an id this
-        run recorded again keeps that new record.
+        among the candidate's properties), takes its place as the latest: established
+        when the file ran, not established when it was removed (nothing was examined); an
+        id this run recorded again keeps that new record.
         """
         own = f"probe:{path.stem}"
         stale = [
@@ -191,15 +193,16 @@ class RunProbeDesk:
             and pid not in produced
             and record.property.kind != PROBE_FILE_KIND
         ]
+        what = "was removed" if removed else "loads and its probes run"
         results = [
             ProbeResult(
                 property=Property(
                     id=record.property.id,
                     kind=PROBE_FILE_KIND,
                     level=record.property.level,
-                    description=f"probe file {path.name} loads and its probes run",
+                    description=f"probe file {path.name} {what}",
                 ),
-                outcome=Outcome.ESTABLISHED,
+                outcome=Outcome.NOT_ESTABLISHED if removed else Outcome.ESTABLISHED,
                 context={"probe_file": path.name, "origin": path.name},
                 observations={"message": f"supersedes the error recorded in round {record.round}"},
             )
