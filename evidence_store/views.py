@@ -159,9 +159,9 @@ candidate: a role's refused access (`boundary`), what a verification reported it
 not examine (`unchecked`), what a role reported in its own words (`report`), where the
 evidence localizes a divergence (`localization`, rendered on its own), a
 planted-fault copy of a probe, which examines the probe (`planted`), and a probe file
-that loads and runs again after an error of its own (`probe_file`: the error's id
-leaves the candidate's properties). They are kept and shown, and never counted among
-the candidate's properties."""
+that loads and runs again, or is removed, after an error of its own (`probe_file`: the
+error's id leaves the candidate's properties). They are kept and shown, and never
+counted among the candidate's properties."""
 
 
 def candidate_latest(latest: Mapping[str, EvidenceRecord]) -> Latest:
