@@ -38,7 +38,11 @@ DEMO_DEFECT = {
     "llama-lora-sft": "rotary-half-sign",
     "llama-paged-serve": "rotary-interleaved",
 }
-DEMO_PROBES = {"mlp-train": ["model"], "llama-lora-sft": ["modeling"], "llama-paged-serve": ["serving"]}
+DEMO_PROBES = {
+    "mlp-train": ["model"],
+    "llama-lora-sft": ["modeling"],
+    "llama-paged-serve": ["kernels", "model", "engine"],  # the three files its serving probes were split into
+}
 
 
 def call(tool: str, **arguments) -> dict:
