@@ -7,8 +7,10 @@ not the ones of the recording. Per scaffold it prints model calls, prompt tokens
 with litellm's tokenizer where the replies report none, as the recordings' scripted replies
 do), the share of prompt tokens a provider prefix cache could serve (each call's leading
 messages identical to the previous call of the same role turn, tools included), wall time,
-and the twin/base prompt-token ratio. The recorded grades (`examples/<task>/*.grades.json`)
-say whether both solve. Replies are the bundled scripted demonstrations, not a model's work.
+and the twin/base prompt-token ratio; per role, where the prompt tokens go (system prompt,
+tool schemas, task message, earlier replies, earlier tool outputs). The recorded grades
+(`examples/<task>/*.grades.json`) say whether both solve. Replies are the bundled scripted
+demonstrations, not a model's work.
 
     .venv/bin/python benchmarks/cost.py [TASK ...] [--out benchmarks/results/cost.json]
     .venv/bin/python benchmarks/cost.py --table benchmarks/results/cost.json
@@ -21,6 +23,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,6 +78,43 @@ def cacheable_tokens(calls: list[ModelCallRecord]) -> int:
     return total
 
 
+KINDS = ("system", "tools", "task", "replies", "tool outputs", "other")
+"""What a prompt's tokens are spent on: the system prompt, the tool schemas, the task message
+(instruction, diagnosis, evidence), the model's own earlier replies (tool-call arguments
+included), earlier tool outputs, and anything else (the loop's nudges)."""
+
+
+def message_kind(message: dict, index: int) -> str:
+    role = message.get("role")
+    if role == "system":
+        return "system"
+    if role == "user":
+        return "task" if index == 1 else "other"
+    return {"assistant": "replies", "tool": "tool outputs"}.get(str(role), "other")
+
+
+def tokens_by_kind(calls: list[ModelCallRecord]) -> dict[str, dict[str, int]]:
+    """Per role, the prompt tokens of every call split by `KINDS`. Each part is counted on its own,
+    with its own framing, so the parts add up to about the calls' totals, not exactly."""
+    counted: dict[str, int] = {}
+
+    def count(messages: list, tools: list | None) -> int:
+        key = json.dumps([messages, tools], sort_keys=True)
+        if key not in counted:
+            counted[key] = estimate_usage(messages, tools, "").prompt_tokens
+        return counted[key]
+
+    empty = [{"role": "user", "content": ""}]
+    split: dict[str, Counter] = {}
+    for call in calls:
+        into = split.setdefault(call.role, Counter())
+        if call.request.tools:
+            into["tools"] += count(empty, call.request.tools) - count(empty, None)
+        for i, message in enumerate(call.request.messages):
+            into[message_kind(message, i)] += count([message], None)
+    return {role: {kind: parts[kind] for kind in KINDS if parts[kind]} for role, parts in sorted(split.items())}
+
+
 def measure(task: str, scaffold: str, root: Path) -> dict:
     recording = EXAMPLES / task / f"{scaffold}.jsonl"
     script = root / f"{task}-{scaffold}.json"
@@ -98,6 +138,7 @@ def measure(task: str, scaffold: str, root: Path) -> dict:
         "first_prompt_tokens_by_role": {
             role: next(prompt_tokens(c) for c in calls if c.role == role) for role in sorted({c.role for c in calls})
         },
+        "prompt_tokens_by_kind": tokens_by_kind(calls),
         "prompt_tokens": prompt,
         "completion_tokens": sum(c.reply.usage.completion_tokens for c in calls),
         "estimated": any(c.reply.usage.estimated for c in calls),
@@ -131,6 +172,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def kinds_table(rows: list[dict]) -> str:
+    """Per task, scaffold and role: calls, prompt tokens, and where they go (`KINDS`)."""
+    lines = [
+        "| task | scaffold | role | calls | prompt tokens | first prompt | " + " | ".join(KINDS) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(KINDS),
+    ]
+    for r in rows:
+        for role, parts in r.get("prompt_tokens_by_kind", {}).items():
+            cells = " | ".join(f"{parts.get(kind, 0):,}" for kind in KINDS)
+            lines.append(
+                f"| {r['task']} | {r['scaffold']} | {role} | {r['by_role'][role]} "
+                f"| {r['prompt_tokens_by_role'][role]:,} | {r['first_prompt_tokens_by_role'][role]:,} | {cells} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", nargs="*", default=sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir()))
@@ -138,7 +195,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--table", type=Path, default=None, help="print the table of recorded results; run nothing")
     args = parser.parse_args(argv)
     if args.table is not None:
-        print(table(json.loads(args.table.read_text())))
+        rows = json.loads(args.table.read_text())
+        print(table(rows) + "\n\n" + kinds_table(rows))
         return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="twin-cost-") as tmp:
@@ -146,7 +204,7 @@ def main(argv: list[str]) -> int:
             for scaffold in SCAFFOLDS:
                 rows.append(measure(task, scaffold, Path(tmp)))
                 print(json.dumps(rows[-1]), file=sys.stderr)
-    print(table(rows))
+    print(table(rows) + "\n\n" + kinds_table(rows))
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -1,4 +1,4 @@
-"""The SQLite evidence store: what each check established, violated or left unresolved.
+"""The SQLite evidence store: what each check established, violated or left not established.
 
 `store.EvidenceStore` keeps one run's records (append-only, typed in `records`)
 and serves the views (`views`: latest outcome per property, transitions between

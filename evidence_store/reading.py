@@ -173,7 +173,7 @@ class Changes(NamedTuple):
 
     regressed: list[str]
     newly_violated: list[str]
-    newly_unresolved: list[str]
+    newly_not_established: list[str]
     fixed: list[str]
     newly_established: list[str]
 
@@ -183,7 +183,7 @@ class Changes(NamedTuple):
             for name, ids in (
                 ("regressed (established before, violated now)", self.regressed),
                 ("newly violated", self.newly_violated),
-                ("no longer decided", self.newly_unresolved),
+                ("not established now (established or violated before)", self.newly_not_established),
                 ("fixed (violated before, established now)", self.fixed),
                 ("newly established", self.newly_established),
             )
@@ -208,7 +208,7 @@ def changes(outcomes: Mapping[str, Outcome], previous: Mapping[str, Seen]) -> Ch
         elif now is V and was is not V:
             found.newly_violated.append(pid)
         elif now is N and was in (E, V):
-            found.newly_unresolved.append(pid)
+            found.newly_not_established.append(pid)
         elif now is E and was is V:
             found.fixed.append(pid)
         elif now is E and was is not E:

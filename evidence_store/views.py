@@ -51,12 +51,12 @@ class Transitions(BaseModel):
     newly_violated: list[Change] = Field(
         default_factory=list, description="not_established -> violated"
     )
-    became_unresolved: list[Change] = Field(
+    became_not_established: list[Change] = Field(
         default_factory=list, description="established or violated -> not_established"
     )
     still_established: list[Change] = Field(default_factory=list)
     still_violated: list[Change] = Field(default_factory=list)
-    still_unresolved: list[Change] = Field(
+    still_not_established: list[Change] = Field(
         default_factory=list, description="not_established twice"
     )
     new: list[Change] = Field(
@@ -73,8 +73,8 @@ CATEGORY_ORDER = (
     "regressions",
     "newly_violated",
     "still_violated",
-    "became_unresolved",
-    "still_unresolved",
+    "became_not_established",
+    "still_not_established",
     "new",
     "gone",
     "fixed",
@@ -87,11 +87,11 @@ _MOVES: dict[tuple[Outcome, Outcome], str] = {
     (V, E): "fixed",
     (N, E): "newly_established",
     (N, V): "newly_violated",
-    (E, N): "became_unresolved",
-    (V, N): "became_unresolved",
+    (E, N): "became_not_established",
+    (V, N): "became_not_established",
     (E, E): "still_established",
     (V, V): "still_violated",
-    (N, N): "still_unresolved",
+    (N, N): "still_not_established",
 }
 
 

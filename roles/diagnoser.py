@@ -35,9 +35,27 @@ def diagnosis_submit_tool(attempts_allowed: int = 2) -> Tool:
     return submit_tool(
         "Submit the diagnosis: an object with `summary`, `gaps` (each with `title`, `evidence`, "
         "`objective`, `probes`, `priority` 1-3) and `complete`.",
-        {"diagnosis": Diagnosis.model_json_schema()},
+        {"diagnosis": without_titles(Diagnosis.model_json_schema())},
         accept,
     )
+
+
+def without_titles(schema: Any) -> Any:
+    """A JSON schema without pydantic's generated `title`s, which repeat each field's name in
+    every call's tool list (a field that is itself named `title` stays)."""
+    if isinstance(schema, list):
+        return [without_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    kept = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            kept[key] = {name: without_titles(sub) for name, sub in value.items()}
+        else:
+            kept[key] = without_titles(value)
+    return kept
 
 
 class Diagnoser:

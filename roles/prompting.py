@@ -26,9 +26,9 @@ from roles.fence import HarnessText, fence_agent_text
 
 PROMPTS_DIR = Path(prompts.__file__).parent
 CANDIDATE_DIR = "/app"
-HARNESS_VARIABLES = frozenset({"round", "instruction", "candidate_dir", "probe_format"})
+HARNESS_VARIABLES = frozenset({"round", "instruction", "candidate_dir"})
 """Variables whose text twin or the task's author wrote: the round number, the task's
-instruction, the candidate's mount point and the probe file format."""
+instruction and the candidate's mount point."""
 AGENT_LABELS = {
     "changed_files": "files changed since the previous round (names chosen by the Migrator)",
     "objectives": "objectives of the previous diagnosis, each done or open",

@@ -308,7 +308,11 @@ SCRATCH = "/scratch"
 
 def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
     """The tools every role has (read, both shells), plus the file-writing tools when `write`."""
-    scratch_note, reference_note = "", ": nothing written on this side outlives it, so print what you need."
+    scratch_note = ""
+    reference_note = (
+        ": nothing written on this side outlives it (a role that writes the candidate gets no scratch "
+        "directory, so files of the original cannot be carried into it), so print what you need."
+    )
     if bench.scratch:
         scratch_note = f" {bench.scratch} holds what your bash_reference commands saved there (read-only here)."
         reference_note = (

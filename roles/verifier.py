@@ -2,7 +2,11 @@
 
 Outcomes are never the Verifier's say-so: only executed probes put records in the
 evidence store. The Verifier decides what to examine and writes the probe files;
-the `ProbeDesk` (given by the harness) stores, runs and records them.
+the `ProbeDesk` (given by the harness) stores, runs and records them. Writing a probe runs it at
+once: a probe is written to be run, and the candidate does not change during the Verifier's turn, so
+there is no separate call to run it (nor one to run an unchanged probe again). Its prompt carries a
+summary of the probe-file format (`prompts/probe_format.md.j2`); the whole reference
+(`probes/README.md`, the desk's `probe_format()`) is read on demand with `probe_reference`.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ class ProbeDesk(Protocol):
         ...
 
     def probe_format(self) -> str:
-        """How a probe file is written (shown to the model)."""
+        """The full probe-file reference, in Markdown sections (`## Heading`), read on demand."""
         ...
 
 
@@ -45,35 +49,28 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
     def write(name: str, source: str) -> ToolResult:
         if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
             raise ToolError("probe names are lowercase identifiers, e.g. forward_logits")
-        return ToolResult(text=desk.write_probe(name, source))
-
-    def run(name: str) -> ToolResult:
-        if not isinstance(name, str) or not PROBE_NAME.fullmatch(name):
-            raise ToolError(f"no probe named {name!r}"[:200])
-        return ToolResult(text=desk.run_probe(name))
+        stored = desk.write_probe(name, source)
+        if not isinstance(source, str) or not source.strip():
+            return ToolResult(text=stored)
+        return ToolResult(text=f"{stored}\n{desk.run_probe(name)}")
 
     def checks() -> ToolResult:
         return ToolResult(text=desk.run_checks())
 
+    def reference(section: str = "") -> ToolResult:
+        return ToolResult(text=reference_section(desk.probe_format(), section))
+
     return [
         Tool(
             "write_probe",
-            "Store a probe file: matched probe functions (reference side and candidate side), "
+            "Store a probe file and run it: matched probe functions (reference side and candidate side), "
             "candidate-only checks, or a SERVICES literal of matched requests and request spaces to "
-            "search for counterexamples; see the format in your instructions. It is kept outside the "
-            "candidate and re-run every round; writing an empty source removes it.",
+            "search for counterexamples (the format: your instructions and `probe_reference`). Both sides "
+            "run with the same inputs; the outcomes are recorded as evidence and returned. The file is kept "
+            "outside the candidate and re-run every round (a confirmed counterexample too); writing an "
+            "empty source removes it.",
             {"name": {"type": "string"}, "source": {"type": "string"}},
             write,
-        ),
-        Tool(
-            "run_probe",
-            "Run a stored probe on the original and on the candidate with the same inputs (and its "
-            "counterexample searches, with a fixed budget); the outcomes are recorded as evidence and "
-            "returned: every failing output with its distance against its tolerance, and the passing ones "
-            "counted, with those closest to their tolerance. A confirmed counterexample is kept and re-run "
-            "in every later round.",
-            {"name": {"type": "string"}},
-            run,
         ),
         Tool(
             "run_checks",
@@ -83,7 +80,32 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
             {},
             checks,
         ),
+        Tool(
+            "probe_reference",
+            "The full probe-file reference your instructions summarise; with `section`, only the "
+            "section whose heading starts with it (e.g. Functions, Outputs, Metadata, How the tolerance "
+            "is set, Outcomes, Example, Sensitivity, Service probes).",
+            {"section": {"type": "string"}},
+            reference,
+            required=[],
+        ),
     ]
+
+
+def reference_section(reference: str, section: str) -> str:
+    """`reference` whole, or its `## ` section whose heading starts with `section` (case ignored).
+
+    An unknown section is answered with the headings there are, so the model can ask again.
+    """
+    if not isinstance(section, str) or not section.strip():
+        return reference
+    parts = re.split(r"^(?=## )", reference, flags=re.MULTILINE)
+    wanted = section.strip().lstrip("#").strip().lower()
+    for part in parts:
+        if part.startswith("## ") and part[3:].lower().startswith(wanted):
+            return part.strip()
+    headings = [part[3:].splitlines()[0] for part in parts if part.startswith("## ")]
+    raise ToolError(f"no section {section.strip()[:80]!r}; the sections are: {', '.join(headings)}")
 
 
 class Verifier:
@@ -117,9 +139,7 @@ class Verifier:
         this round's candidate (it names the commit).
         """
         return self.agent.run(
-            prompting.render(
-                "verifier_system", probe_format=self.desk.probe_format(), candidate_dir=brief.candidate_dir
-            ),
+            prompting.render("verifier_system", candidate_dir=brief.candidate_dir),
             prompting.render(
                 "verifier_task",
                 round=brief.round,

@@ -15,6 +15,7 @@ requests diverge):
 
 from __future__ import annotations
 
+import ast
 import importlib
 import shutil
 import sys
@@ -38,11 +39,7 @@ DEMO_DEFECT = {
     "llama-lora-sft": "rotary-half-sign",
     "llama-paged-serve": "rotary-interleaved",
 }
-DEMO_PROBES = {
-    "mlp-train": ["model"],
-    "llama-lora-sft": ["modeling"],
-    "llama-paged-serve": ["kernels", "model", "engine"],  # the three files its serving probes were split into
-}
+DEMO_PROBES = {"mlp-train": ["model"], "llama-lora-sft": ["modeling"], "llama-paged-serve": ["kernels"]}
 
 
 def call(tool: str, **arguments) -> dict:
@@ -77,6 +74,21 @@ def probe_files(task: str) -> dict[str, str]:
     return {name: (library / f"{name}.py").read_text() for name in DEMO_PROBES[task]}
 
 
+def probed_ids(probes: dict[str, str]) -> list[str]:
+    """The property ids the probe files state: what the repair diagnosis asks to see established
+    (its Diagnoser names the properties that show the repair, as its prompt asks)."""
+    ids = []
+    for source in probes.values():
+        tree = ast.parse(source)
+        literal = next(
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PROBES" for t in node.targets)
+        )
+        ids += [meta.get("id", name) for name, meta in ast.literal_eval(literal).items() if not meta.get("planted")]
+    return ids
+
+
 def twin_plan(task: str) -> list[dict]:
     defect = defect_of(task)
     probes = probe_files(task)
@@ -98,9 +110,8 @@ def twin_plan(task: str) -> list[dict]:
         call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()
     ]
     replies += [call("submit", summary="wrote the JAX package")]
-    replies += [call("run_checks")]
-    for name, source in probes.items():
-        replies += [call("write_probe", name=f"{name}_probes", source=source), call("run_probe", name=f"{name}_probes")]
+    # twin ran the built-in checks before the Verifier's turn, and writing a probe runs it
+    replies += [call("write_probe", name=f"{name}_probes", source=source) for name, source in probes.items()]
     replies += [
         call(
             "submit",
@@ -115,7 +126,7 @@ def twin_plan(task: str) -> list[dict]:
                 "title": f"{defect.component} diverges from the original",
                 "objective": defect.description or "repair it",
                 "evidence": [],
-                "probes": ["re-run the model probes"],
+                "probes": probed_ids(probes),
                 "priority": 1,
             }
         ],
@@ -126,7 +137,7 @@ def twin_plan(task: str) -> list[dict]:
         call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old),
         call("submit", summary="repaired"),
     ]
-    replies += [call("submit", summary="the earlier probes were re-run on the repaired candidate")]
+    # round 2's re-run of the model probes shows the repair: no Verifier is called
     return replies
 
 
@@ -179,9 +190,7 @@ def record(task: str, scaffold: str) -> Path:
     with tempfile.TemporaryDirectory(prefix="twin-record-") as tmp:
         script = Path(tmp) / "script.json"
         script.write_text(json.dumps(plan))
-        config = RunConfig.build(
-            task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=True
-        )
+        config = RunConfig.build(task=TASKS / task, model=f"scripted:{script}", scaffold=scaffold, rounds=2, grade=True)
         inputs = RunInputs.create(Path(tmp) / "runs", config, loaded, "record")
         run = inputs.run
         print(run_migration(inputs, SCAFFOLDS))

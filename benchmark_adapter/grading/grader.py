@@ -10,6 +10,7 @@ directory and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -31,8 +32,10 @@ from harness.ground import isolation
 from harness.ground.agent_tree import copy_tree, remove_tree
 from harness.ground.boundary import Boundary
 from harness.ground.errors import TwinError
-from harness.ground.isolation import scratch_dir
+from harness.ground.isolation import cache_root, scratch_dir, stage_root
+from harness.ground.sandbox import ExecResult
 from harness.ground.untrusted_io import AgentFileError, read_regular_text
+from harness.sandbox.host_disk import host_shortage
 from harness.sandbox.presentation import refused_over_caps
 from harness.sandbox.registry import make_sandbox
 
@@ -51,8 +54,14 @@ class GraderInfraError(GraderError):
 
     Raised when the sandbox started but `test.sh` never ran in it, or when the grader
     says in `reward.json` (`"infrastructure_error": "why"`) that its own machinery
-    failed (e.g. its nested sandbox could not get the isolation it needs).
+    failed (e.g. its nested sandbox could not get the isolation it needs), or when a
+    grader that gave no reward ran while the host was out of disk space or inodes
+    (`harness.sandbox.host_disk.host_shortage`).
     """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail  # the grader's output, when it ran at all: callers keep it beside the grade
 
 
 class Grade(BaseModel):
@@ -137,16 +146,15 @@ def run_grader(
             duration = time.monotonic() - started
         finally:
             box.close()
-        refused = refused_over_caps(result)
-        if refused is not None:  # a read-only root (the candidate) grew over the caps: the candidate's doing
-            grade: dict[str, Any] = {"reward": 0.0, "error": f"the grader did not run: {refused}"}
-        elif STARTED not in result.stderr:
-            raise GraderInfraError(
-                f"the grader's sandbox did not start test.sh (exit {result.returncode}): "
-                f"{(result.stderr or result.stdout).strip()[-300:]}"
-            )
-        else:
-            grade = _read_reward(logs_dir)
+        log_tail = (result.stdout + result.stderr.replace(STARTED + "\n", ""))[-4000:]
+        try:
+            grade = _judge(result, logs_dir, log_tail)
+        except GraderInfraError:
+            if out_dir is not None:
+                with contextlib.suppress(OSError):  # a full disk loses the logs, never the reason
+                    (Path(out_dir) / "grade.json").unlink(missing_ok=True)  # an earlier grade is not this one
+                    _keep_logs(logs_dir, Path(out_dir), log_tail)
+            raise
         grade.update(
             task=task.name,
             candidate=str(candidate),
@@ -154,7 +162,7 @@ def run_grader(
             timed_out=result.timed_out,
             duration_s=round(duration, 3),
             sandbox=sandbox,
-            log_tail=(result.stdout + result.stderr.replace(STARTED + "\n", ""))[-4000:],
+            log_tail=log_tail,
         )
         out = Grade(**grade)
         if out_dir is not None:
@@ -162,6 +170,37 @@ def run_grader(
         return out
     finally:
         remove_tree(logs_dir)
+
+
+def _judge(result: ExecResult, logs_dir: Path, log_tail: str) -> dict[str, Any]:
+    """The grade's fields from what the grader did: the candidate's outcome, or a GraderInfraError."""
+    refused = refused_over_caps(result)
+    if refused is not None:  # a read-only root (the candidate) grew over the caps: the candidate's doing
+        grade: dict[str, Any] = {"reward": 0.0, "error": f"the grader did not run: {refused}"}
+    elif STARTED not in result.stderr:
+        raise GraderInfraError(
+            f"the grader's sandbox did not start test.sh (exit {result.returncode}): "
+            f"{(result.stderr or result.stdout).strip()[-300:]}",
+            log_tail,
+        )
+    else:
+        try:
+            grade = _read_reward(logs_dir)
+        except GraderInfraError as exc:
+            raise GraderInfraError(str(exc), log_tail) from None
+    if grade["reward"] == 0.0 and (short := host_shortage(_host_dirs())) is not None:
+        # a zero while the machine cannot write is the machine's failure, not the candidate's score
+        raise GraderInfraError(
+            f"the grader gave no reward while the host was out of disk ({short}); "
+            "free space, then grade again (twin grade, or twin migrate --resume)",
+            log_tail,
+        )
+    return grade
+
+
+def _host_dirs() -> list[Path]:
+    """The host directories a grading writes through (never a capped root a sandbox could fill itself)."""
+    return [stage_root(), Path(tempfile.gettempdir()), cache_root()]
 
 
 def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
@@ -239,14 +278,19 @@ def _read_reward(logs_dir: Path) -> dict[str, Any]:
 
 def _keep(grade: Grade, logs_dir: Path, out_dir: Path) -> None:
     """Copy the grader's log directory, its output's tail and the grade into `out_dir` (replacing earlier ones)."""
+    _keep_logs(logs_dir, out_dir, grade.log_tail)
+    tmp = out_dir / ".grade.json.tmp"
+    tmp.write_text(grade.model_dump_json(indent=2))
+    tmp.replace(out_dir / "grade.json")
+
+
+def _keep_logs(logs_dir: Path, out_dir: Path, log_tail: str) -> None:
+    """Copy the grader's log directory and its output's tail into `out_dir` (replacing earlier ones)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "verifier"
     remove_tree(target)
     copy_tree(logs_dir, target, max_bytes=64 << 20)  # written where candidate code ran: no links, capped
-    (out_dir / "grader-output.txt").write_text(grade.log_tail)  # test.sh's stdout and stderr (tail)
-    tmp = out_dir / ".grade.json.tmp"
-    tmp.write_text(grade.model_dump_json(indent=2))
-    tmp.replace(out_dir / "grade.json")
+    (out_dir / "grader-output.txt").write_text(log_tail)  # test.sh's stdout and stderr (tail)
 
 
 def oracle_candidate(task: Task) -> Path:

@@ -220,12 +220,14 @@ def spending_lines(trials: list[TrialResult]) -> list[str]:
     for (model, scaffold), group in sorted(by_config.items()):
         prompt = float(np.mean([t.tokens_in for t in group]))
         completion = float(np.mean([t.tokens - t.tokens_in for t in group]))
-        cached = sum(t.tokens_cached for t in group) / max(1, sum(t.tokens_in for t in group))
+        reported = [t for t in group if t.tokens_estimated < t.tokens]  # trials whose provider said what it cached
+        cached = sum(t.tokens_cached for t in reported) / max(1, sum(t.tokens_in for t in reported))
+        share = f"{cached:.0%}" if reported else "not reported"
         mark = "~" if any(t.tokens_estimated for t in group) else ""
         estimated = estimated or bool(mark)
         lines.append(
             f"| {model} | {scaffold} | {np.mean([t.calls for t in group]):.1f} | {mark}{prompt:,.0f} "
-            f"| {mark}{completion:,.0f} | {cached:.0%} | {np.mean([t.wall_s for t in group]):.0f} |"
+            f"| {mark}{completion:,.0f} | {share} | {np.mean([t.wall_s for t in group]):.0f} |"
         )
     if estimated:
         lines += [

@@ -222,7 +222,7 @@ def diff_command(
             table.add_row(name, c.property_id, _state(c.before), _state(c.after))
         else:
             before, after = _state(c.before, plain=True), _state(c.after, plain=True)
-            console.print(f"{name:20} {c.property_id}: {before} -> {after}", **_PLAIN)
+            console.print(f"{name:22} {c.property_id}: {before} -> {after}", **_PLAIN)
     if rows and console.is_terminal:
         console.print(table)
     counts = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in change.categories().items())

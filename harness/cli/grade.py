@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from benchmark_adapter.grading.grader import oracle_copy, run_grader
+from benchmark_adapter.grading.grader import GraderInfraError, oracle_copy, run_grader
 from evidence_store import numbers
 from harness.cli import options
 from harness.ground.errors import TwinError
@@ -41,18 +41,21 @@ def grade_command(
     if out is not None and out.is_dir():
         raise TwinError(f"--out must be a file path, {out} is a directory")
     console = agent_console()
-    if oracle:
-        with oracle_copy(loaded) as target, console.status(f"grading {loaded.name} (oracle)"):
-            grade = run_grader(
-                loaded, target, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
-            )
-    else:
-        if not candidate.expanduser().is_dir():
-            raise TwinError(f"candidate directory not found: {candidate}")
-        with console.status(f"grading {loaded.name} ({candidate})"):
-            grade = run_grader(
-                loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log
-            )
+    try:
+        if oracle:
+            with oracle_copy(loaded) as target, console.status(f"grading {loaded.name} (oracle)"):
+                grade = run_grader(loaded, target, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log)
+        else:
+            if not candidate.expanduser().is_dir():
+                raise TwinError(f"candidate directory not found: {candidate}")
+            with console.status(f"grading {loaded.name} ({candidate})"):
+                grade = run_grader(loaded, candidate, sandbox=sandbox, out_dir=keep_logs, audit_log=audit_log)
+    except GraderInfraError as exc:  # not a score: the grader's own words first, then the one-line reason
+        tail = grade_output_tail(exc.log_tail)
+        if tail:
+            console.print(f"the grader's last output lines ({loaded.name}):", highlight=False)
+            console.print(tail, markup=False, highlight=False)
+        raise TwinError(f"{exc} (infrastructure: not the candidate's score)") from None
     if out is not None:  # the file first: nothing printed can cost the user the grade
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out, grade.model_dump_json(indent=2))

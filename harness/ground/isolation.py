@@ -14,7 +14,8 @@ files, the solution) is mounted from a view the sandbox uid can read, as Harbor'
 could (`harness.ground.views`); the candidate keeps its own modes.
 
 This module sits on the ground floor: it imports only `harness.ground.boundary`,
-`harness.ground.views` and `harness.ground.errors`, never the loop, the roles, the probes or the task loader.
+`harness.ground.views` and `harness.ground.host_dirs` (where twin keeps its own files on
+the host), never the loop, the roles, the probes or the task loader.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from harness.ground.boundary import Boundary, Limits, Mount
-from harness.ground.errors import TwinError
+from harness.ground.host_dirs import IsolationError, cache_root, stage_root
 from harness.ground.views import interpreter_copy, readable_mounts
 
 Side = Literal["reference", "candidate"]
@@ -49,10 +50,6 @@ _ETC_ENTRIES = (
     "localtime", "ssl/certs", "ssl/openssl.cnf", "pki", "ca-certificates", "alternatives",
     "fonts", "mime.types",
 )  # fmt: skip
-
-
-class IsolationError(TwinError):
-    """A sandbox's fixed parts (the `/etc` snapshot, the cache) could not be prepared."""
 
 
 class Layout(BaseModel):
@@ -86,26 +83,6 @@ class Layout(BaseModel):
 
 
 # ---- the fixed parts ---------------------------------------------------------------------------
-def cache_root() -> Path:
-    """Where twin keeps derived files sandboxes mount (`$TWIN_CACHE_DIR`, else a per-user cache).
-
-    As root the default is `/var/cache/twin`: the sandbox uid must be able to reach what
-    it mounts, and root's home is closed to it.
-    """
-    configured = os.environ.get("TWIN_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    if os.geteuid() == 0:
-        return Path("/var/cache/twin")
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "twin"
-
-
-def stage_root() -> Path:
-    """A directory the sandbox uid can traverse (not list) for staged mount points."""
-    root = Path(os.environ.get("TWIN_STAGE_DIR", "/var/tmp/twin-stage"))
-    root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o711)
-    return root
 
 
 def python_mounts() -> list[Mount]:

@@ -56,7 +56,8 @@ class Spent(BaseModel):
                 if self.tokens_estimated >= self.tokens
                 else f" ({self.tokens_estimated:,} estimated)"
             )
-        if self.tokens_in:
+        if self.tokens_in and self.tokens_estimated < self.tokens:
+            # a reply without usage says nothing of a cache: a share of estimated tokens would read as 0%
             text += f", {self.tokens_cached / self.tokens_in:.0%} of prompt tokens cached"
         return text
 

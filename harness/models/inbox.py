@@ -252,12 +252,11 @@ class InboxModel:
         started = time.monotonic()
         for attempt in (1, 2):
             request.attempt = attempt
-            self.dir.write(f"request-{n}.json", request.model_dump_json(indent=1))
+            self._write_request(n, request)
             try:
                 reply = parse_reply(self._wait(n, role, request.round), tools or [], n, messages)
             except MalformedReply as exc:
-                with contextlib.suppress(FileNotFoundError):  # the program may have removed it meanwhile
-                    self.dir.rename(f"reply-{n}.json", f"reply-{n}.rejected.json")
+                self._set_aside(n)
                 self._write_error(n, attempt, str(exc), retry=attempt == 1)
                 if attempt == 2:
                     self._expire(n)
@@ -267,9 +266,33 @@ class InboxModel:
                 self.console.print(f"twin: reply-{n}.json refused ({exc}); see error-{n}.json", soft_wrap=True)
                 continue
             reply.latency_s = time.monotonic() - started
+            self.console.print(f"twin: read reply-{n}.json after {reply.latency_s:.1f} s", soft_wrap=True)
             self.call += 1
             return reply
         raise AssertionError("unreachable")
+
+    def _write_request(self, n: int, request: InboxRequest) -> None:
+        """Write `request-<n>.json`; something else in its place (a directory) stops the run with one line."""
+        try:
+            self.dir.write(f"request-{n}.json", request.model_dump_json(indent=1))
+        except OSError as exc:
+            raise ModelStopped(
+                f"inbox: cannot write request-{n}.json in {self.folder} ({exc.strerror or exc}); "
+                "remove what is in its place, then resume"
+            ) from None
+
+    def _set_aside(self, n: int) -> None:
+        """Rename a refused reply to `reply-<n>.rejected.json`; where that cannot be done, stop with one line."""
+        try:
+            self.dir.rename(f"reply-{n}.json", f"reply-{n}.rejected.json")
+        except FileNotFoundError:  # the program may have removed it meanwhile
+            return
+        except OSError as exc:  # e.g. a directory in the way
+            self._expire(n)
+            raise ModelStopped(
+                f"inbox: cannot set the refused reply-{n}.json aside as reply-{n}.rejected.json "
+                f"({exc.strerror or exc}); remove both, then resume"
+            ) from None
 
     def _wait(self, n: int, role: str, round: int) -> Any:
         """The parsed `reply-<n>.json`, once it is there and read.
@@ -304,7 +327,8 @@ class InboxModel:
 
     def _expire(self, n: int) -> None:
         if self.dir.lexists(f"request-{n}.json"):
-            self.dir.rename(f"request-{n}.json", f"expired-{n}.json")
+            with contextlib.suppress(OSError):  # something in the way of expired-<n>.json: the request stays
+                self.dir.rename(f"request-{n}.json", f"expired-{n}.json")
 
     def _expire_unanswered(self) -> None:
         """Requests of an earlier process that never got a reply: nobody should answer them now."""

@@ -24,6 +24,7 @@ import stat
 import subprocess
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.ground.agent_tree import (
@@ -89,6 +90,8 @@ class CandidateRepo:
         self.git_dir = Path(git_dir)
         self.audit_log = audit_log
         self.stage = self.git_dir.with_name(self.git_dir.name + ".stage")
+        self.check_written: Callable[[], None] | None = None
+        """Raises when the work tree's filesystem lost writes (a capped root): a round is never committed then."""
 
     def _git(self, *args: str, check: bool = True, work_tree: Path | None = None) -> str:
         config = [part for item in _SAFE_CONFIG for part in ("-c", item)]
@@ -134,7 +137,10 @@ class CandidateRepo:
     def commit_round(self, round: int, message: str) -> str:
         """Commit a checked copy of the work tree as round `round`, tag it `round-N`, return the sha.
 
-        A tree identical to the last commit's makes no commit: the tag goes on that commit."""
+        A tree identical to the last commit's makes no commit: the tag goes on that commit.
+        Files a full host disk zeroed are never committed: `check_written` raises first."""
+        if self.check_written is not None:
+            self.check_written()
         remove_tree(self.stage)
         try:
             report = copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)

@@ -6,8 +6,10 @@ Nothing here reaches any role: the run is over when grading starts. Writes
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
 from harness.ground.agent_tree import discard_tree
 from harness.ground.errors import TwinError
-from harness.ground.untrusted_io import write_text_atomic
+from harness.ground.untrusted_io import AgentFileError, read_regular_text, write_text_atomic
 from harness.run.directory import RunConfig, RunDir, RunState
 
 GRADES_VERSION = 1
@@ -42,6 +44,19 @@ class RoundGrade(BaseModel):
     )
     duration_s: float = 0.0
     same_as: int | None = Field(default=None, description="Round with an identical tree, grade reused.")
+    output: str | None = Field(
+        default=None,
+        description="The grader's output (its tail), relative to the run directory: why a reward is what it is.",
+    )
+
+    @property
+    def why(self) -> str:
+        """Why the reward is 0 or missing, in one line ("" for a reward above 0)."""
+        if self.reward is None:
+            return f"infrastructure, not the candidate's score: {self.error or 'unknown'}"
+        if self.reward > 0.0:
+            return ""
+        return self.error or "the grader scored the candidate 0"
 
 
 class RunGrades(BaseModel):
@@ -60,12 +75,22 @@ class RunGrades(BaseModel):
         return next((g for g in self.rounds if g.round == self.final_round), None)
 
 
-def grade_rounds(session: Any, progress: Any) -> RunGrades:
-    """Grade each committed round (reusing the grade of an identical earlier tree)."""
+def grade_rounds(session: Any, progress: Any, earlier: RunGrades | None = None) -> RunGrades:
+    """Grade each committed round (reusing the grade of an identical earlier tree).
+
+    Args:
+        earlier: the run's grades from before (a resumed run): a round graded then, on the
+            same commit, keeps its grade; one whose grading failed on twin's side (reward
+            None: host out of disk, sandbox not starting) is graded again.
+    """
     s = session
+    kept = {g.round: g for g in (earlier.rounds if earlier else []) if g.reward is not None}
     grades: list[RoundGrade] = []
     for rs in sorted(s.state.rounds, key=lambda r: r.round):
         if not rs.commit:
+            continue
+        if (old := kept.get(rs.round)) is not None and old.commit == rs.commit:
+            grades.append(old)
             continue
         try:
             grades.append(_grade_round(s, rs, grades[-1] if grades else None, progress))
@@ -84,6 +109,14 @@ def grade_rounds(session: Any, progress: Any) -> RunGrades:
     return result
 
 
+def earlier_grades(run: RunDir) -> RunGrades | None:
+    """The run's `grades.json` from before (a resumed run), None when there is none or it cannot be read."""
+    try:
+        return RunGrades.model_validate_json(run.grades.read_text())
+    except (OSError, ValueError):  # unreadable: every round is graded again
+        return None
+
+
 def _grade_round(s: Any, rs: Any, previous: RoundGrade | None, progress: Any) -> RoundGrade:
     """One round's grade: the previous round's again when the tree is the same, else the grader's."""
     if previous is not None and not s.repo.changed(previous.round, rs.round):
@@ -96,7 +129,8 @@ def _grade_round(s: Any, rs: Any, previous: RoundGrade | None, progress: Any) ->
             snapshot = s.repo.export(rs.round, Path(tmp) / "candidate")
             grade = run_grader(s.task, snapshot, sandbox=s.config.sandbox, audit_log=s.run.audit_log)
         except (TwinError, OSError) as exc:  # infrastructure: never scored as 0
-            return RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500])
+            output = _keep_output(s.run, rs.round, getattr(exc, "log_tail", ""))
+            return RoundGrade(round=rs.round, commit=rs.commit, error=str(exc)[:500], output=output)
     return RoundGrade(
         round=rs.round,
         commit=rs.commit,
@@ -104,7 +138,28 @@ def _grade_round(s: Any, rs: Any, previous: RoundGrade | None, progress: Any) ->
         components=grade.components,
         duration_s=grade.duration_s,
         error=grade.error or "",
+        output=_keep_output(s.run, rs.round, grade.log_tail),
     )
+
+
+GRADING_DIR = "grading"
+"""Where a run keeps each graded round's grader output (`grading/round-<n>.txt`)."""
+
+
+def _keep_output(run: RunDir, round: int, log_tail: str) -> str | None:
+    """Write the grader's output of `round` into the run directory; its path there, None when there was none.
+
+    A failed write (the host out of disk) loses the output, never the grade.
+    """
+    if not log_tail:
+        return None
+    relative = f"{GRADING_DIR}/round-{round}.txt"
+    try:
+        (run.root / GRADING_DIR).mkdir(exist_ok=True)
+        write_text_atomic(run.root / relative, log_tail)
+    except OSError:
+        return None
+    return relative
 
 
 def record_crash(session: Any, exc: BaseException) -> None:
@@ -142,11 +197,11 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         "|---|---|---|---|---|---|",
     ]
     by_round = {g.round: g for g in (grades.rounds if grades else [])}
-    tallies = evidence_tallies(s.run)
+    tallies = evidence_tallies(s.run, [rs.round for rs in state.rounds])
     for rs in sorted(state.rounds, key=lambda r: r.round):
         tally = tallies.get(rs.round, Counter())
         grade = by_round.get(rs.round)
-        reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "error")
+        reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "not graded")
         lines.append(
             f"| {rs.round} | {(rs.commit or '-')[:10]} | {tally['established']} | {tally['violated']} "
             f"| {tally['not_established']} | {reward} |"
@@ -155,9 +210,47 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
     if final is not None and final.components:
         lines += ["", f"## Grade of the final candidate (round {final.round})", ""]
         lines += [f"- {name}: {value}" for name, value in sorted(final.components.items())]
+    lines += _zero_reasons(s.run, grades)
     text = "\n".join(lines) + "\n"
     write_text_atomic(s.run.summary, text)
     return text
+
+
+SUMMARY_OUTPUT_LINES = 12
+
+
+def _zero_reasons(run: RunDir, grades: RunGrades | None) -> list[str]:
+    """Summary lines saying why each reward is 0 or missing, with the grader's last output lines (fenced)."""
+    unexplained = [g for g in (grades.rounds if grades else []) if g.why and g.same_as is None]
+    if not unexplained:
+        return []
+    lines = ["", "## Why a reward is 0 or missing", ""]
+    for g in unexplained:
+        lines.append(f"- round {g.round}: {_one_line(g.why)}" + (f" (grader output: `{g.output}`)" if g.output else ""))
+        tail = _output_tail(run, g.output, SUMMARY_OUTPUT_LINES)
+        if tail:
+            fence = "`" * max(3, _longest_backtick_run(tail) + 1)
+            lines += ["", f"{fence}text", tail, fence, ""]
+    return lines
+
+
+def _output_tail(run: RunDir, output: str | None, lines: int) -> str:
+    """The last `lines` non-empty lines of a kept grader output ("" when none is left)."""
+    if output is None:
+        return ""
+    try:
+        text = read_regular_text(run.root / output, 1 << 20)
+    except (AgentFileError, OSError):
+        return ""
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 FINAL_DIR = "final"
@@ -193,9 +286,13 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
         grades = RunGrades.model_validate_json(run.grades.read_text())
         lines.append("grades (the task's own grader, after the run):")
         for g in grades.rounds:
-            grade = numbers.reward(g.reward) if g.reward is not None else f"grading failed: {g.error}"
+            grade = numbers.reward(g.reward) if g.reward is not None else "not graded"
             same = f" (same tree as round {g.same_as})" if g.same_as else ""
-            lines.append(f"  round {g.round}: {grade}{same}")
+            why = f" — {_one_line(g.why)[:300]}" if g.why and not g.same_as else ""
+            where = f" (grader output: {run.root / g.output})" if why and g.output else ""
+            lines.append(f"  round {g.round}: {grade}{same}{why}{where}")
+        if any(g.reward is None for g in grades.rounds):
+            lines.append(f"grade the rounds left ungraded again with: twin migrate --resume {run.root}")
     else:
         lines.append("not graded (--no-grade)")
     final = run.root / FINAL_DIR
@@ -209,16 +306,22 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
 
 def run_files(run: RunDir) -> list[str]:
     """The run's main files that it has (a base-scaffold run has no evidence, audit log or probes)."""
-    paths = [run.summary, run.trajectory, run.evidence, run.grades, run.audit_log, run.probes]
+    paths = [run.summary, run.trajectory, run.evidence, run.grades, run.root / GRADING_DIR, run.audit_log, run.probes]
     return [p.name + ("/" if p.is_dir() else "") for p in paths if p.exists()]
 
 
-def evidence_tallies(run: RunDir) -> dict[int, Counter]:
-    """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts)."""
+def evidence_tallies(run: RunDir, rounds: Iterable[int] = ()) -> dict[int, Counter]:
+    """Per round, the state after it: properties by latest outcome (`views.round_tally`, as every view counts).
+
+    Every round that holds evidence, and each of `rounds` after the first that does: a round
+    that recorded none (its tree unchanged, so not verified again) carries the state before it.
+    """
     if not run.evidence.exists():
         return {}
     store = EvidenceStore(run.evidence, create=False)
     try:
-        return {round: round_tally(store, round, candidate_only=True) for round in store.evidence_rounds()}
+        held = store.evidence_rounds()
+        counted = sorted({*held, *(r for r in rounds if held and r > min(held))})
+        return {round: round_tally(store, round, candidate_only=True) for round in counted}
     finally:
         store.close()

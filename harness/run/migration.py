@@ -24,7 +24,7 @@ from harness.ground.terminal import agent_console, styled
 from harness.ground.trajectory import Trajectory
 from harness.models.replay import resume_position
 from harness.models.scripted import ScriptExhausted
-from harness.run.finish import RunGrades, export_final, grade_rounds, record_crash, write_summary
+from harness.run.finish import earlier_grades, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import Session, open_session
 
@@ -115,12 +115,8 @@ def run_migration(
                         f"grading what was committed; resume with: twin migrate --resume {run.root}"
                     )
             grades = None
-            if config.grade:
-                grades = (
-                    grade_rounds(session, progress)
-                    if not run.grades.exists()
-                    else RunGrades.model_validate_json(run.grades.read_text())
-                )
+            if config.grade:  # a resumed run keeps its grades, but grades again the rounds twin failed to grade
+                grades = grade_rounds(session, progress, earlier_grades(run))
             write_summary(session, grades)
             try:
                 export_final(session)
@@ -137,7 +133,7 @@ def run_migration(
         if final is None
         else f"reward {numbers.reward(final.reward)}"
         if final.reward is not None
-        else f"grading failed: {final.error}"
+        else final.why
     )
     return (
         f"run {state.run_id}: {session.state.stop_reason}; final candidate round "

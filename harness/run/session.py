@@ -223,6 +223,8 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
         # Before the first sandbox: every sandbox of the run sees the candidate on one capped
         # filesystem (None where twin cannot mount: the sandboxes' watch holds it then).
         session.capped = CappedRoot.mount(workspace.candidate, default_limits().disk_mb, EXT4)
+        if session.capped is not None:
+            repo.check_written = session.capped.check_written
     return session
 
 

@@ -154,3 +154,4 @@ def file_cap_reached(returncode: int, limits: Limits) -> str | None:
     if limits.file_mb is not None and limits.file_mb < limits.disk_mb:
         why += f" (what was left under the writable roots' cap of {limits.disk_mb} MiB: remove files first)"
     return why
+

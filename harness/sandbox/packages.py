@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness.ground.isolation import cache_root
+from harness.sandbox import site_copies
 
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -96,8 +97,9 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
     their owner, root when twin runs as root, and lose group and other write bits).
     Mounting one such directory over site-packages costs one mount, where binding each
     kept entry back costs hundreds. The key covers the directory's modification time,
-    so installing or removing a package builds a fresh copy. Returns None where the
-    copy cannot be made; the sandbox then refuses to start.
+    so installing or removing a package builds a fresh copy. This process holds the copy
+    until it exits; building one collects the stale others (`site_copies`). Returns None
+    where the copy cannot be made; the sandbox then refuses to start.
     """
     root = cache_root() / "site-packages"
     st = site_dir.stat()
@@ -105,15 +107,16 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         "\0".join(["copy-v2", str(site_dir), str(st.st_mtime_ns), *sorted(drop)]).encode()
     ).hexdigest()[:16]
     target = root / key
-    if target.is_dir():
-        return target
     try:
         root.mkdir(parents=True, exist_ok=True)
+        site_copies.hold(root, key)  # before looking: a copy in use is never collected
+        if target.is_dir():
+            return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
-        if kept:
+        if kept:  # a reflink where the filesystem has them: the copy then costs no space
             subprocess.run(
-                ["cp", "-a", "--no-preserve=links", "--", *kept, str(staging)],
+                ["cp", "-a", "--no-preserve=links", "--reflink=auto", "--", *kept, str(staging)],
                 check=True,
                 capture_output=True,
             )
@@ -123,6 +126,8 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
             staging.rename(target)
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)  # built concurrently by another process
+        site_copies.record_size(root, key)
+        site_copies.collect(root, current=key)
     except (OSError, subprocess.CalledProcessError):
         return None
     return target if target.is_dir() else None

@@ -5,19 +5,20 @@ is open, and a burst of writes passes it between two looks. So, where twin can m
 (it runs as root, and the host has loop devices and `mkfs.ext4`), each writable root of
 a sandbox lives on a filesystem of its own, of the cap's size:
 
-- a root that outlives its sandbox (the candidate) on an ext4 image (sparse, no
-  journal, no reserved blocks), loop-mounted `nosuid,nodev` over its directory:
+- a root that outlives its sandbox (the candidate) on an ext4 image (allocated whole,
+  never sparse: `host_disk`; no journal, no reserved blocks), loop-mounted `nosuid,nodev`:
   `open_session` mounts the candidate for a whole run (`Session.close` releases it),
   and a sandbox mounts any writable root nobody capped yet for its own life;
 - twin's own scratch directories under `stage_root()` (a probe side's work directory,
   the grader's logs) on a tmpfs of that size for the life of their sandbox.
 
 The tree is copied in when the filesystem is mounted and out, to a plain directory at
-the same path, when it is released: between runs, and for whatever reads a run after
-it, the root is an ordinary directory. Every step is recorded under
-`stage_root()/quota/` with its owner's process tag, so that `recover_capped()` (run
-when twin starts) finishes what a killed twin left, from the step it had reached, and
-an interpreter that exits without closing its sandboxes releases them at exit.
+the same path, when it is released (write errors checked, the copy flushed before it
+replaces anything): between runs, and for whatever reads a run after it, the root is an
+ordinary directory. Every step is recorded under `stage_root()/quota/` with its owner's
+process tag, so that `recover_capped()` (run when twin starts) finishes what a killed
+twin left, from the step it had reached, and an interpreter that exits without closing
+its sandboxes releases them at exit.
 
 Where twin cannot mount (not root, no loop device, no `mkfs.ext4`), `CappedRoot.mount`
 returns None, logs why once, and the watched cap is all there is.
@@ -38,7 +39,9 @@ from pathlib import Path
 from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Boundary
 from harness.ground.isolation import stage_root
+from harness.ground.sandbox import SandboxError
 from harness.ground.untrusted_io import write_atomic
+from harness.sandbox.host_disk import HostDiskFull, allocate, sync_filesystem
 from harness.sandbox.owner import own_tag, owner_alive
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class CappedRoot:
     def __init__(self, path: Path, record: Path, kind: str, cap_mb: int) -> None:
         self.path, self.record, self.kind, self.cap_mb = path, record, kind, cap_mb
         self.users = 1
+        self._fd: int | None = None  # held on the filesystem since it was mounted: syncfs sees every write error
 
     @classmethod
     def mount(cls, path: Path, cap_mb: int, kind: str) -> CappedRoot | None:
@@ -67,6 +71,9 @@ class CappedRoot:
         None where twin cannot mount here (then the caller keeps the watched cap), where
         `path` is a mount point already, or where the tree does not fit under the cap (it is
         then left as it was).
+
+        Raises:
+            HostDiskFull: no room on the host for the image of `cap_mb` (the tree left as it was).
         """
         path = Path(path)
         why = unavailable(kind)
@@ -86,8 +93,11 @@ class CappedRoot:
         root = cls(path, record, kind, cap_mb)
         try:
             root._mount_in()
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except (OSError, subprocess.CalledProcessError, HostDiskFull) as exc:
+            root._close()
             _recover(record)
+            if isinstance(exc, HostDiskFull):
+                raise
             _warn_once(f"{kind}:{path}", f"cannot put {path} on a capped {kind}: {_why(exc)}")
             return None
         with _LOCK:
@@ -102,25 +112,41 @@ class CappedRoot:
         os.mkdir(self.path, 0o700)
         if self.kind == EXT4:
             image = self.record / "image.ext4"
-            with open(image, "wb") as fh:
-                fh.truncate(self.cap_mb << 20)
+            allocate(image, self.cap_mb << 20, what=f"the capped filesystem of {self.path}")
             inodes = min(MAX_INODES, max(1024, (self.cap_mb << 20) // 16384))
-            _run("mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal", str(image))
+            # nodiscard: mkfs would otherwise punch the allocated blocks back out of the image file
+            _run("mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal", "-E", "nodiscard",
+                 str(image))  # fmt: skip
             _run("mount", "-o", "loop,nosuid,nodev", str(image), str(self.path))
             os.rmdir(self.path / "lost+found")
         else:
             options = f"size={self.cap_mb}m,nr_inodes={MAX_INODES},mode=0700,nosuid,nodev"
             _run("mount", "-t", "tmpfs", "-o", options, "twin-capped", str(self.path))
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         _run(*_COPY, f"{aside}/.", f"{self.path}/")
         os.chown(self.path, st.st_uid, st.st_gid)
         os.chmod(self.path, st.st_mode & 0o7777)
         _write(self.record, "state", "mounted")
         discard_tree(aside)
 
+    def check_written(self) -> None:
+        """Flush the filesystem; a SandboxError if a write to it since it was mounted was lost (host out of disk)."""
+        try:
+            sync_filesystem(self._fd if self._fd is not None else self.path)
+        except OSError as exc:
+            why = f"the capped filesystem of {self.path} lost writes ({exc.strerror}): is the host out of disk?"
+            raise SandboxError(why) from None
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def release(self) -> None:
         """One user is done; the last one copies the tree out to a plain directory and unmounts.
 
-        Idempotent once the root is released.
+        Idempotent once released. A copy out that fails (writes lost, no room for the copy)
+        replaces nothing and leaves the root mounted and in use: a later `release()` tries again.
         """
         with _LOCK:
             if _ACTIVE.get(str(self.path)) is not self:
@@ -129,7 +155,15 @@ class CappedRoot:
             if self.users > 0:
                 return
             del _ACTIVE[str(self.path)]
-        _recover(self.record)
+        try:
+            self.check_written()
+            self._close()  # before the unmount: a held descriptor keeps the filesystem busy
+            _recover(self.record)
+        except BaseException:
+            with _LOCK:
+                self.users = 1
+                _ACTIVE[str(self.path)] = self
+            raise
 
 
 def cap_writable_roots(boundary: Boundary) -> list[CappedRoot]:
@@ -164,7 +198,7 @@ def release_all(roots: list[CappedRoot]) -> None:
     for root in roots:
         try:
             root.release()
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
             failure = failure or exc
     if failure is not None:
         raise failure
@@ -180,7 +214,7 @@ def _release_at_exit() -> None:
     for root in roots:
         try:
             root.release()
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
             log.warning("cannot release the capped root %s: %s", root.path, _why(exc))
 
 
@@ -276,8 +310,15 @@ def _recover(record: Path) -> None:
                 _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
             discard_tree(out)
             if os.path.ismount(path):
+                sync_filesystem(path)  # a write error met now: nothing is copied, nothing replaced
                 os.mkdir(out, 0o700)
-                _run(*_COPY, f"{path}/.", f"{out}/")
+                try:
+                    _run(*_COPY, f"{path}/.", f"{out}/")
+                    if _read(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
+                        sync_filesystem(out)  # (not per scratch tmpfs: a syncfs flushes the whole host filesystem)
+                except (OSError, subprocess.CalledProcessError):
+                    discard_tree(out)  # a partial copy (the host full) is never swapped in
+                    raise
                 st = os.stat(path)
                 os.chown(out, st.st_uid, st.st_gid)
                 os.chmod(out, st.st_mode & 0o7777)

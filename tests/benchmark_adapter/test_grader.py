@@ -228,3 +228,43 @@ def test_a_sandbox_that_never_reaches_test_sh_is_infrastructure(tmp_path, candid
     task = load_task(make_task(tmp_path, "#!/usr/bin/env bash\necho 1 > \"$LOGS_DIR/reward.txt\"\n"))
     with pytest.raises(GraderInfraError, match="did not start test.sh"):
         run_grader(task, candidate, sandbox="none")
+
+
+# ---- a zero while the host is out of disk is the machine's, not the candidate's -----------------
+ZERO_WITH_OUTPUT = (
+    "#!/usr/bin/env bash\necho 'OSError: [Errno 28] No space left on device' >&2\n"
+    'echo \'{"reward": 0.0, "error": "grader failed"}\' > "$LOGS_DIR/reward.json"\n'
+)
+
+
+def test_a_zero_while_the_host_is_out_of_disk_is_infrastructure_with_the_graders_output(
+    tmp_path, candidate, monkeypatch
+):
+    from benchmark_adapter.grading import grader
+    from benchmark_adapter.grading.grader import GraderInfraError
+
+    monkeypatch.setattr(grader, "host_shortage", lambda paths: "/var/tmp has 0 MiB free for unprivileged writers")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "grade.json").write_text("{}")  # an earlier grade: not this one
+    with pytest.raises(GraderInfraError, match="out of disk .*0 MiB free") as caught:
+        run_grader(load_task(make_task(tmp_path, ZERO_WITH_OUTPUT)), candidate, sandbox="none", out_dir=kept)
+    assert "No space left on device" in caught.value.log_tail
+    assert "No space left on device" in (kept / "grader-output.txt").read_text()
+    assert not (kept / "grade.json").exists()
+
+
+def test_a_reward_above_zero_stands_whatever_the_host_disk(tmp_path, candidate, monkeypatch):
+    from benchmark_adapter.grading import grader
+
+    asked = []
+    monkeypatch.setattr(grader, "host_shortage", lambda paths: asked.append(paths) or "/tmp has 0 MiB free")
+    task = load_task(make_task(tmp_path, "#!/usr/bin/env bash\necho 0.5 > \"$LOGS_DIR/reward.txt\"\n"))
+    assert run_grader(task, candidate, sandbox="none").reward == 0.5
+    assert asked == []
+
+
+def test_a_zero_with_room_on_the_host_is_the_candidates_score(tmp_path, candidate):
+    grade = run_grader(load_task(make_task(tmp_path, ZERO_WITH_OUTPUT)), candidate, sandbox="none")
+    assert grade.reward == 0.0 and grade.error == "grader reported: grader failed"
+    assert "No space left on device" in grade.log_tail

@@ -15,6 +15,7 @@ from evidence_store.reading import (
     FAILING_SHOWN,
     OWN_FAILING_SHOWN,
     Seen,
+    changes,
     output_line,
     property_block,
     render,
@@ -269,3 +270,11 @@ def test_a_reward_that_rounds_to_one_says_how_far_short_it_is():
     assert numbers.reward(1.0) == "1.0000" and numbers.reward(0.69174164) == "0.6917"
     assert numbers.reward(0.99998777) == "1.0000 (1 - 1.2e-05)"  # a repair from here must show
     assert numbers.reward(0.99999995) != numbers.reward(0.99998777)
+
+
+def test_a_property_that_lost_its_outcome_is_named_with_the_outcome_word_the_evidence_uses():
+    previous = {"forward.a": Seen(Outcome.ESTABLISHED, 1), "forward.b": Seen(Outcome.VIOLATED, 1)}
+    now = {"forward.a": Outcome.NOT_ESTABLISHED, "forward.b": Outcome.NOT_ESTABLISHED}
+    assert changes(now, previous).line(1) == (
+        "Since round 1: 2 not established now (established or violated before): forward.a, forward.b."
+    )

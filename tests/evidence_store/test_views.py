@@ -21,10 +21,10 @@ EXPECTED = {
     "fixed": ["fix"],
     "newly_established": ["newly_est"],
     "newly_violated": ["newly_vio"],
-    "became_unresolved": ["lost_est", "lost_vio"],
+    "became_not_established": ["lost_est", "lost_vio"],
     "still_established": ["keep_est"],
     "still_violated": ["keep_vio"],
-    "still_unresolved": ["keep_ne"],
+    "still_not_established": ["keep_ne"],
     "new": ["fresh"],
     "gone": [],
 }

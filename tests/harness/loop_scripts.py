@@ -65,7 +65,6 @@ def migrate(ops: str) -> list[dict]:
 def verify_with_new_probe() -> list[dict]:
     return [
         call("write_probe", name="calc_ops", source=PROBE),
-        call("run_probe", name="calc_ops"),
         call("submit", summary="probed calc.ops"),
     ]
 

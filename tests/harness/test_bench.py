@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -75,7 +76,11 @@ def test_spent_bench_budget_starts_no_trial(tmp_path):
 
 def test_a_trial_is_its_written_run_config_resumed_and_is_written_once(tmp_path):
     cfg = BenchConfig(
-        name="b", tasks=[plans.TINY_TASK], models=["openai/{scaffold}"], sandbox="none", api_base="http://h/v1",
+        name="b",
+        tasks=[plans.TINY_TASK],
+        models=["openai/{scaffold}"],
+        sandbox="none",
+        api_base="http://h/v1",
         model_retries=0,
     )
     spec = TrialSpec(task=plans.TINY_TASK, model="openai/{scaffold}", scaffold="base", seed=3)
@@ -86,7 +91,11 @@ def test_a_trial_is_its_written_run_config_resumed_and_is_written_once(tmp_path)
     config, state = run.load_config(), run.load_state()
     assert config.model == ModelConfig(name="openai/base", api_base="http://h/v1", retries=0)
     assert (config.task, config.scaffold, config.seed, config.rounds, config.sandbox) == (
-        plans.TINY_TASK.resolve(), "base", 3, 2, "none"
+        plans.TINY_TASK.resolve(),
+        "base",
+        3,
+        2,
+        "none",
     )
     assert state.run_id == spec.trial_id and state.rounds == [] and state.status == "running"
     run.config_path.write_text(run.config_path.read_text().replace('"seed": 3', '"seed": 4'))
@@ -187,7 +196,7 @@ def test_the_report_shows_estimated_tokens_as_estimates():
             status="ok",
             tokens=1200,
             tokens_in=1000,
-            tokens_cached=250,
+            tokens_cached=0 if estimated else 250,
             tokens_estimated=1200 if estimated else 0,
             calls=4,
         )
@@ -195,6 +204,35 @@ def test_the_report_shows_estimated_tokens_as_estimates():
     lines = spending_lines([trial("twin", True), trial("base", False)])
     twin = next(line for line in lines if "| twin |" in line)
     base = next(line for line in lines if "| base |" in line)
-    assert "| ~1,000 | ~200 | 25% |" in twin and "| 1,000 | 200 | 25% |" in base
+    # an estimated trial's replies said nothing of a cache: its share is not reported, not 0%
+    assert "| ~1,000 | ~200 | not reported |" in twin and "| 1,000 | 200 | 25% |" in base
     assert any(line.startswith("~ estimated") for line in lines)
     assert not any(line.startswith("~ estimated") for line in spending_lines([trial("base", False)]))
+
+
+@pytest.mark.heavy  # a whole trial, graded
+def test_a_model_reporting_no_usage_is_counted_estimated_in_the_summary_and_the_report(tmp_path):
+    """An outside program (inbox), a person or a script may report no token counts: twin counts
+    them itself, and every place that shows them says so (never 0 tokens for calls that sent text)."""
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    replies = [{k: v for k, v in reply.items() if k != "usage"} for reply in plans.base_two_rounds()]
+    plans.write_script(folder / "tiny-calc-base.json", replies)
+    cfg = BenchConfig(
+        name="b",
+        tasks=[plans.TINY_TASK],
+        models=[f"scripted:{folder}/{{task}}-{{scaffold}}.json"],
+        scaffolds=["base"],
+        rounds=2,
+        retry_backoff_s=0,
+    )
+    results = run_bench(cfg, tmp_path / "benches")
+    [trial] = results.trials.values()
+    assert trial.status == "ok" and trial.tokens_in > 0 and trial.tokens_estimated == trial.tokens
+    summary = (tmp_path / "benches" / "b" / "runs" / trial.trial_id / "summary.md").read_text()
+    assert re.search(r"spent: \d+ model calls, [1-9][\d,]* tokens \(all estimated\)", summary)
+    assert main(["report", "b", "--benches-dir", str(tmp_path / "benches")]) == 0
+    report = (tmp_path / "benches" / "b" / "report.md").read_text()
+    row = next(line for line in report.splitlines() if line.startswith("| ") and "| base |" in line and "~" in line)
+    assert re.search(r"\| ~[1-9][\d,]* \|", row)
+    assert "~ estimated" in report

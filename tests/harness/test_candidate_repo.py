@@ -169,3 +169,22 @@ def test_diff_shows_what_a_round_changed(repo):
     repo.commit_round(2, "m")
     text = repo.diff(1, 2)
     assert "a.py" in text and "-x = 1" in text and "+x = 2" in text
+
+
+def test_a_work_tree_whose_filesystem_lost_writes_is_never_committed(repo):
+    from harness.ground.sandbox import SandboxError
+
+    (repo.work_tree / "model.py").write_text("A = 1\n")
+    checked = []
+    repo.check_written = lambda: checked.append(True)
+    first = repo.commit_round(1, "first")
+    assert checked == [True]
+
+    def lost():
+        raise SandboxError("the capped filesystem of candidate lost writes (Input/output error)")
+
+    repo.check_written = lost
+    (repo.work_tree / "model.py").write_bytes(b"\0" * 6)  # what a lost write reads back as
+    with pytest.raises(SandboxError, match="lost writes"):
+        repo.commit_round(2, "zeroed")
+    assert repo.rounds() == [0, 1] and repo.head() == first

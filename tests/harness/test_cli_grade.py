@@ -91,3 +91,19 @@ def test_terminal_grade_is_a_table_with_the_same_numbers():
     _print_grade(Console(file=out, width=200, force_terminal=True, color_system=None), _grade())
     text = out.getvalue()
     assert "0.949" in text and "0.9491" not in text and "[bold]forward" in text
+
+
+def test_an_infrastructure_failure_prints_the_graders_output_and_is_no_score(tmp_path, monkeypatch, capsys):
+    from benchmark_adapter.grading.grader import GraderInfraError
+
+    def failing(task, candidate, *, sandbox, out_dir, audit_log):
+        raise GraderInfraError("the grader gave no reward while the host was out of disk", "OSError: [red]x\n")
+
+    monkeypatch.setattr(grade_cli, "run_grader", failing)
+    (tmp_path / "cand").mkdir()
+    code = main(["grade", "--task", str(TINY), "--candidate", str(tmp_path / "cand"), "--sandbox", "none"])
+    captured = capsys.readouterr()
+    assert code != 0
+    assert "OSError: [red]x" in captured.out  # verbatim
+    assert "out of disk" in captured.err and "not the candidate's score" in captured.err
+    assert "reward" not in captured.out.replace("no reward", "")

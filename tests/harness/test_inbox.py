@@ -138,7 +138,7 @@ def answer(folder, n, reply, *, delay=0.05):
     return thread
 
 
-def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back(tmp_path):
+def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back(tmp_path, capsys):
     trajectory = Trajectory(tmp_path / "trajectory.jsonl")
     trajectory.set_context(round=2, step=3)
     budget = BudgetTracker(Budget(max_calls=10, max_tokens=1000))
@@ -162,6 +162,7 @@ def test_request_holds_role_round_call_tools_and_budget_and_the_reply_comes_back
     assert reply.tool_calls[0].arguments == {"path": "/a", "content": "b"}
     assert model.call == 8 and model.n == 2
     assert not [p for p in model.folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+    assert "twin: read reply-1.json after " in capsys.readouterr().err  # the program sees its reply was taken
 
 
 def test_malformed_reply_gets_one_retry_with_the_error_written(tmp_path):
@@ -265,3 +266,23 @@ def test_migrate_refuses_an_unusable_inbox_before_making_a_run(tmp_path, capsys)
     )
     assert code == 2 and "inbox: cannot use" in capsys.readouterr().err
     assert not runs.exists()
+
+
+def test_a_directory_in_place_of_the_request_stops_the_run_with_one_line(tmp_path):
+    model = InboxModel(tmp_path, wait_s=5)
+    (tmp_path / "request-1.json").mkdir()  # made by the program after twin started
+    with pytest.raises(ModelStopped, match=r"cannot write request-1\.json .*remove what is in its place"):
+        model.query(MESSAGES, TOOLS, role="agent")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_a_refused_reply_that_cannot_be_set_aside_stops_the_run_with_one_line(tmp_path):
+    """A directory reply is refused; a non-empty directory where it would be set aside stops the run."""
+    model = InboxModel(tmp_path, wait_s=5)
+    (tmp_path / "reply-1.rejected.json").mkdir()
+    (tmp_path / "reply-1.rejected.json" / "x").write_text("")
+    (tmp_path / "reply-1.json").mkdir()
+    with pytest.raises(ModelStopped, match=r"cannot set the refused reply-1\.json aside"):
+        model.query(MESSAGES, TOOLS, role="agent")
+    assert not (tmp_path / "error-1.json").exists()  # stopped before a retry was offered
+    assert (tmp_path / "expired-1.json").exists()

@@ -233,7 +233,6 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
         diagnosis,
         *plans.migrate(plans.OPS_BUGGY),
         plans.call("write_probe", name="calc_ops", source=plans.PROBE),
-        plans.call("run_probe", name="calc_ops"),
         plans.call("submit", summary="probed calc.ops", unchecked=["calc.cli: no entry point yet", "calc.docs"]),
         plans.diagnose(),
         plans.call("edit_file", path="/app/calc/ops.py", old="k + 1", new="k"),
@@ -256,6 +255,9 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     assert "# Evidence after the previous round" in migrator_2 and "calc.ops" in migrator_2.split("# Evidence")[1]
     assert "# Evidence" not in _first_prompt(run, "migrator", 1)
     verifier_2 = _first_prompt(run, "verifier", 2)
+    assert "From twin's re-run of the built-in checks and every probe written in earlier rounds" in verifier_2
+    assert "[summary by the Migrator: " in verifier_2 and "```data\nfixed scale\n```" in verifier_2
+    assert "```data\n- calc/ops.py (+1 -1)\n```" in verifier_2
     assert "Since round 1:" in verifier_2 and "fixed (violated before, established now): calc.ops" in verifier_2
     # one set of counters: the prompt, the live line, summary.md and `twin evidence show`
     header = next(line for line in verifier_2.splitlines() if line.startswith("Evidence after round 2"))
@@ -284,8 +286,21 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
 def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp_path, capsys):
     script = plans.write_script(tmp_path / "script.json", plans.twin_fix_in_round_two())
     runs = tmp_path / "a-rather-long-directory-name-so-that-paths-exceed-eighty-columns" / "runs"
-    code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", script, "--rounds", "2",
-                 "--runs-dir", str(runs), "--run-id", "demo"])
+    code = main(
+        [
+            "migrate",
+            "--task",
+            str(plans.TINY_TASK),
+            "--model",
+            script,
+            "--rounds",
+            "2",
+            "--runs-dir",
+            str(runs),
+            "--run-id",
+            "demo",
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
@@ -338,3 +353,46 @@ def test_a_round_whose_migrator_changed_nothing_is_not_verified_again(tmp_path):
     assert state.rounds[1].commit == state.rounds[0].commit
     assert state.rounds[1].evidence_score == state.rounds[0].evidence_score
     assert outcomes(run, "calc.ops") == [(1, "violated")]  # no re-run: the same tree was judged already
+    # summary.md's row of round 2 carries round 1's evidence, not a row of zeros
+    rows = [line for line in run.summary.read_text().splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2 and rows[0].split("|")[3:6] == rows[1].split("|")[3:6]
+    assert rows[0].split("|")[4].strip() == "1"  # calc.ops violated
+
+
+def diagnose_naming(*probes: str) -> dict:
+    reply = plans.diagnose()
+    reply["tool_calls"][0]["arguments"]["diagnosis"]["gaps"][0]["probes"] = list(probes)
+    return reply
+
+
+def test_a_round_whose_rerun_shows_every_objective_done_calls_no_verifier(tmp_path):
+    replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY)]
+    replies += [
+        plans.call("write_probe", name="calc_ops", source=plans.PROBE),
+        plans.call("submit", summary="probed calc.ops", unchecked=["calc.cli: no entry point yet"]),
+    ]
+    # round 2 names the violated property (with a description after its id) and the repair shows it
+    replies += [diagnose_naming("calc.ops — add and scale match"), *plans.migrate(plans.OPS_GOOD)]
+    replies += [plans.diagnose(complete=True)]  # no reply for a round-2 Verifier: the script runs out if one is called
+    run = start(tmp_path, replies, rounds=3, grade=False)
+    run_migration(RunInputs.read(run), SCAFFOLDS)
+    state = run.load_state()
+    assert [role for round, role in model_call_roles(run) if round == 2] == ["diagnoser"] + ["migrator"] * 3
+    assert outcomes(run, "calc.ops") == [(1, "violated"), (2, "established")]  # re-run by twin, not a model
+    assert state.rounds[1].done == ["diagnose", "migrate", "verify"]
+    assert state.rounds[1].evidence_score > state.rounds[0].evidence_score
+    # round 3's Diagnoser still reads what round 1's Verifier could not examine, then ends the run
+    diagnoser_3 = _first_prompt(run, "diagnoser", 3)
+    assert "```data\n- calc.cli — no entry point yet\n```" in diagnoser_3
+    assert "nothing left" in state.stop_reason and state.final_round == 2
+
+
+def test_a_diagnosis_naming_a_property_no_probe_states_yet_gets_a_verifier(tmp_path):
+    replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY), *plans.verify_with_new_probe()]
+    replies += [diagnose_naming("calc.ops", "calc.cli"), *plans.migrate(plans.OPS_GOOD), *plans.verify_again()]
+    run = start(tmp_path, replies, grade=False)
+    run_migration(RunInputs.read(run), SCAFFOLDS)
+    assert [role for round, role in model_call_roles(run) if round == 2] == ["diagnoser"] + ["migrator"] * 3 + [
+        "verifier"
+    ]
+    assert outcomes(run, "calc.ops")[-1] == (2, "established")

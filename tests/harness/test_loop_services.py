@@ -46,7 +46,6 @@ def _replies() -> list[dict]:
         *[plans.call("write_file", path=f"/app/{name}", content=text) for name, text in files.items()],
         plans.call("submit", summary="ported the Bookshop"),
         plans.call("write_probe", name="bookshop", source=PROBE),
-        plans.call("run_probe", name="bookshop"),
         plans.call("submit", summary="searched the catalog"),
         plans.diagnose(),
         plans.call("edit_file", path="/app/app.py", old=BAD, new=GOOD),

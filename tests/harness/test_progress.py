@@ -23,7 +23,7 @@ def test_the_plain_line_marks_estimated_tokens(estimated, shown):
 @pytest.mark.parametrize(
     ("spent", "text"),
     [
-        (Spent(tokens_in=1000, tokens_out=200, tokens_estimated=1200), "1,200 tokens (all estimated), 0% of prompt"),
+        (Spent(tokens_in=1000, tokens_out=200, tokens_estimated=1200), "1,200 tokens (all estimated)"),
         (Spent(tokens_in=1000, tokens_out=200, tokens_estimated=300), "1,200 tokens (300 estimated), 0% of prompt"),
         (Spent(tokens_in=1000, tokens_out=200, tokens_cached=750), "1,200 tokens, 75% of prompt tokens cached"),
         (Spent(), "0 tokens"),
@@ -31,3 +31,5 @@ def test_the_plain_line_marks_estimated_tokens(estimated, shown):
 )
 def test_the_summary_says_which_tokens_are_estimated_and_which_were_cached(spent, text):
     assert spent.tokens_text().startswith(text)
+    if spent.tokens and spent.tokens_estimated >= spent.tokens:  # no reply said what a cache served
+        assert "cached" not in spent.tokens_text()

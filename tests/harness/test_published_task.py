@@ -49,7 +49,6 @@ def twin_fix_in_round_two() -> list[dict]:
         plans.diagnose(),
         *migrate_tiny_net(MODEL_BUGGY),
         plans.call("write_probe", name="tiny_net", source=PROBE),
-        plans.call("run_probe", name="tiny_net"),
         plans.call("submit", summary="probed tiny_net"),
         plans.diagnose(),
         plans.call("edit_file", path="/app/jax_repo/tiny_net/model.py", old="jax.nn.relu(", new="jnp.tanh("),

@@ -142,3 +142,24 @@ def test_the_candidate_is_on_a_capped_filesystem_for_the_session_only(tmp_path):
     assert not os.path.ismount(candidate)
     assert (candidate / "written.py").read_text() == "x = 1\n"
     session.close()  # closing twice changes nothing
+
+
+@needs_bwrap
+def test_a_host_without_room_for_the_capped_candidate_stops_the_run_in_one_line_and_it_resumes(
+    tmp_path, capsys, monkeypatch
+):
+    from harness.run import session as session_module
+    from harness.sandbox.host_disk import HostDiskFull
+
+    real_mount = session_module.CappedRoot.mount
+
+    def no_room(path, cap_mb, kind):
+        raise HostDiskFull(f"no room on the host for the capped filesystem of {path}: {cap_mb} MiB needed")
+
+    monkeypatch.setattr(session_module.CappedRoot, "mount", no_room)
+    assert migrate_base(tmp_path) != 0
+    (last,) = [line for line in capsys.readouterr().err.splitlines() if "no room" in line]
+    assert last.startswith("error: no room on the host for the capped filesystem of ")
+    monkeypatch.setattr(session_module.CappedRoot, "mount", real_mount)
+    assert migrate_base(tmp_path, "--resume", str(tmp_path / "runs" / "r")) == 0
+    assert RunDir.open(tmp_path / "runs" / "r").load_state().status == "finished"

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
+from probes.suite import PROBE_FILE_FORMAT
 from roles import prompting
 from roles.agent import Submitted
 from roles.diagnoser import diagnosis_submit_tool
 from roles.schemas import Diagnosis
 from roles.tools import ToolError
+from roles.verifier import reference_section
 
 VARIABLES = dict(
     round=2,
@@ -72,15 +75,41 @@ def test_the_diagnoser_sees_objectives_marked_unchecked_properties_and_the_migra
 def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
     text = prompting.render("verifier_task", **VARIABLES)
     assert "```data\n- CHANGED.py (+1 -0)\n```" in text and "(its words, not verified):\n[migrator summary: " in text
-    assert "re-ran the built-in checks and every probe written in earlier rounds" in text
+    assert "re-run of the built-in checks and every probe written in earlier rounds" in " ".join(text.split())
     first = " ".join(prompting.render("verifier_task", **{**VARIABLES, "round": 1}).split())
-    assert "every probe written" not in first and "no probe was written in an earlier round" in first
+    assert "every probe written" not in first and "run of the built-in checks" in first
+    assert "no probe was written before" in first
 
 
-@pytest.mark.parametrize("name", ["diagnoser_system", "verifier_system"])
+@pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "verifier_system"])
 def test_the_tolerance_rule_is_explained_to_the_roles_that_read_evidence(name):
     text = prompting.render(name, **VARIABLES)
     assert "T = 10 × max(N, 2^-23)" in text and "distance D > tolerance T (noise N)" in text
+
+
+@pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "diagnoser_system", "migrator_system"])
+def test_a_prompt_without_evidence_does_not_explain_how_to_read_it(name):
+    text = prompting.render(name, **{**VARIABLES, "round": 1, "evidence": "", "regressions": ""})
+    assert "How to read the evidence" not in text
+
+
+def test_the_verifier_reads_a_summary_of_the_probe_format_and_where_the_rest_is():
+    summary = prompting.render("verifier_system", candidate_dir="/app")
+    for needed in ("inputs_NAME(env)", "reference_NAME(env)", "candidate_NAME(env)", "check_NAME(env)", "PROBES"):
+        assert needed in summary
+    assert "`probe_reference` tool returns the full reference" in summary
+    assert len(summary) < len(PROBE_FILE_FORMAT) / 2  # the reference is read on demand, not sent every call
+    named = re.findall(r'section(?:=| )"([^"]+)"', summary)
+    assert {"Metadata", "Sensitivity", "Service probes"} <= set(named)
+    for section in named:  # every section the summary points to is there to read
+        assert reference_section(PROBE_FILE_FORMAT, section).startswith(f"## {section}")
+
+
+def test_the_diagnosis_schema_leaves_out_generated_titles_but_keeps_a_field_named_title():
+    schema = diagnosis_submit_tool().schema()["function"]["parameters"]["properties"]["diagnosis"]
+    assert '"title": "' not in json.dumps(schema)
+    assert "title" in schema["$defs"]["Gap"]["properties"] and "title" in schema["$defs"]["Gap"]["required"]
+    assert schema["properties"]["complete"]["description"]
 
 
 @pytest.mark.parametrize("name", ["diagnoser_system", "migrator_system", "verifier_system", "base_system"])

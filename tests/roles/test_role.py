@@ -14,7 +14,7 @@ from roles.diagnoser import Diagnoser
 from roles.migrator import Migrator
 from roles.role import Role, RoundBrief
 from roles.schemas import Diagnosis, VerifierReport
-from roles.tools import Workbench
+from roles.tools import ToolError, Workbench
 from roles.verifier import Verifier
 
 DIAGNOSIS = {"summary": "nothing yet", "gaps": [], "complete": False}
@@ -31,7 +31,7 @@ class Desk:
         return ""
 
     def probe_format(self) -> str:
-        return "PROBE-FORMAT"
+        return "# Probe files\nintro\n\n## Functions\nthe table\n\n## Metadata\nPROBES literal\n"
 
 
 def submitting(arguments: dict) -> ScriptedModel:
@@ -70,6 +70,16 @@ def test_the_migrator_of_round_one_has_no_evidence_heading(tmp_path):
         RoundBrief(round=1, instruction="PORT", diagnosis="GAP")
     )
     assert "# Evidence" not in outcome.messages[1]["content"]
+
+
+def test_the_verifier_reads_the_whole_probe_reference_or_one_section_on_demand(tmp_path):
+    reference = Verifier(submitting({"summary": "checked"}), bench(tmp_path), Desk()).agent.tools["probe_reference"]
+    assert reference.schema()["function"]["parameters"]["required"] == []
+    assert reference().text == Desk().probe_format()
+    assert reference(section="metadata").text == "## Metadata\nPROBES literal"
+    assert reference(section="## Functions").text == "## Functions\nthe table"
+    with pytest.raises(ToolError, match="no section 'Outcomes'; the sections are: Functions, Metadata"):
+        reference(section="Outcomes")
 
 
 def test_the_verifier_submit_says_unchecked_entries_never_replace_an_outcome(tmp_path):

@@ -224,9 +224,24 @@ def test_probe_names_cannot_name_a_path(tmp_path, name):
 
     stored = []
     desk = SimpleNamespace(write_probe=lambda n, s: stored.append(n) or "kept", run_probe=lambda n: "ran")
-    write, run = probe_tools(desk)[:2]
+    write = next(tool for tool in probe_tools(desk) if tool.name == "write_probe")
     with pytest.raises(ToolError):
         write(name=name, source="x")
-    with pytest.raises(ToolError):
-        run(name=name)
     assert stored == []
+
+
+def test_writing_a_probe_runs_it_and_removing_one_runs_nothing():
+    from roles.verifier import probe_tools
+
+    done = []
+    desk = SimpleNamespace(
+        write_probe=lambda n, s: done.append(("write", n)) or f"stored probe {n}",
+        run_probe=lambda n: done.append(("run", n)) or "2 properties recorded",
+    )
+    tools = {tool.name: tool for tool in probe_tools(desk)}
+    assert "run_probe" not in tools  # a written probe has run; the candidate cannot change during the turn
+    assert tools["write_probe"](name="fwd", source="x = 1").text == "stored probe fwd\n2 properties recorded"
+    assert done == [("write", "fwd"), ("run", "fwd")]
+    done.clear()
+    assert tools["write_probe"](name="fwd", source="  \n").text == "stored probe fwd"
+    assert done == [("write", "fwd")]

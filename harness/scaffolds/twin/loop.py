@@ -15,6 +15,7 @@ from harness.ground.errors import BudgetExceeded
 from harness.run.audit import read_refusals
 from harness.run.progress import Progress
 from harness.run.session import Session
+from harness.scaffolds.twin.objectives import all_shown, objective_statuses
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
@@ -120,6 +121,14 @@ class TwinLoop:
         latest = self.candidate_latest(t - 1)
         return bool(latest) and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
 
+    def shown_by_rerun(self, t: int) -> bool:
+        """After round t's re-run of every earlier probe, nothing is left for a Verifier: every
+        property is established and every entry of the diagnosis's gaps names one of them.
+        A Diagnoser that wants something new checked names a new property id in `probes`."""
+        latest = self.candidate_latest(t)
+        everything_holds = bool(latest) and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
+        return t > 1 and everything_holds and all_shown(self.diagnosis(t), latest)
+
     def guard(self, t: int) -> None:
         """Decide whether to go on after round t."""
         if self.regressions(t):
@@ -193,6 +202,17 @@ class TwinLoop:
         self.desk.round = t
         self.desk.rerun_all()
         self.progress.role(t, "verifier")  # the live counts after the re-run, as the Verifier reads them
+        if self.shown_by_rerun(t):
+            self.progress.message(f"round {t}: the re-run probes show every objective done; no Verifier is called")
+            # what an earlier Verifier could not examine is still unexamined: the next Diagnoser reads it
+            carried = [
+                r.model_copy(update={"round": t, "record_id": None})
+                for r in self.store.records(round=t - 1, kind="unchecked")
+            ]
+            if carried:
+                self.store.append_many(carried)
+            self.desk.localize()
+            return
         outcome = self.verifier.run(
             RoundBrief(
                 round=t,
@@ -295,22 +315,10 @@ class TwinLoop:
         return next((r.note for r in self.store.rounds() if r.round == t and r.note), "")
 
     def objectives_status(self, t: int) -> list[tuple[str, str]]:
-        """Round t's diagnosis objectives, each 'done' (every property it names is established
-        after round t) or 'open' (with the properties that are not)."""
+        """Round t's diagnosis objectives, each 'done' or 'open' after round t (`objectives`)."""
         if t < 1 or not self.store.diagnoses(round=t):
             return []
-        latest = self.candidate_latest(t)
-        marked = []
-        for gap in self.diagnosis(t).gaps:
-            entries = [*gap.evidence, *gap.probes]
-            named = [pid for pid in dict.fromkeys(property_id_in(e, latest) for e in entries) if pid]
-            left = [pid for pid in named if latest[pid].outcome is not Outcome.ESTABLISHED]
-            if not named:
-                status = "open: it names no property with evidence, so nothing shows it done"
-            else:
-                status = f"open: {', '.join(left)} not established" if left else "done"
-            marked.append((f"{gap.title}: {gap.objective}", status))
-        return marked
+        return objective_statuses(self.diagnosis(t), self.candidate_latest(t))
 
     def finish_interrupted_round(self) -> None:
         """After a budget stop mid-round, keep the Migrator's work as that round's snapshot."""
@@ -378,17 +386,3 @@ class TwinLoop:
                 f"round {chosen.round}: best evidence score {chosen.evidence_score} "
                 "(established − violated; ties go to the latest)"
             )
-
-
-ID_ENDS = frozenset(" \t:;,(—–")
-"""What may follow a property id when a role writes a description after it (`a.b — what it checks`)."""
-
-
-def property_id_in(entry: str, known: dict) -> str | None:
-    """The known property id that `entry` names: the entry itself, or the longest known id it
-    starts with followed by a separator and a description; None when it names none."""
-    entry = entry.strip()
-    if entry in known:
-        return entry
-    found = [pid for pid in known if entry.startswith(pid) and entry[len(pid)] in ID_ENDS]
-    return max(found, key=len, default=None)

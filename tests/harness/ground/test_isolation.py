@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ground import isolation
+from harness.ground import host_dirs, isolation
 from harness.ground.isolation import Layout, grader_boundary, probe_boundary, role_boundary, solve_boundary
 
 MODULE = Path(isolation.__file__)
@@ -26,7 +26,7 @@ def test_policy_module_imports_nothing_above_the_ground_floor():
         for name in imported
         if name.split(".")[0] in {"harness", "roles", "probes", "benchmark_adapter", "evidence_store"}
     }
-    assert ours <= {"harness.ground.boundary", "harness.ground.errors", "harness.ground.views"}, ours
+    assert ours <= {"harness.ground.boundary", "harness.ground.host_dirs", "harness.ground.views"}, ours
 
 
 @pytest.fixture()
@@ -90,3 +90,36 @@ def test_scratch_dirs_are_reachable_by_the_sandbox_uid():
         assert isolation.reachable(path / "x")
     finally:
         path.rmdir()
+
+
+def test_a_stage_directory_another_user_owns_is_left_alone_for_a_per_user_one(tmp_path, monkeypatch):
+    """A non-root twin where root made the shared stage: no chmod of root's directory, its own beside it."""
+    shared = tmp_path / "twin-stage"
+    shared.mkdir(mode=0o755)
+    monkeypatch.delenv("TWIN_STAGE_DIR", raising=False)
+    monkeypatch.setattr(host_dirs, "STAGE_DIR", str(shared))
+    me = shared.stat().st_uid + 4242  # a user who does not own the shared one
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: me)
+    real_stat, chmods = isolation.os.stat, []
+
+    def stat(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if Path(path) == shared.with_name(f"twin-stage-{me}"):  # made by `me`
+            return type(st)((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, me, *st[5:]))
+        return st
+
+    monkeypatch.setattr(isolation.os, "stat", stat)
+    monkeypatch.setattr(isolation.os, "chmod", lambda path, mode: chmods.append((Path(path), mode)))
+    assert isolation.stage_root() == shared.with_name(f"twin-stage-{me}")
+    assert chmods == [(shared.with_name(f"twin-stage-{me}"), 0o711)]
+
+
+def test_a_per_user_stage_directory_someone_else_made_is_refused(tmp_path, monkeypatch):
+    shared = tmp_path / "twin-stage"
+    shared.mkdir()
+    (tmp_path / "twin-stage-4242").mkdir()
+    monkeypatch.delenv("TWIN_STAGE_DIR", raising=False)
+    monkeypatch.setattr(host_dirs, "STAGE_DIR", str(shared))
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: 4242)
+    with pytest.raises(isolation.IsolationError, match="belongs to another user"):
+        isolation.stage_root()

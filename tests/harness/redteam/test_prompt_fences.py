@@ -23,7 +23,7 @@ from roles import prompting
 from roles.role import RoundBrief
 from roles.schemas import Diagnosis
 
-HARNESS_VALUES = {"round": 2, "instruction": "Migrate calc.", "candidate_dir": "/app", "probe_format": "FORMAT"}
+HARNESS_VALUES = {"round": 2, "instruction": "Migrate calc.", "candidate_dir": "/app"}
 
 
 def injection(name: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -234,4 +235,135 @@ def test_an_interpreter_that_exits_without_releasing_leaves_no_mount(tmp_path):
     assert done.returncode == 1 and "nothing closed" in done.stderr
     assert not os.path.ismount(root)
     assert (root / "late.txt").read_text() == "late"
+    assert_same_tree(root)
+
+
+# ---- the host's own disk: the image allocated whole, writes checked, nothing half-copied swapped in --
+@pytest.fixture()
+def small_host(tmp_path):
+    """A host filesystem of 24 MiB (a tmpfs) holding the stage, and so the capped roots' images.
+
+    (Its own MonkeyPatch, as `own_stage`'s: the test's would restore the stage after `own_stage` has.)"""
+    host = tmp_path / "host"
+    host.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "twin-test-host", str(host)], check=True)
+    os.chmod(host, 0o711)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TWIN_STAGE_DIR", str(host))
+    try:
+        yield host
+    finally:  # a root a failing test left mounted goes first: nothing of a test outlives it
+        with quota._LOCK:
+            left = [root for key, root in quota._ACTIVE.items() if Path(key).is_relative_to(tmp_path)]
+            for root in left:
+                del quota._ACTIVE[str(root.path)]
+        for root in left:
+            root._close()
+            subprocess.run(["umount", "-l", str(root.path)], check=False)
+        subprocess.run(["umount", "-l", str(host)], check=False)
+        patch.undo()
+
+
+def fill(host: Path) -> Path:
+    """Write a file until `host` is full; return it (remove it to give the room back)."""
+    filler = host / "filler"
+    with open(filler, "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\1" * (1 << 16))
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@requires_mount
+def test_an_image_is_allocated_whole_before_it_is_used(tmp_path):
+    from harness.sandbox.host_disk import allocated_bytes
+
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    try:
+        assert allocated_bytes(capped.record / "image.ext4") >= 16 << 20  # mkfs punched no hole back
+    finally:
+        capped.release()
+
+
+@requires_mount
+def test_a_host_without_room_for_the_image_is_refused_in_one_line_and_the_tree_left_alone(tmp_path, small_host):
+    from harness.sandbox.host_disk import HostDiskFull
+
+    root = make_tree(tmp_path / "candidate")
+    with pytest.raises(HostDiskFull, match=r"no room on the host for the capped filesystem of .*32 MiB needed") as e:
+        CappedRoot.mount(root, 32, EXT4)
+    assert "\n" not in str(e.value)
+    assert not os.path.ismount(root) and not quota.is_capped(root)
+    assert_same_tree(root)
+    assert leftovers(root) == [] and list((small_host / "quota").iterdir()) == []
+
+
+@requires_mount
+def test_what_is_written_while_the_host_is_full_comes_back_whole(tmp_path, small_host):
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 8, EXT4)
+    filler = fill(small_host)
+    data = os.urandom(4 << 20)
+    (root / "weights.bin").write_bytes(data)
+    capped.check_written()  # the writes reached the image: its blocks were the host's already
+    filler.unlink()
+    capped.release()
+    assert (root / "weights.bin").read_bytes() == data
+
+
+@requires_mount
+def test_writes_a_sparse_image_lost_are_reported_and_the_tree_is_not_replaced(tmp_path, small_host, monkeypatch):
+    from harness.ground.sandbox import SandboxError
+
+    def sparse(path, size, *, what):  # what twin did before: the image's blocks taken only when written
+        with open(path, "wb") as fh:
+            fh.truncate(size)
+
+    monkeypatch.setattr(quota, "allocate", sparse)
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    filler = fill(small_host)
+    (root / "weights.bin").write_bytes(os.urandom(8 << 20))
+    with pytest.raises(SandboxError, match="lost writes"):
+        capped.release()
+    assert os.path.ismount(root) and quota.is_capped(root)  # still the run's, nothing copied out over it
+    assert leftovers(root) == []
+    filler.unlink()
+    capped.release()  # tried again once there is room
+    assert not os.path.ismount(root) and not quota.is_capped(root)
+
+
+@requires_mount
+def test_a_copy_out_the_host_has_no_room_for_replaces_nothing(tmp_path, small_host):
+    (tmp_path / "stage").mkdir(mode=0o711)
+    os.environ["TWIN_STAGE_DIR"] = str(tmp_path / "stage")  # small_host restores it
+    root = make_tree(small_host / "candidate")  # the candidate's folder on the small host, its image elsewhere
+    capped = CappedRoot.mount(root, 16, EXT4)
+    data = os.urandom(6 << 20)
+    (root / "weights.bin").write_bytes(data)
+    filler = fill(small_host)
+    with pytest.raises(subprocess.CalledProcessError):
+        capped.release()
+    assert os.path.ismount(root) and (root / "weights.bin").read_bytes() == data
+    assert leftovers(root) == []  # the partial copy is gone
+    filler.unlink()
+    capped.release()
+    assert not os.path.ismount(root) and (root / "weights.bin").read_bytes() == data
+    assert_same_tree(root)
+
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_a_candidates_copy_out_is_flushed_to_the_host(tmp_path, monkeypatch, kind):
+    synced: list[str] = []
+    real = quota.sync_filesystem
+    monkeypatch.setattr(quota, "sync_filesystem", lambda path: synced.append(str(path)) or real(path))
+    root = make_tree(tmp_path / "candidate")
+    CappedRoot.mount(root, 16, kind).release()
+    assert (str(quota._sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
     assert_same_tree(root)
