@@ -21,7 +21,7 @@ from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Propert
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
 from probes.interface_checks import check_plan
-from probes.probe_format import PROBE_FILE_KIND, ProbeFileError, stated_ids
+from probes.probe_format import PROBE_FILE_KIND, stated_ids
 from probes.round_localization import localize_round
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
 
@@ -84,10 +84,6 @@ class RunProbeDesk:
             return f"removed probe {name}: it is no longer run"
         path.write_text(source)
         lines = [f"stored probe {name}"]
-        try:
-            load_probe_file(path, self.search_budget)
-        except ProbeFileError as exc:  # said now, not only when it runs
-            lines.append(f"error: it does not load as a probe file, so running it records only this error: {exc}")
         mine = stated_ids(path)
         for other in sorted(self.probes_dir.glob("*.py")):
             shared = sorted(mine & stated_ids(other)) if other != path else []
