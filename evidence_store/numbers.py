@@ -1,15 +1,14 @@
 """One format for every measured number a reader sees: prompts, tool results, `twin probe`, `twin evidence`.
 
-A measurement is rendered at the precision it carries, not at the precision the
-CPU computed it: a similarity score to three significant digits, a distance to
-two, a noise floor or a tolerance to one (the noise floor of a float32 program
-against its float64 run varies several-fold between two CPUs; only its order of
-magnitude means anything). Every rendered measurement contains a decimal point or
-an exponent (`1.0`, `0.546`, `7e-09`), so `canonical()` can tell it from a count
-or a round number and mask it: two renderings of the same evidence taken on two
-machines have the same canonical text. A candidate commit, rendered as
-`commit <10 hex digits>`, is masked too: it hashes the time it was made.
-"""
+A measurement is rendered to three significant digits: a similarity score, and a
+distance with the tolerance it is held against (and the noise floor the tolerance
+comes from) alike, so that a reader can see the comparison that decided an output
+(`distance 1.52e-05 > tolerance 1.49e-05`, never `1.5e-05 > 1e-05`). Every
+rendered measurement contains a decimal point or an exponent (`1.0`, `0.546`,
+`7.25e-09`), so `canonical()` can tell it from a count or a round number and mask
+it: two renderings of the same evidence taken on two machines (whose float32 noise
+differs in its last digits) have the same canonical text. A candidate commit,
+rendered as `commit <10 hex digits>`, is masked too: it hashes the time it was made."""
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ import math
 import re
 
 SCORE_DIGITS = 3
-DISTANCE_DIGITS = 2
-NOISE_DIGITS = 1
+MEASURE_DIGITS = 3
+"""Significant digits of a distance, a tolerance and a noise floor: one format for what is compared."""
 
 MEASURED = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+|(?<![\w.])(?:nan|-?inf)\b")
 """A measured number as rendered here (decimal point or exponent; nan, inf)."""
@@ -48,12 +47,17 @@ def score(value: float) -> str:
 
 def distance(value: float) -> str:
     """A distance, 1 - score: what is held against a tolerance."""
-    return significant(value, DISTANCE_DIGITS)
+    return significant(value, MEASURE_DIGITS)
+
+
+def tolerance(value: float) -> str:
+    """A tolerance or a band: what a distance is held against, in the distance's format."""
+    return significant(value, MEASURE_DIGITS)
 
 
 def noise(value: float) -> str:
-    """A noise floor, a tolerance or a band: an order of magnitude."""
-    return significant(value, NOISE_DIGITS)
+    """A noise floor: the reference's own disagreement, which the tolerance is ten times."""
+    return significant(value, MEASURE_DIGITS)
 
 
 def reward(value: float) -> str:

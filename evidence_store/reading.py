@@ -30,6 +30,10 @@ TEXT_CHARS = 220
 """Budget of one free-text field (a description, a message, a trace line)."""
 IDS_SHOWN = 8
 """Property ids listed per kind of change in the 'since round' line; the rest are counted."""
+OWN_FAILING_SHOWN = 40
+"""Failing outputs listed in a probe's own result (`margins`), each in full; the rest are counted."""
+CLOSEST_SHOWN = 3
+"""Passing outputs listed in a probe's own result: those closest to their tolerance; the rest are counted."""
 
 
 class Seen(NamedTuple):
@@ -47,13 +51,30 @@ def output_line(name: str, output: Mapping[str, Any]) -> str:
     tolerance = float(output.get("tolerance", 0.0))
     if measure == "banded":
         verdict = "inside" if output.get("ok") else "outside"
-        return f"{name}: banded, {verdict} the band {numbers.noise(tolerance)} (similarity {numbers.score(score)})"
+        return f"{name}: banded, {verdict} the band {numbers.tolerance(tolerance)} (similarity {numbers.score(score)})"
     sign = "<=" if output.get("ok") else ">"
     text = (
         f"{name}: {measure} distance {numbers.distance(1.0 - score)} {sign} tolerance "
-        f"{numbers.noise(tolerance)} (noise {numbers.noise(float(output.get('noise', 0.0)))})"
+        f"{numbers.tolerance(tolerance)} (noise {numbers.noise(float(output.get('noise', 0.0)))})"
     )
     return text if output.get("informative", True) else text + ", uninformative"
+
+
+def tolerance_share(output: Mapping[str, Any]) -> float | None:
+    """How much of its tolerance an output's distance uses (1.0 at the edge); None for a banded output."""
+    if output.get("measure") == "banded":
+        return None
+    distance = 1.0 - float(output.get("score", 0.0))
+    tolerance = float(output.get("tolerance", 0.0))
+    if tolerance > 0:
+        return distance / tolerance
+    return 0.0 if distance <= 0 else float("inf")
+
+
+def closest_passing(record: EvidenceRecord) -> list[tuple[str, Mapping[str, Any]]]:
+    """The passing outputs, those that use the most of their tolerance first (banded ones last)."""
+    passing = passing_outputs(record)
+    return sorted(passing, key=lambda item: -(tolerance_share(item[1]) or 0.0))
 
 
 def passing_outputs(record: EvidenceRecord) -> list[tuple[str, Mapping[str, Any]]]:
@@ -97,19 +118,22 @@ def property_block(record: EvidenceRecord, label: str, *, note: str = "", margin
     """A property's lines: header, failing outputs (bounded), the passing ones, reason.
 
     Beside failing outputs the passing ones are named (the first `IDS_SHOWN`, the rest
-    counted); with `margins` (a probe's own result) every passing output shows its
-    distance against its tolerance, as the failing ones do.
+    counted). With `margins` (a probe's own result, read by its author) up to
+    `OWN_FAILING_SHOWN` failing outputs are listed, and the passing ones are counted
+    with the `CLOSEST_SHOWN` closest to their tolerance, each with its distance against
+    its tolerance and the share of it used; the rest are counted.
     """
     prop = record.property
     description = numbers.clip_words(prop.description, TEXT_CHARS) if prop.description else ""
     head = f"- {label} {prop.id} ({prop.kind}, L{prop.level}{note})" + (f": {description}" if description else "")
     lines = [head]
     failing, passing, total = failing_lines(record)
-    lines += [f"    {line}" for line in failing[:FAILING_SHOWN]]
-    if total > FAILING_SHOWN:
-        lines.append(f"    … {total - FAILING_SHOWN} more failing (not listed)")
-    if margins:
-        lines += [f"    {output_line(name, output)}" for name, output in passing_outputs(record)]
+    shown = OWN_FAILING_SHOWN if margins else FAILING_SHOWN
+    lines += [f"    {line}" for line in failing[:shown]]
+    if total > shown:
+        lines.append(f"    … {total - shown} more failing (not listed)")
+    if margins and passing:
+        lines += _margins(record, passing)
     elif passing and failing:
         names = [name for name, _ in passing_outputs(record)]
         more = f" and {len(names) - IDS_SHOWN} more" if len(names) > IDS_SHOWN else ""
@@ -127,6 +151,20 @@ def property_block(record: EvidenceRecord, label: str, *, note: str = "", margin
     if why and (record.outcome is not E) and not (failing and record.observations.get("outputs")):
         lines.append(f"    why: {why}")
     return "\n".join(lines)
+
+
+def _margins(record: EvidenceRecord, passing: int) -> list[str]:
+    """A probe's passing outputs for its author: how many, and the few closest to their tolerance."""
+    closest = closest_passing(record)[:CLOSEST_SHOWN]
+    plural = "s" if passing != 1 else ""
+    lines = [f"    {passing} output{plural} pass" + ("; closest to their tolerance:" if passing > 1 else ":")]
+    for name, output in closest:
+        share = tolerance_share(output)
+        used = f", {numbers.significant(share, 2)} of its tolerance" if share is not None else ""
+        lines.append(f"      {output_line(name, output)}{used}")
+    if passing > len(closest):
+        lines.append(f"      … {passing - len(closest)} more passing (not listed)")
+    return lines
 
 
 # ---- a whole state --------------------------------------------------------------------------------

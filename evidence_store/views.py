@@ -153,13 +153,15 @@ def summarize_counts(
     )
 
 
-NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked", "localization", "planted", "report"})
+NON_CANDIDATE_KINDS = frozenset({"boundary", "unchecked", "localization", "planted", "report", "probe_file"})
 """Kinds of records that say something about the run, not about one property of the
 candidate: a role's refused access (`boundary`), what a verification reported it could
 not examine (`unchecked`), what a role reported in its own words (`report`), where the
-evidence localizes a divergence (`localization`, rendered on its own) and a
-planted-fault copy of a probe, which examines the probe (`planted`). They are kept and
-shown, and never counted among the candidate's properties."""
+evidence localizes a divergence (`localization`, rendered on its own), a
+planted-fault copy of a probe, which examines the probe (`planted`), and a probe file
+that loads and runs again, or is removed, after an error of its own (`probe_file`: the
+error's id leaves the candidate's properties). They are kept and shown, and never
+counted among the candidate's properties."""
 
 
 def candidate_latest(latest: Mapping[str, EvidenceRecord]) -> Latest:

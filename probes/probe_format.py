@@ -4,6 +4,10 @@ A probe file defines matched pairs `reference[_NAME]` / `candidate[_NAME]` (with
 optional `inputs[_NAME]`), candidate-only checks `check[_NAME]`, and a literal
 `PROBES` dict of metadata per name. `read_probe_file` reads and parses a file once;
 its `names` (or `probe_names`, from a path) says which probes the file defines.
+
+Nothing a file states is dropped unread: a probe-like name in another form (assigned,
+imported, `probe_NAME`), an `inputs_NAME` without its pair, or `PROBES` metadata for a
+probe the file lacks is a `ProbeFileError` that names it and the accepted forms.
 """
 
 from __future__ import annotations
@@ -15,6 +19,17 @@ from pathlib import Path
 from typing import Any
 
 SIDE_FUNCTIONS = ("reference", "candidate")
+
+PROBE_LIKE = re.compile(r"(reference|candidate|check|inputs|probe)(?:_\w+)?")
+"""Module-level names a reader takes for probe functions: the recognised prefixes, and `probe`,
+which is no form of its own but the name an author reaches for."""
+
+ACCEPTED_FORMS = (
+    "a probe is a pair of module-level functions `def reference_NAME(env)` / `def candidate_NAME(env)` "
+    "(with an optional `inputs_NAME`), a candidate-only check is `def check_NAME(env)`, and metadata is "
+    "the literal dict `PROBES`; a helper's name starts with `_`"
+)
+"""The forms a probe file's probes take, as an error that refuses another form states them."""
 
 
 class ProbeFileError(ValueError):
@@ -36,6 +51,24 @@ class ProbeFile:
     def functions(self) -> set[str]:
         """The names of its module-level functions."""
         return {node.name for node in self.tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def unrecognised(self) -> list[str]:
+        """Probe-like module-level names (`PROBE_LIKE`) in no accepted form, as `name (line N, how)`.
+
+        The sides call `reference_NAME`, `candidate_NAME` and `check_NAME` by name, and
+        blame a crash by its frames in this file: they must be functions defined here
+        (an `inputs_NAME`, which runs on the reference side only, may be any callable).
+        `probe_NAME` is no form at all.
+        """
+        found = []
+        for node in self.tree.body:
+            for name, how in _bindings(node):
+                match = PROBE_LIKE.fullmatch(name)
+                if not match or (how == "def" and match.group(1) != "probe") or match.group(1) == "inputs":
+                    continue
+                what = "not a recognised probe function" if match.group(1) == "probe" else how
+                found.append(f"{name} (line {node.lineno}, {what})")
+        return found
 
     def literal(self, name: str) -> Any:
         """The value of the module-level literal `name` (`PROBES`, `SERVICES`), None where it is not assigned.
@@ -60,6 +93,7 @@ class ProbeFile:
             metadata = {}
         elif not isinstance(metadata, dict) or not all(isinstance(v, dict) for v in metadata.values()):
             raise ProbeFileError(f"{path}: PROBES must map probe names to dicts")
+        self._refuse_unread(metadata)
         names: dict[str, dict] = {}
         if checks:
             for func in functions:
@@ -82,6 +116,52 @@ class ProbeFile:
         if not names and not any(re.fullmatch(r"check(_\w+)?", f) for f in functions):
             raise ProbeFileError(f"{path}: defines no probe (a pair of functions reference[_name], candidate[_name])")
         return dict(sorted(names.items()))
+
+    def _refuse_unread(self, metadata: dict) -> None:
+        """Raise where the file states something no probe would read (see the module docstring)."""
+        path, functions = self.path, self.functions
+        unrecognised = self.unrecognised()
+        if unrecognised:
+            listed = ", ".join(unrecognised)
+            raise ProbeFileError(f"{path}: not a probe in an accepted form: {listed}; {ACCEPTED_FORMS}")
+        pairs = {f.partition("_")[2] for f in functions if re.fullmatch(r"(reference|candidate)(_\w+)?", f)}
+        orphans = sorted(
+            f"{name} (line {node.lineno})"
+            for node in self.tree.body
+            for name, _ in _bindings(node)
+            if re.fullmatch(r"inputs(_\w+)?", name) and name.partition("_")[2] not in pairs
+        )
+        if orphans:
+            raise ProbeFileError(
+                f"{path}: {', '.join(orphans)} has no reference/candidate pair of its name; {ACCEPTED_FORMS}"
+            )
+        stem = path.stem
+        checks = {f.partition("_")[2] for f in functions if re.fullmatch(r"check(_\w+)?", f)}
+        known = {p or stem for p in pairs} | {c or stem for c in checks} | {f"check_{c or stem}" for c in checks}
+        unknown = sorted(repr(key) for key in metadata if key not in known)
+        if unknown:
+            have = ", ".join(repr(k) for k in sorted(known)) or "none"
+            raise ProbeFileError(
+                f"{path}: PROBES names {', '.join(unknown)}, which the file defines no probe for (its probes: "
+                f"{have}; an unsuffixed reference/candidate pair or check takes the file's name, {stem!r})"
+            )
+
+
+def _bindings(node: ast.stmt) -> list[tuple[str, str]]:
+    """The names a module-level statement binds, each with how: def, class, assigned or imported."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [(node.name, "def")]
+    if isinstance(node, ast.ClassDef):
+        return [(node.name, "a class, not a function")]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [((a.asname or a.name).partition(".")[0], "imported, not defined with def") for a in node.names]
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    return [(name, "assigned, not defined with def") for name in names]
 
 
 def read_probe_file(path: Path | str) -> ProbeFile:
@@ -117,6 +197,10 @@ def probe_names(path: Path, *, checks: bool = False) -> dict[str, dict[str, Any]
 
 PLANTED_KIND = "planted"
 """The kind of a planted-fault copy's property: it examines the probe, not the candidate."""
+
+PROBE_FILE_KIND = "probe_file"
+"""The kind of the record that a probe file loads and its probes run again, superseding the error
+(`probe:<file stem>`, `probe:<file stem>:checks`, ...) it had before: about the probe, not the candidate."""
 
 
 def property_of(file: Path, name: str, meta: dict[str, Any], *, kind: str, level: int) -> tuple[str, str, int]:

@@ -66,9 +66,10 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
             "Store a probe file and run it: matched probe functions (reference side and candidate side), "
             "candidate-only checks, or a SERVICES literal of matched requests and request spaces to "
             "search for counterexamples (the format: your instructions and `probe_reference`). Both sides "
-            "run with the same inputs; the outcomes are recorded as evidence and returned. The file is kept "
-            "outside the candidate and re-run every round (a confirmed counterexample too); writing an "
-            "empty source removes it.",
+            "run with the same inputs; the outcomes are recorded as evidence and returned (every failing "
+            "output with its distance against its tolerance; the passing ones counted, with those closest "
+            "to their tolerance). The file is kept outside the candidate and re-run every round (a "
+            "confirmed counterexample too); writing an empty source removes it.",
             {"name": {"type": "string"}, "source": {"type": "string"}},
             write,
         ),

@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidence_store import numbers
-from evidence_store.reading import FAILING_SHOWN, Seen, changes, property_block, render
+from evidence_store.reading import (
+    CLOSEST_SHOWN,
+    FAILING_SHOWN,
+    OWN_FAILING_SHOWN,
+    Seen,
+    changes,
+    output_line,
+    property_block,
+    render,
+)
 from evidence_store.records import EvidenceRecord, Outcome, Property
 
 
@@ -70,7 +79,7 @@ def test_a_violated_output_shows_distance_against_tolerance_and_its_noise():
     block = property_block(_differential("forward.block0", 1, 0), "VIOLATED")
     assert block.splitlines() == [
         "- VIOLATED forward.block0 (differential, L1): forward.block0 matches the original",
-        "    forward.block0/bad0: tensor distance 0.45 > tolerance 1e-06 (noise 7e-09)",
+        "    forward.block0/bad0: tensor distance 0.454 > tolerance 1.19e-06 (noise 7.12e-09)",
     ]
 
 
@@ -81,19 +90,59 @@ def test_every_failing_output_is_listed_up_to_five_and_passing_ones_are_named():
     assert "    2 other outputs pass: p/good0, p/good1" in block.splitlines()
 
 
-def test_a_probe_result_shows_the_margin_of_every_passing_output():
+def test_a_probe_result_shows_the_margin_of_its_passing_outputs():
     block = property_block(_differential("p", 1, 2), "VIOLATED", margins=True)
     passing = [line for line in block.splitlines() if "/good" in line]
     assert len(passing) == 2 and all("distance" in line and "<= tolerance" in line for line in passing)
+    assert "    2 outputs pass; closest to their tolerance:" in block.splitlines()
 
 
-def test_the_same_evidence_from_another_machine_renders_the_same_text():
-    """Scores jittered in their last digits and noise floors off by a few percent: same text."""
+def test_a_probe_result_lists_every_failing_output_and_only_the_passing_ones_closest_to_their_tolerance():
+    tolerance = 1e-5
+    outputs = {f"bad{i}": _output(0.5, 1e-6, False) for i in range(2)}
+    shares = {f"ok{i:02}": (i * 37 % 50) / 50 for i in range(50)}  # every share once, in scrambled order
+    for name, share in shares.items():
+        outputs[name] = {"measure": "tensor", "score": 1 - share * tolerance, "noise": 1e-6, "tolerance": tolerance,
+                         "ok": True}  # fmt: skip
+    outputs["band"] = {"measure": "banded", "score": 1.0, "noise": 0.0, "tolerance": 0.1, "ok": True}
+    record = _rec("p", "violated", observations={"outputs": outputs, "structure": []})
+    lines = property_block(record, "VIOLATED", margins=True).splitlines()
+    assert [line.split(":")[0].strip() for line in lines[1:3]] == ["bad0", "bad1"]
+    assert lines[3] == "    51 outputs pass; closest to their tolerance:"
+    closest = sorted(shares, key=shares.get, reverse=True)[:CLOSEST_SHOWN]
+    assert [line.split(":")[0].strip() for line in lines[4 : 4 + CLOSEST_SHOWN]] == closest
+    assert lines[4].endswith(f"(noise 1e-06), {numbers.significant(max(shares.values()), 2)} of its tolerance")
+    assert lines[4 + CLOSEST_SHOWN] == f"      … {51 - CLOSEST_SHOWN} more passing (not listed)"
+    assert len(lines) == 5 + CLOSEST_SHOWN
+
+
+def test_a_probe_result_lists_failing_outputs_in_full_up_to_its_own_bound():
+    record = _differential("p", OWN_FAILING_SHOWN + 3, 0)
+    lines = property_block(record, "VIOLATED", margins=True).splitlines()
+    assert sum("distance" in line and " > tolerance" in line for line in lines) == OWN_FAILING_SHOWN
+    assert lines[-1] == "    … 3 more failing (not listed)"
+
+
+def test_the_same_evidence_from_another_machine_renders_the_same_canonical_text():
+    """Scores jittered in their last digits and noise floors off by a few percent: only digits differ."""
     here = _text(_evidence())
     for seed in range(20):
         rng = random.Random(seed)
         there = _text(_evidence(jitter=rng.uniform(-1e-8, 1e-8), noise_factor=rng.uniform(0.95, 1.05)))
-        assert there == here
+        assert numbers.canonical(there) == numbers.canonical(here)
+
+
+@pytest.mark.parametrize(
+    ("distance", "tolerance", "ok", "line"),
+    [
+        (1.52e-05, 1.49e-05, False, "y: tensor distance 1.52e-05 > tolerance 1.49e-05 (noise 1.49e-06)"),
+        (0.000312, 0.000298, False, "y: tensor distance 0.000312 > tolerance 0.000298 (noise 2.98e-05)"),
+        (1.1e-05, 1.5e-05, True, "y: tensor distance 1.1e-05 <= tolerance 1.5e-05 (noise 1.5e-06)"),
+    ],
+)
+def test_a_distance_and_its_tolerance_render_in_one_format_that_shows_the_comparison(distance, tolerance, ok, line):
+    output = {"measure": "tensor", "score": 1.0 - distance, "noise": tolerance / 10, "tolerance": tolerance, "ok": ok}
+    assert output_line("y", output) == line
 
 
 def test_a_noise_floor_three_times_larger_changes_digits_only_and_never_which_records_fit():
@@ -160,8 +209,8 @@ def test_a_long_message_is_shortened_at_a_word_never_inside_one():
     [
         (1.0, "1.0", "1.0"),
         (0.0, "0.0", "0.0"),
-        (0.546212958, "0.546", "0.5"),
-        (1.1920928955078125e-06, "1.19e-06", "1e-06"),
+        (0.546212958, "0.546", "0.546"),
+        (1.1920928955078125e-06, "1.19e-06", "1.19e-06"),
     ],
 )
 def test_measurements_always_render_as_measurements(value, score, noise):

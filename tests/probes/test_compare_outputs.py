@@ -112,3 +112,72 @@ def test_outputs_the_reference_cannot_reproduce_are_uninformative():
     assert [leaf.path for leaf in out.informative] == ["z"]
     assert out.consistent and out.score == pytest.approx(1.0)
     assert out.leaves[0].as_dict()["informative"] is False
+
+
+@pytest.mark.parametrize(
+    ("ref", "cand", "said"),
+    [
+        (X, 1.5, "a float number where the reference has a float32 array of shape (3, 4)"),
+        (
+            np.array([1.5], dtype=np.float32),
+            1.5,
+            "a float number where the reference has a float32 array of shape (1,)",
+        ),
+        (
+            1.5,
+            np.array([1.5], dtype=np.float32),
+            "a float32 array of shape (1,) where the reference has a float number",
+        ),
+        (1.5, "1.5", "a string where the reference has a float number"),
+        (3, 3.0, "a float number where the reference has an int number"),
+        (True, 1, "an int number where the reference has a bool number"),
+        ("cat", None, "None where the reference has a string"),
+    ],
+)
+def test_a_leaf_of_another_data_kind_or_shape_is_violated_naming_both(ref, cand, said):
+    out = compare_outputs(side(y=ref), side(y=cand), side(y=ref))
+    assert out.structure == [f"y: {said}"]
+    assert not out.consistent and out.leaves == []
+
+
+def test_a_mapping_where_the_reference_has_an_array_is_violated_naming_both():
+    ref = side(y=X)
+    cand = SideOutput({**side(y=X).manifest, "y": {"kind": "mapping", "type": "dict", "keys": ["a"]}}, {})
+    assert compare_structure(ref, cand) == ["y: a mapping where the reference has a float32 array of shape (3, 4)"]
+    assert compare_structure(cand, ref) == ["y: a float32 array of shape (3, 4) where the reference has a mapping"]
+
+
+def test_a_non_finite_float_is_still_a_float():
+    out = compare_outputs(side(loss=1.5), side(loss="nan"), side(loss=1.5))
+    assert out.structure == [] and not out.consistent
+
+
+@pytest.mark.parametrize(
+    ("leaves", "measures", "said"),
+    [
+        ({"y": X}, {"logit": "tensor"}, "compare names 'logit', which is no output of the reference (outputs: y)"),
+        (
+            {"y": 1.5},
+            {"y": "distributional"},
+            "distributional needs a float array of logits [..., classes], not a float number",
+        ),
+        ({"y": np.arange(3)}, {"y": "distributional"}, "not an int64 array"),
+        (
+            {"y": "cat"},
+            {"*": "tensor"},
+            "compare names tensor for y: tensor needs numbers (an array or a number), not a string",
+        ),
+        ({"y": None}, {"y": "banded"}, "banded needs numbers"),
+    ],
+)
+def test_a_measure_that_names_nothing_or_does_not_fit_the_data_is_refused(leaves, measures, said):
+    ref = side(**leaves)
+    with pytest.raises(ValueError) as caught:
+        compare_outputs(ref, ref, ref, measures)
+    assert said in str(caught.value)
+
+
+def test_fitting_measures_are_accepted():
+    ref = side(y=X, n=3, s="cat", loss=1.5)
+    out = compare_outputs(ref, ref, ref, {"y": "distributional", "n": "scalar", "s": "exact", "loss": "banded"})
+    assert out.consistent and {leaf.measure for leaf in out.leaves} == {"distributional", "scalar", "exact", "banded"}

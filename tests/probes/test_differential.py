@@ -225,3 +225,43 @@ def test_a_reseeded_noise_floor_lets_random_statistics_compare_across_generators
     assert reseeded.outcome is Outcome.ESTABLISHED, reseeded.observations
     assert reseeded.context["noise_source"] == "reseed" and reseeded.observations["noise_floor"] > 0
     assert results["drop.wrong"].outcome is Outcome.VIOLATED  # a wrong rate is far outside the band
+
+
+KINDS_PROBE = """
+PROBES = {"kinds": {"id": "kinds"}, "misfit": {"id": "misfit", "compare": {"label": "distributional"}}}
+
+
+def reference_kinds(env):
+    return {"y": [1.5, 2.0], "n": 3, "stats": {"norm": 1.0}}
+
+
+def candidate_kinds(env):
+    return {"y": 1.5, "n": 3.0, "stats": 1.0}
+
+
+def reference_misfit(env):
+    return {"label": "cat"}
+
+
+def candidate_misfit(env):
+    return {"label": "cat"}
+"""
+
+
+def test_outputs_of_another_data_kind_are_violated_and_a_misfit_measure_is_not_established(tmp_path):
+    path = tmp_path / "kinds.py"
+    path.write_text(KINDS_PROBE)
+    results = _run("good", tmp_path, probe_file=path)
+    kinds, misfit = results["kinds"], results["misfit"]
+    assert kinds.outcome is Outcome.VIOLATED
+    assert sorted(kinds.observations["structure"]) == [
+        "n: a float number where the reference has an int number",
+        "stats/norm: missing in the candidate's output",
+        "stats: a float number where the reference has a mapping",
+        "y: a float number where the reference has a float64 array of shape (2,)",
+    ]
+    assert misfit.outcome is Outcome.NOT_ESTABLISHED
+    assert misfit.observations["message"] == (
+        "bad probe metadata: compare names distributional for label: distributional needs a float array "
+        "of logits [..., classes], not a string"
+    )

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmark_adapter.task.model import Task
-from evidence_store import reading
+from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
 from probes.interface_checks import check_plan
-from probes.probe_format import stated_ids
+from probes.probe_format import PROBE_FILE_KIND, stated_ids
 from probes.round_localization import localize_round
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
 
@@ -80,6 +80,7 @@ class RunProbeDesk:
             if not path.is_file():
                 return f"no stored probe named {name}: nothing removed"
             path.unlink()
+            self._supersede_errors(path, set(), removed=True)
             return f"removed probe {name}: it is no longer run"
         path.write_text(source)
         lines = [f"stored probe {name}"]
@@ -167,7 +168,43 @@ class RunProbeDesk:
                 context={"probe_file": path.name},
             )
             return self._record([result])
-        return self._run(probes, origin=path.name)
+        records = self._run(probes, origin=path.name)
+        return records + self._supersede_errors(path, {r.property.id for r in records})
+
+    def _supersede_errors(self, path: Path, produced: set[str], *, removed: bool = False) -> list[EvidenceRecord]:
+        """Record that a probe file's earlier errors no longer stand: it loaded and its probes ran, or it is gone.
+
+        A file that failed to load, or a probe of it that raised, left `probe:<stem>` (or
+        `probe:<stem>:checks`, ...) not established. Records are never edited, so a later
+        record of the same id, of kind `PROBE_FILE_KIND` (about the probe, not counted
+        among the candidate's properties), takes its place as the latest: established
+        when the file ran, not established when it was removed (nothing was examined); an
+        id this run recorded again keeps that new record.
+        """
+        own = f"probe:{path.stem}"
+        stale = [
+            record
+            for pid, record in self.store.latest().items()
+            if (pid == own or pid.startswith(own + ":"))
+            and pid not in produced
+            and record.property.kind != PROBE_FILE_KIND
+        ]
+        what = "was removed" if removed else "loads and its probes run"
+        results = [
+            ProbeResult(
+                property=Property(
+                    id=record.property.id,
+                    kind=PROBE_FILE_KIND,
+                    level=record.property.level,
+                    description=f"probe file {path.name} {what}",
+                ),
+                outcome=Outcome.NOT_ESTABLISHED if removed else Outcome.ESTABLISHED,
+                context={"probe_file": path.name, "origin": path.name},
+                observations={"message": f"supersedes the error recorded in round {record.round}"},
+            )
+            for record in stale
+        ]
+        return self._record(results) if results else []
 
     def _run(self, probes: list, *, origin: str) -> list[EvidenceRecord]:
         from probes.suite import run_suite
@@ -205,7 +242,8 @@ def render_results(records: list[EvidenceRecord]) -> str:
     """The outcomes for the model, in the reader's format of `evidence_store.reading`.
 
     A property that did not hold shows its failing outputs as distance against tolerance,
-    and the tail of its trace.
+    and the tail of its trace; passing outputs are counted, with the few closest to their
+    tolerance (`reading.property_block` with margins), so a probe of many outputs stays short.
     """
     if not records:
         return "no properties were examined"
@@ -214,6 +252,9 @@ def render_results(records: list[EvidenceRecord]) -> str:
     for record in records:
         lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)], margins=True))
         tail = [ln for ln in record.trace.strip().splitlines() if ln.strip()][-TRACE_LINES:]
-        if record.outcome is not Outcome.ESTABLISHED and len(tail) > 1:
+        # One line is already the `why` line, unless it was too long to show whole there (a probe
+        # file's load error names what it refused and the forms it accepts).
+        cut = len(tail) == 1 and numbers.budget_length(tail[0]) > reading.TEXT_CHARS
+        if record.outcome is not Outcome.ESTABLISHED and (len(tail) > 1 or cut):
             lines.append("    trace (last lines):\n" + "\n".join(f"      {ln}" for ln in tail))
     return "\n".join(lines)
