@@ -16,6 +16,7 @@ recorded, its oracle (if given) graded, and only then moved into place.
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import tempfile
@@ -35,6 +36,7 @@ from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
 PROBES_PACKAGE = Path(__file__).resolve().parents[2] / "probes"  # twin's own package, in a wheel too
+EVIDENCE_PACKAGE = PROBES_PACKAGE.parent / "evidence_store"
 ORIGINAL_NAME, ASSETS_NAME = "torch_orig", "checkpoint"
 WORKDIR = "/app"
 ORACLE_MIN = 0.97
@@ -49,8 +51,13 @@ GRADER_FILES = {
     "compare.py": PROBES_PACKAGE / "compare.py",
     "similarity.py": PROBES_PACKAGE / "similarity.py",
     "probe_driver.py": PROBES_PACKAGE / "driver.py",
+    "measure_text.py": EVIDENCE_PACKAGE / "numbers.py",  # how compare.py writes its numbers
 }
-REWRITES = {"from probes.similarity import": "from similarity import"}
+REWRITES = {
+    "from probes.similarity import": "from similarity import",
+    "from evidence_store import numbers": "import measure_text as numbers",
+}
+TWIN_PACKAGES = frozenset({"harness", "roles", "probes", "prompts", "evidence_store", "benchmark_adapter"})
 
 
 class NewTaskReport(BaseModel):
@@ -248,8 +255,22 @@ def grader_library(tests: Path) -> dict[Path, str]:
         text = origin.read_text()
         for old, new in REWRITES.items():
             text = text.replace(old, new)
+        if name.endswith(".py") and (named := _twin_imports(text)):
+            # a grader runs where twin is not installed: a file that still names twin cannot be vendored
+            raise TaskError(f"grader file {name} imports {', '.join(named)}: add it to GRADER_FILES and REWRITES")
         files[tests / name] = text
     return files
+
+
+def _twin_imports(source: str) -> list[str]:
+    """The modules of twin's packages that `source` imports (none for a self-contained grader file)."""
+    named = []
+    for node in ast.walk(ast.parse(source)):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        named += [m for m in modules if m.split(".")[0] in TWIN_PACKAGES]
+    return sorted(set(named))
 
 
 def stale_grader_files(tests: Path) -> list[Path]:

@@ -288,3 +288,18 @@ def test_task_toml_lists_the_probe_files_and_the_interface_to_complete():
     assert "complete the commented [metadata.twin.interface]" in interface_note(["mlp_train.model:forward"])
     assert "instruction only" in interface_note(["MLPClassifier"])
     assert interface_note([]) is None
+
+
+def test_the_grader_library_names_none_of_twins_packages(tmp_path, monkeypatch):
+    """A grader runs where twin is not installed: every vendored file is self-contained after its rewrites."""
+    from benchmark_adapter.grading import authoring
+
+    library = authoring.grader_library(tmp_path)
+    for path, text in library.items():
+        if path.suffix == ".py":
+            assert authoring._twin_imports(text) == [], path.name
+    planted = tmp_path / "planted.py"
+    planted.write_text("from evidence_store.views import tally\n")
+    monkeypatch.setitem(authoring.GRADER_FILES, "planted.py", planted)
+    with pytest.raises(TaskError, match="planted.py imports evidence_store.views"):
+        authoring.grader_library(tmp_path)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+import measure_text as numbers
 from similarity import (
     MEASURES,
     banded_scalar_similarity,
@@ -107,8 +108,8 @@ class Comparison:
 
     def failing(self) -> list[str]:
         return self.structure + [
-            f"{leaf.path or '<output>'}: {leaf.measure} score {leaf.score:.6f} "
-            f"(distance {1 - leaf.score:.2e} > tolerance {leaf.tolerance:.2e})"
+            f"{leaf.path or '<output>'}: {leaf.measure} score {numbers.score(leaf.score)} "
+            f"(distance {numbers.distance(1 - leaf.score)} > tolerance {numbers.tolerance(leaf.tolerance)})"
             for leaf in self.leaves
             if not leaf.ok
         ]
@@ -125,8 +126,61 @@ def _dtype_kind(name: str) -> str:
     return "float"
 
 
+NON_FINITE = frozenset({"nan", "inf", "-inf"})
+"""How the driver writes a non-finite float leaf (its repr): still a float, not a string."""
+
+
+def leaf_kind(entry: dict) -> tuple[str, tuple[int, ...] | None]:
+    """(data kind, shape) of a leaf of a manifest: a number is 0-d; a string, None or an object has no shape.
+
+    Kinds are an array's dtype kind (`bool`, `int`, `float`, `complex`) for numbers and
+    arrays alike, `string`, `None`, or `<type> object` for what the driver could only repr.
+    """
+    if entry["kind"] == "array":
+        return _dtype_kind(str(entry["dtype"])), tuple(entry["shape"])
+    if "type" in entry:
+        return f"{entry['type']} object", None
+    value = entry.get("value")
+    if isinstance(value, bool):
+        return "bool", ()
+    if isinstance(value, int):
+        return "int", ()
+    if isinstance(value, float) or value in NON_FINITE:
+        return "float", ()
+    return ("string" if isinstance(value, str) else "None" if value is None else type(value).__name__), None
+
+
+def describe_leaf(entry: dict) -> str:
+    """A leaf's data kind in words: `a float32 array of shape (3, 4)`, `an int number`, `a string`."""
+    kind, shape = leaf_kind(entry)
+    if entry["kind"] == "array":
+        words = f"{entry['dtype']} array of shape {shape}"
+    elif shape is not None:
+        words = f"{kind} number"
+    else:
+        return "None" if kind == "None" else f"a {kind}"
+    return ("an " if words[0] in "aeiou" else "a ") + words
+
+
+def _leaf_mismatch(entry: dict, other: dict) -> str | None:
+    """Why a candidate leaf is not of the reference leaf's data kind and shape; None where it is.
+
+    A number and a 0-d array of the same kind are the same; an array of shape (1,) is not
+    a number. What the reference could only repr is not compared.
+    """
+    (kind, shape), (other_kind, other_shape) = leaf_kind(entry), leaf_kind(other)
+    if "type" in entry or (kind, shape) == (other_kind, other_shape):
+        return None
+    if entry["kind"] == other["kind"] == "array":  # the array's own words: shape first, then dtype
+        if shape != other_shape:
+            return f"shape {other_shape}, reference {shape}"
+        return f"dtype {other['dtype']}, reference {entry['dtype']}"
+    return f"{describe_leaf(other)} where the reference has {describe_leaf(entry)}"
+
+
 def compare_structure(ref: SideOutput, cand: SideOutput) -> list[str]:
-    """Names, containers, fields, shapes and dtype kinds; one line per mismatch."""
+    """Names, containers, fields, shapes and data kinds of the leaves; one line per mismatch."""
+    leaves = ("array", "value")
     problems = []
     for path, entry in ref.manifest.items():
         where = path or "<output>"
@@ -138,36 +192,20 @@ def compare_structure(ref: SideOutput, cand: SideOutput) -> list[str]:
         if kind in ("mapping", "object") and other_kind in ("mapping", "object"):
             missing = [k for k in entry["keys"] if k not in other["keys"]]
             if missing:
-                problems.append(
-                    f"{where}: fields {missing} missing (candidate has {other['keys']})"
-                )
+                problems.append(f"{where}: fields {missing} missing (candidate has {other['keys']})")
         elif kind == "sequence" and other_kind == "sequence":
             if entry["length"] != other["length"]:
                 problems.append(f"{where}: length {other['length']}, reference {entry['length']}")
-        elif kind == "array" and other_kind == "array":
-            if list(entry["shape"]) != list(other["shape"]):
-                problems.append(
-                    f"{where}: shape {tuple(other['shape'])}, reference {tuple(entry['shape'])}"
-                )
-            elif _dtype_kind(entry["dtype"]) != _dtype_kind(other["dtype"]):
-                problems.append(f"{where}: dtype {other['dtype']}, reference {entry['dtype']}")
-        elif kind == "value" and other_kind == "array" and _is_number(entry.get("value")):
-            if other["shape"] not in ([], [1]):
-                problems.append(
-                    f"{where}: array of shape {tuple(other['shape'])} where the reference has a number"
-                )
-        elif kind == "array" and other_kind == "value" and _is_number(other.get("value")):
-            if entry["shape"] not in ([], [1]):
-                problems.append(
-                    f"{where}: a number where the reference has shape {tuple(entry['shape'])}"
-                )
+        elif kind in leaves and other_kind in leaves:
+            mismatch = _leaf_mismatch(entry, other)
+            if mismatch:
+                problems.append(f"{where}: {mismatch}")
         elif kind != other_kind:
-            problems.append(f"{where}: a {other_kind} where the reference has a {kind}")
+            what = describe_leaf(other) if other_kind in leaves else f"a {other_kind}"
+            problems.append(
+                f"{where}: {what} where the reference has {describe_leaf(entry) if kind in leaves else 'a ' + kind}"
+            )
     return problems
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def default_measure(value: Any) -> str:
@@ -189,6 +227,47 @@ def measure_for(path: str, value: Any, measures: dict[str, str]) -> str:
         if fnmatch.fnmatchcase(path, pattern):
             return name
     return default_measure(value)
+
+
+MEASURE_NEEDS = {
+    "tensor": "numbers (an array or a number)",
+    "scalar": "numbers (a number, or an array of numbers)",
+    "banded": "numbers (a number, or an array of numbers)",
+    "distributional": "a float array of logits [..., classes]",
+}
+"""What each measure but `exact` (which takes anything) can compare."""
+
+
+def measure_misfit(measure: str, entry: dict) -> str | None:
+    """Why `measure` cannot compare a leaf of the manifest `entry`'s data kind; None where it can."""
+    kind, shape = leaf_kind(entry)
+    numeric = kind in ("bool", "int", "float") and shape is not None
+    fits = measure == "exact" or (
+        numeric and (measure != "distributional" or (kind == "float" and entry["kind"] == "array" and bool(shape)))
+    )
+    return None if fits else f"{measure} needs {MEASURE_NEEDS[measure]}, not {describe_leaf(entry)}"
+
+
+def _check_measures(ref: SideOutput, measures: dict[str, str]) -> None:
+    """Refuse a `compare` entry that names no output of the reference, or a measure that does not fit its data.
+
+    Raises:
+        ValueError: naming the entry, the output and what the measure needs.
+    """
+    leaves = {path: entry for path, entry in ref.manifest.items() if entry["kind"] in ("array", "value")}
+    for pattern in measures:
+        if not any(path == pattern or fnmatch.fnmatchcase(path, pattern) for path in leaves):
+            names = ", ".join(sorted(p or "<output>" for p in leaves)[:12]) or "none"
+            raise ValueError(
+                f"compare names {pattern!r}, which is no output of the reference (outputs: {names}); "
+                "name an output, or a glob such as 'grads/*'"
+            )
+    for path, entry in leaves.items():
+        named = path in measures or any(fnmatch.fnmatchcase(path, pattern) for pattern in measures)
+        measure = measure_for(path, None, measures) if named else "exact"
+        misfit = measure_misfit(measure, entry)
+        if misfit:
+            raise ValueError(f"compare names {measure} for {path or '<output>'}: {misfit}")
 
 
 def _distance(measure: str, a: Any, b: Any) -> float:
@@ -233,6 +312,10 @@ def compare_outputs(
             with `ref` is the noise floor.
         measures: output path (or glob) -> measure name ('tensor', 'distributional',
             'scalar', 'banded', 'exact').
+
+    Raises:
+        ValueError: a measure is unknown, names no output of the reference, or cannot
+            compare the data of an output it names (the probe's fault, not the candidate's).
     """
     measures = measures or {}
     unknown = {m for m in measures.values() if m not in MEASURE_NAMES}
@@ -240,6 +323,7 @@ def compare_outputs(
         raise ValueError(
             f"unknown measure(s) {sorted(unknown)}; use one of {', '.join(MEASURE_NAMES)}"
         )
+    _check_measures(ref, measures)
     result = Comparison(structure=compare_structure(ref, cand))
     broken = {p.split(":")[0] for p in result.structure}
     for path, entry in ref.manifest.items():
