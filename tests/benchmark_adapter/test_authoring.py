@@ -211,6 +211,7 @@ def json_files(folder: Path) -> dict[Path, bytes]:
     return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*.json")}
 
 
+@pytest.mark.heavy  # records the references of a task (15-20 s)
 def test_refresh_keeps_the_references_when_recording_fails(tmp_path):
     task_dir = tmp_path / "tiny-net"
     shutil.copytree(TINY, task_dir)

@@ -69,6 +69,7 @@ def records(run: RunDir, kind: str) -> list[dict]:
     return [r for r in map(json.loads, run.trajectory.read_text().splitlines()) if r["type"] == kind]
 
 
+@pytest.mark.heavy  # two scripted rounds, graded (15-35 s)
 def test_two_rounds_in_twins_sandbox_with_the_packages_templates_graded_like_base(tmp_path):
     from harness.scaffolds.mini_swe import default_config
 

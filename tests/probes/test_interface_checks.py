@@ -102,6 +102,7 @@ BROKEN_MODEL = (
 )
 
 
+@pytest.mark.heavy  # four defects, each a sandboxed run of the candidate (about 30 s)
 def test_each_declared_check_catches_its_defect(tmp_path):
     # one candidate, four defects: a Python branch on a traced value (jit), a loss that never
     # reaches layer b (dead gradients), an extra converted leaf (tree), a failing entry point

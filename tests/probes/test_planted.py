@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmark_adapter.task.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
@@ -34,6 +36,7 @@ def test_a_planted_copy_has_its_own_property_of_its_own_kind(tmp_path):
     assert "forward.affine" not in stated_ids(tmp_path / "planted.py")
 
 
+@pytest.mark.heavy  # the desk runs the probe on the candidate and on the planted copy (about 30 s)
 def test_the_desk_records_a_planted_copy_apart_and_no_tally_counts_it(tmp_path):
     with EvidenceStore(tmp_path / "evidence.sqlite") as store:
         desk = RunProbeDesk(
