@@ -129,24 +129,32 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         site_copies.hold(root, key)  # before looking: a copy in use is never collected
         if target.is_dir():
             return target
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-        kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
-        if kept:  # a reflink where the filesystem has them: the copy then costs no space
-            subprocess.run(
-                ["cp", "-a", "--no-preserve=links", "--reflink=auto", "--", *kept, str(staging)],
-                check=True,
-                capture_output=True,
-            )
-        subprocess.run(["chmod", "-R", "go-w", "--", str(staging)], check=True, capture_output=True)
-        staging.chmod(0o755)
-        try:
-            staging.rename(target)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)  # built concurrently by another process
-        site_copies.record_size(root, key)
-        site_copies.collect(root, current=key)
+        with site_copies.building(root, key):  # a second process waits, then finds it built
+            if not target.is_dir():
+                staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+                _copy_without(site_dir, drop, staging)
+                try:
+                    staging.rename(target)
+                except OSError:  # built meanwhile by a process that took no build lock
+                    shutil.rmtree(staging, ignore_errors=True)
+                staging = None
+                site_copies.record_size(root, key)
+                site_copies.collect(root, current=key)
     except (OSError, subprocess.CalledProcessError):
         if staging is not None:  # a partial copy (a full disk) is gigabytes nobody would reuse
             shutil.rmtree(staging, ignore_errors=True)
         return None
     return target if target.is_dir() else None
+
+
+def _copy_without(site_dir: Path, drop: frozenset[str], staging: Path) -> None:
+    """Copy `site_dir` less `drop` into `staging`, nothing in it writable but by its owner."""
+    kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
+    if kept:  # a reflink where the filesystem has them: the copy then costs no space
+        subprocess.run(
+            ["cp", "-a", "--no-preserve=links", "--reflink=auto", "--", *kept, str(staging)],
+            check=True,
+            capture_output=True,
+        )
+    subprocess.run(["chmod", "-R", "go-w", "--", str(staging)], check=True, capture_output=True)
+    staging.chmod(0o755)

@@ -38,6 +38,7 @@ from harness.ground.boundary import Boundary, Mount
 from harness.ground.errors import TwinError
 from harness.ground.isolation import cache_root, stage_root
 from harness.ground.sandbox import ExecResult, SandboxError
+from harness.ground.untrusted_io import write_atomic
 from harness.ground.views import tree_entries
 from harness.sandbox.disk import DISK_RETURNCODE
 from harness.sandbox.owner import own_tag, owner_alive
@@ -250,7 +251,8 @@ def _slot_dir() -> Path:
     recover_slots(base)
     path = Path(tempfile.mkdtemp(prefix="p", dir=base))
     os.chmod(path, 0o711)
-    (path / _OWNER).write_text(own_tag())
+    # whole or not at all: another twin reading an empty owner would take the slot for a dead one
+    write_atomic(path, _OWNER, own_tag().encode())
     return path
 
 

@@ -4,10 +4,11 @@ Each distinct interpreter environment (its directory, its modification time, the
 hidden) gets a copy of its own (`packages.pruned_site_dir`): a few GiB for a
 machine-learning venv, and every `pip install` makes a new one. A process that uses a
 copy holds a shared `flock` on `<key>.lock` beside it until it exits (the lock file's
-modification time is the copy's last use). Each time a new copy is built, `collect`
-removes the least recently used copies that no process holds, beyond the newest
-`$TWIN_SITE_CACHE_KEEP` (default 3) and beyond `$TWIN_SITE_CACHE_MAX_GB` (default 16) in
-all. The copy just built and every copy in use stay, whatever the limits say.
+modification time is the copy's last use); one that builds a copy holds `<key>.build`
+exclusively meanwhile, so a second waits for the copy rather than making its own. Each
+time a new copy is built, `collect` removes the least recently used copies that no process
+holds, beyond the newest `$TWIN_SITE_CACHE_KEEP` (default 3) and beyond
+`$TWIN_SITE_CACHE_MAX_GB` (default 16) in all. The copy just built and every copy in use stay, whatever the limits say.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.ground.errors import TwinError
@@ -81,6 +84,21 @@ def _hold(path: Path) -> None:
     os.utime(path)
 
 
+@contextmanager
+def building(root: Path, key: str) -> Iterator[None]:
+    """Build the copy `key` alone: a process (or thread) that wants it too waits here.
+
+    Two sandboxes starting at once on a new machine would otherwise each copy gigabytes
+    and throw one copy away; the one that waited looks again and finds the copy built.
+    """
+    fd = os.open(root / f"{key}.build", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def record_size(root: Path, key: str) -> int:
     """Measure the copy `key` (allocated blocks) and note it beside it; return it."""
     size = _measure(root / key)
@@ -128,7 +146,7 @@ def _remove_unless_held(root: Path, key: str) -> bool:
             return False
         if (root / key).is_dir():
             os.rename(root / key, trash)
-        for name in (f"{key}.size", f"{key}.lock"):
+        for name in (f"{key}.size", f"{key}.build", f"{key}.lock"):
             (root / name).unlink(missing_ok=True)
     finally:
         os.close(fd)

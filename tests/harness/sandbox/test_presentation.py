@@ -6,11 +6,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.ground.agent_tree import discard_tree
 from harness.ground.boundary import Boundary, Mount
+from harness.sandbox import presentation
 from harness.sandbox.presentation import Presenter, recover_slots
 
 
@@ -155,3 +158,36 @@ def test_a_dead_slot_holding_a_deep_chain_is_removed_without_a_crash(tmp_path, s
     deep_chain(folder / "0.done", 1200, name="d")
     assert recover_slots(stage) == []
     assert not folder.exists()
+
+
+SWEEPER = """
+import sys
+from pathlib import Path
+from harness.sandbox.presentation import recover_slots
+base, stop = Path(sys.argv[1]), Path(sys.argv[2])
+while not stop.exists():
+    recover_slots(base)
+"""
+
+
+@pytest.mark.heavy  # a race: seconds of three processes sweeping while slots are made
+def test_a_slot_being_made_is_never_taken_for_a_dead_one_by_another_twin(tmp_path, stage):
+    stage.mkdir(parents=True)
+    command = [sys.executable, "-c", SWEEPER, str(stage), str(tmp_path / "stop")]
+    sweepers = [subprocess.Popen(command, cwd=Path(__file__).parents[3]) for _ in range(3)]
+    try:
+        time.sleep(0.5)  # the sweepers have started
+        lost = 0
+        for _ in range(1500):
+            try:  # the other processes sweep dead slots meanwhile
+                slot = presentation._slot_dir()
+                (slot / "0").mkdir()
+            except FileNotFoundError:
+                lost += 1
+                continue
+            discard_tree(slot)
+    finally:
+        (tmp_path / "stop").touch()
+        for sweeper in sweepers:
+            sweeper.wait(timeout=30)
+    assert lost == 0  # before the owner file was written whole, 1 to 3 slots in 1500 were lost

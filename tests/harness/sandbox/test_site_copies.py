@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from harness.sandbox import site_copies
+from harness.sandbox import packages, site_copies
 from harness.sandbox.packages import pruned_site_dir
 from harness.sandbox.site_copies import SiteCacheConfigError, collect, hold, policy
 
@@ -122,6 +124,27 @@ def test_building_a_copy_notes_its_size_and_collects_the_stale_ones(tmp_path, mo
     assert int((root / f"{copy.name}.size").read_text()) > 0
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted([copy.name, "a"])
     assert pruned_site_dir(site, frozenset({"torch"})) == copy  # reused, nothing collected
+
+
+def test_sandboxes_starting_at_once_wait_for_one_copy_rather_than_each_making_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
+    site = tmp_path / "venv" / "site-packages"
+    (site / "numpy").mkdir(parents=True)
+    (site / "numpy" / "__init__.py").write_text("x = 1\n")
+    built: list[int] = []
+    real_copy = packages._copy_without
+
+    def slow_copy(*args):
+        built.append(threading.get_ident())
+        time.sleep(0.3)  # long enough for every other thread to arrive while this one copies
+        real_copy(*args)
+
+    monkeypatch.setattr(packages, "_copy_without", slow_copy)
+    with ThreadPoolExecutor(4) as pool:
+        copies = list(pool.map(lambda _: pruned_site_dir(site, frozenset({"torch"})), range(4)))
+    assert len(built) == 1
+    assert copies[0] is not None and set(copies) == {copies[0]} and (copies[0] / "numpy").is_dir()
+    assert not [p for p in (tmp_path / "cache" / "site-packages").iterdir() if p.name.startswith(".")]
 
 
 def test_a_copy_in_a_cache_this_user_cannot_write_is_used_unheld(root, monkeypatch):
