@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/system-deps.sh
 [ -x .venv/bin/python ] || ./scripts/setup.sh
-exec .venv/bin/python -m pytest -q -n "${TWIN_TEST_WORKERS:-2}" "$@"
+# 4 workers on 2 cores: the tests wait on sandboxes, subprocesses and the disk about half the time
+exec .venv/bin/python -m pytest -q -n "${TWIN_TEST_WORKERS:-4}" "$@"

@@ -98,6 +98,7 @@ def test_two_rounds_in_twins_sandbox_with_the_packages_templates_graded_like_bas
     assert (run.root / "mini-swe-agent.round-1.traj.json").exists()  # the package's own trajectory too
 
 
+@pytest.mark.heavy  # a graded mini-swe-agent run (6 s)
 def test_budget_stops_the_run_cleanly_and_keeps_the_round(tmp_path):
     run = run_tiny(tmp_path, mini_two_rounds(), budget={"max_calls": 3}, grade=False)
     state = run.load_state()
@@ -207,6 +208,7 @@ def test_bundled_mini_swe_agent_example_replays_and_grades(tmp_path):
     assert rewards[0] < rewards[1] and rewards[1] >= 0.97  # round 1's seeded defect, repaired in round 2
 
 
+@pytest.mark.heavy  # a graded mini-swe-agent run (6 s)
 def test_commands_no_process_can_take_are_errors_shown_to_the_agent(tmp_path):
     replies = [
         bash("echo a\0b"),

@@ -217,6 +217,7 @@ def test_parallel_writers_are_stopped_near_the_disk_cap(small, arena):
         remove_tree(arena.ws.candidate / "par")
 
 
+@pytest.mark.heavy  # bursts of 800 MB against the cap, twice (7 s)
 def test_a_root_over_its_cap_cannot_grow_in_later_commands(small, arena):
     """Each command's overshoot would add up; once over the cap, no later command can write a byte."""
     burst = "mkdir -p /app/rep; for i in $(seq 40); do (head -c 20M /dev/zero > /app/rep/$i &); done; wait; sleep 2"
