@@ -55,7 +55,9 @@ def _outcome(record: EvidenceRecord | None, *, plain: bool = False) -> str | Tex
 
 
 def _score(record: EvidenceRecord | None) -> str:
-    return "" if record is None or record.score is None else numbers.score(record.score)
+    if record is None or record.score is None:
+        return ""
+    return numbers.short_of_one(numbers.score(record.score), record.score)
 
 
 def _state(record: EvidenceRecord | None, *, plain: bool = False) -> str | Text:

@@ -135,4 +135,4 @@ def grade_output_tail(log_tail: str, lines: int = 20) -> str:
 def _fmt(value) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
-    return numbers.score(value)
+    return numbers.short_of_one(numbers.score(value), value)

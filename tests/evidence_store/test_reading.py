@@ -270,6 +270,9 @@ def test_a_reward_that_rounds_to_one_says_how_far_short_it_is():
     assert numbers.reward(1.0) == "1.0000" and numbers.reward(0.69174164) == "0.6917"
     assert numbers.reward(0.99998777) == "1.0000 (1 - 1.2e-05)"  # a repair from here must show
     assert numbers.reward(0.99999995) != numbers.reward(0.99998777)
+    assert numbers.short_of_one(numbers.score(0.99995), 0.99995) == "1.0 (1 - 5e-05)"
+    assert numbers.short_of_one(numbers.score(1.0), 1.0) == "1.0"
+    assert numbers.short_of_one(numbers.score(0.31), 0.31) == "0.31"
 
 
 def test_a_property_that_lost_its_outcome_is_named_with_the_outcome_word_the_evidence_uses():

@@ -52,6 +52,14 @@ def test_show_lists_the_latest_state_with_counts(run_dir, capsys):
     assert "3 properties (latest outcome of each): established=1 violated=2 not_established=0" in out
 
 
+def test_a_violated_score_that_rounds_to_one_says_how_far_short_it_is(run_dir, capsys):
+    with EvidenceStore(run_dir / STORE_FILENAME) as store:  # a fault planted 5e-05 away, caught
+        store.append_many([_rec("planted:fwd.logits", "violated", 3, kind="planted", score=0.99995)])
+    assert main(["evidence", "show", "r1", "--records"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "planted:fwd.logits" in x)
+    assert line.startswith("violated") and line.endswith("score 1.0 (1 - 5e-05)")
+
+
 def test_show_after_a_round_and_of_one_kind(run_dir, capsys):
     assert main(["evidence", "show", str(run_dir), "--round", "1", "--kind", "differential"]) == 0
     out = capsys.readouterr().out

@@ -66,9 +66,17 @@ def reward(value: float) -> str:
     `0.99998777` reads `1.0000 (1 - 1.2e-05)`: a repair that moves a reward from there to
     `0.99999995` must not read as no change at all.
     """
-    text = f"{value:.4f}"
-    if text == "1.0000" and value < 1.0:
-        text += f" (1 - {significant(1.0 - value, 2)})"
+    return short_of_one(f"{value:.4f}", value)
+
+
+def short_of_one(text: str, value: float) -> str:
+    """`text` (`value` rounded), saying by how much `value` falls short of 1 where it reads 1.
+
+    A score of `0.99995` reads `1.0 (1 - 5e-05)` on a terminal: a violated property shown
+    with a perfect-looking score would read as a contradiction.
+    """
+    if value < 1.0 and float(text) == 1.0:
+        return f"{text} (1 - {significant(1.0 - value, 2)})"
     return text
 
 
