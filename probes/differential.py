@@ -185,6 +185,7 @@ def run_matched_probes(
             run_side(ctx, root, "candidate", cand_runs, timeout_s=timeout, config_name="candidate")
             if cand_runs
             else [],
+            strict=True,  # one result per run, as run_side promises
         )
     )
     results = []

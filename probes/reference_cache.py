@@ -79,6 +79,7 @@ def reference_runs(
             zip(
                 [(r["name"], r["out"].split("/")[-1]) for r in runs],
                 run_side(ctx, root, "reference", runs, timeout_s=timeout, config_name="reference"),
+                strict=True,  # one result per run, as run_side promises
             )
         )
         again_names = [
@@ -98,6 +99,7 @@ def reference_runs(
             for name, result in zip(
                 again_names,
                 run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"),
+                strict=True,
             ):
                 reference[(name, "ref2")] = result
         if cached is None:

@@ -31,7 +31,10 @@ class Migrator:
         self.agent = Agent(model, tools, role=self.role, max_steps=max_steps, **observers)
 
     def run(self, brief: RoundBrief) -> AgentOutcome:
-        """Work towards `brief.diagnosis` (with the evidence it rests on, from round 2); the output is the Migrator's summary of what it changed."""
+        """Work towards `brief.diagnosis` (with the evidence it rests on, from round 2).
+
+        The outcome's output is the Migrator's summary of what it changed.
+        """
         return self.agent.run(
             prompting.render("migrator_system", candidate_dir=brief.candidate_dir),
             prompting.render(

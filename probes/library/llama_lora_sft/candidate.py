@@ -144,17 +144,20 @@ def check_grads_live(env):
     # The schedule's first learning rate is 0 (warmup from 0), so take two steps.
     new_state, metrics = step(*step(state, batch)[:1], batch)
     after = jax.tree_util.tree_leaves(new_state.params["lora"])
-    base_same = all(
-        bool(np.array_equal(np.asarray(x), np.asarray(y)))
-        for x, y in zip(
-            jax.tree_util.tree_leaves(state.params["base"]),
-            jax.tree_util.tree_leaves(new_state.params["base"]),
-        )
+    base_before = jax.tree_util.tree_leaves(state.params["base"])
+    base_after = jax.tree_util.tree_leaves(new_state.params["base"])
+    # a step that adds or drops a leaf has changed the tree: never compare only the common part
+    base_same = len(base_before) == len(base_after) and all(
+        bool(np.array_equal(np.asarray(x), np.asarray(y))) for x, y in zip(base_before, base_after, strict=True)
     )
+    adapters_move = len(before) != len(after) or any(
+        not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(before, after, strict=True)
+    )
+    grad_norm = float(metrics["grad_norm"])
     return {
         "loss_finite": bool(np.isfinite(float(metrics["loss"]))),
-        "grad_norm_positive": bool(float(metrics["grad_norm"]) > 0) and bool(np.isfinite(float(metrics["grad_norm"]))),
-        "adapters_move": any(not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(before, after)),
+        "grad_norm_positive": bool(grad_norm > 0) and bool(np.isfinite(grad_norm)),
+        "adapters_move": adapters_move,
         "base_untouched": base_same,
     }
 

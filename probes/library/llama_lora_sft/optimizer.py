@@ -229,8 +229,8 @@ def candidate_optimizer(env):
         g_base = jax.tree_util.tree_map(lambda x: np.full_like(x, 0.01), base)
         updates, state = optimizer.update({"base": g_base, "lora": g_lora}, state, params)
         params = optax.apply_updates(params, updates)
-    unchanged = all(
-        bool(np.array_equal(np.asarray(a), np.asarray(b)))
-        for a, b in zip(jax.tree_util.tree_leaves(params["base"]), jax.tree_util.tree_leaves(base))
+    after, before = jax.tree_util.tree_leaves(params["base"]), jax.tree_util.tree_leaves(base)
+    unchanged = len(after) == len(before) and all(
+        bool(np.array_equal(np.asarray(a), np.asarray(b))) for a, b in zip(after, before, strict=True)
     )
     return {"lora": _lora_to_raw(params["lora"]), "base_unchanged": unchanged}
