@@ -109,3 +109,32 @@ def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
             localized += verdict in ("exact", "counterpart")
     assert caught >= 0.9 * len(defects)
     assert localized >= 0.7 * caught
+
+
+def test_a_train_step_that_grows_the_base_tree_is_not_base_untouched(monkeypatch):
+    """The common part of two trees agreeing says nothing of a leaf one of them added."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from probes.library.llama_lora_sft import candidate
+
+    def make_train_step(cfg, tcfg):
+        def step(state, batch):
+            base = {**state.params["base"], "zz_added": np.ones(1)}  # sorts after every original leaf
+            lora = {"a": state.params["lora"]["a"] + 1.0}
+            return SimpleNamespace(params={"base": base, "lora": lora}), {"loss": 1.0, "grad_norm": 1.0}
+
+        return step
+
+    train = types.ModuleType("llama_sft.train")
+    train.make_train_step = make_train_step
+    monkeypatch.setitem(sys.modules, "llama_sft", types.ModuleType("llama_sft"))
+    monkeypatch.setitem(sys.modules, "llama_sft.train", train)
+    state = SimpleNamespace(params={"base": {"w": np.ones(2)}, "lora": {"a": np.zeros(2)}})
+    monkeypatch.setattr(candidate, "_cfgs", lambda env: (None, None))
+    monkeypatch.setattr(candidate, "_state_and_batch", lambda env: (state, None))
+    checks = candidate.check_grads_live(None)
+    assert checks["base_untouched"] is False and checks["adapters_move"] is True
