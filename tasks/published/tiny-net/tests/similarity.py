@@ -159,7 +159,7 @@ def exact_agreement(ref: Any, cand: Any) -> float:
             return 0.0
         if not ref:
             return 1.0
-        return _clip(sum(exact_agreement(x, y) for x, y in zip(ref, cand)) / len(ref))
+        return _clip(sum(exact_agreement(x, y) for x, y in zip(ref, cand, strict=True)) / len(ref))
     try:
         return 1.0 if ref == cand and type(ref) is type(cand) else 0.0
     except Exception:
