@@ -144,22 +144,24 @@ def check_grads_live(env):
     # The schedule's first learning rate is 0 (warmup from 0), so take two steps.
     new_state, metrics = step(*step(state, batch)[:1], batch)
     after = jax.tree_util.tree_leaves(new_state.params["lora"])
-    base_before = jax.tree_util.tree_leaves(state.params["base"])
-    base_after = jax.tree_util.tree_leaves(new_state.params["base"])
-    # a step that adds or drops a leaf has changed the tree: never compare only the common part
-    base_same = len(base_before) == len(base_after) and all(
-        bool(np.array_equal(np.asarray(x), np.asarray(y))) for x, y in zip(base_before, base_after, strict=True)
-    )
-    adapters_move = len(before) != len(after) or any(
-        not np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(before, after, strict=True)
-    )
     grad_norm = float(metrics["grad_norm"])
     return {
         "loss_finite": bool(np.isfinite(float(metrics["loss"]))),
         "grad_norm_positive": bool(grad_norm > 0) and bool(np.isfinite(grad_norm)),
-        "adapters_move": adapters_move,
-        "base_untouched": base_same,
+        "adapters_move": not _leaves_equal(before, after),
+        "base_untouched": _leaves_equal(
+            jax.tree_util.tree_leaves(state.params["base"]), jax.tree_util.tree_leaves(new_state.params["base"])
+        ),
     }
+
+
+def _leaves_equal(before, after) -> bool:
+    """Two trees' leaves, equal one by one; a leaf added or dropped makes them unequal (never only the common part)."""
+    import numpy as np
+
+    return len(before) == len(after) and all(
+        bool(np.array_equal(np.asarray(x), np.asarray(y))) for x, y in zip(before, after, strict=True)
+    )
 
 
 def check_jit(env):
