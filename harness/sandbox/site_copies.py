@@ -8,7 +8,8 @@ modification time is the copy's last use); one that builds a copy holds `<key>.b
 exclusively meanwhile, so a second waits for the copy rather than making its own. Each
 time a new copy is built, `collect` removes the least recently used copies that no process
 holds, beyond the newest `$TWIN_SITE_CACHE_KEEP` (default 3) and beyond
-`$TWIN_SITE_CACHE_MAX_GB` (default 16) in all. The copy just built and every copy in use stay, whatever the limits say.
+`$TWIN_SITE_CACHE_MAX_GB` (default 16) in all. The copy just built and every copy in use
+stay, whatever the limits say.
 """
 
 from __future__ import annotations
