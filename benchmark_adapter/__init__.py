@@ -1,1 +1,2 @@
-"""Tasks in Harbor format: the task model (`task`, a low floor) and grading/authoring on top of it (`grading`)."""
+"""Tasks in Harbor format, graded: the unchanged grader, oracles, seeded defects, references and authoring
+(`grading`), on top of the task model (`task_model`)."""

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmark_adapter.grading.grader import oracle_copy, run_grader  # noqa: E402
-from benchmark_adapter.task.loader import load_task  # noqa: E402
+from task_model.loader import load_task  # noqa: E402
 
 TARGET_S = 90.0
 

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmark_adapter.grading.defects import apply_defect  # noqa: E402
 from benchmark_adapter.grading.sweep import load_defects  # noqa: E402
-from benchmark_adapter.task.loader import load_task  # noqa: E402
+from task_model.loader import load_task  # noqa: E402
 from evidence_store.records import Outcome, ProbeResult, Property  # noqa: E402
-from harness.ground.untrusted_io import write_text_atomic  # noqa: E402
+from ground.untrusted_io import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
 from probes.probe_format import probe_names  # noqa: E402

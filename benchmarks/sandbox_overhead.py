@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.ground.boundary import Boundary, Mount  # noqa: E402
-from harness.ground.isolation import (
+from ground.boundary import Boundary, Mount  # noqa: E402
+from ground.isolation import (
     python_mounts,  # noqa: E402
     scratch_dir,  # noqa: E402
 )
-from harness.sandbox.registry import make_sandbox  # noqa: E402
+from ground.sandboxes.registry import make_sandbox  # noqa: E402
 
 
 def median_ms(call, runs: int) -> float:

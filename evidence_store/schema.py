@@ -13,7 +13,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 
 
 class EvidenceStoreError(TwinError):

@@ -1,3 +1,3 @@
-"""twin's harness: the CLI, the loop, the model client, the sandbox and boundary, runs and benches."""
+"""twin's roof: the CLI, the loop and its scaffolds, the model clients, run directories, benches and reports."""
 
 __version__ = "0.1.0"

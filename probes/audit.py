@@ -31,7 +31,7 @@ import re
 import stat
 from pathlib import Path
 
-from harness.ground.agent_tree import Walk
+from ground.agent_tree import Walk
 from probes.audit_base import HIDDEN_KINDS, MAX_FILE_BYTES, SKIP_DIRS, Finding, python_files, read_source, scan
 from probes.foreign_files import file_kind, foreign_findings
 from probes.layout import import_roots as roots_of

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.ground.agent_tree import Walk, walk
-from harness.ground.untrusted_io import AgentFileError, read_regular_text
+from ground.agent_tree import Walk, walk
+from ground.untrusted_io import AgentFileError, read_regular_text
 
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 MAX_FILE_BYTES = 2_000_000

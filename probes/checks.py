@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from harness.ground.agent_tree import remove_tree
+from ground.agent_tree import remove_tree
 from probes.audit import audit_candidate
 from probes.audit_base import scan
 from probes.base import Probe, base_context, not_established

@@ -4,7 +4,7 @@ A `ProbeContext` says which candidate is examined (host path, commit), where the
 original and the assets are, the working directory for probe files and outputs,
 and the policy applied to both sides alike: sandbox kind, device, precision.
 `sandbox(side)` builds the sandbox of one side through the isolation policy
-(`harness.ground.isolation.probe_boundary`): the reference side sees the original, the
+(`ground.isolation.probe_boundary`): the reference side sees the original, the
 assets and torch; the candidate side sees the candidate and the assets, with the
 forbidden packages physically absent and no network. Each side has its own
 directories: `side_work(side)` (writable, its outputs) and `side_given(side)`
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from benchmark_adapter.task.layout import laid_out_mounts
-from benchmark_adapter.task.model import Task
-from harness.ground.agent_tree import discard_tree
-from harness.ground.errors import TwinError
-from harness.ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, scratch_dir
-from harness.sandbox.registry import make_sandbox
+from task_model.layout import laid_out_mounts
+from task_model.model import Task
+from ground.agent_tree import discard_tree
+from ground.errors import TwinError
+from ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, scratch_dir
+from ground.sandboxes.registry import make_sandbox
 
 Side = Literal["reference", "candidate"]
 SANDBOX_KINDS = ("auto", "none", "bwrap")
@@ -153,7 +153,7 @@ class ProbeContext:
         """The sandbox of one side (built once, reused).
 
         Raises:
-            harness.ground.sandbox.SandboxError: bwrap was asked for and cannot run.
+            ground.sandbox.SandboxError: bwrap was asked for and cannot run.
         """
         if side not in self._sandboxes:
             self._sandboxes[side] = self._build_sandbox(side)
@@ -226,7 +226,7 @@ def make_context(task: Task, candidate: Path | str, **options) -> ProbeContext:
     """Build a probe context for `candidate` against `task`'s original.
 
     Args:
-        task: the loaded task (`benchmark_adapter.task.loader`).
+        task: the loaded task (`task_model.loader`).
         candidate: the candidate work tree (host path).
         **options: any `ProbeContext` field (sandbox_kind, device, precision,
             workdir, audit_log, candidate_commit, seed, timeout_s, keep). Without

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from evidence_store.records import ProbeResult, Property
-from harness.ground.agent_tree import remove_tree
+from ground.agent_tree import remove_tree
 from probes.base import Probe, base_context
 from probes.context import ProbeContext
 from probes.outcomes import decide_matched

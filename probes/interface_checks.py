@@ -3,7 +3,7 @@
 The built-in checks every task gets are imports, independence and the migration
 audit. What else a candidate must do (trace under jit, give live gradients, convert
 a checkpoint into its own parameter tree, run its entry points) depends on names only
-the task knows: `[metadata.twin.interface]` (`benchmark_adapter.task.interface`) declares
+the task knows: `[metadata.twin.interface]` (`task_model.interface`) declares
 them. `interface_check(task)` runs the checks the declaration gives something to run
 with (the template `probes/interface_probe.py`, candidate side only);
 `check_plan(task)` says which ran and which could not, and why.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.task.model import Task
+from task_model.model import Task
 from evidence_store.records import ProbeResult
 from probes.base import Probe
 from probes.checks import checks_probe, chosen_checks

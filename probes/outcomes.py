@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from evidence_store.records import Outcome, ProbeResult, Property
-from harness.ground.sandbox import ExecResult
+from ground.sandbox import ExecResult
 from probes.base import not_established
 from probes.compare import compare_outputs
 from probes.context import ProbeContext

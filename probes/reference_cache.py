@@ -20,7 +20,7 @@ REFERENCE_OUTS = ("ref", "ref64", "ref2")
 def _tree_digest(root: Path | None) -> str:
     if root is None or not root.is_dir():
         return "-"
-    from harness.ground.agent_tree import walk
+    from ground.agent_tree import walk
 
     h = hashlib.sha1()
     found = walk(root, skip_dirs={"__pycache__"})

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmark_adapter.task.model import Task
+from task_model.model import Task
 from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
 from probes.checks import audit_check, checks_probe, imports_check
@@ -220,7 +220,7 @@ def run_suite(
     caller named, or asked to keep, stays).
 
     Args:
-        task: the loaded task (`benchmark_adapter.task.loader`).
+        task: the loaded task (`task_model.loader`).
         candidate: the candidate work tree (host path).
         probes: what to run (`builtin_checks`, `task_probes`, `load_probe_file`, factories).
         jobs: probes run at once.

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.ground.boundary import BoundaryViolation
-from harness.ground.errors import BudgetExceeded, InfraFailure
-from harness.ground.model import Message, Model, ModelInfraError, ModelReply
-from harness.ground.sandbox import SandboxError
+from ground.boundary import BoundaryViolation
+from ground.errors import BudgetExceeded, InfraFailure
+from ground.model import Message, Model, ModelInfraError, ModelReply
+from ground.sandbox import SandboxError
 from roles.tools import Tool, ToolError, ToolResult
 
 MAX_ERROR_CHARS = 500

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.ground.model import Model
+from ground.model import Model
 from roles import prompting
 from roles.agent import Agent, AgentOutcome, Submitted
 from roles.role import RoundBrief

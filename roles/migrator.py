@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.ground.model import Model
+from ground.model import Model
 from roles import prompting
 from roles.agent import Agent, AgentOutcome, Submitted
 from roles.role import RoundBrief

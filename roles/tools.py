@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from harness.ground.boundary import Boundary
-from harness.ground.sandbox import ExecResult, Sandbox
-from harness.ground.untrusted_io import AgentFileError, overwrite_regular, read_regular
+from ground.boundary import Boundary
+from ground.sandbox import ExecResult, Sandbox
+from ground.untrusted_io import AgentFileError, overwrite_regular, read_regular
 
 MAX_READ_CHARS = 40_000
 MAX_READ_BYTES = 4 * MAX_READ_CHARS

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from harness.ground.model import Model
+from ground.model import Model
 from roles import prompting
 from roles.agent import Agent, AgentOutcome, Submitted
 from roles.role import RoundBrief

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmark_adapter.grading.defects import Defect  # noqa: E402
-from benchmark_adapter.task.loader import load_task  # noqa: E402
+from task_model.loader import load_task  # noqa: E402
 from harness.run.directory import RunConfig  # noqa: E402
 from harness.run.migration import run_migration  # noqa: E402
 from harness.run.session import RunInputs  # noqa: E402

@@ -1,15 +1,14 @@
-"""twin's floors: one floor per folder, no import that runs back up, no circle of files.
+"""twin's floors: one floor per top-level package, no import that runs back up, no circle of files.
 
-`FLOORS` lists the floors, lowest first, each with the folders on it. A module stands
-on the floor of its folder: the listed folder that is the longest prefix of its dotted
-name (a sub-folder stands with its parent unless it is listed itself). A module may
-import modules of its own floor and of the floors below, never one above: not at the
-top of a file, not inside a function, not under `TYPE_CHECKING`, not through
-`importlib.import_module("...")` with a literal name. The graph is read with `ast` from
-the source files, so an import that only runs inside a function is seen like any other.
-Separately, no files may import each other in a loop (a circle of files on one floor
-is allowed by the floors, not by this test).
-"""
+`FLOORS` lists the top-level packages, lowest first; `INNER_FLOORS` the floors of the folders
+inside a package that has more than one (`ground`: its contracts below its sandboxes; `harness`:
+models, runs, scaffolds, benches, commands). A module stands on the floor of the listed folder
+that is the longest prefix of its dotted name. A module may import modules of its own floor and
+of the floors below, never one above: not at the top of a file, not inside a function, not under
+`TYPE_CHECKING`, not through `importlib.import_module("...")` with a literal name. The graph is
+read with `ast` from the source files, so an import that only runs inside a function is seen like
+any other. Code that runs inside a sandbox (`INSIDE`) imports nothing of twin's. Separately, no
+files may import each other in a loop."""
 
 from __future__ import annotations
 
@@ -23,33 +22,48 @@ import networkx as nx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "roles", "probes", "evidence_store", "benchmark_adapter", "prompts")
+PACKAGES = ("ground", "prompts", "evidence_store", "task_model", "probes", "benchmark_adapter", "roles", "harness")
 
+# One floor per top-level package, lowest first: a package may import its own floor and the floors below.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # code that runs inside a sandbox beside the candidate or the grader: imports nothing of twin's
-    ("inside", ("probes.library", "probes.services.drivers", "benchmark_adapter.grading.templates")),
-    # errors, the model and sandbox protocols, the boundary, the isolation policy, agent trees,
-    # atomic files, the trajectory record; `harness` itself is only the package's version
-    ("ground", ("harness.ground", "harness")),
+    # the boundary layer everything stands on: errors, the model and sandbox protocols, the boundary and
+    # isolation policy, views, agent trees, untrusted I/O, the trajectory record, the sandboxes themselves
+    ("ground", ("ground",)),
     # the prompt templates (no code of their own)
     ("prompts", ("prompts",)),
-    # the sandbox implementations and their registry: what probes, graders and roles run in
-    ("sandboxes", ("harness.sandbox",)),
     ("evidence", ("evidence_store",)),
     # the task model: loading a task, reading its Dockerfile, laying out its visible parts
-    ("tasks", ("benchmark_adapter.task",)),
+    ("task model", ("task_model",)),
     ("probes", ("probes",)),
     # the grader, oracles, seeded defects, references and `twin task new`
     ("grading", ("benchmark_adapter",)),
     ("roles", ("roles",)),
-    # model clients by name: litellm, replay, scripted, human, inbox; budgets and the ledger
-    ("models", ("harness.models",)),
-    # what every scaffold shares of one run: config and directory, session, workspace, closing steps
-    ("run", ("harness.run",)),
-    ("scaffolds", ("harness.scaffolds",)),
-    ("bench", ("harness.bench",)),
-    ("commands", ("harness.cli",)),
+    # the roof: model clients, runs, scaffolds, benches and the CLI
+    ("roof", ("harness",)),
 )
+
+# Inside a top-level package, its folders stand on floors of their own, lowest first.
+INNER_FLOORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "ground": (
+        ("contracts", ("ground",)),
+        # the sandbox implementations and their registry: what probes, graders and roles run in
+        ("sandboxes", ("ground.sandboxes",)),
+    ),
+    "harness": (
+        # `harness` itself is only the package's version
+        ("version", ("harness",)),
+        # model clients by name: litellm, replay, scripted, human, inbox; budgets and the ledger
+        ("models", ("harness.models",)),
+        # what every scaffold shares of one run: config and directory, session, workspace, closing steps
+        ("run", ("harness.run",)),
+        ("scaffolds", ("harness.scaffolds",)),
+        ("bench", ("harness.bench",)),
+        ("commands", ("harness.cli",)),
+    ),
+}
+
+# Code that runs inside a sandbox beside the candidate or the grader: it imports nothing of twin's.
+INSIDE = ("probes.library", "probes.services.drivers", "benchmark_adapter.grading.templates")
 
 # Folders whose modules still stand on two floors, each with what makes it one floor.
 SPLIT_PENDING: dict[str, str] = {}
@@ -70,7 +84,7 @@ class Import:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """`harness/ground/model.py` -> `harness.ground.model`; a package's `__init__.py` -> the package."""
+    """`ground/model.py` -> `ground.model`; a package's `__init__.py` -> the package."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -173,6 +187,12 @@ def circles(edges: list[Import]) -> dict[frozenset[str], list[str]]:
     return found
 
 
+def inside_imports(edges: list[Import]) -> list[str]:
+    """Imports of twin's code made by code that runs inside a sandbox (`INSIDE`), as `file:line -> target`."""
+    inside = [e for e in edges if any(e.importer == p or e.importer.startswith(p + ".") for p in INSIDE)]
+    return [f"{e.path}:{e.line} -> {e.target}" for e in inside]
+
+
 def folder_of(module: str, sources: dict[str, Path]) -> str:
     """The folder a module lies in, dotted (a package's `__init__` lies in its own folder)."""
     return module if sources[module].name == "__init__.py" else module.rpartition(".")[0]
@@ -201,6 +221,17 @@ def test_no_module_imports_a_floor_above_its_own(edges):
     assert not found, "imports that run back up:\n" + "\n".join(found)
 
 
+def test_every_floor_is_one_top_level_package():
+    assert [prefix for _, prefixes in FLOORS for prefix in prefixes] == list(PACKAGES)
+
+
+@pytest.mark.parametrize("package", sorted(INNER_FLOORS))
+def test_no_folder_imports_a_floor_above_its_own_inside_its_package(edges, package):
+    inside = [e for e in edges if e.importer.split(".")[0] == package == e.target.split(".")[0]]
+    found = upward_imports(inside, INNER_FLOORS[package])
+    assert inside and not found, "imports that run back up:\n" + "\n".join(found)
+
+
 def test_no_files_import_each_other_in_a_circle(edges):
     found = circles(edges)
     new = ["\n  ".join([", ".join(sorted(c)), *ties]) for c, ties in found.items() if c not in KNOWN_CIRCLES]
@@ -209,8 +240,10 @@ def test_no_files_import_each_other_in_a_circle(edges):
     assert gone == [], "these circles are broken: drop them from KNOWN_CIRCLES"
 
 
-def test_every_folder_stands_on_one_floor(sources):
-    mixed = mixed_folders(sources)
+@pytest.mark.parametrize("package", sorted(INNER_FLOORS))
+def test_every_folder_stands_on_one_floor(sources, package):
+    own = {name: path for name, path in sources.items() if name.split(".")[0] == package}
+    mixed = mixed_folders(own, INNER_FLOORS[package])
     assert set(mixed) == set(SPLIT_PENDING), {folder: sorted(names) for folder, names in mixed.items()}
 
 
@@ -224,9 +257,9 @@ def test_no_module_of_twins_own_code_is_over_400_lines(sources):
 
 
 def test_every_floor_names_code_that_exists(sources):
-    for _name, prefixes in FLOORS:
-        for prefix in prefixes:
-            assert any(m == prefix or m.startswith(prefix + ".") for m in sources), f"{prefix} in FLOORS names no code"
+    listed = [p for floors in (FLOORS, *INNER_FLOORS.values()) for _, prefixes in floors for p in prefixes]
+    for prefix in [*listed, *INSIDE]:
+        assert any(m == prefix or m.startswith(prefix + ".") for m in sources), f"{prefix} in FLOORS names no code"
 
 
 def test_every_module_is_on_a_floor(sources, edges):
@@ -235,14 +268,13 @@ def test_every_module_is_on_a_floor(sources, edges):
 
 
 def test_ground_imports_only_ground(edges):
-    ground = [e for e in edges if e.importer.startswith("harness.ground")]
-    outside = [f"{e.path}:{e.line} -> {e.target}" for e in ground if not e.target.startswith("harness.ground.")]
+    ground = [e for e in edges if e.importer.startswith("ground")]
+    outside = [f"{e.path}:{e.line} -> {e.target}" for e in ground if not e.target.startswith("ground.")]
     assert ground and not outside, outside
 
 
 def test_code_that_runs_inside_a_sandbox_imports_nothing_of_twins(edges):
-    assert FLOORS[0][0] == "inside"
-    assert [f"{e.path}:{e.line} -> {e.target}" for e in edges if floor_of(e.importer) == 0] == []
+    assert inside_imports(edges) == []
 
 
 def test_harness_package_itself_imports_nothing():
@@ -285,17 +317,32 @@ def test_checker_reports_an_upward_import_inside_a_function(tmp_path):
 
 def test_checker_sees_a_deliberate_upward_import_added_to_twins_own_ground(tmp_path):
     """A copy of the real ground with one import of the run package added inside a function fails."""
-    ground = REPO / "harness" / "ground"
-    files = {f"harness/ground/{p.name}": p.read_text() for p in ground.glob("*.py")}
+    files = {f"ground/{p.name}": p.read_text() for p in (REPO / "ground").glob("*.py")}
     files["harness/__init__.py"] = ""
     files["harness/run/__init__.py"] = ""
-    files["harness/run/directory.py"] = "from harness.ground.errors import TwinError\n"
-    assert upward_imports(import_graph(_tree(tmp_path, files), ("harness",))) == []
+    files["harness/run/directory.py"] = "from ground.errors import TwinError\n"
+    packages = ("ground", "harness")
+    assert upward_imports(import_graph(_tree(tmp_path, files), packages)) == []
     late = "\n\ndef _late():\n    from harness.run import directory\n    return directory\n"
-    files["harness/ground/errors.py"] += late
-    found = upward_imports(import_graph(_tree(tmp_path, files), ("harness",)))
-    assert len(found) == 1 and found[0].startswith("harness/ground/errors.py:")
-    assert "harness.run.directory inside a function (floor 'ground' may not import floor 'run'" in found[0]
+    files["ground/errors.py"] += late
+    found = upward_imports(import_graph(_tree(tmp_path, files), packages))
+    assert len(found) == 1 and found[0].startswith("ground/errors.py:")
+    assert "harness.run.directory inside a function (floor 'ground' may not import floor 'roof'" in found[0]
+
+
+def test_checker_sees_an_upward_import_between_two_of_twins_top_level_packages(tmp_path):
+    """The real probes and grading packages, with one import of grading added to a probe module, fail."""
+    files = {
+        str(p.relative_to(REPO)): p.read_text()
+        for package in ("probes", "benchmark_adapter")
+        for p in (REPO / package).rglob("*.py")
+    }
+    packages = ("probes", "benchmark_adapter")
+    assert upward_imports(import_graph(_tree(tmp_path, files), packages)) == []
+    files["probes/compare.py"] += "\nfrom benchmark_adapter.grading import grader\n"
+    found = upward_imports(import_graph(_tree(tmp_path, files), packages))
+    assert len(found) == 1 and found[0].startswith("probes/compare.py:"), found
+    assert "(floor 'probes' may not import floor 'grading', above it)" in found[0]
 
 
 def test_checker_resolves_relative_imports_literal_import_module_and_twins_own_floors(tmp_path):
@@ -305,22 +352,28 @@ def test_checker_resolves_relative_imports_literal_import_module_and_twins_own_f
             "harness/__init__.py": "",
             "harness/run/__init__.py": "",
             "harness/run/session.py": "",
-            "harness/ground/__init__.py": "",
-            "harness/ground/model.py": "from ..run import session\n",
+            "harness/models/__init__.py": "",
+            "harness/models/replay.py": "from ..run import session\n",
+            "ground/__init__.py": "",
+            "ground/model.py": "from harness.run import session\n",
             "probes/__init__.py": "",
             "probes/context.py": "import importlib\n\ndef f():\n    return importlib.import_module('roles.agent')\n",
             "probes/library/__init__.py": "",
             "probes/library/tiny.py": "from probes import context\n",
             "roles/__init__.py": "",
-            "roles/agent.py": "from harness.ground import model\n",
+            "roles/agent.py": "from ground import model\n",
         },
     )
-    edges = import_graph(root, ("harness", "probes", "roles"))
+    edges = import_graph(root, ("ground", "harness", "probes", "roles"))
     assert [line.split(" (")[0] for line in upward_imports(edges)] == [
-        "harness/ground/model.py:1: harness.ground.model imports harness.run.session at module level",
+        "ground/model.py:1: ground.model imports harness.run.session at module level",
         "probes/context.py:4: probes.context imports roles.agent inside a function",
-        "probes/library/tiny.py:1: probes.library.tiny imports probes.context at module level",
     ]
+    roof = [e for e in edges if e.importer.startswith("harness")]
+    assert [line.split(" (")[0] for line in upward_imports(roof, INNER_FLOORS["harness"])] == [
+        "harness/models/replay.py:1: harness.models.replay imports harness.run.session at module level",
+    ]
+    assert inside_imports(edges) == ["probes/library/tiny.py:1 -> probes.context"]
 
 
 def test_a_folder_on_two_floors_is_reported(tmp_path):

@@ -28,10 +28,10 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.grading.references import record_references
-from benchmark_adapter.task.layout import copy_without_history
-from benchmark_adapter.task.loader import load_task
-from benchmark_adapter.task.model import Task, TaskError
-from benchmark_adapter.task.published import imports_framework
+from task_model.layout import copy_without_history
+from task_model.loader import load_task
+from task_model.model import Task, TaskError
+from task_model.published import imports_framework
 from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -57,7 +57,9 @@ REWRITES = {
     "from probes.similarity import": "from similarity import",
     "from evidence_store import numbers": "import measure_text as numbers",
 }
-TWIN_PACKAGES = frozenset({"harness", "roles", "probes", "prompts", "evidence_store", "benchmark_adapter"})
+TWIN_PACKAGES = frozenset(
+    {"ground", "task_model", "harness", "roles", "probes", "prompts", "evidence_store", "benchmark_adapter"}
+)
 
 
 class NewTaskReport(BaseModel):

@@ -27,11 +27,11 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.defects import Defect, apply_defect
 from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
 from benchmark_adapter.grading.sweep import TRIP_MARGIN
-from benchmark_adapter.task.model import Task
-from harness.ground.agent_tree import discard_tree
-from harness.ground.errors import TwinError
-from harness.ground.isolation import cache_root
-from harness.ground.untrusted_io import write_atomic
+from task_model.model import Task
+from ground.agent_tree import discard_tree
+from ground.errors import TwinError
+from ground.isolation import cache_root
+from ground.untrusted_io import write_atomic
 
 SCHEMA_VERSION = 1
 _HASHED_BYTES = 8 << 20  # larger files (checkpoints) enter the key by size and modification time

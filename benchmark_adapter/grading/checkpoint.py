@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmark_adapter.task.model import TaskError
+from task_model.model import TaskError
 
 PICKLED_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 """Checkpoint files that are pickles (torch.save)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 
 
 class DefectError(TwinError):

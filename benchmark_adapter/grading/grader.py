@@ -26,18 +26,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from benchmark_adapter.grading.solve import solve_into, solve_script
-from benchmark_adapter.task.layout import command_workdir, task_layout
-from benchmark_adapter.task.model import Task
-from harness.ground import isolation
-from harness.ground.agent_tree import copy_tree, remove_tree
-from harness.ground.boundary import Boundary
-from harness.ground.errors import TwinError
-from harness.ground.isolation import cache_root, scratch_dir, stage_root
-from harness.ground.sandbox import ExecResult
-from harness.ground.untrusted_io import AgentFileError, read_regular_text
-from harness.sandbox.host_disk import host_shortage
-from harness.sandbox.presentation import refused_over_caps
-from harness.sandbox.registry import make_sandbox
+from task_model.layout import command_workdir, task_layout
+from task_model.model import Task
+from ground import isolation
+from ground.agent_tree import copy_tree, remove_tree
+from ground.boundary import Boundary
+from ground.errors import TwinError
+from ground.isolation import cache_root, scratch_dir, stage_root
+from ground.sandbox import ExecResult
+from ground.untrusted_io import AgentFileError, read_regular_text
+from ground.sandboxes.host_disk import host_shortage
+from ground.sandboxes.presentation import refused_over_caps
+from ground.sandboxes.registry import make_sandbox
 
 SCHEMA_VERSION = 1
 REWARD_FILES = ("reward.json", "reward.txt")
@@ -56,7 +56,7 @@ class GraderInfraError(GraderError):
     says in `reward.json` (`"infrastructure_error": "why"`) that its own machinery
     failed (e.g. its nested sandbox could not get the isolation it needs), or when a
     grader that gave no reward ran while the host was out of disk space or inodes
-    (`harness.sandbox.host_disk.host_shortage`).
+    (`ground.sandboxes.host_disk.host_shortage`).
     """
 
     def __init__(self, message: str, log_tail: str = "") -> None:
@@ -117,7 +117,7 @@ def run_grader(
         GraderError: the candidate directory is missing.
         GraderInfraError: test.sh never started in the sandbox, or the grader reported an
             infrastructure error of its own (see docs/agent-data.md): retried, never scored.
-        harness.ground.sandbox.SandboxError: the sandbox cannot be started.
+        ground.sandbox.SandboxError: the sandbox cannot be started.
     """
     candidate = Path(candidate).expanduser().resolve()
     if not candidate.is_dir():
@@ -204,7 +204,7 @@ def _host_dirs() -> list[Path]:
 
 
 def grader_boundary(task: Task, candidate: Path, logs_dir: Path, *, audit_log: Path | None) -> Boundary:
-    """The boundary of the task's unchanged grader: see `harness.ground.isolation.grader_boundary`."""
+    """The boundary of the task's unchanged grader: see `ground.isolation.grader_boundary`."""
     layout = task_layout(task, candidate)
     return isolation.grader_boundary(
         layout,

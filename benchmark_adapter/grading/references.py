@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchmark_adapter.task.model import Task, TaskError
+from task_model.model import Task, TaskError
 from probes.context import make_context
 from probes.differential import prepare_root
 from probes.probe_format import ProbeFile, property_of, read_probe_file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.task.model import Task
+from task_model.model import Task
 from harness.run.directory import RunDir
 
 

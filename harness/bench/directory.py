@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.bench.schema import RESULTS_VERSION, BenchError, BenchResults
-from harness.ground.untrusted_io import write_text_atomic
+from ground.untrusted_io import write_text_atomic
 
 
 class BenchDir:

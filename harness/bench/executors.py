@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from harness.bench.schema import BenchError, TrialSpec
 from harness.bench.trials import timed_trial_process, trial_log
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 from harness.models.ledger import Ledger
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from harness.bench.directory import BenchDir
 from harness.bench.schema import BenchResults, TrialResult
-from harness.ground.untrusted_io import write_text_atomic
+from ground.untrusted_io import write_text_atomic
 
 BOOTSTRAP_SAMPLES = 10_000
 

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from benchmark_adapter.task.model import Task
+from task_model.model import Task
 from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
 from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
 from harness.bench.trials import collect_trial, prepare_trial
-from harness.ground.untrusted_io import write_text_atomic
+from ground.untrusted_io import write_text_atomic
 from harness.models.ledger import LEDGER_ENV, Ledger
 
 
@@ -37,7 +37,7 @@ def run_bench(
         tasks: the bench's tasks as the command loaded them, by directory; one not given is
             loaded here. Each is loaded once, before any trial starts.
     """
-    from benchmark_adapter.task.loader import load_task
+    from task_model.loader import load_task
 
     loaded = {path: (tasks or {}).get(path) or load_task(path) for path in config.tasks}
     bench = BenchDir(benches_dir / config.name)

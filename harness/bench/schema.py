@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 from harness.models.ledger import LedgerLimits
 from harness.run.directory import Scaffold
 

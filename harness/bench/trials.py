@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from harness.bench.schema import BenchConfig, TrialResult, TrialSpec
-from harness.ground.errors import InfraFailure
+from ground.errors import InfraFailure
 from harness.run.directory import RunConfig, RunDir, RunState
 
 

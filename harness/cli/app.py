@@ -15,10 +15,10 @@ from rich.text import Text
 
 from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
-from harness.ground.errors import TwinError
-from harness.ground.terminal import agent_console, styled
-from harness.sandbox.presentation import recover_presented
-from harness.sandbox.quota import recover_capped
+from ground.errors import TwinError
+from ground.terminal import agent_console, styled
+from ground.sandboxes.presentation import recover_presented
+from ground.sandboxes.quota import recover_capped
 
 app = typer.Typer(
     name="twin",

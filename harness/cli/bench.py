@@ -11,8 +11,8 @@ from harness.bench.directory import BenchDir
 from harness.bench.report import write_report
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
-from harness.ground.errors import TwinError
-from harness.ground.terminal import agent_console
+from ground.errors import TwinError
+from ground.terminal import agent_console
 from harness.models.ledger import LedgerLimits
 from harness.scaffolds.registry import SCAFFOLDS
 
@@ -64,7 +64,7 @@ def bench_command(
         infra_retries=retries,
         retry_backoff_s=backoff,
     )
-    from benchmark_adapter.task.loader import load_task_for_sandbox
+    from task_model.loader import load_task_for_sandbox
     from harness.cli.task import check_before_run
 
     loaded = {}

@@ -22,7 +22,7 @@ from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
 from evidence_store.views import CATEGORY_ORDER, NON_CANDIDATE_KINDS, candidate_latest, tally, tally_text
-from harness.ground.terminal import agent_console, styled
+from ground.terminal import agent_console, styled
 from harness.run.directory import RunDir
 from probes.rerun import rerun_record
 from probes.round_localization import render_localization

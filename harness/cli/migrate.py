@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from harness.cli import options
-from harness.ground.errors import TwinError
-from harness.ground.terminal import agent_console
+from ground.errors import TwinError
+from ground.terminal import agent_console
 from harness.models.factory import check_model
 from harness.run.directory import RunConfig, RunDir
 from harness.run.finish import closing_lines
@@ -53,7 +53,7 @@ def migrate_command(
     ),
 ) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
-    from benchmark_adapter.task.loader import load_task_for_sandbox
+    from task_model.loader import load_task_for_sandbox
     from harness.run.session import RunInputs
 
     console = agent_console()
@@ -106,7 +106,7 @@ def migrate_command(
 def _read_resumed(run: RunDir) -> RunInputs:
     """A resumed run's inputs, its task loaded once for its sandbox (under docker its image built
     or reused); the task's notes on stderr."""
-    from benchmark_adapter.task.loader import load_task_for_sandbox
+    from task_model.loader import load_task_for_sandbox
     from harness.run.session import RunInputs
 
     return RunInputs.read(run, lambda config: load_task_for_sandbox(config.task, config.sandbox))

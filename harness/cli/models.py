@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 import typer
 from rich.table import Table
 
-from harness.ground.terminal import agent_console
+from ground.terminal import agent_console
 from harness.models.config import API_BASE_ENV, API_KEY_ENV, MODEL_ENV, parse_model_name
 
 PROVIDER_KEYS: dict[str, tuple[str, ...]] = {

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from benchmark_adapter.task.model import Task
+    from task_model.model import Task
 
 TaskDir = Annotated[Path, typer.Option("--task", help="Task directory (Harbor format).")]
 AuditLog = Annotated[Path, typer.Option("--audit-log", help="Append boundary refusals here.")]
@@ -46,12 +46,12 @@ def load_task_option(
     """The task named by `--task`, with a published task's `--settings` file and flags applied.
 
     Loaded for the sandbox its commands run in (under docker, its image built) and its
-    notes said on stderr (`benchmark_adapter.task.loader`).
+    notes said on stderr (`task_model.loader`).
 
     Raises:
         TaskError: the task is malformed, or a setting is.
     """
-    from benchmark_adapter.task.loader import load_task_for_sandbox
-    from benchmark_adapter.task.published import setting_flags
+    from task_model.loader import load_task_for_sandbox
+    from task_model.published import setting_flags
 
     return load_task_for_sandbox(task, sandbox, settings, setting_flags(original_dir, assets_dir, output_dir))

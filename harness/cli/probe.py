@@ -20,10 +20,10 @@ from rich.table import Table
 
 from evidence_store import reading
 from harness.cli import options
-from harness.ground.errors import InfraFailure, TwinError
-from harness.ground.isolation import IsolationError
-from harness.ground.sandbox import SandboxError
-from harness.ground.terminal import agent_console, styled
+from ground.errors import InfraFailure, TwinError
+from ground.isolation import IsolationError
+from ground.sandbox import SandboxError
+from ground.terminal import agent_console, styled
 from probes.context import SANDBOX_KINDS
 from probes.localize import localize_divergence
 from probes.services.families import probe_families
@@ -168,7 +168,7 @@ def kept_workdir(*, isolated: bool) -> Path:
     """A new directory for a kept probe run: under twin's cache (`$TWIN_CACHE_DIR`, machine-wide
     `/var/cache/twin` as root), or under the stage root where the sandbox uid (`isolated`) cannot
     reach the cache."""
-    from harness.ground.isolation import cache_root, reachable, scratch_dir
+    from ground.isolation import cache_root, reachable, scratch_dir
 
     runs = cache_root() / "probe-runs"
     try:

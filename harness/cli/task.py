@@ -12,8 +12,8 @@ from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_ta
 from evidence_store import numbers
 from harness.cli import options
 from harness.cli.grade import grade_output_tail
-from harness.ground.errors import TwinError
-from harness.ground.terminal import agent_console, styled
+from ground.errors import TwinError
+from ground.terminal import agent_console, styled
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories, and check them.")
 

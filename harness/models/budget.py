@@ -3,7 +3,7 @@
 One `BudgetTracker` is shared by every role of a run. Models call `check()`
 before each model call and `charge()` after it, so a run stops between calls,
 never in the middle of writing anything: the loop catches `BudgetExceeded`
-(`harness/ground/errors.py`, where the roles can see it too) and ends the run cleanly.
+(`ground/errors.py`, where the roles can see it too) and ends the run cleanly.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 
 from pydantic import BaseModel, Field
 
-from harness.ground.errors import BudgetExceeded
-from harness.ground.model import Usage
+from ground.errors import BudgetExceeded
+from ground.model import Usage
 
 
 class Budget(BaseModel):

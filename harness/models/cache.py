@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from harness.ground.model import Message, ModelReply, ToolSchema
-from harness.ground.trajectory import json_line
+from ground.model import Message, ModelReply, ToolSchema
+from ground.trajectory import json_line
 
 CACHE_SCHEMA_VERSION = 1
 

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.ground.errors import TwinError
-from harness.ground.model import (
+from ground.errors import TwinError
+from ground.model import (
     Message,
     Model,
     ModelInfraError,
@@ -38,7 +38,7 @@ from harness.ground.model import (
     ToolSchema,
     Usage,
 )
-from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
+from ground.trajectory import ModelCallRecord, ModelErrorRecord, ModelRequest, Trajectory
 from harness.models.budget import BudgetTracker
 from harness.models.config import API_BASE_ENV, API_KEY_ENV, KIND_KEYS, ModelConfig
 
@@ -71,7 +71,7 @@ class MeteredModel:
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
     ) -> ModelReply:
-        """Ask the inner model; see `harness.ground.model.Model.query`."""
+        """Ask the inner model; see `ground.model.Model.query`."""
         if self.budget is not None:
             self.budget.check()
         started = time.monotonic()

@@ -26,10 +26,10 @@ from rich.rule import Rule
 from rich.text import Text as RichText
 
 from evidence_store.store import EvidenceStore
-from harness.ground.errors import TwinError
-from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
-from harness.ground.terminal import agent_console, styled
-from harness.ground.trajectory import Trajectory
+from ground.errors import TwinError
+from ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
+from ground.terminal import agent_console, styled
+from ground.trajectory import Trajectory
 from harness.models import human_syntax
 from harness.models.human_syntax import COMMANDS, AnswerError, Call, Command, Text, is_complete, parse_answer, usage
 

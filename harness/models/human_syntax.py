@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.ground.model import ToolSchema
+from ground.model import ToolSchema
 
 COMMANDS = ("help", "prompt", "evidence", "tools", "quit")
 HEREDOC = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*)=)?<<-?['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?$")

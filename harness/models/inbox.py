@@ -8,7 +8,7 @@ so neither ever reads half a file. `n` only grows, across resumes too, so a late
 reply can never answer a newer request.
 
 DIR belongs to the outside program, which may run as another uid: twin holds DIR open
-and does every read, write and rename in it through `harness.ground.untrusted_io.Folder`.
+and does every read, write and rename in it through `ground.untrusted_io.Folder`.
 A link planted at any name twin writes is replaced, never written through; a reply
 that is a link, a FIFO or any other non-regular file, or larger than
 `MAX_REPLY_BYTES`, is a malformed reply (refused unread), and reading it never holds
@@ -35,11 +35,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rich.console import Console
 
-from harness.ground.errors import TwinError
-from harness.ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema, Usage
-from harness.ground.terminal import agent_console
-from harness.ground.trajectory import Trajectory
-from harness.ground.untrusted_io import AgentFileError, Folder
+from ground.errors import TwinError
+from ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema, Usage
+from ground.terminal import agent_console
+from ground.trajectory import Trajectory
+from ground.untrusted_io import AgentFileError, Folder
 
 PROTOCOL = "twin-inbox/1"
 POLL_S = 0.1
@@ -235,7 +235,7 @@ class InboxModel:
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
     ) -> ModelReply:
-        """Write the request, wait for its reply, check it; see `harness.ground.model.Model.query`."""
+        """Write the request, wait for its reply, check it; see `ground.model.Model.query`."""
         n, self.n = self.n, self.n + 1
         context = self.trajectory.context if self.trajectory is not None else None
         request = InboxRequest(

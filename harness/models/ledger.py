@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.ground.errors import BudgetExceeded
-from harness.ground.model import Usage
+from ground.errors import BudgetExceeded
+from ground.model import Usage
 from harness.models.budget import BudgetTracker, Spent
 
 LEDGER_ENV = "TWIN_BENCH_LEDGER"

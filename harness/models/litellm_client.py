@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from harness.ground.model import (
+from ground.model import (
     Message,
     ModelInfraError,
     ModelReply,
@@ -96,7 +96,7 @@ class LiteLLMModel:
     def query(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, *, role: str = "agent"
     ) -> ModelReply:
-        """Ask the model; see `harness.ground.model.Model.query`."""
+        """Ask the model; see `ground.model.Model.query`."""
         key = None
         if self.cache is not None:
             key = self.cache.key(self.name, self.api_base, messages, tools, self.settings())

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from evidence_store.numbers import canonical
-from harness.ground.errors import TwinError
-from harness.ground.model import Message, ModelReply, ReplayDivergence, ToolSchema
-from harness.ground.trajectory import ModelCallRecord, Trajectory
+from ground.errors import TwinError
+from ground.model import Message, ModelReply, ReplayDivergence, ToolSchema
+from ground.trajectory import ModelCallRecord, Trajectory
 
 SNIPPET_CHARS = 60
 

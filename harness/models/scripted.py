@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.ground.errors import TwinError
-from harness.ground.model import Message, ModelReply, ToolCall, ToolSchema, Usage
+from ground.errors import TwinError
+from ground.model import Message, ModelReply, ToolCall, ToolSchema, Usage
 
 
 class ScriptExhausted(TwinError):

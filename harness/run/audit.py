@@ -1,4 +1,4 @@
-"""Reading the run's audit log (written by `harness.ground.boundary.Boundary.audit`)."""
+"""Reading the run's audit log (written by `ground.boundary.Boundary.audit`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ anywhere on the host); its git directory is `runs/<id>/candidate.git`, which no
 sandbox mounts, so no role can rewrite the round history.
 
 git never runs on the tree the Migrator wrote. A commit copies that tree first
-(`harness.ground.agent_tree.copy_tree`: no nested `.git`, `.gitmodules` or `.gitattributes`,
+(`ground.agent_tree.copy_tree`: no nested `.git`, `.gitmodules` or `.gitattributes`,
 no symlinks followed or pointing out, no special files, bounded in size, count and
 depth) and commits the copy; git itself runs with system, global and per-user
 configuration, hooks, fsmonitor, attributes and submodule recursion switched off,
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.ground.agent_tree import (
+from ground.agent_tree import (
     MAX_DEPTH,
     MAX_ENTRIES,
     MAX_TOTAL_BYTES,
@@ -36,7 +36,7 @@ from harness.ground.agent_tree import (
     remove_tree,
     walk,
 )
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 
 # Names never committed, at any depth: another repository's state, or instructions to git.
 GIT_EXCLUDED = frozenset({".git", ".gitmodules", ".gitattributes", "__pycache__"})

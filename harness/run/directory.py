@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from harness.ground.errors import TwinError
-from harness.ground.untrusted_io import write_text_atomic
+from ground.errors import TwinError
+from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
 from harness.models.config import ModelConfig, nest_model_settings
 

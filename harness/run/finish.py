@@ -19,9 +19,9 @@ from benchmark_adapter.grading.grader import run_grader
 from evidence_store import numbers
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
-from harness.ground.agent_tree import discard_tree
-from harness.ground.errors import TwinError
-from harness.ground.untrusted_io import AgentFileError, read_regular_text, write_text_atomic
+from ground.agent_tree import discard_tree
+from ground.errors import TwinError
+from ground.untrusted_io import AgentFileError, read_regular_text, write_text_atomic
 from harness.run.directory import RunConfig, RunDir, RunState
 
 GRADES_VERSION = 1

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from evidence_store import numbers
-from harness.ground.errors import InfraFailure, Interrupted
-from harness.ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
-from harness.ground.sandbox import SandboxError
-from harness.ground.terminal import agent_console, styled
-from harness.ground.trajectory import Trajectory
+from ground.errors import InfraFailure, Interrupted
+from ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
+from ground.sandbox import SandboxError
+from ground.terminal import agent_console, styled
+from ground.trajectory import Trajectory
 from harness.models.replay import resume_position
 from harness.models.scripted import ScriptExhausted
 from harness.run.finish import earlier_grades, export_final, grade_rounds, record_crash, write_summary

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from evidence_store.records import EvidenceRecord
 from evidence_store.views import tally, tally_text
-from harness.ground.terminal import agent_console
+from ground.terminal import agent_console
 
 
 @dataclass

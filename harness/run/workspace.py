@@ -1,9 +1,9 @@
 """The run's workspace: what a role is given, laid out on the host, and the roles' boundaries over it.
 
 A workspace holds a copy of the source repository without its version-control
-history (`benchmark_adapter.task.layout.copy_without_history`), the task's assets (reused
+history (`task_model.layout.copy_without_history`), the task's assets (reused
 read-only), and the candidate directory the Migrator writes. `role_boundary` hands
-these to the isolation policy (`harness/ground/isolation.py`), the one place that
+these to the isolation policy (`ground/isolation.py`), the one place that
 decides what a command sees, and where.
 """
 
@@ -16,11 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from benchmark_adapter.task.layout import command_workdir, copy_without_history, task_layout
-from benchmark_adapter.task.model import Task
-from harness.ground import isolation
-from harness.ground.boundary import Boundary, Limits, Mount
-from harness.ground.errors import TwinError
+from task_model.layout import command_workdir, copy_without_history, task_layout
+from task_model.model import Task
+from ground import isolation
+from ground.boundary import Boundary, Limits, Mount
+from ground.errors import TwinError
 
 _COMPLETE = ".source-complete"
 
@@ -82,7 +82,7 @@ def role_boundary(
     extra_mounts: Sequence[Mount] = (),
     limits: Limits | None = None,
 ) -> Boundary:
-    """The boundary of a role: see `harness.ground.isolation.role_boundary`, over this workspace."""
+    """The boundary of a role: see `ground.isolation.role_boundary`, over this workspace."""
     layout = task_layout(task, ws.candidate, source=ws.source).model_copy(
         update={"assets": ws.assets, "role_aliases": _role_aliases(task, ws)}
     )

@@ -8,7 +8,7 @@ is committed and tagged like the twin loop's, so both are graded the same way.
 
 from __future__ import annotations
 
-from harness.ground.errors import BudgetExceeded
+from ground.errors import BudgetExceeded
 from harness.run.progress import Progress
 from harness.run.session import Session
 from roles import prompting

@@ -34,8 +34,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from harness.ground.errors import TwinError
-from harness.ground.model import Model
+from ground.errors import TwinError
+from ground.model import Model
 from harness.run.progress import Progress
 from harness.run.session import Session
 from harness.scaffolds.base import BaseScaffold

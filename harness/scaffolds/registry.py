@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 from harness.run.directory import Scaffold as ScaffoldName
 from harness.run.migration import ScaffoldFactory
 from harness.scaffolds.base import BaseScaffold

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.ground.agent_tree import discard_tree
-from harness.ground.errors import TwinError
+from ground.agent_tree import discard_tree
+from ground.errors import TwinError
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 DRIVER_FILES = {

@@ -17,8 +17,8 @@ from benchmark_adapter.grading.authoring import interface_note, new_task, stale_
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.grader import oracle_candidate, oracle_copy, run_grader
 from benchmark_adapter.grading.sweep import load_defects, run_sweep
-from benchmark_adapter.task.loader import load_task
-from benchmark_adapter.task.model import TaskError
+from task_model.loader import load_task
+from task_model.model import TaskError
 from harness.cli.app import main
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the generated grader needs bwrap")
@@ -30,7 +30,7 @@ DEFECTS = load_defects(REPO / "tests" / "benchmark_adapter" / "defects" / "mlp_t
 TINY = REPO / "tasks" / "published" / "tiny-net"
 # defects the model probes (probes/library/mlp_train/model.py) can see: converter, blocks, loss
 MODEL_DEFECTS = ["converter-norm-swap", "gelu-tanh-approximation"]
-TWIN_PACKAGES = ("harness", "probes", "benchmark_adapter", "evidence_store", "roles", "prompts")
+TWIN_PACKAGES = ("ground", "task_model", "harness", "probes", "benchmark_adapter", "evidence_store", "roles", "prompts")
 
 
 def published_instruction(tmp: Path) -> Path:

@@ -15,7 +15,7 @@ from benchmark_adapter.grading import check as check_module
 from benchmark_adapter.grading.check import check_task, ensure_task_checked, task_content_hash
 from benchmark_adapter.grading.defects import Defect
 from benchmark_adapter.grading.grader import Grade
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from harness.cli.app import main
 
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
@@ -185,7 +185,7 @@ def test_an_oracle_grade_with_an_error_field_fails(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become another user")
 def test_oracle_grades_full_as_a_non_root_user(tmp_path):
     """twin run by an ordinary user who owns the 0600/0700 task (setpriv makes this test that user)."""
-    from harness.ground.isolation import reachable
+    from ground.isolation import reachable
 
     for needed in (Path(sys.base_prefix).resolve() / "bin", Path(sys.prefix) / "bin", REPO):
         if not reachable(needed, 4242, 4242):  # e.g. a checkout under /root

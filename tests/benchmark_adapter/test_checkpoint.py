@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 
 from benchmark_adapter.grading.authoring import new_task
 from benchmark_adapter.grading.checkpoint import checkpoint_note, convert_checkpoint
-from benchmark_adapter.task.model import TaskError
+from task_model.model import TaskError
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tasks" / "published" / "tiny-net"

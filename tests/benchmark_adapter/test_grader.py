@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from harness.cli.app import main
 
 requires_bwrap = pytest.mark.skipif(
@@ -218,8 +218,8 @@ def test_a_grader_reporting_its_own_machinery_failing_is_infrastructure(tmp_path
 
 def test_a_sandbox_that_never_reaches_test_sh_is_infrastructure(tmp_path, candidate, monkeypatch):
     from benchmark_adapter.grading.grader import GraderInfraError
-    from harness.ground.sandbox import ExecResult
-    from harness.sandbox.none import UnsandboxedProcess
+    from ground.sandbox import ExecResult
+    from ground.sandboxes.none import UnsandboxedProcess
 
     def broken_exec(self, command, **kwargs):
         return ExecResult(returncode=1, stdout="", stderr="bwrap: setting up uid map: Permission denied\n")

@@ -21,7 +21,7 @@ import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.sweep import load_defects
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from tests.conftest import TASKS_DIR
 
 TASK = TASKS_DIR / "t2j-mini" / "llama-paged-serve"

@@ -15,7 +15,7 @@ import pytest
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.grader import oracle_copy, run_grader
 from benchmark_adapter.grading.sweep import load_defects, run_sweep
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 TASK_DIR = REPO / "tasks" / "t2j-mini" / "mlp-train"

@@ -19,7 +19,7 @@ import pytest
 
 import benchmark_adapter.grading.grader as grader_module
 from benchmark_adapter.grading.grader import GraderInfraError, oracle_copy, run_grader
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from tests.conftest import TASKS_DIR
 
 GRADERS = [

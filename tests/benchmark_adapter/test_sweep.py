@@ -9,7 +9,7 @@ import pytest
 from benchmark_adapter.grading.defects import Defect, DefectError
 from benchmark_adapter.grading.grader import Grade, GraderError
 from benchmark_adapter.grading.sweep import check_scores, load_defects, run_sweep
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 
 
 def make_task(root: Path) -> Path:

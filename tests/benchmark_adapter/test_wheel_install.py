@@ -25,7 +25,7 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = REPO / "tasks" / "t2j-mini" / "mlp-train"
-PACKAGES = ("harness", "roles", "probes", "prompts", "evidence_store", "benchmark_adapter")
+PACKAGES = ("ground", "task_model", "harness", "roles", "probes", "prompts", "evidence_store", "benchmark_adapter")
 
 
 def _pip(*args: str, cwd: Path) -> None:

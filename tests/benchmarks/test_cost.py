@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from harness.ground.model import Usage
+from ground.model import Usage
 
 SPEC = importlib.util.spec_from_file_location("cost_benchmark", Path(__file__).parents[2] / "benchmarks" / "cost.py")
 cost = importlib.util.module_from_spec(SPEC)

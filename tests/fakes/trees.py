@@ -6,7 +6,7 @@ import atexit
 import os
 from pathlib import Path
 
-from harness.ground.agent_tree import remove_tree
+from ground.agent_tree import remove_tree
 
 _CREATED: list[Path] = []
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from harness.ground.errors import BudgetExceeded, TwinError
-from harness.ground.model import Usage
+from ground.errors import BudgetExceeded, TwinError
+from ground.model import Usage
 from harness.models.budget import Budget, BudgetTracker, Spent
 
 

@@ -189,7 +189,7 @@ def test_diff_shows_what_a_round_changed(repo):
 
 
 def test_a_work_tree_whose_filesystem_lost_writes_is_never_committed(repo):
-    from harness.ground.sandbox import SandboxError
+    from ground.sandbox import SandboxError
 
     (repo.work_tree / "model.py").write_text("A = 1\n")
     checked = []

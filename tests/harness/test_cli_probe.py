@@ -11,8 +11,8 @@ import pytest
 
 import harness.cli.probe
 from harness.cli.app import main
-from harness.ground.isolation import IsolationError
-from harness.ground.sandbox import SandboxError
+from ground.isolation import IsolationError
+from ground.sandbox import SandboxError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
 TINY = FIXTURES / "tiny"

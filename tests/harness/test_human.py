@@ -7,9 +7,9 @@ import io
 import pytest
 from rich.console import Console
 
-from harness.ground.errors import TwinError
-from harness.ground.model import ModelStopped
-from harness.ground.trajectory import Trajectory
+from ground.errors import TwinError
+from ground.model import ModelStopped
+from ground.trajectory import Trajectory
 from harness.models.config import ModelConfig
 from harness.models.factory import make_model
 from harness.models.human import HumanModel

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from harness.ground.errors import TwinError
-from harness.ground.model import ModelStopped
-from harness.ground.trajectory import Trajectory
+from ground.errors import TwinError
+from ground.model import ModelStopped
+from ground.trajectory import Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.config import ModelConfig
 from harness.models.factory import make_model

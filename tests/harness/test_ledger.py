@@ -4,8 +4,8 @@ import multiprocessing
 
 import pytest
 
-from harness.ground.errors import BudgetExceeded
-from harness.ground.model import Usage
+from ground.errors import BudgetExceeded
+from ground.model import Usage
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.ledger import LEDGER_ENV, Ledger, LedgerBudget, LedgerLimits, budget_for_run
 

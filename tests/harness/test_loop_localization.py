@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evidence_store.store import EvidenceStore
-from harness.ground.trajectory import Trajectory
+from ground.trajectory import Trajectory
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.migration import run_migration
 from harness.run.session import RunInputs

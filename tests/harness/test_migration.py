@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmark_adapter.task.loader import load_task
-from harness.ground.errors import InfraFailure
-from harness.ground.model import ModelInfraError
+from task_model.loader import load_task
+from ground.errors import InfraFailure
+from ground.model import ModelInfraError
 from harness.models.scripted import ScriptExhausted
 from harness.run.directory import RunConfig
 from harness.run.migration import run_migration

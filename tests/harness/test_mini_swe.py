@@ -141,7 +141,7 @@ def test_unknown_scaffold_is_one_line_and_exit_2(tmp_path, capsys):
 def test_missing_package_is_a_clear_error(monkeypatch):
     import builtins
 
-    from harness.ground.errors import TwinError
+    from ground.errors import TwinError
     from harness.scaffolds import mini_swe
 
     real_import = builtins.__import__

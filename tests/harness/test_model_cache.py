@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ground.model import ModelReply, Usage
+from ground.model import ModelReply, Usage
 from harness.models.cache import ResponseCache
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.ground.errors import BudgetExceeded
-from harness.ground.model import ModelInfraError, ModelRequestError
-from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from ground.errors import BudgetExceeded
+from ground.model import ModelInfraError, ModelRequestError
+from ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.config import ModelConfig
 from harness.models.factory import make_model

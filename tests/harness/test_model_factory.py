@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ground.errors import BudgetExceeded, TwinError
-from harness.ground.model import ModelReply, ModelRequestError, Usage
-from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from ground.errors import BudgetExceeded, TwinError
+from ground.model import ModelReply, ModelRequestError, Usage
+from ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.config import ModelConfig, parse_model_name
 from harness.models.factory import MeteredModel, make_model

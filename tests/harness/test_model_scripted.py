@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.ground.errors import TwinError
-from harness.ground.model import ModelReply
+from ground.errors import TwinError
+from ground.model import ModelReply
 from harness.models.scripted import ScriptedModel, ScriptExhausted
 
 YAML_SCRIPT = """

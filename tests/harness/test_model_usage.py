@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harness.ground.model import ModelReply, ToolCall, Usage
-from harness.ground.trajectory import Trajectory
+from ground.model import ModelReply, ToolCall, Usage
+from ground.trajectory import Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.config import ModelConfig
 from harness.models.factory import MeteredModel, make_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, round_tally

@@ -13,7 +13,7 @@ import pytest
 import harness.cli.probe
 import harness.scaffolds.twin.probe_desk
 import probes.suite
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.cli.app import main

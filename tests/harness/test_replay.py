@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness.ground.errors import TwinError
-from harness.ground.model import ReplayDivergence
-from harness.ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
+from ground.errors import TwinError
+from ground.model import ReplayDivergence
+from ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.config import ModelConfig
 from harness.models.factory import make_model
 from harness.models.replay import ReplayModel
@@ -178,8 +178,8 @@ def _script(tmp_path):
 
 
 def _call(index, role, messages, round=1):
-    from harness.ground.model import ModelReply
-    from harness.ground.trajectory import ModelRequest
+    from ground.model import ModelReply
+    from ground.trajectory import ModelRequest
 
     return ModelCallRecord(
         index=index, role=role, round=round, model="m", request=ModelRequest(messages=messages), reply=ModelReply()

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from harness.models.config import ModelConfig
 from harness.run.directory import RunConfig
 from harness.run.session import RunInputs, open_session

@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from harness.ground.errors import TwinError
+from ground.errors import TwinError
 from harness.run.directory import Scaffold as ScaffoldName
 from harness.scaffolds.base import BaseScaffold
 from harness.scaffolds.mini_swe import MiniSweAgentScaffold

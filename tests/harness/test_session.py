@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from benchmark_adapter.task import loader
+from task_model import loader
 from harness.cli.app import main
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs, open_session
@@ -119,13 +119,13 @@ def test_resumed_inputs_equal_the_new_runs(tmp_path):
 
 
 @pytest.mark.skipif(
-    __import__("harness.sandbox.quota", fromlist=["unavailable"]).unavailable("ext4") is not None,
+    __import__("ground.sandboxes.quota", fromlist=["unavailable"]).unavailable("ext4") is not None,
     reason="no capped filesystem can be mounted here (twin not root, or no loop devices)",
 )
 def test_the_candidate_is_on_a_capped_filesystem_for_the_session_only(tmp_path):
     import os
 
-    from harness.ground.isolation import default_limits
+    from ground.isolation import default_limits
 
     config = RunConfig.build(task=plans.TINY_TASK, model="scripted:" + str(tmp_path / "none.json"))
     (tmp_path / "none.json").write_text("[]")
@@ -149,7 +149,7 @@ def test_a_host_without_room_for_the_capped_candidate_stops_the_run_in_one_line_
     tmp_path, capsys, monkeypatch
 ):
     from harness.run import session as session_module
-    from harness.sandbox.host_disk import HostDiskFull
+    from ground.sandboxes.host_disk import HostDiskFull
 
     real_mount = session_module.CappedRoot.mount
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import grader_boundary
-from benchmark_adapter.task.loader import load_task
-from harness.ground.isolation import python_mounts
+from task_model.loader import load_task
+from ground.isolation import python_mounts
 from harness.run.workspace import (
     WorkspaceError,
     prepare_workspace,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, file_checks, imports_check

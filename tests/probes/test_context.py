@@ -5,7 +5,7 @@ import sys
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from probes.context import ProbeOptionError, make_context
 from tests.conftest import requires_bwrap
 

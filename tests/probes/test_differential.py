@@ -5,7 +5,7 @@ import shutil
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import differential_probe, probe_file_probe

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
@@ -299,7 +299,7 @@ def test_twin_probe_shows_the_violation(tmp_path, pull):
 
 
 def test_the_verifiers_run_checks_reports_them(tmp_path):
-    from benchmark_adapter.task.loader import load_task
+    from task_model.loader import load_task
     from evidence_store.store import EvidenceStore
     from harness.scaffolds.twin.probe_desk import RunProbeDesk
 

@@ -5,8 +5,8 @@ import shutil
 import pytest
 from probe_fixtures import TINY
 
-from benchmark_adapter.task.loader import load_task
-from benchmark_adapter.task.model import TaskError
+from task_model.loader import load_task
+from task_model.model import TaskError
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.scaffolds.twin.probe_desk import RunProbeDesk

@@ -5,7 +5,7 @@ import shutil
 import pytest
 from probe_fixtures import BARE_NAMES, CANDIDATES
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check

@@ -13,7 +13,7 @@ import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.sweep import load_defects
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe

@@ -6,7 +6,7 @@ import pytest
 from probe_fixtures import CANDIDATES, TINY
 
 from benchmark_adapter.grading.sweep import load_defects
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context
 from probes.localize import localization_verdict, localize_divergence, module_graph

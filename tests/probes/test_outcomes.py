@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evidence_store.records import Outcome, Property
-from harness.ground.sandbox import ExecResult
+from ground.sandbox import ExecResult
 from probes.driver import STARTED
 from probes.outcomes import crash_outcome, crash_result, ended_blame, record_blame
 

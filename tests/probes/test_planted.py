@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally

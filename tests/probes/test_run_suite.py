@@ -9,7 +9,7 @@ import time
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from probes.checks import imports_check

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.checks import file_checks, imports_check
 from probes.context import make_context

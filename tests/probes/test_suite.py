@@ -6,7 +6,7 @@ import shutil
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes import checks, differential
 from probes.base import load_factory
@@ -72,7 +72,7 @@ def test_a_probe_that_raises_becomes_not_established(tmp_path):
 
 
 def test_builtin_checks_and_task_library(repo_root):
-    from benchmark_adapter.task.loader import load_task
+    from task_model.loader import load_task
 
     task = load_task(TINY)
     assert [p.__name__ for p in builtin_checks(task)] == ["imports", "audit"]

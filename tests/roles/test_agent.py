@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ground.errors import BudgetExceeded
+from ground.errors import BudgetExceeded
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.factory import MeteredModel
 from harness.models.scripted import ScriptedModel

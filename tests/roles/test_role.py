@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.ground.boundary import Boundary, Mount
+from ground.boundary import Boundary, Mount
 from harness.models.scripted import ScriptedModel
 from roles.agent import AgentOutcome
 from roles.diagnoser import Diagnoser

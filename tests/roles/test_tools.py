@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.ground.boundary import Boundary, Mount
-from harness.ground.trajectory import ToolCallRecord, Trajectory
+from ground.boundary import Boundary, Mount
+from ground.trajectory import ToolCallRecord, Trajectory
 from harness.models.scripted import ScriptedModel
 from harness.run.candidate_repo import CandidateRepo
 from harness.run.session import Session

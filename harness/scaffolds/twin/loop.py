@@ -11,7 +11,7 @@ from __future__ import annotations
 from evidence_store.records import EvidenceRecord, Outcome, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, candidate_latest, round_tally
-from harness.ground.errors import BudgetExceeded
+from ground.errors import BudgetExceeded
 from harness.run.audit import read_refusals
 from harness.run.progress import Progress
 from harness.run.session import Session

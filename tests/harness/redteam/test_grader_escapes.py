@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import run_grader
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]
@@ -212,7 +212,7 @@ def test_code_run_by_the_grader_cannot_forge_a_later_grade(tmp_path):
 
 def test_pruned_site_packages_is_a_separate_copy(tmp_path):
     """No file of the copy shares an inode with the live environment, and root owns it."""
-    from harness.sandbox.packages import hidden_entries, pruned_site_dir, site_dirs
+    from ground.sandboxes.packages import hidden_entries, pruned_site_dir, site_dirs
 
     site_dir = next(d for d in site_dirs() if (d / "numpy").is_dir())
     pruned = pruned_site_dir(site_dir, hidden_entries(site_dir, ("torch",)))

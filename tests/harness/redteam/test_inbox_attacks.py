@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.ground.isolation import SANDBOX_GID, SANDBOX_UID
-from harness.ground.model import ModelStopped
-from harness.ground.untrusted_io import write_text_atomic
+from ground.isolation import SANDBOX_GID, SANDBOX_UID
+from ground.model import ModelStopped
+from ground.untrusted_io import write_text_atomic
 from harness.models.inbox import InboxModel
 
 pytestmark = pytest.mark.skipif(

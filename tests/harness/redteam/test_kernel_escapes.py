@@ -14,10 +14,10 @@ import stat
 
 import pytest
 
-from harness.ground.agent_tree import remove_tree
-from harness.ground.boundary import Limits
+from ground.agent_tree import remove_tree
+from ground.boundary import Limits
 from harness.run.workspace import role_boundary
-from harness.sandbox.registry import make_sandbox
+from ground.sandboxes.registry import make_sandbox
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]

@@ -1,7 +1,7 @@
 """An agent's tree grown over the snapshot caps of a read-only root fails its commands, never the trial.
 
 A read-only root is presented to a sandbox as a snapshot of hard links, within caps
-(`harness.sandbox.presentation`). The Migrator writes `/app` freely, so it can grow the
+(`ground.sandboxes.presentation`). The Migrator writes `/app` freely, so it can grow the
 tree that its own reference shell, the Verifier's probes and the grader see read-only
 past those caps. Each test grows it from the candidate's side and checks that the
 command fails as the candidate's (a tool error, a violated probe, a zero grade) and that
@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading import grader
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from harness.bench.schema import TrialSpec
 from harness.bench.trials import collect_trial
-from harness.ground.boundary import Boundary, Mount
-from harness.ground.isolation import python_mounts
-from harness.ground.trajectory import ToolCallRecord, Trajectory
+from ground.boundary import Boundary, Mount
+from ground.isolation import python_mounts
+from ground.trajectory import ToolCallRecord, Trajectory
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.migration import run_migration
 from harness.run.session import RunInputs
-from harness.sandbox.presentation import MAX_SNAPSHOT_ENTRIES
-from harness.sandbox.quota import EXT4, unavailable
-from harness.sandbox.registry import make_sandbox
+from ground.sandboxes.presentation import MAX_SNAPSHOT_ENTRIES
+from ground.sandboxes.quota import EXT4, unavailable
+from ground.sandboxes.registry import make_sandbox
 from harness.scaffolds.registry import SCAFFOLDS
 from probes.checks import imports_check
 from probes.context import make_context

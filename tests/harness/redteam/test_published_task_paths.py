@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task.loader import load_task
-from benchmark_adapter.task.model import TaskError
+from task_model.loader import load_task
+from task_model.model import TaskError
 from tests.benchmark_adapter.test_published import INSTRUCTION, make_task
 
 SECRET = "SIBLING-TASK-HIDDEN-TEST-3c1d"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.ground.agent_tree import discard_tree
-from harness.ground.boundary import Boundary, Limits, Mount
-from harness.ground.isolation import python_mounts, scratch_dir
+from ground.agent_tree import discard_tree
+from ground.boundary import Boundary, Limits, Mount
+from ground.isolation import python_mounts, scratch_dir
 from harness.run.workspace import prepare_workspace, role_boundary
-from harness.sandbox.quota import EXT4, TMPFS, unavailable
-from harness.sandbox.registry import make_sandbox
+from ground.sandboxes.quota import EXT4, TMPFS, unavailable
+from ground.sandboxes.registry import make_sandbox
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]

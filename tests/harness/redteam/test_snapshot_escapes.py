@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ground.agent_tree import copy_tree
+from ground.agent_tree import copy_tree
 from harness.run.candidate_repo import CandidateRepo
 
 

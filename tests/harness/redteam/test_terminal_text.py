@@ -24,7 +24,7 @@ from harness.cli import grade as grade_cli
 from harness.cli import options
 from harness.cli import probe as probe_cli
 from harness.cli.app import main
-from harness.ground.terminal import agent_console
+from ground.terminal import agent_console
 from harness.run.progress import Progress, RunView
 
 MARKUP = "[/][bold]B[/bold][white on white]HIDDEN[/]"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from probes.context import make_context
 
 TASK_TOML = """

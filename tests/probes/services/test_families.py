@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from probes.context import make_context
 from probes.services.families import find_app, infer_families, probe_families, sides_for
 

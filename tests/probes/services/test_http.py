@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.services.http import HttpRequest, http_probe, service_sides

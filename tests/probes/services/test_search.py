@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from benchmark_adapter.task.loader import load_task
+from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.store import EvidenceStore
 from probes.context import make_context

@@ -1,0 +1,246 @@
+"""Never host root inside a sandbox: the uid switch, staged mount sources, writable-root ownership.
+
+When twin runs as root (as CI does), every sandbox is started through `setpriv`
+as the unprivileged host uid `SANDBOX_UID`, with no capabilities, an empty
+bounding set and `no_new_privs`; bubblewrap then builds the sandbox without
+privileges (its user namespace maps that uid, nothing else). Files the sandbox
+must write are handed to that uid before each command (`settle_writable`);
+everything else stays root's and is read-only to it.
+
+An unprivileged bubblewrap resolves mount sources with the sandbox uid's rights,
+so a source under a directory it cannot traverse (`/root`, a `mkdtemp` directory)
+is first bound, in a private mount namespace that only this command has, onto a
+neutral staging path (`stage_root()`); the host's own mount table never changes.
+When twin is not root, the sandbox runs as twin's own uid and none of this applies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+from ground.agent_tree import discard_tree
+from ground.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
+from ground.sandbox import SandboxError
+
+_SETID = stat.S_ISUID | stat.S_ISGID
+_MAX_ENTRIES = 500_000
+_STALE_STAGING_S = 24 * 3600.0
+# Binds each (source, target) pair given as arguments, then becomes the command.
+_STAGE_SCRIPT = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    'mount --bind -- "$1" "$2" || { echo "twin: cannot stage a sandbox mount" >&2; exit 125; }; '
+    'shift 2; n=$((n-1)); done; exec "$@"'
+)
+
+
+def dropping_root() -> bool:
+    """Whether sandboxes must switch away from host root (twin runs as root)."""
+    return os.geteuid() == 0
+
+
+def unprivileged_prefix() -> list[str]:
+    """`setpriv` arguments that make the next program the sandbox uid, without any capability.
+
+    Raises:
+        SandboxError: twin runs as root and setpriv is missing (never run a sandbox as root).
+    """
+    if not dropping_root():
+        return []
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if setpriv is None:
+        raise SandboxError(
+            "twin runs as root and setpriv (util-linux) is missing: sandboxes never run as "
+            "host root; install util-linux or run twin as an ordinary user"
+        )
+    return [
+        setpriv,
+        f"--reuid={SANDBOX_UID}",
+        f"--regid={SANDBOX_GID}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+class Staging:
+    """Neutral staging paths for mount sources the sandbox uid cannot reach.
+
+    `path(host)` returns where bubblewrap should bind from; `prefix()` is the command
+    line that makes those paths real (binds in a private mount namespace) before the
+    rest of the command runs. `close()` removes the (empty) staging points.
+    """
+
+    def __init__(self) -> None:
+        self._pairs: list[tuple[str, str]] = []
+        self._dir: Path | None = None
+
+    def path(self, host: Path) -> Path:
+        if not dropping_root() or reachable(host):
+            return host
+        for source, target in self._pairs:
+            if source == str(host):
+                return Path(target)
+        if self._dir is None:
+            base = stage_root()
+            sweep_stale_staging(base)
+            self._dir = Path(tempfile.mkdtemp(prefix="s", dir=base))
+            os.chmod(self._dir, 0o711)
+        target = self._dir / str(len(self._pairs))
+        if host.is_dir():
+            target.mkdir(mode=0o755)
+        else:
+            target.touch(mode=0o644)
+        self._pairs.append((str(host), str(target)))
+        return target
+
+    def prefix(self) -> list[str]:
+        if not self._pairs:
+            return []
+        for source, target in self._pairs:  # a sweep may have removed a long-lived point
+            if not os.path.lexists(target):
+                os.makedirs(os.path.dirname(target), mode=0o711, exist_ok=True)
+                if os.path.isdir(source):
+                    os.mkdir(target, 0o755)
+                else:
+                    Path(target).touch(mode=0o644)
+        unshare = shutil.which("unshare", path="/usr/bin:/bin")
+        if unshare is None:
+            raise SandboxError("unshare (util-linux) is missing: cannot stage sandbox mounts")
+        args = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
+        args += [_STAGE_SCRIPT, "twin-stage", str(len(self._pairs))]
+        for source, target in self._pairs:
+            args += [source, target]
+        return args
+
+    def close(self) -> None:
+        if self._dir is not None:
+            discard_tree(self._dir)
+            self._dir = None
+
+
+def sweep_stale_staging(base: Path, max_age_s: float = _STALE_STAGING_S) -> None:
+    """Remove staging directories of sandboxes that were never closed (a killed harness)."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if (
+                entry.name.startswith("s")
+                and entry.is_dir(follow_symlinks=False)
+                and now - entry.stat(follow_symlinks=False).st_mtime > max_age_s
+            ):
+                discard_tree(entry.path)
+        except OSError:
+            continue
+
+
+def settle_writable(root: Path) -> None:
+    """Hand a writable root to the sandbox uid and strip setuid/setgid bits from what is in it.
+
+    Called before a command (files the harness wrote become the sandbox's) and after
+    it (nothing leaves the sandbox with a setuid or setgid bit). The walk goes through
+    directory file descriptors, so a path swapped for a symbolic link while it runs
+    (another command of the same sandbox may be running) is never followed; other
+    filesystems are not entered. A regular file with several links keeps its owner (it
+    could be another file's name) but loses its setuid/setgid bits like every other
+    file: stripping them never grants anything. It is iterative and stops after `_MAX_ENTRIES`.
+    """
+    owner = SANDBOX_UID if dropping_root() else None
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    root_dev = os.fstat(top).st_dev
+    _settle_entry(top, owner)
+    stack = [top]
+    seen = 0
+    while stack:
+        dir_fd = stack.pop()
+        try:
+            names = os.listdir(dir_fd)
+        except OSError:
+            names = []
+        for name in names:
+            seen += 1
+            if seen > _MAX_ENTRIES:
+                break
+            child = _open_child(dir_fd, name, root_dev)
+            if child is None:
+                _settle_name(dir_fd, name, owner)
+                continue
+            _settle_entry(child, owner)
+            stack.append(child)
+        os.close(dir_fd)
+        if seen > _MAX_ENTRIES:
+            for fd in stack:
+                os.close(fd)
+            return
+
+
+def _open_child(dir_fd: int, name: str, root_dev: int) -> int | None:
+    """A descriptor of the subdirectory `name` on the same device, or None (not a directory)."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_dev != root_dev:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+    return fd
+
+
+def _settle_entry(fd: int, owner: int | None) -> None:
+    """Owner and setid bits of an open directory."""
+    st = os.fstat(fd)
+    try:
+        if owner is not None and st.st_uid != owner:
+            os.fchown(fd, owner, SANDBOX_GID)
+        if st.st_mode & _SETID:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~_SETID)
+    except OSError:
+        pass
+
+
+def _settle_name(dir_fd: int, name: str, owner: int | None) -> None:
+    """Owner and setid bits of a non-directory entry, without following a link."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        shared = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+        if owner is not None and st.st_uid != owner and not shared:
+            os.chown(name, owner, SANDBOX_GID, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode) and st.st_mode & _SETID:
+            _strip_setid(dir_fd, name, st.st_ino)
+    except OSError:
+        pass
+
+
+def _strip_setid(dir_fd: int, name: str, ino: int) -> None:
+    """Clear the setuid/setgid bits of the regular file `name`, never through a link.
+
+    The file is opened as a path only (`O_PATH | O_NOFOLLOW`: no read permission needed,
+    a link is opened as the link itself) and changed through its descriptor, so a name
+    swapped meanwhile is never followed.
+    """
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        now = os.fstat(fd)
+        if stat.S_ISREG(now.st_mode) and now.st_ino == ino and now.st_mode & _SETID:
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(now.st_mode) & ~_SETID)
+    finally:
+        os.close(fd)

@@ -1,0 +1,319 @@
+"""Running one process under limits: wall time, memory, processes, output size.
+
+Shared by every sandbox that starts a local process (`bwrap`, `none`). The
+command runs in its own process group; on time-out the whole group is killed,
+and anything the command left running in it is killed when it returns. Output
+is drained completely (so the command never blocks on a full pipe) but only the
+first and last halves of `Limits.output_bytes` are kept. A command over writable
+roots is held to their disk cap by `disk.py`'s watch.
+
+Per-process limits (address space, core files, and processes inside a user
+namespace) are set by `prlimit` in front of the command (`limit_prefix`), which
+keeps process creation on the fast path (no Python code between fork and exec).
+Where the host allows it, a cgroup-v1 `pids` group caps the number of processes
+as well: RLIMIT_NPROC does not bind processes whose real user is root.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from ground.boundary import Limits
+from ground.sandbox import ExecResult, SandboxError
+from ground.sandboxes.disk import DISK_RETURNCODE, DiskGuard, DiskWatch, file_cap_reached
+
+TIMEOUT_RETURNCODE = 124
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+_PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+_STALE_CGROUP_S = 300.0
+
+
+class HeadTail:
+    """Keeps the first and last `limit // 2` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (self.head + self.tail).decode("utf-8", "replace")
+        dropped = self.total - len(self.head) - len(self.tail)
+        marker = f"\n[... {dropped} bytes of output dropped ...]\n"
+        return self.head.decode("utf-8", "replace") + marker + self.tail.decode("utf-8", "replace")
+
+
+class PidsCgroup:
+    """A cgroup-v1 `pids` group capping the number of processes of one command."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, max_procs: int) -> PidsCgroup | None:
+        """A fresh group, or None where no writable pids hierarchy exists."""
+        if not pids_cgroup_available():
+            return None
+        parent = _PIDS_CGROUP_ROOT / "twin"
+        path = parent / uuid.uuid4().hex[:12]
+        try:
+            path.mkdir(parents=True)
+            (path / "pids.max").write_text(str(max_procs))
+        except OSError:
+            return None
+        _sweep_stale(parent)
+        return cls(path)
+
+    @property
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def kill_all(self) -> None:
+        try:
+            pids = (self.path / "cgroup.procs").read_text().split()
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError, PermissionError):
+                pass
+
+    def remove(self) -> None:
+        """Kill what is left and remove the group (the kernel frees it a few ms after exit)."""
+        for attempt in range(300):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                self.kill_all()
+                time.sleep(0.002 if attempt < 50 else 0.02)
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove groups that a killed harness left behind (empty ones only; rmdir refuses others)."""
+    now = time.time()
+    try:
+        children = list(parent.iterdir())
+    except OSError:
+        return
+    for child in children:
+        try:
+            if child.is_dir() and now - child.stat().st_mtime > _STALE_CGROUP_S:
+                child.rmdir()
+        except OSError:
+            pass
+
+
+def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[str]:
+    """`prlimit` arguments setting the per-process limits in front of a command.
+
+    Args:
+        prlimit: path of the prlimit program where the command runs (None: not available).
+        nproc: also cap processes (only meaningful inside a fresh user namespace).
+    """
+    if prlimit is None:
+        return []
+    memory = limits.memory_mb * 1024 * 1024
+    args = [prlimit, f"--as={memory}", "--core=0", f"--fsize={limits.file_bytes()}"]
+    if nproc:
+        args.append(f"--nproc={limits.max_procs}")
+    return [*args, "--"]
+
+
+def pids_cgroup_available() -> bool:
+    """Whether commands can be put in a pids cgroup here (then it, not RLIMIT_NPROC, caps them)."""
+    return os.access(_PIDS_CGROUP_ROOT, os.W_OK)
+
+
+def host_prlimit() -> str | None:
+    return shutil.which("prlimit", path=SYSTEM_PATH)
+
+
+def run_limited(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    limits: Limits,
+    stdin: str | None = None,
+    rlimits_in_argv: bool = False,
+    pass_fds: tuple[int, ...] = (),
+    disk: DiskWatch | None = None,
+) -> ExecResult:
+    """Run argv with the limits; the result carries exit status, kept output and timing.
+
+    Args:
+        rlimits_in_argv: argv already starts with `limit_prefix` (else they are set here).
+        pass_fds: file descriptors the command inherits (the seccomp filter).
+        disk: writable roots to hold under their cap; going over kills the command and
+            makes it fail with `DISK_RETURNCODE` and `exceeded` saying why.
+
+    Raises:
+        SandboxError: the program could not be started at all.
+    """
+    program = argv[0] if "/" not in argv[0] else os.path.join(cwd or ".", argv[0])
+    if shutil.which(program, path=env.get("PATH", SYSTEM_PATH)) is None:
+        raise SandboxError(f"could not start {argv[0]}: no such program")
+    cgroup = PidsCgroup.create(limits.max_procs)
+    preexec = None if rlimits_in_argv else _rlimits_setter(limits)
+    if cgroup is not None:
+        # One small shell joins the group and sets the rlimits, then becomes the command
+        # (ulimit -v counts KiB, -f counts 512-byte blocks, as POSIX sh does).
+        kib, blocks = limits.memory_mb * 1024, limits.file_bytes() // 512
+        join = (
+            f'echo $$ > "$0" && ulimit -v {kib} && ulimit -c 0 && ulimit -f {blocks} && exec "$@"'
+        )
+        limited = argv
+        argv = ["/bin/sh", "-c", join, cgroup.procs_file, *limited]
+        preexec = None
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            process_group=0,
+            preexec_fn=preexec,
+            pass_fds=pass_fds,
+        )
+    except OSError as exc:
+        if cgroup is not None:
+            cgroup.remove()
+        raise SandboxError(f"could not start {argv[0]}: {exc}") from None
+    out, err = HeadTail(limits.output_bytes), HeadTail(limits.output_bytes)
+    readers = [
+        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+    ]
+    if stdin is not None:
+        readers.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
+    for reader in readers:
+        reader.start()
+    expired = threading.Event()
+
+    def stop() -> None:
+        _kill_group(proc)
+        if cgroup is not None:
+            cgroup.kill_all()
+
+    def on_timeout() -> None:
+        expired.set()
+        stop()
+
+    # A timer rather than wait(timeout=…): the latter polls, adding up to 50 ms per command.
+    timer = threading.Timer(limits.wall_s, on_timeout)
+    timer.daemon = True
+    timer.start()
+    guard = DiskGuard(disk, stop)
+    try:
+        proc.wait()
+    finally:
+        guard.finish()
+        timer.cancel()
+        stop()  # whatever the command left running in its group goes with it
+    for reader in readers:
+        reader.join(timeout=10)
+    if cgroup is not None:
+        # The kernel releases an emptied group a few ms later; do not make the caller wait.
+        threading.Thread(target=cgroup.remove, daemon=True).start()
+    returncode = TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode
+    return command_result(
+        returncode, out, err, timed_out=expired.is_set(), started=start, exceeded=guard.exceeded(), limits=limits
+    )
+
+
+def command_result(
+    returncode: int,
+    out: HeadTail,
+    err: HeadTail,
+    *,
+    timed_out: bool,
+    started: float,
+    exceeded: str | None,
+    limits: Limits,
+) -> ExecResult:
+    """The result of a command that ended; one the disk stopped fails with `DISK_RETURNCODE`, saying why.
+
+    Args:
+        started: `time.monotonic()` when the command started.
+        exceeded: why its disk watch stopped it (None: it did not); a death by SIGXFSZ
+            is read as the per-file cap.
+    """
+    exceeded = exceeded or file_cap_reached(returncode, limits)
+    stderr = err.text()
+    if exceeded is not None:
+        returncode = DISK_RETURNCODE
+        stderr += f"\ntwin: the command was stopped: {exceeded}\n"
+    return ExecResult(
+        returncode=returncode,
+        stdout=out.text(),
+        stderr=stderr,
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+        duration_s=time.monotonic() - started,
+        exceeded=exceeded,
+    )
+
+
+def _rlimits_setter(limits: Limits):
+    memory = limits.memory_mb * 1024 * 1024
+    fsize = limits.file_bytes()
+
+    def set_limits() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    return set_limits
+
+
+def _drain(stream, keep: HeadTail) -> None:
+    while chunk := stream.read1(65536):
+        keep.feed(chunk)
+    stream.close()
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:
+        pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,395 @@
+"""Size-capped filesystems under writable roots: disk caps the kernel enforces.
+
+A watched cap (`process.DiskWatch` walking a tree) cannot see a file unlinked while it
+is open, and a burst of writes passes it between two looks. So, where twin can mount
+(it runs as root, and the host has loop devices and `mkfs.ext4`), each writable root of
+a sandbox lives on a filesystem of its own, of the cap's size:
+
+- a root that outlives its sandbox (the candidate) on an ext4 image (allocated whole,
+  never sparse: `host_disk`; no journal, no reserved blocks), loop-mounted `nosuid,nodev`:
+  `open_session` mounts the candidate for a whole run (`Session.close` releases it),
+  and a sandbox mounts any writable root nobody capped yet for its own life;
+- twin's own scratch directories under `stage_root()` (a probe side's work directory,
+  the grader's logs) on a tmpfs of that size for the life of their sandbox.
+
+The tree is copied in when the filesystem is mounted and out, to a plain directory at
+the same path, when it is released (write errors checked, the copy flushed before it
+replaces anything): between runs, and for whatever reads a run after it, the root is an
+ordinary directory. Every step is recorded under `stage_root()/quota/` with its owner's
+process tag, so that `recover_capped()` (run when twin starts) finishes what a killed
+twin left, from the step it had reached, and an interpreter that exits without closing
+its sandboxes releases them at exit.
+
+Where twin cannot mount (not root, no loop device, no `mkfs.ext4`), `CappedRoot.mount`
+returns None, logs why once, and the watched cap is all there is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ground.agent_tree import discard_tree
+from ground.boundary import Boundary
+from ground.isolation import stage_root
+from ground.sandbox import SandboxError
+from ground.untrusted_io import write_atomic
+from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
+from ground.sandboxes.owner import own_tag, owner_alive
+
+log = logging.getLogger(__name__)
+EXT4 = "ext4"
+TMPFS = "tmpfs"
+MAX_INODES = 200_000
+_TOOLS = "/usr/sbin:/usr/bin:/sbin:/bin"
+_COPY = ("cp", "-dR", "--preserve=mode,ownership,timestamps,links", "--")
+_ACTIVE: dict[str, CappedRoot] = {}
+_LOCK = threading.Lock()
+_WARNED: set[str] = set()
+_DRAFT = ".draft-"
+
+
+class CappedRoot:
+    """One directory that is, until its last user calls `release()`, the root of a filesystem of `cap_mb`."""
+
+    def __init__(self, path: Path, record: Path, kind: str, cap_mb: int) -> None:
+        self.path, self.record, self.kind, self.cap_mb = path, record, kind, cap_mb
+        self.users = 1
+        self._fd: int | None = None  # held on the filesystem since it was mounted: syncfs sees every write error
+
+    @classmethod
+    def mount(cls, path: Path, cap_mb: int, kind: str) -> CappedRoot | None:
+        """Put the directory `path` on a filesystem of `cap_mb` (its tree copied in), or return None.
+
+        None where twin cannot mount here (then the caller keeps the watched cap), where
+        `path` is a mount point already, or where the tree does not fit under the cap (it is
+        then left as it was).
+
+        Raises:
+            HostDiskFull: no room on the host for the image of `cap_mb` (the tree left as it was).
+        """
+        path = Path(path)
+        why = unavailable(kind)
+        if why is not None:
+            _warn_once(kind, f"writable roots are watched, not capped by a filesystem: {why}")
+            return None
+        if is_capped(path) or os.path.ismount(path):
+            return None
+        # the record is written whole under a name recover_capped() does not read, then renamed:
+        # another twin starting meanwhile never sees a record without its owner
+        draft = Path(tempfile.mkdtemp(prefix=_DRAFT, dir=_quota_dir()))
+        _write(draft, "owner", own_tag())
+        _write(draft, "origin", str(path))
+        _write(draft, "kind", kind)
+        record = draft.with_name("q" + draft.name.removeprefix(_DRAFT))
+        os.rename(draft, record)
+        root = cls(path, record, kind, cap_mb)
+        try:
+            root._mount_in()
+        except (OSError, subprocess.CalledProcessError, HostDiskFull) as exc:
+            root._close()
+            _recover(record)
+            if isinstance(exc, HostDiskFull):
+                raise
+            _warn_once(f"{kind}:{path}", f"cannot put {path} on a capped {kind}: {_why(exc)}")
+            return None
+        with _LOCK:
+            _ACTIVE[str(path)] = root
+        return root
+
+    def _mount_in(self) -> None:
+        aside = _sibling(self.path, "in")
+        _write(self.record, "state", "in")
+        st = os.lstat(self.path)
+        os.rename(self.path, aside)
+        os.mkdir(self.path, 0o700)
+        if self.kind == EXT4:
+            image = self.record / "image.ext4"
+            allocate(image, self.cap_mb << 20, what=f"the capped filesystem of {self.path}")
+            inodes = min(MAX_INODES, max(1024, (self.cap_mb << 20) // 16384))
+            # nodiscard: mkfs would otherwise punch the allocated blocks back out of the image file
+            _run("mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal", "-E", "nodiscard",
+                 str(image))  # fmt: skip
+            _run("mount", "-o", "loop,nosuid,nodev", str(image), str(self.path))
+            os.rmdir(self.path / "lost+found")
+        else:
+            options = f"size={self.cap_mb}m,nr_inodes={MAX_INODES},mode=0700,nosuid,nodev"
+            _run("mount", "-t", "tmpfs", "-o", options, "twin-capped", str(self.path))
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _run(*_COPY, f"{aside}/.", f"{self.path}/")
+        os.chown(self.path, st.st_uid, st.st_gid)
+        os.chmod(self.path, st.st_mode & 0o7777)
+        _write(self.record, "state", "mounted")
+        discard_tree(aside)
+
+    def check_written(self) -> None:
+        """Flush the filesystem; a SandboxError if a write to it since it was mounted was lost (host out of disk)."""
+        try:
+            sync_filesystem(self._fd if self._fd is not None else self.path)
+        except OSError as exc:
+            why = f"the capped filesystem of {self.path} lost writes ({exc.strerror}): is the host out of disk?"
+            raise SandboxError(why) from None
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def release(self) -> None:
+        """One user is done; the last one copies the tree out to a plain directory and unmounts.
+
+        Idempotent once released. A copy out that fails (writes lost, no room for the copy)
+        replaces nothing and leaves the root mounted and in use: a later `release()` tries again.
+        """
+        with _LOCK:
+            if _ACTIVE.get(str(self.path)) is not self:
+                return
+            self.users -= 1
+            if self.users > 0:
+                return
+            del _ACTIVE[str(self.path)]
+        try:
+            self.check_written()
+            self._close()  # before the unmount: a held descriptor keeps the filesystem busy
+            _recover(self.record)
+        except BaseException:
+            with _LOCK:
+                self.users = 1
+                _ACTIVE[str(self.path)] = self
+            raise
+
+
+def cap_writable_roots(boundary: Boundary) -> list[CappedRoot]:
+    """Capped filesystems for the boundary's writable roots that are not capped yet.
+
+    A root under `stage_root()` (twin's scratch) gets a tmpfs, any other an ext4 image; a
+    root capped already (the run's candidate) gains a user, so that it stays mounted while
+    this sandbox lives. The caller releases what it gets back when its sandbox closes.
+    """
+    scratch = stage_root()
+    capped = []
+    for mount in boundary.mounts:
+        if not mount.writable or not mount.host.is_dir():
+            continue
+        with _LOCK:
+            shared = _ACTIVE.get(str(mount.host))
+            if shared is not None:
+                shared.users += 1
+        if shared is not None:
+            capped.append(shared)
+            continue
+        kind = TMPFS if scratch in mount.host.parents else EXT4
+        root = CappedRoot.mount(mount.host, boundary.limits.disk_mb, kind)
+        if root is not None:
+            capped.append(root)
+    return capped
+
+
+def release_all(roots: list[CappedRoot]) -> None:
+    """Release each root, trying every one even when one fails (the first failure is raised)."""
+    failure: BaseException | None = None
+    for root in roots:
+        try:
+            root.release()
+        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """An interpreter that exits without closing its sandboxes (an uncaught error) leaves no mount."""
+    with _LOCK:
+        roots = list(_ACTIVE.values())
+        for root in roots:
+            root.users = 1
+    for root in roots:
+        try:
+            root.release()
+        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
+            log.warning("cannot release the capped root %s: %s", root.path, _why(exc))
+
+
+def is_capped(path: Path) -> bool:
+    """Whether `path` is, in this process, the root of a capped filesystem twin mounted."""
+    with _LOCK:
+        return str(path) in _ACTIVE
+
+
+def unavailable(kind: str) -> str | None:
+    """Why a capped filesystem of `kind` cannot be mounted here, or None."""
+    if os.geteuid() != 0:
+        return "twin does not run as root"
+    needed = ["mount", "umount", "cp"] + (["mkfs.ext4"] if kind == EXT4 else [])
+    missing = [tool for tool in needed if shutil.which(tool, path=_TOOLS) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed"
+    if kind == EXT4 and not os.path.exists("/dev/loop-control"):
+        return "no loop devices (/dev/loop-control)"
+    return None
+
+
+def usage(path: Path) -> tuple[int, int, int, bool]:
+    """(bytes used, inodes used, bytes left, full) of the filesystem whose root is `path`.
+
+    Counts what the filesystem counts: files unlinked while open hold their blocks until
+    closed. `full`: less than 1 MiB or no inode left, where the next write may fail.
+    """
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    left = st.f_bavail * st.f_frsize
+    return used, st.f_files - st.f_ffree, left, left < (1 << 20) or st.f_favail == 0
+
+
+def recover_capped() -> list[Path]:
+    """Release the capped roots of processes that are gone (a killed twin); run when twin starts."""
+    try:
+        base = _quota_dir()
+        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    for entry in entries:  # a record a killed twin never finished writing holds nothing to release
+        draft = Path(entry.path)
+        if entry.name.startswith(_DRAFT) and not _owner_alive(draft) and _age_s(draft) > 600:
+            discard_tree(draft)
+    records = [Path(e.path) for e in entries if e.name.startswith("q")]
+    done = []
+    for record in records:
+        if _owner_alive(record):
+            continue
+        origin = _read(record, "origin")
+        try:
+            _recover(record)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            log.warning("cannot release the capped root %s a killed twin left: %s", origin, _why(exc))
+            continue
+        if origin:
+            done.append(Path(origin))
+    return done
+
+
+def _recover(record: Path) -> None:
+    """Bring the root of `record` back to a plain directory, from whichever step was reached.
+
+    `in`: the copy in did not finish, the original is aside: unmount and put it back.
+    `mounted`: the filesystem holds the tree: copy it out beside the root, then as `out`.
+    `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
+    it goes at once where the folder that held the root is gone (its scratch was removed).
+    """
+    origin = _read(record, "origin")
+    if not origin:
+        discard_tree(record)
+        return
+    path = Path(origin)
+    if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
+        discard_tree(record)
+        return
+    state = _read(record, "state")
+    image = record / "image.ext4"
+    if state == "in":
+        _unmount(path)
+        aside = _sibling(path, "in")
+        if aside.is_dir():
+            discard_tree(path)
+            os.rename(aside, path)
+    elif state in ("mounted", "out"):
+        discard_tree(_sibling(path, "in"))
+        out = _sibling(path, "out")
+        if state == "mounted":
+            if not os.path.ismount(path) and image.is_file():  # a reboot took the mount: mount it again
+                subprocess.run(["e2fsck", "-p", str(image)], capture_output=True, check=False, env=_env())
+                path.mkdir(exist_ok=True)
+                _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
+            discard_tree(out)
+            if os.path.ismount(path):
+                sync_filesystem(path)  # a write error met now: nothing is copied, nothing replaced
+                os.mkdir(out, 0o700)
+                try:
+                    _run(*_COPY, f"{path}/.", f"{out}/")
+                    if _read(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
+                        sync_filesystem(out)  # (not per scratch tmpfs: a syncfs flushes the whole host filesystem)
+                except (OSError, subprocess.CalledProcessError):
+                    discard_tree(out)  # a partial copy (the host full) is never swapped in
+                    raise
+                st = os.stat(path)
+                os.chown(out, st.st_uid, st.st_gid)
+                os.chmod(out, st.st_mode & 0o7777)
+            _write(record, "state", "out")
+        _unmount(path)
+        if out.is_dir():
+            discard_tree(path)
+            os.rename(out, path)
+        else:
+            path.mkdir(exist_ok=True)  # a tmpfs lost with a reboot: its scratch is gone
+    else:
+        _unmount(path)
+    discard_tree(record)
+
+
+def _unmount(path: Path) -> None:
+    """Unmount `path` if it is a mount point (detached lazily if a process still holds it)."""
+    if not os.path.ismount(path):
+        return
+    if subprocess.run(["umount", str(path)], capture_output=True, env=_env()).returncode != 0:
+        _run("umount", "-l", str(path))
+
+
+def _sibling(path: Path, step: str) -> Path:
+    return path.with_name(f".{path.name}.twin-{step}")
+
+
+def _quota_dir() -> Path:
+    base = stage_root() / "quota"
+    base.mkdir(mode=0o700, exist_ok=True)
+    return base
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(list(argv), check=True, capture_output=True, env=_env())
+
+
+def _env() -> dict[str, str]:
+    return {"PATH": _TOOLS, "LANG": "C"}
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, subprocess.CalledProcessError):
+        detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+        return f"{exc.cmd[0]}: {detail[-1] if detail else f'exit {exc.returncode}'}"
+    return str(exc)
+
+
+def _write(record: Path, name: str, text: str) -> None:
+    write_atomic(record, name, text.encode())
+
+
+def _read(record: Path, name: str) -> str:
+    try:
+        return (record / name).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _owner_alive(record: Path) -> bool:
+    return owner_alive(_read(record, "owner"))
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(message)

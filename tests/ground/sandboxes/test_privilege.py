@@ -1,0 +1,128 @@
+"""The uid switch, staged mount sources, writable-root settling, and the seccomp filter."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from ground.isolation import SANDBOX_UID, reachable
+from ground.sandboxes import privilege
+from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_prefix
+from ground.sandboxes.seccomp import compile_filter, docker_profile, filter_file
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root switches uids")
+
+
+@as_root
+def test_root_runs_sandboxes_through_setpriv_as_nobody():
+    prefix = unprivileged_prefix()
+    assert prefix[0].endswith("setpriv") and f"--reuid={SANDBOX_UID}" in prefix
+    assert "--bounding-set=-all" in prefix and "--no-new-privs" in prefix
+
+
+@as_root
+def test_setpriv_missing_fails_closed(monkeypatch):
+    monkeypatch.setattr(privilege.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(privilege.SandboxError, match="never run as host root"):
+        unprivileged_prefix()
+
+
+def test_reachable_follows_search_permission(tmp_path):
+    closed = tmp_path / "closed"
+    (closed / "inner").mkdir(parents=True)
+    closed.chmod(0o700)
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    os.chmod(tmp_path, 0o711)
+    if reachable(tmp_path / "x"):
+        assert not reachable(closed / "inner") or os.stat(closed).st_uid == SANDBOX_UID
+        assert reachable(open_ / "x")
+
+
+@as_root
+def test_unreachable_source_is_staged_on_a_neutral_path(tmp_path):
+    secret = tmp_path / "closed" / "dir"
+    secret.mkdir(parents=True)
+    (tmp_path / "closed").chmod(0o700)
+    staging = Staging()
+    try:
+        staged = staging.path(secret)
+        assert staged != secret and str(tmp_path) not in str(staged) and reachable(staged)
+        prefix = staging.prefix()
+        assert prefix[0].endswith("unshare") and str(secret) in prefix and str(staged) in prefix
+    finally:
+        staging.close()
+    assert not staged.exists()
+
+
+def test_settle_strips_setid_bits_and_never_follows_links(tmp_path):
+    root = tmp_path / "app"
+    (root / "d").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("host file")
+    victim.chmod(0o4755)
+    (root / "suid").write_text("x")
+    (root / "suid").chmod(0o6755)
+    (root / "d").chmod(0o2775)
+    (root / "link").symlink_to(victim)
+    settle_writable(root)
+    assert not os.stat(root / "suid").st_mode & (stat.S_ISUID | stat.S_ISGID)
+    assert not os.stat(root / "d").st_mode & stat.S_ISGID
+    assert os.stat(victim).st_mode & stat.S_ISUID, "a file outside, reached by a link, is untouched"
+    if os.geteuid() == 0:
+        assert os.stat(root / "suid").st_uid == SANDBOX_UID
+        assert os.stat(victim).st_uid == 0
+        assert os.lstat(root / "link").st_uid == SANDBOX_UID
+
+
+@as_root
+def test_settle_leaves_a_hard_link_to_a_host_file_alone(tmp_path):
+    root = tmp_path / "app"
+    root.mkdir()
+    host = tmp_path / "host"
+    host.write_text("x")
+    os.link(host, root / "alias")
+    settle_writable(root)
+    assert os.stat(host).st_uid == 0
+
+
+@pytest.mark.parametrize("profile", ["strict", "nested"])
+def test_seccomp_filter_compiles_and_is_cached(tmp_path, profile):
+    program = compile_filter(profile)
+    assert program and len(program) % 8 == 0  # sock_filter entries
+    path = filter_file(profile, tmp_path)
+    assert path.read_bytes() == program and filter_file(profile, tmp_path) == path
+
+
+def test_docker_profile_denies_the_same_calls():
+    strict = json.loads(docker_profile("strict"))
+    nested = json.loads(docker_profile("nested"))
+    denied = set(strict["syscalls"][0]["names"])
+    assert {"keyctl", "io_uring_setup", "bpf", "ptrace", "mount"} <= denied
+    assert "mount" not in nested["syscalls"][0]["names"] and "keyctl" in nested["syscalls"][0]["names"]
+    assert any(rule["names"] == ["unshare", "clone"] for rule in strict["syscalls"])
+
+
+def test_stale_staging_is_swept_and_a_live_sandbox_recreates_its_points(tmp_path):
+    from ground.sandboxes.privilege import sweep_stale_staging
+
+    old, fresh = tmp_path / "sold", tmp_path / "sfresh"
+    (old / "0").mkdir(parents=True)
+    fresh.mkdir()
+    os.utime(old, (0, 0))
+    sweep_stale_staging(tmp_path, max_age_s=3600)
+    assert not old.exists() and fresh.exists()
+    if os.geteuid() == 0:
+        closed = tmp_path / "closed" / "dir"
+        closed.mkdir(parents=True)
+        (tmp_path / "closed").chmod(0o700)
+        staging = Staging()
+        try:
+            point = staging.path(closed)
+            point.rmdir()
+            assert str(point) in staging.prefix() and point.is_dir()
+        finally:
+            staging.close()
