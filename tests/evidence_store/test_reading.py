@@ -281,3 +281,19 @@ def test_a_property_that_lost_its_outcome_is_named_with_the_outcome_word_the_evi
     assert changes(now, previous).line(1) == (
         "Since round 1: 2 not established now (established or violated before): forward.a, forward.b."
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "extra", "said"),
+    [
+        ("float64", {}, "(noise 0.0, unrounded)"),
+        ("rerun", {}, "(noise 0.0, deterministic)"),
+        ("reseed", {}, "(noise 0.0, seed-independent)"),
+        ("float64", {"noise_measured": False}, "(noise 0.0, unmeasured)"),
+    ],
+)
+def test_a_zero_noise_says_why_in_a_word(source, extra, said):
+    output = {"measure": "scalar", "score": 1.0, "noise": 0.0, "tolerance": 1.19e-06, "ok": True, **extra}
+    assert output_line("loss", output, source) == f"loss: scalar distance 0.0 <= tolerance 1.19e-06 {said}"
+    measured = {**output, "noise": 3.2e-09}
+    assert output_line("loss", measured, source).endswith("(noise 3.2e-09)")  # a measured noise needs no word
