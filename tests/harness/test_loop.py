@@ -389,6 +389,11 @@ def test_a_round_whose_rerun_shows_every_objective_done_calls_no_verifier(tmp_pa
     diagnoser_3 = _first_prompt(run, "diagnoser", 3)
     assert "```data\n- calc.cli — no entry point yet\n```" in diagnoser_3
     assert "nothing left" in state.stop_reason and state.final_round == 2
+    # ... as round 1's Verifier was told, in its own prompt and its submit tool, before it listed calc.cli
+    verifier_1 = next(c for c in _requests(run) if c["role"] == "verifier" and c["round"] == 1)["request"]
+    assert "they do\nnot keep the run from stopping" in verifier_1["messages"][0]["content"]
+    (submit,) = [t for t in verifier_1["tools"] if t["function"]["name"] == "submit"]
+    assert "never hold the run open" in submit["function"]["description"]
 
 
 def test_a_diagnosis_naming_a_property_no_probe_states_yet_gets_a_verifier(tmp_path):
