@@ -208,9 +208,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         tally = tallies.get(rs.round, Counter())
         grade = by_round.get(rs.round)
         reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "not graded")
-        counts = (
-            f"{tally['established']} | {tally['violated']} | {tally['not_established']} | " if evidence else ""
-        )
+        counts = f"{tally['established']} | {tally['violated']} | {tally['not_established']} | " if evidence else ""
         lines.append(
             f"| {rs.round} | {(rs.commit or '-')[:10]} | {rs.model_calls} | {rs.tokens:,} | {counts}{reward} |"
         )

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from benchmark_adapter.grading.grader import Grade
 from harness.cli.app import main
-from harness.run import finish, figures
+from harness.run import figures, finish
 from harness.run.directory import RunDir, RunState
 from harness.run.progress import Progress, RunView
 from tests.harness import loop_scripts as plans
@@ -102,7 +102,10 @@ def test_a_version_1_state_reads_its_running_totals_as_totals():
     old = {
         "schema_version": 1,
         "run_id": "r",
-        "rounds": [{"round": 2, "done": ["diagnose"], "model_calls": 11}, {"round": 1, "done": ["verify"], "model_calls": 9}],
+        "rounds": [
+            {"round": 2, "done": ["diagnose"], "model_calls": 11},
+            {"round": 1, "done": ["verify"], "model_calls": 9},
+        ],
     }
     state = RunState.model_validate(old)
     assert [(r.round, r.model_calls, r.model_calls_total) for r in state.rounds] == [(1, 9, 9), (2, 2, 11)]

@@ -270,8 +270,9 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     assert violated == 0 and established >= 1
     live = [line for line in capsys.readouterr().err.splitlines() if "established=" in line]
     assert live and live[-1].endswith(tally)
-    commit = run.load_state().rounds[1].commit[:10]
-    assert f"| 2 | {commit} | {established} | 0 | {unresolved} |" in run.summary.read_text()
+    round_2 = run.load_state().rounds[1]
+    figures = f"{round_2.model_calls} | {round_2.tokens:,}"
+    assert f"| 2 | {round_2.commit[:10]} | {figures} | {established} | 0 | {unresolved} |" in run.summary.read_text()
     assert main(["evidence", "show", str(run.root)]) == 0
     shown = capsys.readouterr().out
     assert tally in shown
@@ -359,8 +360,8 @@ def test_a_round_whose_migrator_changed_nothing_is_not_verified_again(tmp_path):
     assert outcomes(run, "calc.ops") == [(1, "violated")]  # no re-run: the same tree was judged already
     # summary.md's row of round 2 carries round 1's evidence, not a row of zeros
     rows = [line for line in run.summary.read_text().splitlines() if line.startswith(("| 1 |", "| 2 |"))]
-    assert len(rows) == 2 and rows[0].split("|")[3:6] == rows[1].split("|")[3:6]
-    assert rows[0].split("|")[4].strip() == "1"  # calc.ops violated
+    assert len(rows) == 2 and rows[0].split("|")[5:8] == rows[1].split("|")[5:8]
+    assert rows[0].split("|")[6].strip() == "1"  # calc.ops violated
 
 
 def diagnose_naming(*probes: str) -> dict:

@@ -66,7 +66,8 @@ def test_a_planted_copy_that_fails_as_meant_is_one_line_with_its_count():
     assert sum("> tolerance" in ln for ln in lines) == 28  # ... while the real probe still lists its 28
     crashed = planted.model_copy(update={"observations": {"message": "IndexError in the planted copy"}})
     assert render_results([crashed]).splitlines()[1].endswith("is caught: IndexError in the planted copy")
-    blind = planted.model_copy(update={"outcome": Outcome.ESTABLISHED, "observations": _probe_record(3, []).observations})
+    passing = _probe_record(3, []).observations
+    blind = planted.model_copy(update={"outcome": Outcome.ESTABLISHED, "observations": passing})
     assert "3 outputs pass" in render_results([blind])  # a copy that misses its fault is shown whole
 
 

@@ -119,9 +119,7 @@ def scalar_similarity(ref: Any, cand: Any, *, precision: type[np.floating] = np.
     return banded_scalar_similarity(ref, cand, 0.0, precision=precision)
 
 
-def banded_scalar_similarity(
-    ref: Any, cand: Any, band: float, *, precision: type[np.floating] = np.float32
-) -> float:
+def banded_scalar_similarity(ref: Any, cand: Any, band: float, *, precision: type[np.floating] = np.float32) -> float:
     """Scalar similarity where a difference within `band` counts as none.
 
     Args:
