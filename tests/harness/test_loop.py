@@ -315,7 +315,8 @@ def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp
     listed = next(line for line in lines if line.startswith(f"run directory: {run_root} ("))
     assert "summary.md, trajectory.jsonl, evidence.sqlite, grades.json" in listed
     assert all((run_root / name.rstrip("/")).exists() for name in listed.split("(")[1].rstrip(")").split(", "))
-    assert lines[-1].startswith("with a real model: twin migrate --task ")
+    assert lines[-2].startswith("with a real model: twin migrate --task ")
+    assert lines[-1].startswith("spent: 10 model calls (round 1: 6, round 2: 4), ")  # what the run spent, last
     assert (run_root / "final" / "calc" / "ops.py").is_file()
     # plain progress lines never break inside a field
     progress = [line for line in captured.err.splitlines() if "tokens=" in line]
