@@ -44,8 +44,9 @@ class Seen(NamedTuple):
 
 
 ZERO_NOISE = {"float64": "unrounded", "rerun": "deterministic", "reseed": "seed-independent"}
-"""Why a noise is 0, in a word, by where it was measured (a record's `noise_source`): the original's float64
-run gave the very same values, its second run did, its run with another seed did."""
+"""Why a noise is 0, in a word, by where it was measured (a record's `observations["noise_source"]`): the
+original's float64 run gave the very same values, its second run did, its run with another seed did; a record
+that does not say where gets `identical`."""
 UNMEASURED = "unmeasured"
 """The word of a noise that is 0 because the second run had no such output."""
 
@@ -57,7 +58,7 @@ def noise_text(output: Mapping[str, Any], noise_source: str | None) -> str:
     value = float(output.get("noise", 0.0))
     if value != 0.0:
         return numbers.noise(value)
-    why = UNMEASURED if output.get("noise_measured") is False else ZERO_NOISE.get(noise_source or "", "deterministic")
+    why = UNMEASURED if output.get("noise_measured") is False else ZERO_NOISE.get(noise_source or "", "identical")
     return f"{numbers.noise(value)}, {why}"
 
 
@@ -115,7 +116,7 @@ def failing_lines(record: EvidenceRecord) -> tuple[list[str], int, int]:
     if isinstance(outputs, Mapping):
         for name, output in outputs.items():
             if isinstance(output, Mapping) and not output.get("ok", True):
-                lines.append(output_line(str(name), output, record.context.get("noise_source")))
+                lines.append(output_line(str(name), output, record.observations.get("noise_source")))
     for imported in obs.get("forbidden_imports") or []:
         if isinstance(imported, Mapping):
             where = imported.get("importer") or {}
@@ -182,7 +183,7 @@ def _margins(record: EvidenceRecord, passing: int) -> list[str]:
     for name, output in closest:
         share = tolerance_share(output)
         used = f", {numbers.significant(share, 2)} of its tolerance" if share is not None else ""
-        lines.append(f"      {output_line(name, output, record.context.get('noise_source'))}{used}")
+        lines.append(f"      {output_line(name, output, record.observations.get('noise_source'))}{used}")
     if passing > len(closest):
         lines.append(f"      … {passing - len(closest)} more passing (not listed)")
     return lines
