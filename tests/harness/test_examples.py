@@ -111,7 +111,7 @@ def test_the_round_two_diagnoser_sees_every_violated_property_whole_with_its_dec
     blocks = re.split(r"\n(?=- |Established|\[)", evidence)[1:]
     violated = [b for b in blocks if b.startswith(("- VIOLATED", "- REGRESSED"))]
     assert violated
-    deciding = re.compile(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+\)")
+    deciding = re.compile(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+(, [\w-]+)?\)")  # a zero says why
     for block in violated:
         body = block.splitlines()[1:]
         assert body and all(line.startswith("    ") for line in body), block
