@@ -43,9 +43,31 @@ class Seen(NamedTuple):
     round: int
 
 
+ZERO_NOISE = {"float64": "unrounded", "rerun": "deterministic", "reseed": "seed-independent"}
+"""Why a noise is 0, in a word, by where it was measured (a record's `observations["noise_source"]`): the
+original's float64 run gave the very same values, its second run did, its run with another seed did; a record
+that does not say where gets `identical`."""
+UNMEASURED = "unmeasured"
+"""The word of a noise that is 0 because the second run had no such output."""
+
+
 # ---- one property --------------------------------------------------------------------------------
-def output_line(name: str, output: Mapping[str, Any]) -> str:
-    """One compared output, with the number that decides it against its tolerance."""
+def noise_text(output: Mapping[str, Any], noise_source: str | None) -> str:
+    """An output's noise; a zero one says why in a word (`ZERO_NOISE`), so it never reads as a measurement
+    that came out 0 by rounding."""
+    value = float(output.get("noise", 0.0))
+    if value != 0.0:
+        return numbers.noise(value)
+    why = UNMEASURED if output.get("noise_measured") is False else ZERO_NOISE.get(noise_source or "", "identical")
+    return f"{numbers.noise(value)}, {why}"
+
+
+def output_line(name: str, output: Mapping[str, Any], noise_source: str | None = None) -> str:
+    """One compared output, with the number that decides it against its tolerance.
+
+    Args:
+        noise_source: where the record's noise was measured (`float64`, `rerun`, `reseed`).
+    """
     measure = str(output.get("measure", "?"))
     score = float(output.get("score", 0.0))
     tolerance = float(output.get("tolerance", 0.0))
@@ -55,7 +77,7 @@ def output_line(name: str, output: Mapping[str, Any]) -> str:
     sign = "<=" if output.get("ok") else ">"
     text = (
         f"{name}: {measure} distance {numbers.distance(1.0 - score)} {sign} tolerance "
-        f"{numbers.tolerance(tolerance)} (noise {numbers.noise(float(output.get('noise', 0.0)))})"
+        f"{numbers.tolerance(tolerance)} (noise {noise_text(output, noise_source)})"
     )
     return text if output.get("informative", True) else text + ", uninformative"
 
@@ -94,7 +116,7 @@ def failing_lines(record: EvidenceRecord) -> tuple[list[str], int, int]:
     if isinstance(outputs, Mapping):
         for name, output in outputs.items():
             if isinstance(output, Mapping) and not output.get("ok", True):
-                lines.append(output_line(str(name), output))
+                lines.append(output_line(str(name), output, record.observations.get("noise_source")))
     for imported in obs.get("forbidden_imports") or []:
         if isinstance(imported, Mapping):
             where = imported.get("importer") or {}
@@ -161,7 +183,7 @@ def _margins(record: EvidenceRecord, passing: int) -> list[str]:
     for name, output in closest:
         share = tolerance_share(output)
         used = f", {numbers.significant(share, 2)} of its tolerance" if share is not None else ""
-        lines.append(f"      {output_line(name, output)}{used}")
+        lines.append(f"      {output_line(name, output, record.observations.get('noise_source'))}{used}")
     if passing > len(closest):
         lines.append(f"      … {passing - len(closest)} more passing (not listed)")
     return lines

@@ -8,9 +8,12 @@ is consistent when
     d(reference, candidate) <= SPREAD * max(d(reference, reference_f64), RESOLUTION)
 
 `SPREAD` (10) allows an independent implementation its own rounding, which is of
-the order of the reference's; `RESOLUTION` (2**-23, one float32 ulp) stands in for
-the reference's noise when it happens to agree with its float64 run exactly (an
-operation computed in float32 on both runs), so the candidate gets ten ulps. For discrete outputs (exact
+the order of the reference's; `RESOLUTION` (2**-23, one float32 ulp) is the floor,
+which stands in for a noise below one float32 step (a float32 loss usually agrees with
+its float64 run to a fraction of a step), so the candidate gets at least ten ulps. The
+noise itself is measured in float64 (`noise_distance`): the original's disagreement
+with its own float64 run as it is, not after both are rounded to float32 (which would
+read 0 for any disagreement under half a step). For discrete outputs (exact
 agreement) the tolerance is the reference's own disagreement, doubled, without a
 floor. For `banded` outputs the band is that same tolerance in absolute units and
 the score is `banded_scalar_similarity`. The noise floor is recorded with every
@@ -62,6 +65,8 @@ class LeafScore:
     noise: float
     tolerance: float
     ok: bool
+    noise_measured: bool = True
+    """False where the noise run had no such output: the noise is 0 because nothing measured it."""
 
     @property
     def informative(self) -> bool:
@@ -77,6 +82,7 @@ class LeafScore:
             "tolerance": self.tolerance,
             "ok": self.ok,
             **({} if self.informative else {"informative": False}),
+            **({} if self.noise_measured else {"noise_measured": False}),
         }
 
 
@@ -276,9 +282,21 @@ def _distance(measure: str, a: Any, b: Any) -> float:
     return 1.0 - MEASURES[measure](a, b)
 
 
+def noise_distance(measure: str, ref: Any, noise_ref: Any) -> float:
+    """The reference's disagreement with its own second run (float64, or a rerun), in `measure`'s distance.
+
+    Measured in float64: rounding both to float32 first would hide any disagreement under
+    half a float32 step (a loss and its float64 run would read 0). Discrete outputs
+    (`exact`) count the positions that differ, as their comparison does.
+    """
+    if measure == "exact":
+        return 1.0 - exact_agreement(ref, noise_ref)
+    return 1.0 - MEASURES["scalar" if measure == "banded" else measure](ref, noise_ref, precision=np.float64)
+
+
 def compare_leaf(path: str, measure: str, ref: Any, cand: Any, noise_ref: Any) -> LeafScore:
-    """Score one leaf and decide it against the reference's own noise."""
-    noise = _distance(measure if measure != "banded" else "scalar", ref, noise_ref)
+    """Score one leaf and decide it against the reference's own noise (`noise_distance`)."""
+    noise = noise_distance(measure, ref, noise_ref)
     if measure == "exact":
         tolerance = 2.0 * noise
         score = exact_agreement(ref, cand)
@@ -342,7 +360,10 @@ def compare_outputs(
             and ref_value is not None
         ):
             continue
-        noise_value = noise_ref.leaf(path) if path in noise_ref.manifest else ref_value
+        measured = path in noise_ref.manifest
+        noise_value = noise_ref.leaf(path) if measured else ref_value
         measure = measure_for(path, ref_value, measures)
-        result.leaves.append(compare_leaf(path, measure, ref_value, cand.leaf(path), noise_value))
+        leaf = compare_leaf(path, measure, ref_value, cand.leaf(path), noise_value)
+        leaf.noise_measured = measured
+        result.leaves.append(leaf)
     return result

@@ -195,6 +195,8 @@ def decide_matched(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> Prob
         "noise_floor": comparison.noise_floor,
         "timing": timing,
     }
+    if context.get("noise_source"):  # with the outputs it qualifies: why a zero noise is zero (`reading`)
+        observations["noise_source"] = context["noise_source"]
     if problems:
         observations["message"] = "; ".join(problems)[:2000]
     if not comparison.informative and not comparison.structure and not forbidden:

@@ -124,9 +124,12 @@ class Verifier:
 
         tools["submit"] = submit_tool(
             "Finish verification with a summary and the properties you could not examine, "
-            "each as 'property: why' (they are recorded as not established, with your reason, beside "
-            "the probes' outcomes: they never replace one; to withdraw a probe you judge wrong, "
-            "rewrite it and run it again, or remove it).",
+            "each as 'property: why'. They are recorded as not established, with your reason, for the next "
+            "Diagnoser to read, but outside the evidence's totals: they never replace a probe's outcome and "
+            "never hold the run open (it stops once every property the checks and probes recorded is "
+            "established and a Diagnoser finds nothing left, whatever is listed here); to keep something "
+            "open, write a probe for it. To withdraw a probe you judge wrong, rewrite it and run it again, "
+            "or remove it.",
             {"summary": {"type": "string"}, "unchecked": {"type": "array", "items": {"type": "string"}}},
             accept,
         )

@@ -41,7 +41,11 @@ class Spent(BaseModel):
     )
     usd: float = Field(default=0.0, description="Dollars.")
     calls: int = Field(default=0, description="Model calls.")
-    wall_s: float = Field(default=0.0, description="Seconds of wall time.")
+    wall_s: float = Field(
+        default=0.0,
+        description="Seconds of wall time of the rounds: from the budget's start before the first round to the "
+        "end of the last (resumed sessions added up); not the task check before nor grading after.",
+    )
 
     @property
     def tokens(self) -> int:
@@ -68,14 +72,26 @@ class BudgetTracker:
     Args:
         budget: the limits.
         spent: what was used before (when resuming); wall time continues from it.
+        running: whether the wall clock runs (False: a finished run's, which adds nothing more).
     """
 
-    def __init__(self, budget: Budget, *, spent: Spent | None = None) -> None:
+    def __init__(self, budget: Budget, *, spent: Spent | None = None, running: bool = True) -> None:
         self.budget = budget
         self._lock = threading.Lock()
         self._spent = (spent or Spent()).model_copy()
         self._wall_before = self._spent.wall_s
         self._started = time.monotonic()
+        self._stopped: float | None = None if running else self._started
+
+    def stop_clock(self) -> None:
+        """End the run's wall time here: every later snapshot carries the same `wall_s`.
+
+        The rounds are over (what comes after them, grading and the summary, is not in the
+        figure; docs/loop.md, "Figures"). Calling it again keeps the first stop.
+        """
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = time.monotonic()
 
     @property
     def spent(self) -> Spent:
@@ -84,7 +100,8 @@ class BudgetTracker:
             return self._snapshot()
 
     def _snapshot(self) -> Spent:
-        wall = self._wall_before + (time.monotonic() - self._started)
+        now = self._stopped if self._stopped is not None else time.monotonic()
+        wall = self._wall_before + (now - self._started)
         return self._spent.model_copy(update={"wall_s": wall})
 
     def check(self) -> None:

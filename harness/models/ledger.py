@@ -93,6 +93,9 @@ class LedgerBudget:
     def spent(self) -> Spent:
         return self.tracker.spent
 
+    def stop_clock(self) -> None:
+        self.tracker.stop_clock()
+
     def check(self) -> None:
         self.tracker.check()
         self.ledger.check()

@@ -22,7 +22,9 @@ from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
 from harness.models.config import ModelConfig, nest_model_settings
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: a round's `model_calls` and `tokens` are its own; the running totals are `model_calls_total` and
+`tokens_total` (1 had only `model_calls`, a running total; still read)."""
 CONFIG_VERSION = 2
 """2: the model's settings in one `model` table (1 kept them flat beside the run's; still read)."""
 Scaffold = Literal["twin", "base", "mini-swe-agent"]
@@ -126,7 +128,12 @@ class RoundState(BaseModel):
     round: int
     done: list[Step] = Field(default_factory=list, description="Steps completed, in order.")
     commit: str | None = Field(default=None, description="Candidate commit after the Migrator.")
-    model_calls: int = Field(default=0, description="Model calls made when the last step ended.")
+    model_calls: int = Field(default=0, description="Model calls this round made (its own, not a running total).")
+    tokens: int = Field(default=0, description="Tokens (prompt and completion) this round's model calls used.")
+    model_calls_total: int = Field(
+        default=0, description="Running total: the run's model calls when this round's last step was saved."
+    )
+    tokens_total: int = Field(default=0, description="Running total: the run's tokens at the same moment.")
     note: str = Field(default="", description="E.g. 'diagnosis invalid: derived from evidence'.")
     evidence_score: int | None = Field(
         default=None, description="Established minus violated properties after verification."
@@ -145,7 +152,42 @@ class RunState(BaseModel):
     final_choice: str = Field(default="", description="Why that round was chosen.")
     spent: Spent = Field(default_factory=Spent, description="Budget spent so far (resume continues).")
     started: float = Field(default_factory=time.time)
+    grading_s: float | None = Field(
+        default=None, description="Seconds grading took after the rounds (not in `spent.wall_s`); None: not graded."
+    )
     audit_offset: int = Field(default=0, description="Bytes of audit.log already turned into evidence.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_calls_per_round(cls, data: object) -> object:
+        """Version 1's `rounds[].model_calls` was a running total: it becomes `model_calls_total`, and each
+        round's own calls the difference from the round before."""
+        if not isinstance(data, dict) or data.get("schema_version", STATE_VERSION) >= 2:
+            return data
+        rounds, before = [], 0
+        for entry in sorted((dict(r) for r in data.get("rounds") or []), key=lambda r: r.get("round", 0)):
+            total = int(entry.get("model_calls", 0))
+            entry.update(model_calls_total=total, model_calls=max(0, total - before))
+            before = max(before, total)
+            rounds.append(entry)
+        return {**data, "rounds": rounds, "schema_version": STATE_VERSION}
+
+    def account(self, round: int) -> None:
+        """Charge `round` with what the run spent since the round before it ended (from `spent`).
+
+        Called whenever the state is saved during a round, so a round's own model calls and
+        tokens, and the running totals beside them, are those of its last save. A round not
+        begun is left alone.
+        """
+        rs = next((r for r in self.rounds if r.round == round), None)
+        if rs is None:
+            return
+        earlier = [r for r in self.rounds if r.round < round]
+        calls_before = max((r.model_calls_total for r in earlier), default=0)
+        tokens_before = max((r.tokens_total for r in earlier), default=0)
+        rs.model_calls_total, rs.tokens_total = self.spent.calls, self.spent.tokens
+        rs.model_calls = max(0, self.spent.calls - calls_before)
+        rs.tokens = max(0, self.spent.tokens - tokens_before)
 
     def round_state(self, round: int) -> RoundState:
         for state in self.rounds:
@@ -169,9 +211,9 @@ class RunState(BaseModel):
         return max((r.round for r in eligible), default=None)
 
     @property
-    def model_calls(self) -> int:
-        """Model calls made by the last completed step (where a resumed replay continues)."""
-        return max((r.model_calls for r in self.rounds if r.done), default=0)
+    def model_calls_total(self) -> int:
+        """The running total of model calls when the last completed step was saved."""
+        return max((r.model_calls_total for r in self.rounds if r.done), default=0)
 
 
 def new_run_id() -> str:

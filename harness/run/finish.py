@@ -23,6 +23,7 @@ from ground.agent_tree import discard_tree
 from ground.errors import TwinError
 from ground.untrusted_io import AgentFileError, read_regular_text, write_text_atomic
 from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.figures import shows_evidence, spent_line
 
 GRADES_VERSION = 1
 
@@ -179,10 +180,15 @@ def record_crash(session: Any, exc: BaseException) -> None:
 
 
 def write_summary(session: Any, grades: RunGrades | None) -> str:
-    """Write `summary.md` and return it."""
+    """Write `summary.md` and return it.
+
+    Its figures are the state's, rendered by `figures` (the same text ends `twin migrate`);
+    a scaffold without evidence (`figures.shows_evidence`) gets no evidence columns.
+    """
     s = session
     state, config = s.state, s.config
-    spent = s.budget.spent
+    evidence = shows_evidence(config.scaffold)
+    counters = "established | violated | not established | " if evidence else ""
     lines = [
         f"# twin run {state.run_id}",
         "",
@@ -191,20 +197,20 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         f"- model: {s.model_label}",
         f"- rounds: {len(state.rounds)} of {config.rounds} ({state.stop_reason or state.status})",
         f"- final candidate: round {state.final_round} — {state.final_choice}",
-        f"- spent: {spent.calls} model calls, {spent.tokens_text()}, ${spent.usd:.4f}, {spent.wall_s:.0f} s",
+        f"- spent: {spent_line(state)}",
         "",
-        "| round | commit | established | violated | not established | reward |",
-        "|---|---|---|---|---|---|",
+        f"| round | commit | model calls | tokens | {counters}reward |",
+        "|---|---|---|---|" + ("---|---|---|" if evidence else "") + "---|",
     ]
     by_round = {g.round: g for g in (grades.rounds if grades else [])}
-    tallies = evidence_tallies(s.run, [rs.round for rs in state.rounds])
+    tallies = evidence_tallies(s.run, [rs.round for rs in state.rounds]) if evidence else {}
     for rs in sorted(state.rounds, key=lambda r: r.round):
         tally = tallies.get(rs.round, Counter())
         grade = by_round.get(rs.round)
         reward = "-" if grade is None else (numbers.reward(grade.reward) if grade.reward is not None else "not graded")
+        counts = f"{tally['established']} | {tally['violated']} | {tally['not_established']} | " if evidence else ""
         lines.append(
-            f"| {rs.round} | {(rs.commit or '-')[:10]} | {tally['established']} | {tally['violated']} "
-            f"| {tally['not_established']} | {reward} |"
+            f"| {rs.round} | {(rs.commit or '-')[:10]} | {rs.model_calls} | {rs.tokens:,} | {counts}{reward} |"
         )
     final = grades.final if grades else None
     if final is not None and final.components:
@@ -279,8 +285,9 @@ def export_final(session: Any) -> Path | None:
 
 
 def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
-    """What a user wants to see when a run ends: every round's grade, the final candidate,
-    the run directory and, for a replayed or scripted run, how to run with a real model."""
+    """What a user wants to see when a run ends: every round's grade, the final candidate, the
+    run directory, for a replayed or scripted run how to run with a real model, and last what
+    the run spent (`figures.spent_line`, the text of summary.md's `spent` line)."""
     lines = []
     if run.grades.exists():
         grades = RunGrades.model_validate_json(run.grades.read_text())
@@ -301,6 +308,7 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
     lines.append(f"run directory: {run.root} ({', '.join(run_files(run))})")
     if not config.model.kind.live:
         lines.append(REAL_MODEL_HINT.format(task=config.task, rounds=config.rounds))
+    lines.append(f"spent: {spent_line(state)}")
     return lines
 
 

@@ -13,6 +13,7 @@ built from this package's session, so this package cannot import them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -114,9 +115,14 @@ def run_migration(
                         f"the run stopped on an internal error ({session.state.stop_reason}); "
                         f"grading what was committed; resume with: twin migrate --resume {run.root}"
                     )
+            session.budget.stop_clock()  # the rounds are over: the run's wall time ends here (`figures`)
+            session.save()
             grades = None
             if config.grade:  # a resumed run keeps its grades, but grades again the rounds twin failed to grade
+                grading_started = time.monotonic()
                 grades = grade_rounds(session, progress, earlier_grades(run))
+                session.state.grading_s = time.monotonic() - grading_started
+                session.save()
             write_summary(session, grades)
             try:
                 export_final(session)

@@ -1,9 +1,11 @@
-"""The live view of a run: round, role, step, tokens, cost and the evidence tally.
+"""The live view of a run: round, role, step, tokens, cost and, for a scaffold with evidence, its tally.
 
 On a terminal it is a rich `Live` panel; otherwise (CI, logs, pipes) it prints
 one plain line per change of role, never wrapped, so long work still shows progress.
 The tally counts properties at their latest outcome (`evidence_store.views.tally`),
-as `summary.md`, the prompts and `twin evidence show` do, never records.
+as `summary.md`, the prompts and `twin evidence show` do, never records. A scaffold
+without evidence (base, mini-swe-agent; `harness.run.figures.shows_evidence`) shows
+no evidence counters at all: zeros there would mean nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.table import Table
 from evidence_store.records import EvidenceRecord
 from evidence_store.views import tally, tally_text
 from ground.terminal import agent_console
+from harness.run.figures import shows_evidence
 
 
 @dataclass
@@ -37,6 +40,11 @@ class RunView:
     latest: dict[str, EvidenceRecord] = field(default_factory=dict)
     """The latest record of every property seen so far."""
     last: str = ""
+
+    @property
+    def evidence(self) -> bool:
+        """Whether the scaffold keeps evidence: only then are its counters shown."""
+        return shows_evidence(self.scaffold)
 
     @property
     def tokens_label(self) -> str:
@@ -88,9 +96,9 @@ class Progress:
 
     def _log(self, text: str) -> None:
         if self._live is None:
+            tally = f" {self.view.tally_text}" if self.view.evidence else ""
             self.console.print(
-                f"{self.view.run_id} {text}  tokens={self.view.tokens_label} "
-                f"${self.view.usd:.4f} {self.view.tally_text}",
+                f"{self.view.run_id} {text}  tokens={self.view.tokens_label} ${self.view.usd:.4f}{tally}",
                 highlight=False,
                 markup=False,
                 soft_wrap=True,
@@ -108,7 +116,8 @@ class Progress:
         table.add_row("round", f"{v.round}/{v.rounds}")
         table.add_row("role · step", f"{v.role} · {v.step}")
         table.add_row("tokens · cost", f"{v.tokens_label} · ${v.usd:.4f}")
-        table.add_row("evidence", v.tally_text if v.latest else "-")
+        if v.evidence:
+            table.add_row("evidence", v.tally_text if v.latest else "-")
         if v.last:
             table.add_row("last", v.last[:100])
         return table

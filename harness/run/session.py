@@ -175,8 +175,11 @@ class Session:
 
         return on_step
 
-    def save(self) -> None:
+    def save(self, round: int | None = None) -> None:
+        """Write the state with what was spent so far, charged to `round` (default: the round the
+        trajectory is in; `RunState.account`)."""
         self.state.spent = self.budget.spent
+        self.state.account(self.trajectory.context.round if round is None else round)
         self.run.save_state(self.state)
 
     def close(self) -> None:
@@ -210,7 +213,8 @@ def open_session(inputs: RunInputs, *, api_key: str | None = None, replay_from: 
     repo = CandidateRepo(run.candidate, run.candidate_git, audit_log=run.audit_log)
     repo.init()
     trajectory = Trajectory(run.trajectory)
-    budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent))
+    # a finished run's wall time is over: resuming it to grade again adds nothing to it
+    budget = budget_for_run(BudgetTracker(config.budget, spent=state.spent, running=state.status != "finished"))
     model = make_model(
         config.model,
         trajectory=trajectory,

@@ -54,8 +54,7 @@ class BaseScaffold:
                 rs.note = self.work(t)
                 rs.commit = self.s.repo.commit_round(t, "agent")
                 rs.done.append("migrate")
-                rs.model_calls = self.s.budget.spent.calls
-                self.s.save()
+                self.s.save(round=t)
             state.stop_reason = f"all {self.s.config.rounds} rounds done"
         except BudgetExceeded as exc:
             state.stop_reason = f"budget: {exc}"

@@ -281,3 +281,32 @@ def test_a_property_that_lost_its_outcome_is_named_with_the_outcome_word_the_evi
     assert changes(now, previous).line(1) == (
         "Since round 1: 2 not established now (established or violated before): forward.a, forward.b."
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "extra", "said"),
+    [
+        ("float64", {}, "(noise 0.0, unrounded)"),
+        ("rerun", {}, "(noise 0.0, deterministic)"),
+        ("reseed", {}, "(noise 0.0, seed-independent)"),
+        ("float64", {"noise_measured": False}, "(noise 0.0, unmeasured)"),
+        (None, {}, "(noise 0.0, identical)"),  # a record that does not say where its noise was measured
+    ],
+)
+def test_a_zero_noise_says_why_in_a_word(source, extra, said):
+    output = {"measure": "scalar", "score": 1.0, "noise": 0.0, "tolerance": 1.19e-06, "ok": True, **extra}
+    assert output_line("loss", output, source) == f"loss: scalar distance 0.0 <= tolerance 1.19e-06 {said}"
+    measured = {**output, "noise": 3.2e-09}
+    assert output_line("loss", measured, source).endswith("(noise 3.2e-09)")  # a measured noise needs no word
+
+
+def test_a_stored_record_read_without_its_context_still_says_why_its_noise_is_zero(tmp_path):
+    """The prompts' evidence is read without contexts: the noise's source is kept with the outputs."""
+    from evidence_store.store import EvidenceStore
+
+    output = {"measure": "tensor", "score": 0.5, "noise": 0.0, "tolerance": 1.19e-06, "ok": False}
+    record = _rec("forward", "violated", observations={"outputs": {"y": output}, "noise_source": "float64"})
+    with EvidenceStore(tmp_path / "e.sqlite") as store:
+        store.append(record)
+        text = store.render_for_prompt(4000, up_to_round=1)
+    assert "    y: tensor distance 0.5 > tolerance 1.19e-06 (noise 0.0, unrounded)" in text.splitlines()

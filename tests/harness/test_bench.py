@@ -231,7 +231,7 @@ def test_a_model_reporting_no_usage_is_counted_estimated_in_the_summary_and_the_
     [trial] = results.trials.values()
     assert trial.status == "ok" and trial.tokens_in > 0 and trial.tokens_estimated == trial.tokens
     summary = (tmp_path / "benches" / "b" / "runs" / trial.trial_id / "summary.md").read_text()
-    assert re.search(r"spent: \d+ model calls, [1-9][\d,]* tokens \(all estimated\)", summary)
+    assert re.search(r"spent: \d+ model calls \([^)]*\), [1-9][\d,]* tokens \(all estimated\)", summary)
     assert main(["report", "b", "--benches-dir", str(tmp_path / "benches")]) == 0
     report = (tmp_path / "benches" / "b" / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| ") and "| base |" in line and "~" in line)

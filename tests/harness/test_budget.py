@@ -51,6 +51,19 @@ def test_wall_time_counts_time_spent_before_resuming():
     assert tracker.spent.wall_s >= 100
 
 
+def test_a_stopped_clock_adds_nothing_more():
+    tracker = BudgetTracker(Budget(), spent=Spent(wall_s=5.0))
+    time.sleep(0.05)
+    tracker.stop_clock()
+    stopped = tracker.spent.wall_s
+    time.sleep(0.1)
+    tracker.stop_clock()  # a second stop keeps the first
+    assert 5.05 <= stopped == tracker.spent.wall_s < 5.15
+    finished = BudgetTracker(Budget(), spent=Spent(wall_s=5.0), running=False)  # a finished run resumed
+    time.sleep(0.05)
+    assert finished.spent.wall_s == 5.0
+
+
 def test_resume_continues_from_spent():
     before = Spent(tokens_in=900, tokens_out=50, usd=1.0, calls=7)
     tracker = BudgetTracker(Budget(max_tokens=1000), spent=before)

@@ -130,7 +130,7 @@ def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
     assert any(line.startswith("violated        np.affine (L") for line in lines)
     deciding = [line for line in lines if "distance" in line]
     assert deciding and all(
-        __import__("re").fullmatch(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+\)(, uninformative)?", line)
+        __import__("re").fullmatch(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+(, [\w-]+)?\)(, uninformative)?", line)
         for line in deciding
     ), deciding
     assert any(line == f"probe files and outputs: {tmp_path / 'w'}" for line in lines)

@@ -100,7 +100,7 @@ def test_inbox_run_on_tiny_task_survives_a_killed_driver_and_replays(tmp_path, c
     assert all(c["label"].startswith("outside program via inbox") for c in calls)
     # the driver reports no usage: twin counts the tokens itself, and says they are estimated
     assert all(c["reply"]["usage"]["estimated"] and c["reply"]["usage"]["prompt_tokens"] > 0 for c in calls)
-    spent = re.search(r"spent: \d+ model calls, ([\d,]+) tokens \(all estimated\)", run.summary.read_text())
+    spent = re.search(r"spent: \d+ model calls \([^)]*\), ([\d,]+) tokens \(all estimated\)", run.summary.read_text())
     assert spent is not None and int(spent.group(1).replace(",", "")) > 0
     # the migrator's first two calls were answered before the kill and asked again after the resume
     assert len(calls) == len(script) + 2

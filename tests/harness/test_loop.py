@@ -270,8 +270,9 @@ def test_roles_get_each_others_context_and_every_view_counts_the_same(tmp_path, 
     assert violated == 0 and established >= 1
     live = [line for line in capsys.readouterr().err.splitlines() if "established=" in line]
     assert live and live[-1].endswith(tally)
-    commit = run.load_state().rounds[1].commit[:10]
-    assert f"| 2 | {commit} | {established} | 0 | {unresolved} |" in run.summary.read_text()
+    round_2 = run.load_state().rounds[1]
+    figures = f"{round_2.model_calls} | {round_2.tokens:,}"
+    assert f"| 2 | {round_2.commit[:10]} | {figures} | {established} | 0 | {unresolved} |" in run.summary.read_text()
     assert main(["evidence", "show", str(run.root)]) == 0
     shown = capsys.readouterr().out
     assert tally in shown
@@ -314,7 +315,8 @@ def test_migrate_ends_with_every_rounds_grade_the_final_candidate_and_a_hint(tmp
     listed = next(line for line in lines if line.startswith(f"run directory: {run_root} ("))
     assert "summary.md, trajectory.jsonl, evidence.sqlite, grades.json" in listed
     assert all((run_root / name.rstrip("/")).exists() for name in listed.split("(")[1].rstrip(")").split(", "))
-    assert lines[-1].startswith("with a real model: twin migrate --task ")
+    assert lines[-2].startswith("with a real model: twin migrate --task ")
+    assert lines[-1].startswith("spent: 10 model calls (round 1: 6, round 2: 4), ")  # what the run spent, last
     assert (run_root / "final" / "calc" / "ops.py").is_file()
     # plain progress lines never break inside a field
     progress = [line for line in captured.err.splitlines() if "tokens=" in line]
@@ -359,8 +361,8 @@ def test_a_round_whose_migrator_changed_nothing_is_not_verified_again(tmp_path):
     assert outcomes(run, "calc.ops") == [(1, "violated")]  # no re-run: the same tree was judged already
     # summary.md's row of round 2 carries round 1's evidence, not a row of zeros
     rows = [line for line in run.summary.read_text().splitlines() if line.startswith(("| 1 |", "| 2 |"))]
-    assert len(rows) == 2 and rows[0].split("|")[3:6] == rows[1].split("|")[3:6]
-    assert rows[0].split("|")[4].strip() == "1"  # calc.ops violated
+    assert len(rows) == 2 and rows[0].split("|")[5:8] == rows[1].split("|")[5:8]
+    assert rows[0].split("|")[6].strip() == "1"  # calc.ops violated
 
 
 def diagnose_naming(*probes: str) -> dict:
@@ -389,6 +391,11 @@ def test_a_round_whose_rerun_shows_every_objective_done_calls_no_verifier(tmp_pa
     diagnoser_3 = _first_prompt(run, "diagnoser", 3)
     assert "```data\n- calc.cli — no entry point yet\n```" in diagnoser_3
     assert "nothing left" in state.stop_reason and state.final_round == 2
+    # ... as round 1's Verifier was told, in its own prompt and its submit tool, before it listed calc.cli
+    verifier_1 = next(c for c in _requests(run) if c["role"] == "verifier" and c["round"] == 1)["request"]
+    assert "they do\nnot keep the run from stopping" in verifier_1["messages"][0]["content"]
+    (submit,) = [t for t in verifier_1["tools"] if t["function"]["name"] == "submit"]
+    assert "never hold the run open" in submit["function"]["description"]
 
 
 def test_a_diagnosis_naming_a_property_no_probe_states_yet_gets_a_verifier(tmp_path):

@@ -49,6 +49,28 @@ def test_run_probe_of_an_established_probe_is_short_too():
     assert sum("<= tolerance" in line for line in text.splitlines()) == 3
 
 
+def test_a_planted_copy_that_fails_as_meant_is_one_line_with_its_count():
+    real = _probe_record(30, failing=list(range(28)))
+    planted = real.model_copy(
+        update={"property": Property(id="planted:forward.layers", kind="planted", level=1)}, deep=True
+    )
+    text = render_results([real, planted])
+    lines = text.splitlines()
+    assert lines[0] == "1 properties recorded: established=0 violated=1 not_established=0"  # the copy is not counted
+    (line,) = [ln for ln in lines if "planted:forward.layers" in ln]
+    assert line == (
+        "- VIOLATED planted:forward.layers (planted, L1): the planted fault is caught: 28 of 30 outputs fail "
+        "(listed in the evidence, not here)"
+    )
+    assert lines[-1] == line  # nothing of the copy below its line ...
+    assert sum("> tolerance" in ln for ln in lines) == 28  # ... while the real probe still lists its 28
+    crashed = planted.model_copy(update={"observations": {"message": "IndexError in the planted copy"}})
+    assert render_results([crashed]).splitlines()[1].endswith("is caught: IndexError in the planted copy")
+    passing = _probe_record(3, []).observations
+    blind = planted.model_copy(update={"outcome": Outcome.ESTABLISHED, "observations": passing})
+    assert "3 outputs pass" in render_results([blind])  # a copy that misses its fault is shown whole
+
+
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
 FIXED = "def reference(env):\n    return {'y': 1.5}\n\n\ndef candidate(env):\n    return {'y': 1.5}\n"
 BROKEN = FIXED + "\nprobe_z = reference\n"

@@ -48,8 +48,9 @@ def test_newer_state_version_is_refused(tmp_path):
 def test_model_calls_of_last_completed_step(tmp_path):
     state = RunState(run_id="x")
     state.round_state(1).done = ["diagnose"]
-    state.round_state(1).model_calls = 4
-    assert state.model_calls == 4
+    state.round_state(1).model_calls_total = 4
+    state.round_state(2).model_calls_total = 7  # a round with no completed step
+    assert state.model_calls_total == 4
 
 
 def test_toml_config_with_overrides(tmp_path):

@@ -48,6 +48,27 @@ def test_tolerance_follows_reference_noise():
     assert far.noise_floor == pytest.approx(near.noise_floor)
 
 
+def test_the_noise_is_measured_in_float64_not_after_rounding_both_runs_to_float32():
+    """A float32 loss agrees with its float64 run to a fraction of a float32 step: that fraction is its noise."""
+    exact = 1.0 / 3.0
+    loss = np.float32(exact)
+    assert float(np.float32(exact)) == float(loss)  # rounded to float32, the two runs would agree: noise 0
+    leaf = compare_leaf("loss", "scalar", loss, loss, exact)
+    assert leaf.noise == pytest.approx(2 * abs(float(loss) - exact) / (float(loss) + exact), rel=1e-6)
+    assert 0.0 < leaf.noise < RESOLUTION and leaf.tolerance == pytest.approx(SPREAD * RESOLUTION) and leaf.ok
+    tensor = compare_leaf("y", "tensor", X, X, X.astype(np.float64) / 3 * 3 + 1e-12)
+    assert tensor.noise > 0.0  # the same for a tensor: float64 differences below a float32 step still count
+    banded = compare_leaf("loss", "banded", loss, loss, exact)
+    assert banded.noise == pytest.approx(leaf.noise)
+
+
+def test_a_leaf_the_noise_run_lacks_is_marked_unmeasured():
+    out = compare_outputs(side(y=X, z=X), side(y=X, z=X), side(y=X.astype(np.float64)))
+    by_path = {leaf.path: leaf.as_dict() for leaf in out.leaves}
+    assert by_path["z"]["noise"] == 0.0 and by_path["z"]["noise_measured"] is False
+    assert "noise_measured" not in by_path["y"]
+
+
 def test_resolution_floor_when_reference_has_no_noise():
     leaf = compare_leaf("y", "tensor", X, X * (1 + 5e-7), X)
     assert leaf.noise == pytest.approx(0.0, abs=1e-12)

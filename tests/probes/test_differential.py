@@ -38,6 +38,8 @@ def test_good_candidate_is_established_with_noise_floor(good_results):
     assert good_results["np.affine"].context["noise_source"] == "float64"
     assert good_results["np.affine"].observations["noise_floor"] > 0
     assert good_results["np.labels"].context["noise_source"] == "rerun"
+    # the source travels with the outputs, where a reader of the stored evidence (no contexts) finds it
+    assert [good_results[p].observations["noise_source"] for p in ("np.affine", "np.labels")] == ["float64", "rerun"]
     assert good_results["np.net"].observations["outputs"]["stats/shape"]["measure"] == "exact"
 
 

@@ -82,9 +82,11 @@ def test_the_verifier_reads_the_whole_probe_reference_or_one_section_on_demand(t
         reference(section="Outcomes")
 
 
-def test_the_verifier_submit_says_unchecked_entries_never_replace_an_outcome(tmp_path):
+def test_the_verifier_submit_says_unchecked_entries_never_replace_an_outcome_nor_hold_the_run_open(tmp_path):
     verifier = Verifier(submitting({"summary": "checked"}), bench(tmp_path), Desk())
-    assert "never replace" in verifier.agent.tools["submit"].description
+    description = verifier.agent.tools["submit"].description
+    assert "never replace" in description and "outside the evidence's totals" in description
+    assert "never hold the run open" in description and "write a probe for it" in description
 
 
 @pytest.mark.parametrize("cls", [Diagnoser, Migrator, Verifier])

@@ -242,9 +242,8 @@ class TwinLoop:
         self.record_refusals(t)
         rs = self.s.state.round_state(t)
         rs.done.append(step)  # type: ignore[arg-type]
-        rs.model_calls = self.s.budget.spent.calls
         rs.note = note or rs.note
-        self.s.save()
+        self.s.save(round=t)
 
     def record_refusals(self, t: int) -> None:
         """Every refusal the boundary wrote to the audit log becomes evidence too."""

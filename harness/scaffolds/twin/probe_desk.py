@@ -21,7 +21,7 @@ from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Propert
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
 from probes.interface_checks import check_plan
-from probes.probe_format import PROBE_FILE_KIND, stated_ids
+from probes.probe_format import PLANTED_KIND, PROBE_FILE_KIND, stated_ids
 from probes.round_localization import localize_round
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
 
@@ -244,12 +244,17 @@ def render_results(records: list[EvidenceRecord]) -> str:
     A property that did not hold shows its failing outputs as distance against tolerance,
     and the tail of its trace; passing outputs are counted, with the few closest to their
     tolerance (`reading.property_block` with margins), so a probe of many outputs stays short.
+    A planted-fault copy that fails, as it was meant to, is one line with its count
+    (`planted_line`): its failing outputs are the fault's, kept whole in the evidence.
     """
     if not records:
         return "no properties were examined"
     counts = tally({r.property.id: r for r in records})
     lines = [f"{sum(counts.values())} properties recorded: {tally_text(counts)}"]
     for record in records:
+        if record.property.kind == PLANTED_KIND and record.outcome is Outcome.VIOLATED:
+            lines.append(planted_line(record))
+            continue
         lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)], margins=True))
         tail = [ln for ln in record.trace.strip().splitlines() if ln.strip()][-TRACE_LINES:]
         # One line is already the `why` line, unless it was too long to show whole there (a probe
@@ -258,3 +263,19 @@ def render_results(records: list[EvidenceRecord]) -> str:
         if record.outcome is not Outcome.ESTABLISHED and (len(tail) > 1 or cut):
             lines.append("    trace (last lines):\n" + "\n".join(f"      {ln}" for ln in tail))
     return "\n".join(lines)
+
+
+def planted_line(record: EvidenceRecord) -> str:
+    """A violated planted-fault copy in one line: the fault was caught, and how many outputs show it.
+
+    Its failing outputs say nothing about the candidate (the fault is the probe author's own),
+    so they are counted here, never listed; `twin evidence` keeps each of them.
+    """
+    _, passing, failing = reading.failing_lines(record)
+    if failing:
+        what = f"{failing} of {failing + passing} outputs fail" if passing else f"all {failing} outputs fail"
+        what += " (listed in the evidence, not here)"
+    else:
+        what = reading.reason(record) or "violated"
+    head = f"- VIOLATED {record.property.id} ({record.property.kind}, L{record.property.level})"
+    return f"{head}: the planted fault is caught: {what}"

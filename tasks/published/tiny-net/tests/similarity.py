@@ -1,7 +1,9 @@
 """Bounded similarity measures (002, §C.5): every score is in [0, 1], 1 = identical.
 
 Each measure promotes both operands to float32 first and maps any NaN, infinity or
-shape mismatch to 0, so a degenerate output can never look similar. The constant
+shape mismatch to 0, so a degenerate output can never look similar. The reference's
+noise (its disagreement with its own float64 run) is measured with `precision=np.float64`
+instead: rounded to float32 first, a disagreement below one float32 step would read 0. The constant
 `EPS` only guards divisions by zero; it cannot be tuned to change a verdict.
 
 Which measure to use follows the quantity compared:
@@ -30,20 +32,20 @@ import numpy as np
 EPS = 1e-12
 
 
-def _as_float32(value: Any) -> np.ndarray | None:
-    """Promote to a float32 array; None where the value is not numeric."""
+def _as_float(value: Any, precision: type[np.floating] = np.float32) -> np.ndarray | None:
+    """Promote to a float array of `precision`; None where the value is not numeric."""
     try:
         arr = np.asarray(value)
     except Exception:
         return None
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         return None
-    return arr.astype(np.float32)
+    return arr.astype(precision)
 
 
-def _pair(ref: Any, cand: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """Both operands as float32 arrays of the same shape with finite entries, else None."""
-    a, b = _as_float32(ref), _as_float32(cand)
+def _pair(ref: Any, cand: Any, precision: type[np.floating] = np.float32) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both operands as float arrays of `precision` and the same shape with finite entries, else None."""
+    a, b = _as_float(ref, precision), _as_float(cand, precision)
     if a is None or b is None or a.shape != b.shape:
         return None
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
@@ -57,13 +59,13 @@ def _clip(score: float) -> float:
     return float(min(1.0, max(0.0, score)))
 
 
-def tensor_similarity(ref: Any, cand: Any) -> float:
+def tensor_similarity(ref: Any, cand: Any, *, precision: type[np.floating] = np.float32) -> float:
     """sqrt(max(cos, 0) * min(|a|,|b|) / max(|a|,|b|)) over the flattened arrays.
 
     Two all-zero arrays are identical (1.0); a zero array against a non-zero one is 0.
     An empty pair of equal shape is identical.
     """
-    pair = _pair(ref, cand)
+    pair = _pair(ref, cand, precision)
     if pair is None:
         return 0.0
     a, b = (x.astype(np.float64).ravel() for x in pair)
@@ -86,14 +88,14 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def distributional_similarity(ref: Any, cand: Any) -> float:
+def distributional_similarity(ref: Any, cand: Any, *, precision: type[np.floating] = np.float32) -> float:
     """1 - JS distance (base 2, so in [0, 1]) of softmax over the last axis, averaged over rows.
 
     Args:
         ref: logits, shape [..., vocab].
         cand: logits of the same shape.
     """
-    pair = _pair(ref, cand)
+    pair = _pair(ref, cand, precision)
     if pair is None:
         return 0.0
     a, b = (x.astype(np.float64) for x in pair)
@@ -112,12 +114,12 @@ def distributional_similarity(ref: Any, cand: Any) -> float:
     return _clip(float(np.mean(1.0 - np.sqrt(jsd))))
 
 
-def scalar_similarity(ref: Any, cand: Any) -> float:
+def scalar_similarity(ref: Any, cand: Any, *, precision: type[np.floating] = np.float32) -> float:
     """max(0, 1 - 2|a - b| / (|a| + |b|)), averaged element-wise for arrays of scalars."""
-    return banded_scalar_similarity(ref, cand, 0.0)
+    return banded_scalar_similarity(ref, cand, 0.0, precision=precision)
 
 
-def banded_scalar_similarity(ref: Any, cand: Any, band: float) -> float:
+def banded_scalar_similarity(ref: Any, cand: Any, band: float, *, precision: type[np.floating] = np.float32) -> float:
     """Scalar similarity where a difference within `band` counts as none.
 
     Args:
@@ -125,10 +127,12 @@ def banded_scalar_similarity(ref: Any, cand: Any, band: float) -> float:
         cand: the candidate's.
         band: half-width of the reference's own spread (>= 0), e.g. the largest
             difference between two runs of the original.
+        precision: the float type both operands are promoted to (float32 unless the
+            reference's noise is measured).
     """
     if not (isinstance(band, (int, float)) and math.isfinite(band) and band >= 0):
         return 0.0
-    pair = _pair(ref, cand)
+    pair = _pair(ref, cand, precision)
     if pair is None:
         return 0.0
     a, b = (x.astype(np.float64) for x in pair)
@@ -147,7 +151,7 @@ def exact_agreement(ref: Any, cand: Any) -> float:
     Numbers are compared after float32 promotion; anything else with `==`. A shape
     or length mismatch, or a NaN on either side, is 0.
     """
-    a, b = _as_float32(ref), _as_float32(cand)
+    a, b = _as_float(ref), _as_float(cand)
     if a is not None and b is not None:
         if a.shape != b.shape or not (np.isfinite(a).all() and np.isfinite(b).all()):
             return 0.0
