@@ -13,7 +13,7 @@ from task_model.loader import load_task, load_task_for_sandbox
 from task_model.model import TaskError
 from harness.cli.app import main
 from ground.sandbox import SandboxError
-from tests.benchmark_adapter.test_published import make_task
+from tests.task_model.test_published import make_task
 from tests.ground.sandboxes.test_task_image import RUN_WRITES_A_FILE, copy_shell, needs_engine
 
 REPO = Path(__file__).resolve().parents[2]

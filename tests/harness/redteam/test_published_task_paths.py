@@ -16,7 +16,7 @@ import pytest
 
 from task_model.loader import load_task
 from task_model.model import TaskError
-from tests.benchmark_adapter.test_published import INSTRUCTION, make_task
+from tests.task_model.test_published import INSTRUCTION, make_task
 
 SECRET = "SIBLING-TASK-HIDDEN-TEST-3c1d"
 
