@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,53 @@ def _drop_privileges() -> None:
     os.setuid(CANDIDATE_UID)
 
 
+def end_candidate_session() -> None:
+    """Kill every process of `CANDIDATE_UID`: the uid drop's session boundary.
+
+    A run under the dropped uid may leave processes behind (`setsid`, a double fork); none may
+    live on into the next run or into the grader's own steps. A child dropped to that uid sends
+    SIGKILL to every process it may signal (`kill(-1)`: all of that uid in this PID namespace,
+    never root's). The kernel does that under the task list's lock and a process with a pending
+    SIGKILL cannot fork, so a fork bomb cannot outrun it. Nothing to do when not root (no drop).
+    """
+    if os.geteuid() != 0:
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls until _exit (the parent may hold locks)
+        code = 1
+        try:
+            _drop_privileges()
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # none left
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise IsolationUnavailable(f"the candidate's processes (uid {CANDIDATE_UID}) could not be ended")
+
+
+def hand_scratch_to_candidate(scratch: Path) -> None:
+    """Give the scratch folder root has filled to `CANDIDATE_UID`, through descriptors only.
+
+    Called before the folder is open to anyone but root (`mkdtemp`'s 0700) and after every
+    process of the uid has ended, so nothing in it can be a link the candidate planted; even
+    so no link is followed (`fchownat` with AT_SYMLINK_NOFOLLOW, the folder by its own
+    descriptor, opened O_NOFOLLOW). The folder becomes the candidate's (0700) only at the end.
+    """
+    top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for _folder, dirs, files, dir_fd in os.fwalk(dir_fd=top, follow_symlinks=False):
+            for name in dirs + files:
+                os.chown(name, CANDIDATE_UID, CANDIDATE_GID, dir_fd=dir_fd, follow_symlinks=False)
+        os.fchown(top, CANDIDATE_UID, CANDIDATE_GID)
+        os.fchmod(top, 0o700)
+    finally:
+        os.close(top)
+
+
 def _choose_isolation(requested: str) -> str:
     if requested not in ("auto", "bwrap", "uid", "none"):
         raise ValueError(f"unknown isolation {requested!r}")
@@ -97,8 +145,8 @@ _UID_FALLBACK: list[str | None] = []  # cached answer of uid_fallback_unavailabl
 _UID_PROBE = r"""
 import os, sys
 logs, closed = sys.argv[1], sys.argv[2:]
-if logs and os.access(logs, os.W_OK):
-    print("writable: " + logs); sys.exit(3)
+if logs and (os.access(logs, os.W_OK) or os.access(logs, os.X_OK)):  # closed: no reward.json to replace
+    print("reachable: " + logs); sys.exit(3)
 for root in closed:  # not even traversable: a file reached by its (known) name is as bad as a listed one
     if os.access(root, os.X_OK) or os.access(root, os.R_OK):
         print("reachable: " + root); sys.exit(3)
@@ -113,9 +161,9 @@ def uid_fallback_unavailable(protect: Iterable[str | Path] | None = None) -> str
     Harbor runs graders, the candidate's side runs as `CANDIDATE_UID` with no groups and no
     capabilities instead; the network is the container's (Harbor tasks set
     `allow_internet = false`). That is only allowed when a child dropped to that uid can
-    neither enter this `tests/` folder (not even to open a file by its name) nor write
+    neither enter this `tests/` folder (not even to open a file by its name) nor enter
     `$LOGS_DIR`, and can still import numpy; the grader first closes those folders to
-    others where it owns them and runs in a container. `protect` overrides the folders
+    others where it runs in a container. `protect` overrides the folders
     that must stay closed (tests).
     """
     if protect is None and _UID_FALLBACK:
@@ -133,7 +181,7 @@ def _uid_fallback_check(logs: Path | None, closed: list[Path]) -> str | None:
         return "the grader is not root, so it cannot run the candidate as another uid"
     for root in [*closed, *([logs] if logs else [])]:
         try:
-            if str(root) in HARBOR_FOLDERS and root.stat().st_uid == 0 and in_container():
+            if str(root) in HARBOR_FOLDERS and in_container():  # whoever owns them on the host
                 os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
         except OSError:
             pass  # a read-only mount: what the check below finds decides
