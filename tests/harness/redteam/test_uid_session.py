@@ -33,7 +33,7 @@ GRADER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import grading
-from grading_sandbox import CANDIDATE_UID
+from grading_sandbox import CANDIDATE_UIDS
 
 def alive():
     found = []
@@ -43,16 +43,23 @@ def alive():
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(fields["Uid"].split()[0]) == CANDIDATE_UID and not fields["State"].strip().startswith("Z"):
+        if int(fields["Uid"].split()[0]) in CANDIDATE_UIDS and not fields["State"].strip().startswith("Z"):
             found.append(pid)
     return found
 
-out = []
-for driver, timeout_s in json.loads(sys.argv[2]):
+def case(driver, timeout_s):
     run = grading.run_candidate(driver, app_dir="/nonexistent", timeout_s=timeout_s, isolation="uid")
-    out.append({"values": {k: v for k, v in run.values.items() if not k.startswith("__")},
-                "timed_out": run.timed_out, "duration_s": run.duration_s, "alive_after": alive(),
-                "finished": run.finished, "log": run.log[-500:]})
+    return {"values": {k: v for k, v in run.values.items() if not k.startswith("__")},
+            "timed_out": run.timed_out, "duration_s": run.duration_s, "alive_after": alive(),
+            "finished": run.finished, "returncode": run.returncode, "log": run.log[-500:]}
+
+cases = json.loads(sys.argv[2])
+if sys.argv[3] == "together":  # as a grader's thread pool runs them
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        out = list(pool.map(lambda c: case(*c), cases))
+else:
+    out = [case(*c) for c in cases]
 time.sleep(1.0)  # a survivor would have written by now
 out.append({"alive_at_end": alive()})
 print(json.dumps(out))
@@ -117,9 +124,9 @@ def interpreter_in_reach() -> str:
     return "\n".join(['stand_in=$(mktemp -d)', 'chmod 755 "$stand_in"', *lines, 'mount --rbind "$stand_in" /root'])
 
 
-def run_cases(cases: list[tuple[str, float]], *, limit_s: float = 120) -> list[dict]:
+def run_cases(cases: list[tuple[str, float]], *, together: bool = False, limit_s: float = 120) -> list[dict]:
     script = f'{interpreter_in_reach()}\nexec "$@"'
-    command = [sys.executable, "-c", GRADER, str(LIBRARY), json.dumps(cases)]
+    command = [sys.executable, "-c", GRADER, str(LIBRARY), json.dumps(cases), "together" if together else "one-by-one"]
     argv = ["unshare", "--pid", "--fork", "--mount-proc", "bash", "-ec", script, "bash", *command]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=limit_s, cwd="/")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -148,6 +155,16 @@ def test_a_child_holding_the_output_pipe_does_not_stretch_the_time_limit():
     assert _end["alive_at_end"] == []
 
 
+def test_runs_made_at_the_same_time_do_not_end_each_other():
+    """A grader's thread pool runs two cases at once: the short one ending kills nothing of the long one."""
+    slow = "import time\ntime.sleep(3)\nrecord('slow', True)\n"
+    quick = "record('quick', True)\n"
+    slow_run, quick_run, end = run_cases([(slow, 30), (quick, 30)], together=True)
+    assert slow_run["finished"] and slow_run["values"] == {"slow": True}, slow_run
+    assert quick_run["finished"] and quick_run["values"] == {"quick": True}, quick_run
+    assert end["alive_at_end"] == []
+
+
 def test_the_scratch_is_handed_over_without_following_a_link(tmp_path):
     """Root chowns the scratch through descriptors: a link in it hands its target to no one."""
     sys.path.insert(0, str(LIBRARY))
@@ -162,7 +179,7 @@ def test_the_scratch_is_handed_over_without_following_a_link(tmp_path):
     (scratch / "sub").mkdir()
     (scratch / "sub" / "to-logs").symlink_to(target)
     (scratch / "to-logs").symlink_to(target)
-    grading_sandbox.hand_scratch_to_candidate(scratch)
     uid = grading_sandbox.CANDIDATE_UID
+    grading_sandbox.hand_scratch_to_candidate(scratch, uid)
     assert os.stat(scratch).st_uid == uid and os.stat(scratch / "sub" / "to-logs", follow_symlinks=False).st_uid == uid
     assert os.stat(target).st_uid == 0 and (os.stat(scratch).st_mode & 0o777) == 0o700

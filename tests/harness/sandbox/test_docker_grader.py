@@ -158,7 +158,7 @@ SESSION_GRADE_PY = r'''
 import os, sys, time
 sys.path.insert(0, os.environ["TESTS_DIR"])
 from grading import run_candidate, write_reward
-from grading_sandbox import CANDIDATE_UID
+from grading_sandbox import CANDIDATE_UIDS
 
 def survivors():
     found = 0
@@ -167,7 +167,7 @@ def survivors():
             fields = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status").read().splitlines() if ":" in l)
         except OSError:
             continue
-        found += int(fields["Uid"].split()[0]) == CANDIDATE_UID and not fields["State"].strip().startswith("Z")
+        found += int(fields["Uid"].split()[0]) in CANDIDATE_UIDS and not fields["State"].strip().startswith("Z")
     return found
 
 app = os.environ["APP_DIR"]

@@ -6,6 +6,7 @@ numpy and the standard library only; every task carries an identical copy beside
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -23,11 +24,10 @@ from typing import Any
 
 import numpy as np
 from grading_sandbox import (
-    CANDIDATE_GID,
-    CANDIDATE_UID,
     _bwrap_argv,
     _choose_isolation,
     _drop_privileges,
+    candidate_uid,
     end_candidate_session,
     hand_scratch_to_candidate,
     remove_scratch,
@@ -178,10 +178,19 @@ def run_candidate(
     Raises:
         IsolationUnavailable: the nested sandbox cannot be built here.
     """
-    forbidden = sorted(set(forbidden))
+    settings = dict(app_dir=app_dir, assets_dir=assets_dir, inputs=inputs, json_inputs=json_inputs,
+                    timeout_s=timeout_s, forbidden=forbidden, app_mount=app_mount, assets_mount=assets_mount,
+                    env=env)  # fmt: skip
     mode = _choose_isolation(isolation)
-    if mode == "uid":
-        end_candidate_session()  # nothing of an earlier run is alive while root fills the scratch
+    if mode != "uid":
+        return _run(driver, None, mode, **settings)
+    with candidate_uid() as uid:  # a uid of its own, its processes ended before and after the run
+        return _run(driver, uid, mode, **settings)
+
+
+def _run(driver: str, uid: int | None, mode: str, *, app_dir, assets_dir, inputs, json_inputs, timeout_s,
+         forbidden, app_mount, assets_mount, env) -> CandidateRun:  # fmt: skip
+    forbidden = sorted(set(forbidden))
     scratch = Path(tempfile.mkdtemp(prefix="t2j-run-"))  # 0700, root's until it is handed over
     try:
         inside_scratch = "/scratch"
@@ -221,9 +230,9 @@ def run_candidate(
             (blocker / "sitecustomize.py").write_text(_BLOCKER.replace("__FORBIDDEN__", repr(forbidden)))
             run_env["PYTHONPATH"] = str(blocker)
             argv = [python, str(scratch / "driver.py")]
-            preexec = _drop_privileges if mode == "uid" else None
-        if mode == "uid":
-            hand_scratch_to_candidate(scratch)  # filled first, then the candidate's, through descriptors
+            preexec = functools.partial(_drop_privileges, uid) if uid is not None else None
+        if uid is not None:
+            hand_scratch_to_candidate(scratch, uid)  # filled first, then the candidate's, through descriptors
         else:
             os.chmod(scratch, 0o777)  # the nested sandbox's uid (never a process outside it) writes there
         started = time.monotonic()
@@ -237,11 +246,11 @@ def run_candidate(
             preexec_fn=preexec,
         )
         try:
-            out, timed_out = _wait_with_output(proc, timeout_s, mode)
+            out, timed_out = _wait_with_output(proc, timeout_s, uid)
         finally:  # also when reading failed: before root reads or removes anything the candidate wrote
             _kill_group(proc)
-            if mode == "uid":
-                end_candidate_session()
+            if uid is not None:
+                end_candidate_session(uid)
             proc.wait()
             proc.stdout.close()
         duration = time.monotonic() - started
@@ -258,7 +267,7 @@ def run_candidate(
         remove_scratch(scratch)
 
 
-def _wait_with_output(proc: subprocess.Popen, timeout_s: float, mode: str) -> tuple[bytes, bool]:
+def _wait_with_output(proc: subprocess.Popen, timeout_s: float, uid: int | None) -> tuple[bytes, bool]:
     """The tail of the driver's output and whether the time limit killed it.
 
     The driver's end, not its pipe's, ends the wait: a process it left behind holding the pipe
@@ -287,8 +296,8 @@ def _wait_with_output(proc: subprocess.Popen, timeout_s: float, mode: str) -> tu
             if selector.select(min(left, 1.0)):
                 eof = _read_some(fd, tail)
         _kill_group(proc)
-        if mode == "uid":
-            end_candidate_session()
+        if uid is not None:
+            end_candidate_session(uid)
         drain = time.monotonic() + DRAIN_S
         while not eof and (left := drain - time.monotonic()) > 0:
             if selector.select(left):

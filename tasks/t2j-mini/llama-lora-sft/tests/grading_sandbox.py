@@ -7,13 +7,15 @@ identical copy beside `grading.py`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _BWRAP_VARIANT: list[list[str]] = []  # cached namespace flags that work on this machine
@@ -71,14 +73,40 @@ def in_container() -> bool:
     return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
-def _drop_privileges() -> None:
+def _drop_privileges(uid: int = 0) -> None:
+    uid = uid or CANDIDATE_UID
     os.setgroups([])
-    os.setgid(CANDIDATE_GID)
-    os.setuid(CANDIDATE_UID)
+    os.setgid(uid)
+    os.setuid(uid)
 
 
-def end_candidate_session() -> None:
-    """Kill every process of `CANDIDATE_UID`: the uid drop's session boundary.
+@contextlib.contextmanager
+def candidate_uid() -> Iterator[int]:
+    """A uid of `CANDIDATE_UIDS` that no other run holds, for one candidate run under the uid drop.
+
+    Runs a grader makes at the same time (threads) each get their own uid, so that ending one
+    run's processes never touches another's and no run can enter another's scratch folder.
+    Every process of the uid is ended before it is handed out and when it is given back.
+    """
+    with _FREE_UIDS_CHANGED:
+        while not _FREE_UIDS:
+            _FREE_UIDS_CHANGED.wait()
+        uid = _FREE_UIDS.pop()
+    try:
+        end_candidate_session(uid)  # nothing of an earlier run is alive while root fills the scratch
+        yield uid
+    finally:
+        try:
+            end_candidate_session(uid)
+        finally:
+            with _FREE_UIDS_CHANGED:
+                _FREE_UIDS.append(uid)
+                _FREE_UIDS.sort()
+                _FREE_UIDS_CHANGED.notify()
+
+
+def end_candidate_session(uid: int) -> None:
+    """Kill every process of `uid`: the uid drop's session boundary.
 
     A run under the dropped uid may leave processes behind (`setsid`, a double fork); none may
     live on into the next run or into the grader's own steps. A child dropped to that uid sends
@@ -89,10 +117,10 @@ def end_candidate_session() -> None:
     if os.geteuid() != 0:
         return
     pid = os.fork()
-    if pid == 0:  # the child: only system calls until _exit (the parent may hold locks)
+    if pid == 0:  # the child: only system calls until _exit (another thread may hold a lock)
         code = 1
         try:
-            _drop_privileges()
+            _drop_privileges(uid)
             try:
                 os.kill(-1, signal.SIGKILL)
             except ProcessLookupError:
@@ -102,11 +130,11 @@ def end_candidate_session() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise IsolationUnavailable(f"the candidate's processes (uid {CANDIDATE_UID}) could not be ended")
+        raise IsolationUnavailable(f"the candidate's processes (uid {uid}) could not be ended")
 
 
-def hand_scratch_to_candidate(scratch: Path) -> None:
-    """Give the scratch folder root has filled to `CANDIDATE_UID`, through descriptors only.
+def hand_scratch_to_candidate(scratch: Path, uid: int) -> None:
+    """Give the scratch folder root has filled to `uid`, through descriptors only.
 
     Called before the folder is open to anyone but root (`mkdtemp`'s 0700) and after every
     process of the uid has ended, so nothing in it can be a link the candidate planted; even
@@ -117,8 +145,8 @@ def hand_scratch_to_candidate(scratch: Path) -> None:
     try:
         for _folder, dirs, files, dir_fd in os.fwalk(dir_fd=top, follow_symlinks=False):
             for name in dirs + files:
-                os.chown(name, CANDIDATE_UID, CANDIDATE_GID, dir_fd=dir_fd, follow_symlinks=False)
-        os.fchown(top, CANDIDATE_UID, CANDIDATE_GID)
+                os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+        os.fchown(top, uid, uid)
         os.fchmod(top, 0o700)
     finally:
         os.close(top)
@@ -141,6 +169,11 @@ def _choose_isolation(requested: str) -> str:
 
 
 CANDIDATE_UID = CANDIDATE_GID = 65532  # neither root nor the uid twin's sandboxes run as (65534)
+# One uid (and gid) per candidate run at the same time; the first is the one checked below: the others
+# are, like it, in no group and own nothing, so what it can reach they can.
+CANDIDATE_UIDS = tuple(range(CANDIDATE_UID, CANDIDATE_UID - 8, -1))
+_FREE_UIDS = sorted(CANDIDATE_UIDS)  # pop() hands out the highest free one
+_FREE_UIDS_CHANGED = threading.Condition()
 _UID_FALLBACK: list[str | None] = []  # cached answer of uid_fallback_unavailable
 _UID_PROBE = r"""
 import os, sys
