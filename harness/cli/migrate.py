@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from harness.cli import options
-from harness.ground.errors import TwinError
+from harness.ground.errors import RunFailed, TwinError
 from harness.ground.terminal import agent_console
 from harness.models.factory import check_model
 from harness.run.directory import RunConfig, RunDir
@@ -101,6 +101,11 @@ def migrate_command(
 
     for line in [outcome, *closing_lines(inputs.run, inputs.config, inputs.state)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if inputs.state.status == "failed":
+        raise RunFailed(
+            f"run {inputs.state.run_id} ended failed ({inputs.state.stop_reason}); "
+            f"see {inputs.run.root / 'crash.txt'}; resume with: twin migrate --resume {inputs.run.root}"
+        )
 
 
 def _read_resumed(run: RunDir) -> RunInputs:
