@@ -102,3 +102,27 @@ def test_the_model_is_told_the_cap_where_it_reads_its_tools():
     tools = workbench_tools(bench, write=False)
     for name in ("bash", "bash_reference"):
         assert f"At most {MAX_TOOL_CALLS_PER_REPLY} tool calls per reply" in tools[name].description
+
+
+def test_a_whole_run_given_one_reply_of_forty_sleeps_stops_on_its_wall_budget(tmp_path):
+    """The base scaffold, a scripted reply of 40 `sleep 0.3` calls, a 1 s wall budget: the run stops
+    on the budget having run at most the cap of them (all 40 ran before: 12 s against 1 s)."""
+    from benchmark_adapter.task.loader import load_task
+    from harness.run.directory import RunConfig
+    from harness.run.migration import run_migration
+    from harness.run.session import RunInputs
+    from harness.scaffolds.registry import SCAFFOLDS
+    from tests.harness import loop_scripts as plans
+
+    sleeps = {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 0.3"}} for _ in range(40)],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1}}  # reported: no tokenizer to load
+    script = plans.write_script(tmp_path / "script.json", [sleeps, sleeps])
+    config = RunConfig.build(task=plans.TINY_TASK, model=script, scaffold="base", sandbox="none", grade=False,
+                             rounds=1, budget={"max_wall_s": 1.0})  # fmt: skip
+    inputs = RunInputs.create(tmp_path / "runs", config, load_task(plans.TINY_TASK), "r")
+    run_migration(inputs, SCAFFOLDS)
+    state = inputs.run.load_state()
+    lines = inputs.run.trajectory.read_text().splitlines()
+    ran = [line for line in lines if '"sleep 0.3"' in line and '"tool_call"' in line]
+    assert state.stop_reason.startswith("budget: wall_time"), state.stop_reason
+    assert len(ran) <= MAX_TOOL_CALLS_PER_REPLY, len(ran)
