@@ -261,11 +261,11 @@ def _copy_file(src: Path, dst: Path, st: os.stat_result) -> None:
                     break
                 os.write(out, chunk)
                 left -= len(chunk)
+            os.fchmod(out, st.st_mode & 0o777)  # by the descriptor: never a path swapped meanwhile
         finally:
             os.close(out)
     finally:
         os.close(fd)
-    os.chmod(dst, st.st_mode & 0o777)
 
 
 def remove_tree(root: Path, *, keep_root: bool = False) -> None:

@@ -35,6 +35,16 @@ class InfraFailure(TwinError):
     exit_code = 3
 
 
+class RunFailed(TwinError):
+    """A run ended `failed` (twin's own error met on the way): its rounds are graded and kept, and
+    `twin migrate` exits non-zero so no caller mistakes it for a run that went well.
+
+    Benches score such a trial as it was graded (`harness.bench.trials`).
+    """
+
+    exit_code = 4
+
+
 class BudgetExceeded(TwinError):
     """A budget limit was reached; the loop turns this into a clean stop.
 

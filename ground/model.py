@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from ground.errors import TwinError
+from ground.untrusted_json import UntrustedJSONError, loads_untrusted
 
 Message = dict[str, Any]
 """One chat message in OpenAI format: `{"role": ..., "content": ..., ...}`."""
@@ -54,8 +55,8 @@ class ToolCall(BaseModel):
         if not text.strip():
             return cls(id=id, name=name)
         try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError:
+            parsed = loads_untrusted(text)
+        except UntrustedJSONError:  # bad syntax, nesting, a number Python refuses: kept verbatim, refused
             return cls(id=id, name=name, arguments_raw=text)
         if not isinstance(parsed, dict):
             return cls(id=id, name=name, arguments_raw=text)

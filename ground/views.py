@@ -18,8 +18,9 @@ view: its files keep their modes.
 The interpreter twin runs, where it lives under a folder the sandbox uid cannot enter
 (pyenv under `/root`), is copied once the same way (`interpreter_copy`).
 
-A copy is keyed by the tree's path and every entry's name, type, mode, size and
-modification time, so an edited task gets a fresh one; older copies of the same tree
+A copy is keyed by the tree's path and its content (`ground.tree_digest`: every
+file's bytes, links resolved, byte code included; never sizes and modification times,
+which can be set back), so an edited task gets a fresh one; older copies of the same tree
 are removed once they are a day old.
 """
 
@@ -32,10 +33,12 @@ import stat
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from ground.boundary import Mount
+from ground.tree_digest import content_digest
 
 _STALE_S = 24 * 3600.0
 _MAX_ENTRIES = 200_000
@@ -124,13 +127,11 @@ def readable_view(
         for _name, st in entries
     ):
         return root
-    digest = hashlib.sha256(f"view-v1\0{root}\0{uid}\0{gid}\0{closed}".encode())
-    tree_key = digest.hexdigest()[:16]
-    for name, st in entries:
-        digest.update(f"\0{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    tree_key = hashlib.sha256(f"view-v1\0{root}\0{uid}\0{gid}\0{closed}".encode()).hexdigest()[:16]
+    content = content_digest(root, hidden=inside)  # None (too large with its links): a fresh copy, never reused
     views = cache / "views"
-    target = views / f"{tree_key}-{digest.hexdigest()[:16]}"
-    if target.is_dir():
+    target = views / f"{tree_key}-{content[:32] if content else 'u' + uuid.uuid4().hex}"
+    if content is not None and target.is_dir():
         return target
     views.mkdir(parents=True, exist_ok=True)
     os.chmod(views, 0o711)
@@ -156,7 +157,8 @@ def _file_view(path: Path, *, cache: Path, uid: int, gid: int) -> Path:
     st = os.stat(path)
     if readable_by(st, uid, gid, directory=False):
         return path
-    key = hashlib.sha256(f"file-v1\0{path}\0{gid}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    content = content_digest(path)
+    key = hashlib.sha256(f"file-v2\0{path}\0{gid}\0{content}".encode()).hexdigest()[:24]
     folder = cache / "views" / f"f{key}"
     if not (folder / path.name).is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)

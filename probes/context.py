@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from task_model.layout import laid_out_mounts
-from task_model.model import Task
 from ground.agent_tree import discard_tree
 from ground.errors import TwinError
 from ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, scratch_dir
 from ground.sandboxes.registry import make_sandbox
+from task_model.layout import laid_out_mounts
+from task_model.model import Task
 
 Side = Literal["reference", "candidate"]
 SANDBOX_KINDS = ("auto", "none", "bwrap")

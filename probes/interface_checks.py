@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from task_model.model import Task
 from evidence_store.records import ProbeResult
 from probes.base import Probe
 from probes.checks import checks_probe, chosen_checks
 from probes.context import ProbeContext
 from probes.probe_format import read_probe_file
+from task_model.model import Task
 
 TEMPLATE = Path(__file__).with_name("interface_probe.py")
 ALWAYS = ["imports", "independence", "audit.wrapping", "audit.vendored", "audit.transliteration"]

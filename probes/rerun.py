@@ -18,12 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.store import EvidenceStore
 from probes.base import Probe, load_factory
 from probes.suite import run_suite
+from task_model.loader import load_task
 
 ContextBuilder = Callable[[Path, Path, Mapping[str, Any]], Any]
 """(task dir, candidate dir, the original record's context) -> the context given to the probe."""

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from ground.agent_tree import remove_tree
-from ground.untrusted_io import AgentFileError, read_regular, write_atomic
 from ground.sandboxes.presentation import refused_over_caps
+from ground.untrusted_io import AgentFileError, read_regular, write_atomic
 from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
 from probes.driver import STARTED

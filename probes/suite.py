@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from task_model.model import Task
 from evidence_store.records import ProbeResult, Property
 from probes.base import Probe, not_established
 from probes.checks import audit_check, checks_probe, imports_check
@@ -34,6 +33,7 @@ from probes.interface_checks import declared_checks, interface_check
 from probes.probe_format import ProbeFile, ProbeFileError, read_probe_file
 from probes.services.families import inferred_services
 from probes.services.probe_file import SearchBudget, read_services, service_probes
+from task_model.model import Task
 
 LIBRARY = Path(__file__).with_name("library")
 _PEOPLE_ONLY = re.compile(r"<!-- people -->\n.*?<!-- /people -->\n", re.S)

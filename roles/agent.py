@@ -19,7 +19,7 @@ from ground.boundary import BoundaryViolation
 from ground.errors import BudgetExceeded, InfraFailure
 from ground.model import Message, Model, ModelInfraError, ModelReply
 from ground.sandbox import SandboxError
-from roles.tools import Tool, ToolError, ToolResult
+from roles.tools import MAX_TOOL_CALLS_PER_REPLY, Tool, ToolError, ToolResult
 
 MAX_ERROR_CHARS = 500
 
@@ -100,6 +100,8 @@ PROPAGATED = (AgentExit, BudgetExceeded, InfraFailure, SandboxError, ModelInfraE
 ToolObserver = Callable[[str, str, dict[str, Any], ToolResult], None]
 # Called after every model call: (role, step, reply).
 StepObserver = Callable[[str, int, ModelReply], None]
+# Called before every tool call; raises BudgetExceeded once the run's budget is spent.
+BudgetCheck = Callable[[], None]
 
 
 class Agent:
@@ -113,6 +115,8 @@ class Agent:
         on_tool: observer of every tool call (trajectory, audit, progress).
         on_step: observer of every model reply (progress).
         context: how much earlier tool output each call carries again (default `ContextPolicy()`).
+        budget_check: called before every tool call (the run's budget: wall time, model calls,
+            dollars); its `BudgetExceeded` ends the run before the call starts.
     """
 
     def __init__(
@@ -125,8 +129,10 @@ class Agent:
         on_tool: ToolObserver | None = None,
         on_step: StepObserver | None = None,
         context: ContextPolicy | None = None,
+        budget_check: BudgetCheck | None = None,
     ) -> None:
         self.model = model
+        self.budget_check = budget_check
         self.context = context or ContextPolicy()
         self.tools = tools
         self.role = role
@@ -167,8 +173,12 @@ class Agent:
             )
             return
         submitted: Submitted | None = None
-        for call in reply.tool_calls:
-            if call.arguments_raw is not None:
+        for i, call in enumerate(reply.tool_calls):
+            if self.budget_check is not None:
+                self.budget_check()  # the budget holds per tool call, not only between model calls
+            if i >= MAX_TOOL_CALLS_PER_REPLY:
+                result, exit_ = self._refuse_over_cap(call.name, len(reply.tool_calls)), None
+            elif call.arguments_raw is not None:
                 result, exit_ = self._refuse_arguments(call.name, call.arguments_raw), None
             else:
                 result, exit_ = self._execute(call.name, call.arguments)
@@ -176,6 +186,16 @@ class Agent:
             submitted = submitted or exit_
         if submitted is not None:
             raise submitted
+
+    def _refuse_over_cap(self, name: str, count: int) -> ToolResult:
+        result = ToolResult(
+            text=f"error: not run: one reply may carry at most {MAX_TOOL_CALLS_PER_REPLY} tool calls "
+            f"(this one carried {count}); send the rest in your next reply",
+            ok=False,
+        )
+        if self.on_tool is not None:
+            self.on_tool(self.role, name, {}, result)
+        return result
 
     def _refuse_arguments(self, name: str, raw: str) -> ToolResult:
         result = ToolResult(text=f"error: the arguments of {name} were not a JSON object: {short(raw, 200)}", ok=False)

@@ -23,6 +23,7 @@ import jinja2
 
 import prompts
 from roles.fence import HarnessText, fence_agent_text
+from roles.tools import MAX_TOOL_CALLS_PER_REPLY
 
 PROMPTS_DIR = Path(prompts.__file__).parent
 CANDIDATE_DIR = "/app"
@@ -45,6 +46,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.globals["candidate_dir"] = CANDIDATE_DIR
+    env.globals["max_tool_calls"] = MAX_TOOL_CALLS_PER_REPLY
     return env
 
 

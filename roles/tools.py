@@ -305,6 +305,12 @@ class Workbench:
 SCRATCH = "/scratch"
 """Where a read-only role's scratch directory is mounted."""
 
+MAX_TOOL_CALLS_PER_REPLY = 8
+"""Tool calls one reply may carry; `roles.agent.Agent` answers later ones "not run" (the prompts and the
+shell tools' descriptions say so). With the budget checked before each call, one reply never holds a run
+for more than this many commands."""
+CALLS_NOTE = f" At most {MAX_TOOL_CALLS_PER_REPLY} tool calls per reply: later ones are not run."
+
 
 def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
     """The tools every role has (read, both shells), plus the file-writing tools when `write`."""
@@ -326,7 +332,7 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             name="bash",
             description="Run a shell command on the candidate side: /app, /source and /assets are "
             "mounted, torch is absent, there is no network. /tmp is fresh for every command: nothing "
-            "written there outlives it." + scratch_note,
+            "written there outlives it." + scratch_note + CALLS_NOTE,
             timeout_s=bench.command_timeout_s,
         ),
         bash_tool(
@@ -334,7 +340,7 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             name="bash_reference",
             description="Run a shell command on the reference side, where the original in /source "
             "runs with torch (e.g. `cd /source && python -c ...`). /app is read-only here, and /tmp is "
-            "fresh for every command" + reference_note,
+            "fresh for every command" + reference_note + CALLS_NOTE,
             timeout_s=bench.command_timeout_s,
         ),
     ]

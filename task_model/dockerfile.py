@@ -36,8 +36,8 @@ from pathlib import Path, PurePosixPath
 from dockerfile_parse import DockerfileParser
 from dockerfile_parse.util import WordSplitter, extract_key_values
 
-from task_model.model import EnvironmentLayout, LaidOut, TaskError
 from ground.boundary import SECRET_NAME
+from task_model.model import EnvironmentLayout, LaidOut, TaskError
 
 SKIPPED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "USER", "SHELL", "HEALTHCHECK", "STOPSIGNAL",
            "MAINTAINER"}  # fmt: skip

@@ -15,9 +15,9 @@ import os
 import shutil
 from pathlib import Path, PurePosixPath
 
-from task_model.model import Task
 from ground.boundary import Mount
 from ground.isolation import Layout
+from task_model.model import Task
 
 # Names never copied from the source repository: version-control state and pointers elsewhere.
 VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ground.sandbox import SandboxError
+from ground.sandboxes.task_image import build_task_image
 from task_model.dockerfile import DockerfileError, read_dockerfile
 from task_model.model import (
     Task,
@@ -42,8 +44,6 @@ from task_model.published import (
     published_settings,
     task_of_settings_file,
 )
-from ground.sandbox import SandboxError
-from ground.sandboxes.task_image import build_task_image
 
 Say = Callable[[str], None]
 

@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from task_model.interface import TaskInterface
 from ground.errors import TwinError
+from task_model.interface import TaskInterface
 
 
 class TaskError(TwinError):

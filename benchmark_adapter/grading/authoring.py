@@ -28,11 +28,11 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.grading.references import record_references
+from probes.probe_format import ProbeFileError, probe_names
 from task_model.layout import copy_without_history
 from task_model.loader import load_task
 from task_model.model import Task, TaskError
 from task_model.published import imports_framework
-from probes.probe_format import ProbeFileError, probe_names
 
 TEMPLATES = Path(__file__).with_name("templates")
 PROBES_PACKAGE = Path(__file__).resolve().parents[2] / "probes"  # twin's own package, in a wheel too

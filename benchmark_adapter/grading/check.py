@@ -16,8 +16,6 @@ a run (`twin migrate`, `twin bench`) and remembers a pass under twin's cache dir
 
 from __future__ import annotations
 
-import hashlib
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,14 +25,14 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.defects import Defect, apply_defect
 from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
 from benchmark_adapter.grading.sweep import TRIP_MARGIN
-from task_model.model import Task
 from ground.agent_tree import discard_tree
 from ground.errors import TwinError
 from ground.isolation import cache_root
+from ground.tree_digest import content_digest
 from ground.untrusted_io import write_atomic
+from task_model.model import Task
 
 SCHEMA_VERSION = 1
-_HASHED_BYTES = 8 << 20  # larger files (checkpoints) enter the key by size and modification time
 GradeFn = Callable[[Task, Path], Grade]
 
 
@@ -58,7 +56,7 @@ class TaskCheck(BaseModel):
 
     schema_version: int = Field(default=SCHEMA_VERSION, description="Record format version.")
     task: str = Field(description="Task name.")
-    content_hash: str = Field(description="`task_content_hash` of the task checked.")
+    content_hash: str = Field(description="`task_content_hash` of the task checked ('' where it had none).")
     sandbox: str = Field(description="Sandbox kind the grader ran in.")
     rows: list[CheckRow] = Field(default_factory=list, description="One row per graded candidate.")
 
@@ -78,29 +76,10 @@ class TaskCheck(BaseModel):
         return f"task {self.task}: check failed ({names}): {first.name} got {got}, expected {first.expected}{why}"
 
 
-def task_content_hash(task: Task) -> str:
-    """A digest of every file of the task (names and contents; big files by size and mtime)."""
-    digest = hashlib.sha256(b"task-check-v1")
-    root = task.root
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".git"))
-        for name in sorted(files):
-            path = Path(folder) / name
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            digest.update(f"\0{path.relative_to(root)}\0{st.st_size}".encode())
-            if path.is_symlink():
-                digest.update(os.readlink(path).encode())
-            elif st.st_size > _HASHED_BYTES:
-                digest.update(str(st.st_mtime_ns).encode())
-            else:
-                try:
-                    digest.update(path.read_bytes())
-                except OSError:
-                    digest.update(b"unreadable")
-    return digest.hexdigest()
+def task_content_hash(task: Task) -> str | None:
+    """The task's content as the grader's sandbox sees it (`ground.tree_digest`: every file's
+    bytes, links resolved, byte code included); None where it is too large to key (never remembered)."""
+    return content_digest(task.root)
 
 
 def check_task(
@@ -122,7 +101,8 @@ def check_task(
     """
     grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
     minimum = task.settings.oracle_min_reward
-    check = TaskCheck(task=task.name, content_hash=content_hash or task_content_hash(task), sandbox=sandbox)
+    content_hash = content_hash or task_content_hash(task) or ""
+    check = TaskCheck(task=task.name, content_hash=content_hash, sandbox=sandbox)
     oracle_reward: float | None = None
     try:
         with oracle_copy(task) as oracle_dir:
@@ -194,8 +174,8 @@ def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None
         TaskCheckFailed: the check failed (one line: what failed and the grader's error).
     """
     content_hash = task_content_hash(task)
-    marker = _passed_marker(content_hash, sandbox)
-    if marker.is_file():
+    marker = _passed_marker(content_hash, sandbox) if content_hash else None
+    if marker is not None and marker.is_file():
         return None
     if on_start is not None:
         on_start()
@@ -205,6 +185,8 @@ def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None
             f"{check.failure_line()} — before any model call; see `twin task check {task.root}`"
             " (or skip the check with --skip-task-check)"
         )
+    if marker is None:
+        return check  # too large to key: not remembered, the next run checks again
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(marker.parent, marker.name, check.model_dump_json(indent=2).encode())

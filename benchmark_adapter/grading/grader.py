@@ -4,8 +4,8 @@ The grader is `tests/test.sh` exactly as the task ships it. It runs where the
 candidate is at the task's candidate mount (`/app`), `tests/` at `/tests`, the
 assets at `/assets`, and a new, empty `/logs/verifier/` that no agent ever had is
 the only writable root; forbidden packages are physically absent and there is no
-network. Afterwards twin reads `reward.json` (else `reward.txt`) from that
-directory and nothing else.
+network. Afterwards twin reads `reward.json` (else, only where nothing is at that
+name, `reward.txt`) from that directory and nothing else.
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from benchmark_adapter.grading.solve import solve_into, solve_script
-from task_model.layout import command_workdir, task_layout
-from task_model.model import Task
 from ground import isolation
 from ground.agent_tree import copy_tree, remove_tree
 from ground.boundary import Boundary
 from ground.errors import TwinError
 from ground.isolation import cache_root, scratch_dir, stage_root
 from ground.sandbox import ExecResult
-from ground.untrusted_io import AgentFileError, read_regular_text
 from ground.sandboxes.host_disk import host_shortage
 from ground.sandboxes.presentation import refused_over_caps
 from ground.sandboxes.registry import make_sandbox
+from ground.untrusted_io import AgentFileError, read_regular_text
+from task_model.layout import command_workdir, task_layout
+from task_model.model import Task
 
 SCHEMA_VERSION = 1
 REWARD_FILES = ("reward.json", "reward.txt")
@@ -238,9 +238,16 @@ def _grader_env(
 
 
 def _read_reward(logs_dir: Path) -> dict[str, Any]:
-    """Read reward.json (else reward.txt); a missing or malformed file means reward 0."""
+    """Read reward.json (else reward.txt); a missing or malformed file means reward 0.
+
+    A reward is read from one place: where anything is at reward.json (a folder, a link, a
+    FIFO), that is the grader's answer and a malformed one; reward.txt is read only where
+    nothing is at reward.json.
+    """
     json_path, txt_path = (logs_dir / name for name in REWARD_FILES)
-    if json_path.is_file():
+    if os.path.lexists(json_path) and not stat.S_ISREG(os.lstat(json_path).st_mode):
+        return {"reward": 0.0, "error": "malformed reward.json: not a regular file"}
+    if os.path.lexists(json_path):
         try:
             data = json.loads(read_regular_text(json_path, MAX_REWARD_BYTES))
             if isinstance(data, dict) and data.get("infrastructure_error"):
@@ -265,7 +272,7 @@ def _read_reward(logs_dir: Path) -> dict[str, Any]:
             "reward_file": "reward.json",
             "error": f"grader reported: {error}" if isinstance(error, str) and error else None,
         }
-    if txt_path.is_file():
+    if os.path.lexists(txt_path):
         try:
             reward = float(read_regular_text(txt_path, MAX_REWARD_BYTES).strip())
         except (ValueError, AgentFileError):

@@ -17,12 +17,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from task_model.model import Task, TaskError
 from probes.context import make_context
 from probes.differential import prepare_root
 from probes.probe_format import ProbeFile, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
 from probes.sides import slot
+from task_model.model import Task, TaskError
 
 
 def record_references(task: Task, *, sandbox: str, timeout_s: float) -> dict:

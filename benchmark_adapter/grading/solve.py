@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from task_model.layout import task_layout
-from task_model.model import Task
 from ground.errors import TwinError
 from ground.isolation import solve_boundary
 from ground.sandboxes.registry import make_sandbox
+from task_model.layout import task_layout
+from task_model.model import Task
 
 SOLVE_TIMEOUT_S = 600.0
 

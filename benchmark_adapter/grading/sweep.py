@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 
 from benchmark_adapter.grading.defects import Defect, apply_defect
 from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
-from task_model.model import Task
 from ground.agent_tree import discard_tree
+from task_model.model import Task
 
 SCHEMA_VERSION = 1
 TRIP_MARGIN = 1e-6  # below the oracle by more than float noise of identical deterministic runs

@@ -19,10 +19,10 @@ from typing import Self
 
 from ground.boundary import SECRET_NAME, Boundary
 from ground.sandbox import SandboxError
-from ground.untrusted_io import write_atomic
 from ground.sandboxes.presentation import Presenter
 from ground.sandboxes.process import SYSTEM_PATH
 from ground.sandboxes.quota import cap_writable_roots, release_all
+from ground.untrusted_io import write_atomic
 
 
 class PresentedRoots:

@@ -38,11 +38,11 @@ from ground.boundary import Boundary, Mount
 from ground.errors import TwinError
 from ground.isolation import cache_root, stage_root
 from ground.sandbox import ExecResult, SandboxError
-from ground.untrusted_io import write_atomic
-from ground.views import tree_entries
 from ground.sandboxes.disk import DISK_RETURNCODE
 from ground.sandboxes.owner import own_tag, owner_alive
 from ground.sandboxes.quota import is_capped
+from ground.untrusted_io import write_atomic
+from ground.views import tree_entries
 
 MAX_SNAPSHOT_ENTRIES = 50_000
 MAX_SNAPSHOT_COPY_BYTES = 256 << 20

@@ -40,9 +40,9 @@ from ground.agent_tree import discard_tree
 from ground.boundary import Boundary
 from ground.isolation import stage_root
 from ground.sandbox import SandboxError
-from ground.untrusted_io import write_atomic
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
 from ground.sandboxes.owner import own_tag, owner_alive
+from ground.untrusted_io import write_atomic
 
 log = logging.getLogger(__name__)
 EXT4 = "ext4"
@@ -124,8 +124,8 @@ class CappedRoot:
             _run("mount", "-t", "tmpfs", "-o", options, "twin-capped", str(self.path))
         self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         _run(*_COPY, f"{aside}/.", f"{self.path}/")
-        os.chown(self.path, st.st_uid, st.st_gid)
-        os.chmod(self.path, st.st_mode & 0o7777)
+        os.fchown(self._fd, st.st_uid, st.st_gid)  # the mounted root by its descriptor, never a path
+        os.fchmod(self._fd, st.st_mode & 0o7777)
         _write(self.record, "state", "mounted")
         discard_tree(aside)
 
@@ -320,8 +320,12 @@ def _recover(record: Path) -> None:
                     discard_tree(out)  # a partial copy (the host full) is never swapped in
                     raise
                 st = os.stat(path)
-                os.chown(out, st.st_uid, st.st_gid)
-                os.chmod(out, st.st_mode & 0o7777)
+                out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:  # by its descriptor: the copy holds the candidate's entries, never a link followed
+                    os.fchown(out_fd, st.st_uid, st.st_gid)
+                    os.fchmod(out_fd, st.st_mode & 0o7777)
+                finally:
+                    os.close(out_fd)
             _write(record, "state", "out")
         _unmount(path)
         if out.is_dir():

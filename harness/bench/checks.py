@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from task_model.model import Task
 from harness.run.directory import RunDir
+from task_model.model import Task
 
 
 def post_run_failures(task: Task, run_dir: Path, sandbox: str) -> list[dict]:

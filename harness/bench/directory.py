@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.bench.schema import RESULTS_VERSION, BenchError, BenchResults
 from ground.untrusted_io import write_text_atomic
+from harness.bench.schema import RESULTS_VERSION, BenchError, BenchResults
 
 
 class BenchDir:

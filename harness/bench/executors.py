@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
+from ground.errors import TwinError
 from harness.bench.schema import BenchError, TrialSpec
 from harness.bench.trials import timed_trial_process, trial_log
-from ground.errors import TwinError
 from harness.models.ledger import Ledger
 
 

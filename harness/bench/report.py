@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ground.untrusted_io import write_text_atomic
 from harness.bench.directory import BenchDir
 from harness.bench.schema import BenchResults, TrialResult
-from ground.untrusted_io import write_text_atomic
 
 BOOTSTRAP_SAMPLES = 10_000
 

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from task_model.model import Task
+from ground.untrusted_io import write_text_atomic
 from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
 from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
 from harness.bench.trials import collect_trial, prepare_trial
-from ground.untrusted_io import write_text_atomic
 from harness.models.ledger import LEDGER_ENV, Ledger
+from task_model.model import Task
 
 
 def run_bench(

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ground.errors import InfraFailure, RunFailed
 from harness.bench.schema import BenchConfig, TrialResult, TrialSpec
-from ground.errors import InfraFailure
 from harness.run.directory import RunConfig, RunDir, RunState
 
 
@@ -100,7 +100,7 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
     if returncode == InfraFailure.exit_code or state.stop_reason.startswith("infrastructure"):
         result.status, result.error = "infra_failed", state.stop_reason
         return result
-    if returncode != 0 or not run.grades.is_file():
+    if returncode not in (0, RunFailed.exit_code) or not run.grades.is_file():  # a failed run is graded
         result.status, result.error = "failed", f"twin migrate exited {returncode}"
         return result
     grades = RunGrades.model_validate_json(run.grades.read_text())

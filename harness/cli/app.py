@@ -13,12 +13,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from harness import __version__
-from harness.cli import bench, evidence, grade, migrate, models, probe, task
 from ground.errors import TwinError
-from ground.terminal import agent_console, styled
 from ground.sandboxes.presentation import recover_presented
 from ground.sandboxes.quota import recover_capped
+from ground.terminal import agent_console, styled
+from harness import __version__
+from harness.cli import bench, evidence, grade, migrate, models, probe, task
 
 app = typer.Typer(
     name="twin",

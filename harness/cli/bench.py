@@ -7,12 +7,12 @@ from pathlib import Path
 import typer
 
 from evidence_store import numbers
+from ground.errors import TwinError
+from ground.terminal import agent_console
 from harness.bench.directory import BenchDir
 from harness.bench.report import write_report
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
-from ground.errors import TwinError
-from ground.terminal import agent_console
 from harness.models.ledger import LedgerLimits
 from harness.scaffolds.registry import SCAFFOLDS
 
@@ -64,8 +64,8 @@ def bench_command(
         infra_retries=retries,
         retry_backoff_s=backoff,
     )
-    from task_model.loader import load_task_for_sandbox
     from harness.cli.task import check_before_run
+    from task_model.loader import load_task_for_sandbox
 
     loaded = {}
     for task in config.tasks:  # each loaded once (under docker its image built); its notes on stderr; checked once

@@ -11,10 +11,10 @@ from rich.text import Text
 
 from benchmark_adapter.grading.grader import GraderInfraError, oracle_copy, run_grader
 from evidence_store import numbers
-from harness.cli import options
 from ground.errors import TwinError
 from ground.terminal import agent_console, styled
 from ground.untrusted_io import write_text_atomic
+from harness.cli import options
 
 
 def grade_command(

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from harness.cli import options
-from ground.errors import TwinError
+from ground.errors import RunFailed, TwinError
 from ground.terminal import agent_console
+from harness.cli import options
 from harness.models.factory import check_model
 from harness.run.directory import RunConfig, RunDir
 from harness.run.finish import closing_lines
@@ -53,8 +53,8 @@ def migrate_command(
     ),
 ) -> None:
     """Migrate a task's source repository with a model, then grade each round."""
-    from task_model.loader import load_task_for_sandbox
     from harness.run.session import RunInputs
+    from task_model.loader import load_task_for_sandbox
 
     console = agent_console()
     if resume:
@@ -101,13 +101,18 @@ def migrate_command(
 
     for line in [outcome, *closing_lines(inputs.run, inputs.config, inputs.state)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if inputs.state.status == "failed":
+        raise RunFailed(
+            f"run {inputs.state.run_id} ended failed ({inputs.state.stop_reason}); "
+            f"see {inputs.run.root / 'crash.txt'}; resume with: twin migrate --resume {inputs.run.root}"
+        )
 
 
 def _read_resumed(run: RunDir) -> RunInputs:
     """A resumed run's inputs, its task loaded once for its sandbox (under docker its image built
     or reused); the task's notes on stderr."""
-    from task_model.loader import load_task_for_sandbox
     from harness.run.session import RunInputs
+    from task_model.loader import load_task_for_sandbox
 
     return RunInputs.read(run, lambda config: load_task_for_sandbox(config.task, config.sandbox))
 

@@ -19,11 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from evidence_store import reading
-from harness.cli import options
 from ground.errors import InfraFailure, TwinError
 from ground.isolation import IsolationError
 from ground.sandbox import SandboxError
 from ground.terminal import agent_console, styled
+from harness.cli import options
 from probes.context import SANDBOX_KINDS
 from probes.localize import localize_divergence
 from probes.services.families import probe_families

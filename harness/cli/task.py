@@ -10,10 +10,10 @@ from rich.table import Table
 from benchmark_adapter.grading.authoring import new_task
 from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
 from evidence_store import numbers
-from harness.cli import options
-from harness.cli.grade import grade_output_tail
 from ground.errors import TwinError
 from ground.terminal import agent_console, styled
+from harness.cli import options
+from harness.cli.grade import grade_output_tail
 
 app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositories, and check them.")
 

@@ -1,7 +1,8 @@
 """Budgets of a run: tokens, dollars, model calls, wall time.
 
 One `BudgetTracker` is shared by every role of a run. Models call `check()`
-before each model call and `charge()` after it, so a run stops between calls,
+before each model call and `charge()` after it, and agents call `check_tool()` before
+each tool call (one reply may carry several), so a run stops between calls,
 never in the middle of writing anything: the loop catches `BudgetExceeded`
 (`ground/errors.py`, where the roles can see it too) and ends the run cleanly.
 """
@@ -116,6 +117,25 @@ class BudgetTracker:
         )
         for kind, limit, used in limits:
             if limit is not None and used >= limit:
+                raise BudgetExceeded(kind, limit, used)
+
+    def check_tool(self) -> None:
+        """Raise `BudgetExceeded` before a tool call once the run may not go on; call before each.
+
+        Wall time is spent at its limit. Tokens, dollars and model calls are spent once past it: a
+        reply that brought the run to its limit was paid for within the budget and runs its tool
+        calls (while the wall time lasts); one that took the run past a limit runs none.
+        """
+        with self._lock:
+            spent = self._snapshot()
+        if self.budget.max_wall_s is not None and spent.wall_s >= self.budget.max_wall_s:
+            raise BudgetExceeded("wall_time", self.budget.max_wall_s, spent.wall_s)
+        for kind, limit, used in (
+            ("tokens", self.budget.max_tokens, spent.tokens),
+            ("dollars", self.budget.max_usd, spent.usd),
+            ("calls", self.budget.max_calls, spent.calls),
+        ):
+            if limit is not None and used > limit:
                 raise BudgetExceeded(kind, limit, used)
 
     def charge(self, usage: Usage, cost_usd: float) -> None:

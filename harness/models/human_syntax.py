@@ -17,13 +17,13 @@ this role is refused rather than sent as text, so a typo never reaches the model
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from ground.model import ToolSchema
+from ground.untrusted_json import UntrustedJSONError, loads_untrusted
 
 COMMANDS = ("help", "prompt", "evidence", "tools", "quit")
 HEREDOC = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*)=)?<<-?['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?$")
@@ -135,9 +135,9 @@ def _rest_of_line(rest: str, parameters: dict[str, Any], name: str) -> dict[str,
     first = next(iter(properties))
     if rest.lstrip().startswith("{"):
         try:
-            whole = json.loads(rest)
-        except json.JSONDecodeError as exc:
-            raise AnswerError(f"{name}: not a JSON object ({exc.msg} at character {exc.pos})") from None
+            whole = loads_untrusted(rest)
+        except UntrustedJSONError as exc:
+            raise AnswerError(f"{name}: not a JSON object ({exc})") from None
         if isinstance(whole, dict) and whole and set(whole) <= set(properties):
             return {key: value for key, value in whole.items()}
     return {first: _convert(rest.strip(), properties[first], name, first)}
@@ -203,8 +203,8 @@ def _convert(value: str, schema: dict[str, Any], name: str, key: str) -> Any:
                 raise ValueError(value)
             return lowered in ("true", "yes", "1")
         if kind in ("object", "array") or (kind is None and ("$defs" in schema or "properties" in schema)):
-            return json.loads(value)
-    except (ValueError, json.JSONDecodeError):
+            return loads_untrusted(value)
+    except ValueError:  # UntrustedJSONError included
         wanted = {"object": "a JSON object", "array": "a JSON array"}.get(kind or "", kind or "JSON")
         raise AnswerError(f"{name}: {key} must be {wanted}, got {value[:60]!r}") from None
     return value

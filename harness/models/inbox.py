@@ -26,7 +26,6 @@ resumed with `twin migrate --resume RUN`.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from ground.model import Message, ModelReply, ModelStopped, ToolCall, ToolSchema
 from ground.terminal import agent_console
 from ground.trajectory import Trajectory
 from ground.untrusted_io import AgentFileError, Folder
+from ground.untrusted_json import UntrustedJSONError, loads_untrusted
 
 PROTOCOL = "twin-inbox/1"
 POLL_S = 0.1
@@ -130,6 +130,18 @@ def parse_reply(data: Any, tools: list[ToolSchema], n: int, messages: list[Messa
     return ModelReply(content=content or "", tool_calls=calls, usage=usage)
 
 
+def _checked_reply(data: Any, tools: list[ToolSchema], n: int, messages: list[Message]) -> ModelReply:
+    """`parse_reply`, where any failure to read the reply (a type, a size, a nesting, a value the
+    checks did not foresee) is a `MalformedReply`, never a crash of the run."""
+    try:
+        return parse_reply(data, tools, n, messages)
+    except MalformedReply:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise MalformedReply(f"reply-{n}.json cannot be read ({type(exc).__name__}: {reason})") from None
+
+
 def _tool_call(raw: Any, i: int, n: int, schemas: dict[str, dict]) -> ToolCall:
     where = f"tool_calls[{i}]"
     if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
@@ -139,9 +151,9 @@ def _tool_call(raw: Any, i: int, n: int, schemas: dict[str, dict]) -> ToolCall:
         raise MalformedReply(f"{where}: no tool named {name!r} in this request (tools: {sorted(schemas)})")
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise MalformedReply(f"{where} ({name}): arguments are not JSON ({exc.msg})") from None
+            arguments = loads_untrusted(arguments) if arguments.strip() else {}
+        except UntrustedJSONError as exc:
+            raise MalformedReply(f"{where} ({name}): arguments are {exc}") from None
     if not isinstance(arguments, dict):
         raise MalformedReply(f"{where} ({name}): arguments must be a JSON object")
     _check_arguments(arguments, schemas[name].get("parameters") or {}, f"{where} ({name})")
@@ -254,7 +266,7 @@ class InboxModel:
             request.attempt = attempt
             self._write_request(n, request)
             try:
-                reply = parse_reply(self._wait(n, role, request.round), tools or [], n, messages)
+                reply = _checked_reply(self._wait(n, role, request.round), tools or [], n, messages)
             except MalformedReply as exc:
                 self._set_aside(n)
                 self._write_error(n, attempt, str(exc), retry=attempt == 1)
@@ -340,10 +352,6 @@ class InboxModel:
 
 def _parse_json(name: str, data: bytes) -> Any:
     try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise MalformedReply(f"{name} is not UTF-8 ({exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise MalformedReply(f"{name} is not JSON ({exc.msg}, line {exc.lineno})") from None
-    except RecursionError:
-        raise MalformedReply(f"{name} is nested too deeply") from None
+        return loads_untrusted(data)
+    except UntrustedJSONError as exc:
+        raise MalformedReply(f"{name} is {exc}") from None

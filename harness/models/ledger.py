@@ -100,6 +100,10 @@ class LedgerBudget:
         self.tracker.check()
         self.ledger.check()
 
+    def check_tool(self) -> None:
+        self.tracker.check_tool()
+        self.ledger.check()
+
     def charge(self, usage: Usage, cost_usd: float) -> None:
         self.tracker.charge(usage, cost_usd)
         self.ledger.charge(usage, cost_usd)

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from task_model.loader import load_task
-from task_model.model import Task
 from ground.agent_tree import discard_tree
 from ground.boundary import Mount
 from ground.isolation import default_limits
 from ground.model import Model
 from ground.sandbox import Sandbox
+from ground.sandboxes.presentation import recover_presented
+from ground.sandboxes.quota import EXT4, CappedRoot, recover_capped
+from ground.sandboxes.registry import make_sandbox
 from ground.trajectory import ToolCallRecord, Trajectory
 from harness.models.budget import BudgetTracker
 from harness.models.config import API_KEY_ENV
@@ -29,11 +30,10 @@ from harness.run.candidate_repo import CandidateRepo
 from harness.run.directory import RunConfig, RunDir, RunState, new_run_id
 from harness.run.progress import Progress
 from harness.run.workspace import Workspace, prepare_workspace, role_boundary
-from ground.sandboxes.presentation import recover_presented
-from ground.sandboxes.quota import EXT4, CappedRoot, recover_capped
-from ground.sandboxes.registry import make_sandbox
 from roles.agent import ContextPolicy
 from roles.tools import SCRATCH, ToolResult, Workbench
+from task_model.loader import load_task
+from task_model.model import Task
 
 
 @dataclass(frozen=True)

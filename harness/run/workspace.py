@@ -16,11 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from task_model.layout import command_workdir, copy_without_history, task_layout
-from task_model.model import Task
 from ground import isolation
 from ground.boundary import Boundary, Limits, Mount
 from ground.errors import TwinError
+from task_model.layout import command_workdir, copy_without_history, task_layout
+from task_model.model import Task
 
 _COMPLETE = ".source-complete"
 

@@ -39,6 +39,7 @@ class BaseScaffold:
             on_tool=session.record_tool,
             on_step=session.step_observer(progress),
             context=session.context_policy,  # the twin roles' policy: the comparison stays fair
+            budget_check=session.budget.check_tool,
         )
 
     def run(self) -> None:

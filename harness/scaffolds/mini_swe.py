@@ -39,7 +39,7 @@ from ground.model import Model
 from harness.run.progress import Progress
 from harness.run.session import Session
 from harness.scaffolds.base import BaseScaffold
-from roles.tools import MAX_COMMAND_BYTES, ToolError, ToolResult, check_text_argument
+from roles.tools import MAX_COMMAND_BYTES, MAX_TOOL_CALLS_PER_REPLY, ToolError, ToolResult, check_text_argument
 
 ROLE = "agent"
 
@@ -143,6 +143,16 @@ class TwinModelAdapter:
             for c in reply.tool_calls
         ]
         extra = {"cost": reply.cost_usd, "timestamp": time.time()}
+        if len(calls) > MAX_TOOL_CALLS_PER_REPLY:  # none run: the package answers one format error
+            error = self.mini.FormatError(
+                {
+                    "role": "user",
+                    "content": f"Not run: one reply may carry at most {MAX_TOOL_CALLS_PER_REPLY} tool calls "
+                    f"(this one carried {len(calls)}).",
+                    "extra": {"interrupt_type": "FormatError", **extra},
+                }
+            )
+            raise error
         try:
             actions = self.mini.parse_toolcall_actions(
                 calls,
@@ -178,12 +188,17 @@ class TwinModelAdapter:
         return {"info": {"config": {"model": {"model_name": self.model.name}, "model_type": "twin"}}}
 
 
-def sandbox_environment(sandbox: Any, *, env: dict[str, str], timeout_s: float, on_command: Any) -> Any:
-    """A mini-swe-agent `Environment` whose commands run in twin's sandbox."""
+def sandbox_environment(
+    sandbox: Any, *, env: dict[str, str], timeout_s: float, on_command: Any, budget_check: Any = None
+) -> Any:
+    """A mini-swe-agent `Environment` whose commands run in twin's sandbox, the run's budget checked
+    before each (`budget_check` raises `BudgetExceeded`, which the package's agent passes on)."""
     mini = _import_mini()
 
     class SandboxEnvironment(mini.LocalEnvironment):
         def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+            if budget_check is not None:
+                budget_check()
             command = action.get("command", "")
             refused = _refuse_command(command)
             if refused:  # a command no process can be given is the agent's error, shown to it
@@ -247,6 +262,7 @@ class MiniSweAgentScaffold(BaseScaffold):
             env=self.config.get("environment", {}).get("env", {}),
             timeout_s=self.timeout_s,
             on_command=self._record,
+            budget_check=self.s.budget.check_tool,
         )
         agent_config = {
             **self.config["agent"],

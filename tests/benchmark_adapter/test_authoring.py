@@ -17,9 +17,9 @@ from benchmark_adapter.grading.authoring import interface_note, new_task, stale_
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.grader import oracle_candidate, oracle_copy, run_grader
 from benchmark_adapter.grading.sweep import load_defects, run_sweep
+from harness.cli.app import main
 from task_model.loader import load_task
 from task_model.model import TaskError
-from harness.cli.app import main
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the generated grader needs bwrap")
 

@@ -15,8 +15,8 @@ from benchmark_adapter.grading import check as check_module
 from benchmark_adapter.grading.check import check_task, ensure_task_checked, task_content_hash
 from benchmark_adapter.grading.defects import Defect
 from benchmark_adapter.grading.grader import Grade
-from task_model.loader import load_task
 from harness.cli.app import main
+from task_model.loader import load_task
 
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 REPO = Path(__file__).resolve().parents[2]

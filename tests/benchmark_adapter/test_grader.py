@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import Grade, GraderError, oracle_copy, run_grader
-from task_model.loader import load_task
 from harness.cli.app import main
+from task_model.loader import load_task
 
 requires_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap not installed"
@@ -197,8 +197,8 @@ def test_twin_grade_prints_reward_and_writes_json(tmp_path, capsys):
     [
         ("exit 3", "wrote no reward"),
         ("kill -SEGV $$", "wrote no reward"),
-        ('ln -s /tests/test.sh "$LOGS_DIR/reward.json"', "wrote no reward"),
-        ('mkfifo "$LOGS_DIR/reward.txt"', "wrote no reward"),
+        ('ln -s /tests/test.sh "$LOGS_DIR/reward.json"', "malformed reward.json: not a regular file"),
+        ('mkfifo "$LOGS_DIR/reward.txt"', "malformed reward.txt"),
         ('python3 -c "print(\'[\' * 100000)" > "$LOGS_DIR/reward.json"', "malformed reward.json"),
     ],
 )

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import harness.cli.probe
-from harness.cli.app import main
 from ground.isolation import IsolationError
 from ground.sandbox import SandboxError
+from harness.cli.app import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"
 TINY = FIXTURES / "tiny"

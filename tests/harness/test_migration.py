@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from task_model.loader import load_task
 from ground.errors import InfraFailure
 from ground.model import ModelInfraError
 from harness.models.scripted import ScriptExhausted
-from harness.run.directory import RunConfig
+from harness.run.directory import RunConfig, RunDir
 from harness.run.migration import run_migration
 from harness.run.session import RunInputs
+from task_model.loader import load_task
 from tests.harness import loop_scripts as plans
 
 
@@ -89,3 +89,23 @@ def test_a_stop_the_user_must_act_on_is_saved_as_it_is_and_raised(tmp_path):
         run_migration(run, {"base": fake})
     state = run.run.load_state()
     assert state.status == "running" and not (run.run.root / "crash.txt").exists()
+
+
+@pytest.mark.parametrize("ends", ["failed", "finished"])
+def test_twin_migrate_exits_non_zero_whenever_the_run_ends_failed(tmp_path, monkeypatch, ends):
+    from ground.errors import RunFailed
+    from harness.cli import migrate as migrate_cli
+    from harness.cli.app import main
+
+    def bug(session) -> None:
+        raise RuntimeError("a bug of twin's own")
+
+    fake, _ = scaffold_that(bug if ends == "failed" else finished)
+    monkeypatch.setattr(migrate_cli, "SCAFFOLDS", {"base": fake})
+    script = plans.write_script(tmp_path / "script.json", [])
+    code = main(["migrate", "--task", str(plans.TINY_TASK), "--model", script, "--scaffold", "base",
+                 "--sandbox", "none", "--no-grade", "--skip-task-check", "--runs-dir", str(tmp_path / "runs"),
+                 "--run-id", "r"])  # fmt: skip
+    state = RunDir(tmp_path / "runs" / "r").load_state()
+    assert state.status == ends
+    assert code == (RunFailed.exit_code if ends == "failed" else 0) and RunFailed.exit_code != 0

@@ -298,3 +298,17 @@ def test_a_users_own_mini_swe_agent_settings_have_no_effect(tmp_path):
         "MSWEA_SILENT_STARTUP": None,
     }
     assert sorted(p.name for p in user.iterdir()) == before
+
+
+@pytest.mark.heavy  # two scripted rounds, graded (15-35 s)
+def test_a_reply_over_the_tool_call_cap_runs_none_of_its_commands(tmp_path):
+    from roles.tools import MAX_TOOL_CALLS_PER_REPLY
+
+    many = {"content": "", "tool_calls": [
+        {"name": "bash", "arguments": {"command": f"touch /app/n{i}"}} for i in range(MAX_TOOL_CALLS_PER_REPLY + 1)
+    ]}  # fmt: skip
+    run = run_tiny(tmp_path, [many, bash(WRITE_CALC), bash(SUBMIT), bash(SUBMIT)])
+    assert run.load_state().status == "finished"
+    commands = [r["arguments"].get("command", "") for r in records(run, "tool_call")]
+    assert not any(c.startswith("touch /app/n") for c in commands), commands
+    assert any("calc/ops.py" in c for c in commands)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, round_tally
 from harness.scaffolds.twin.probe_desk import RunProbeDesk, render_results
 from probes.probe_format import ACCEPTED_FORMS, PROBE_FILE_KIND
+from task_model.loader import load_task
 
 
 def _probe_record(n_outputs: int, failing: list[int]) -> EvidenceRecord:

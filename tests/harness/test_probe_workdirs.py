@@ -13,11 +13,11 @@ import pytest
 import harness.cli.probe
 import harness.scaffolds.twin.probe_desk
 import probes.suite
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.cli.app import main
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
+from task_model.loader import load_task
 from tests.conftest import REPO_ROOT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "probes" / "fixtures"

@@ -158,8 +158,8 @@ def test_grade_oracle_runs_a_solve_script(tmp_path, capsys, script, reward):
 
 def test_role_and_grader_boundaries_lay_out_app_as_the_dockerfile(tmp_path):
     from benchmark_adapter.grading.grader import grader_boundary
-    from task_model.loader import load_task
     from harness.run.workspace import prepare_workspace, role_boundary
+    from task_model.loader import load_task
 
     task = load_task(TASK)
     ws = prepare_workspace(task, tmp_path / "ws")

@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from task_model.loader import load_task
 from harness.models.config import ModelConfig
 from harness.run.directory import RunConfig
 from harness.run.session import RunInputs, open_session
 from roles.tools import workbench_tools
+from task_model.loader import load_task
 from tests.harness import loop_scripts as plans
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="runs the real bwrap sandbox")

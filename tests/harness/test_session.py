@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from task_model import loader
 from harness.cli.app import main
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.session import RunInputs, open_session
+from task_model import loader
 from tests.harness import loop_scripts as plans
 
 needs_bwrap = pytest.mark.skipif(
@@ -148,8 +148,8 @@ def test_the_candidate_is_on_a_capped_filesystem_for_the_session_only(tmp_path):
 def test_a_host_without_room_for_the_capped_candidate_stops_the_run_in_one_line_and_it_resumes(
     tmp_path, capsys, monkeypatch
 ):
-    from harness.run import session as session_module
     from ground.sandboxes.host_disk import HostDiskFull
+    from harness.run import session as session_module
 
     real_mount = session_module.CappedRoot.mount
 

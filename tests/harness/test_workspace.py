@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import grader_boundary
-from task_model.loader import load_task
 from ground.isolation import python_mounts
 from harness.run.workspace import (
     WorkspaceError,
     prepare_workspace,
     role_boundary,
 )
+from task_model.loader import load_task
 from tests.harness.redteam.conftest import SECRET, make_task
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from probe_fixtures import TINY
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
 from probes.context import make_context
+from task_model.loader import load_task
 from tests.fakes.trees import deep_chain
 
 SOURCE = TINY / "environment" / "source"

@@ -3,11 +3,11 @@ from __future__ import annotations
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, file_checks, imports_check
 from probes.context import make_context
+from task_model.loader import load_task
 
 SOURCE = TINY / "environment" / "source"
 

@@ -5,8 +5,8 @@ import sys
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from task_model.loader import load_task
 from probes.context import ProbeOptionError, make_context
+from task_model.loader import load_task
 from tests.conftest import requires_bwrap
 
 

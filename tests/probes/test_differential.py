@@ -5,11 +5,11 @@ import shutil
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import differential_probe, probe_file_probe
 from probes.probe_format import ProbeFileError, probe_names
+from task_model.loader import load_task
 
 NUMPY_PROBES = FIXTURES / "probe_numpy.py"
 

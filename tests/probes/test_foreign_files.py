@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
 from probes.context import make_context
 from probes.foreign_files import MAX_FILE_BYTES, file_kind, foreign_findings, walk
+from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = TINY / "environment" / "source"
@@ -299,9 +299,9 @@ def test_twin_probe_shows_the_violation(tmp_path, pull):
 
 
 def test_the_verifiers_run_checks_reports_them(tmp_path):
-    from task_model.loader import load_task
     from evidence_store.store import EvidenceStore
     from harness.scaffolds.twin.probe_desk import RunProbeDesk
+    from task_model.loader import load_task
 
     cand = tmp_path / "cand"
     cand.mkdir()

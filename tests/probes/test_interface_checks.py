@@ -5,14 +5,14 @@ import shutil
 import pytest
 from probe_fixtures import TINY
 
-from task_model.loader import load_task
-from task_model.model import TaskError
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.context import make_context
 from probes.interface_checks import check_plan, declared_checks, interface_check
 from probes.suite import builtin_checks
+from task_model.loader import load_task
+from task_model.model import TaskError
 
 MODEL = """import jax
 import jax.numpy as jnp

@@ -5,12 +5,12 @@ import shutil
 import pytest
 from probe_fixtures import BARE_NAMES, CANDIDATES
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.audit import audit_candidate
 from probes.checks import audit_check, imports_check
 from probes.context import make_context
 from probes.layout import candidate_modules, dotted_name, import_roots, infer_import_roots, module_name
+from task_model.loader import load_task
 
 PORT = BARE_NAMES / "solution" / "app"
 SOURCE = BARE_NAMES / "environment" / "source"

@@ -13,12 +13,12 @@ import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.sweep import load_defects
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe
 from probes.localize import localization_verdict, localize_divergence
 from probes.suite import LIBRARY, builtin_checks, run_probes, task_probes
+from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks" / "t2j-mini"

@@ -6,10 +6,10 @@ import pytest
 from probe_fixtures import CANDIDATES, TINY
 
 from benchmark_adapter.grading.sweep import load_defects
-from task_model.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes.context import make_context
 from probes.localize import localization_verdict, localize_divergence, module_graph
+from task_model.loader import load_task
 
 MLP = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "mlp-train"
 

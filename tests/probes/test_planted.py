@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from evidence_store.store import EvidenceStore
 from evidence_store.views import round_tally
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.probe_format import property_of, stated_ids
 from probes.suite import PROBE_FILE_FORMAT
+from task_model.loader import load_task
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SOURCE = (FIXTURES / "probe_tiny.py").read_text()

@@ -9,12 +9,12 @@ import time
 import pytest
 from probe_fixtures import CANDIDATES, TINY
 
-from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from probes.checks import imports_check
 from probes.rerun import rerun_record
 from probes.suite import run_suite
+from task_model.loader import load_task
 
 PROP = Property(id="wrote", kind="check")
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.checks import file_checks, imports_check
 from probes.context import make_context
 from probes.differential import probe_file_probe
+from task_model.loader import load_task
 
 NUMPY_PROBES = FIXTURES / "probe_numpy.py"
 MATCHED = ("np.affine", "np.net", "np.labels")

@@ -6,13 +6,13 @@ import shutil
 import pytest
 from probe_fixtures import CANDIDATES, FIXTURES, TINY
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome, ProbeResult, Property
 from probes import checks, differential
 from probes.base import load_factory
 from probes.context import make_context
 from probes.probe_format import ProbeFileError
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file, run_probes, run_suite, task_probes
+from task_model.loader import load_task
 
 
 def test_load_probe_file_groups_pairs_and_checks():

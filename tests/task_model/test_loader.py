@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.app import main
 from task_model import loader
 from task_model.loader import load_task
-from harness.cli.app import main
 from tests.harness import loop_scripts as plans
 
 REPO = Path(__file__).resolve().parents[2]

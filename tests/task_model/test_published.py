@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.app import main
 from task_model.dockerfile import DockerfileError, read_dockerfile
 from task_model.loader import load_task
 from task_model.model import TaskError
-from harness.cli.app import main
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tasks" / "published" / "tiny-net"

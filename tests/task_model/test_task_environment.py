@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from ground.sandbox import SandboxError
+from harness.cli.app import main
 from task_model.dockerfile import RunRefused
 from task_model.layout import command_workdir
 from task_model.loader import load_task, load_task_for_sandbox
 from task_model.model import TaskError
-from harness.cli.app import main
-from ground.sandbox import SandboxError
-from tests.task_model.test_published import make_task
 from tests.ground.sandboxes.test_task_image import RUN_WRITES_A_FILE, copy_shell, needs_engine
+from tests.task_model.test_published import make_task
 
 REPO = Path(__file__).resolve().parents[2]
 BUILT = f"""FROM twin-base:local
@@ -97,8 +97,8 @@ def test_commands_start_in_the_workdir_where_the_sandbox_has_it(tmp_path):
 
 @needs_engine
 def test_docker_builds_the_image_and_every_container_of_the_task_runs_on_it(tmp_path, capsys):
-    from harness.run.workspace import prepare_workspace, role_boundary
     from ground.sandboxes.registry import make_sandbox
+    from harness.run.workspace import prepare_workspace, role_boundary
 
     root = make_task(tmp_path / "t", dockerfile=BUILT)
     copy_shell(root / "environment" / "shell")
@@ -141,10 +141,10 @@ def test_an_image_that_cannot_be_built_falls_back_in_one_line(tmp_path):
 def test_the_image_is_a_field_of_the_task_and_every_boundary_of_it_carries_it(tmp_path, monkeypatch):
     """Under docker the built image is the loaded task's, passed to each boundary; nothing remembers it."""
     from benchmark_adapter.grading.grader import grader_boundary
-    from task_model import loader
-    from task_model.layout import task_layout
     from ground.isolation import probe_boundary, solve_boundary
     from harness.run.workspace import prepare_workspace, role_boundary
+    from task_model import loader
+    from task_model.layout import task_layout
 
     builds: list[tuple[Path, list[Path], list[str]]] = []
 

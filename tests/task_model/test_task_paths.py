@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.app import main
 from task_model.loader import load_task
 from task_model.model import TaskError
-from harness.cli.app import main
 
 
 def make_task(root: Path, twin: str = "") -> Path:

@@ -53,6 +53,7 @@ class TwinLoop:
             "on_tool": session.record_tool,
             "on_step": session.step_observer(progress),
             "context": session.context_policy,
+            "budget_check": session.budget.check_tool,
         }
         c = session.config
         self.diagnoser = Diagnoser(

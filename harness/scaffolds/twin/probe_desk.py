@@ -15,7 +15,6 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from task_model.model import Task
 from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
@@ -24,6 +23,7 @@ from probes.interface_checks import check_plan
 from probes.probe_format import PLANTED_KIND, PROBE_FILE_KIND, stated_ids
 from probes.round_localization import localize_round
 from probes.suite import PROBE_FILE_FORMAT, builtin_checks, load_probe_file
+from task_model.model import Task
 
 # (results recorded) -> None; lets the progress view keep its tally.
 RecordedHook = Callable[[list[EvidenceRecord]], None]

@@ -207,13 +207,25 @@ def serve_and_ask(app_dir: Path, cases: list[dict], timeout_s: float) -> tuple[d
                 "sys.meta_path.insert(0, _B())\n")
             env["PYTHONPATH"] = str(blocker)
             if drop:
-                for path in [scratch, *scratch.rglob("*")]:
-                    os.chown(path, CANDIDATE_UID, CANDIDATE_GID)
+                end_candidate_session()  # nothing of an earlier run alive once the scratch is the candidate's
+                hand_scratch_to_candidate(scratch)
+        # no pipe a process it leaves behind could hold: the server's log is a file in the scratch
+        proc = subprocess.Popen(command, env=env, cwd=str(app_dir), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_drop_privileges if drop else None)  # fmt: skip
         try:
-            subprocess.run(command, env=env, cwd=str(app_dir), timeout=timeout_s, capture_output=True,
-                           preexec_fn=_drop_privileges if drop else None)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             pass
+        finally:  # the whole session ends with the driver, before root reads what it wrote
+            try:
+                os.killpg(proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if drop:
+                end_candidate_session()
+            proc.kill()
+            proc.wait()
         try:
             log = read_output(scratch / "server.log").decode("utf-8", "replace")[-3000:]
         except (OSError, ValueError):
@@ -234,8 +246,8 @@ _UID_FALLBACK: list[str | None] = []
 _UID_PROBE = r"""
 import os, sys
 logs, tests = sys.argv[1], sys.argv[2]
-if logs and os.access(logs, os.W_OK):
-    print("writable: " + logs); sys.exit(3)
+if logs and (os.access(logs, os.W_OK) or os.access(logs, os.X_OK)):  # closed: no reward.json to replace
+    print("reachable: " + logs); sys.exit(3)
 if os.access(tests, os.X_OK) or os.access(tests, os.R_OK):
     print("reachable: " + tests); sys.exit(3)
 """
@@ -257,14 +269,48 @@ def _drop_privileges() -> None:
     os.setuid(CANDIDATE_UID)
 
 
+def end_candidate_session() -> None:
+    """Kill every process of `CANDIDATE_UID` (a child dropped to it sends SIGKILL to all it may
+    signal, `kill(-1)`): nothing the candidate started outlives its run (`setsid` included)."""
+    pid = os.fork()
+    if pid == 0:  # only system calls until _exit
+        code = 1
+        try:
+            _drop_privileges()
+            try:
+                os.kill(-1, 9)
+            except ProcessLookupError:
+                pass
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"the candidate's processes (uid {CANDIDATE_UID}) could not be ended")
+
+
+def hand_scratch_to_candidate(scratch: Path) -> None:
+    """Give the scratch root filled (still 0700, no candidate process alive) to `CANDIDATE_UID`
+    through descriptors, never following a link; the folder itself last."""
+    top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for _folder, dirs, files, dir_fd in os.fwalk(dir_fd=top, follow_symlinks=False):
+            for name in dirs + files:
+                os.chown(name, CANDIDATE_UID, CANDIDATE_GID, dir_fd=dir_fd, follow_symlinks=False)
+        os.fchown(top, CANDIDATE_UID, CANDIDATE_GID)
+        os.fchmod(top, 0o700)
+    finally:
+        os.close(top)
+
+
 def uid_fallback_unavailable() -> str | None:
     """Why the candidate cannot be served under a dropped uid here (None: it can), where bwrap cannot start.
 
     In a default Docker container (root, Docker's seccomp profile, no user namespaces), as
     Harbor runs graders, the candidate runs as `CANDIDATE_UID` with no groups and no
     capabilities, relying on the container's network policy; only where a child dropped to
-    that uid cannot enter this `tests/` folder nor write `$LOGS_DIR` (the grader first closes
-    folders it owns to others, in a container only).
+    that uid can enter neither this `tests/` folder nor `$LOGS_DIR` (the grader first closes
+    them to others, in a container only).
     """
     if _UID_FALLBACK:
         return _UID_FALLBACK[0]
@@ -275,7 +321,7 @@ def uid_fallback_unavailable() -> str | None:
     else:
         for root in [tests, *([Path(logs)] if logs else [])]:
             try:
-                if str(root) in HARBOR_FOLDERS and root.stat().st_uid == 0 and in_container():
+                if str(root) in HARBOR_FOLDERS and in_container():  # whoever owns them on the host
                     os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
             except OSError:
                 pass  # a read-only mount: the check below decides

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import grader_boundary
-from task_model.loader import load_task
 from ground.boundary import Boundary, BoundaryViolation, Limits, Mount
 from ground.isolation import python_mounts
 from ground.sandbox import SandboxError
 from ground.sandboxes.base import sandbox_env
 from ground.sandboxes.bwrap import BwrapSandbox
 from ground.sandboxes.packages import hidden_entries, site_dirs
+from task_model.loader import load_task
 from tests.conftest import requires_bwrap
 from tests.harness.redteam.conftest import make_task
 

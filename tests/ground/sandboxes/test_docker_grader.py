@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading.grader import oracle_copy, run_grader
-from task_model.loader import load_task
 from harness.cli.app import main
+from task_model.loader import load_task
 from tests.benchmark_adapter.test_check import make_task
 from tests.conftest import docker_engine
 
@@ -150,3 +150,105 @@ def test_every_bundled_oracle_grades_in_full_in_docker(task_dir, tmp_path):
     details = json.loads((tmp_path / "out" / "verifier" / "reward.json").read_text())
     assert grade.reward >= 0.97 and grade.error is None, grade.log_tail[-2000:]
     assert "uid" in json.dumps(details), details  # the candidate's side was dropped, as the details say
+
+
+# The first case leaves a daemon in a session of its own that goes after the grader's later steps:
+# links in every scratch folder to the grader's logs, reward.json made a folder, its own reward.txt.
+SESSION_GRADE_PY = r'''
+import os, sys, time
+sys.path.insert(0, os.environ["TESTS_DIR"])
+from grading import run_candidate, write_reward
+from grading_sandbox import CANDIDATE_UIDS
+
+def survivors():
+    found = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status").read().splitlines() if ":" in l)
+        except OSError:
+            continue
+        found += int(fields["Uid"].split()[0]) in CANDIDATE_UIDS and not fields["State"].strip().startswith("Z")
+    return found
+
+app = os.environ["APP_DIR"]
+first = run_candidate("import daemon\ndaemon.start()\nrecord('case', 1)\n", app_dir=app, timeout_s=60)
+left = survivors()
+later = [run_candidate("import time\ntime.sleep(0.3)\nrecord('case', 2)\n", app_dir=app, timeout_s=60)
+         for _ in range(3)]
+time.sleep(1.0)
+write_reward(os.environ["LOGS_DIR"], {"reward": 0.25, "components": {
+    "isolation": first.isolation, "survivors": [left, survivors()],
+    "cases": [first.values.get("case")] + [r.values.get("case") for r in later]}})
+'''
+
+DAEMON = r'''
+import os, subprocess, sys
+
+CODE = """
+import glob, os, time
+logs = "/logs/verifier"
+end = time.time() + 120
+while time.time() < end:
+    for scratch in glob.glob("/tmp/t2j-run-*"):
+        try:
+            os.symlink(logs, os.path.join(scratch, "zz-logs"))
+        except OSError:
+            pass
+    try:
+        with open(os.path.join(logs, "reward.txt"), "w") as fh:
+            fh.write("1.0")
+        os.makedirs(os.path.join(logs, "reward.json"), exist_ok=True)
+    except OSError:
+        pass
+    time.sleep(0.01)
+"""
+
+def start():
+    subprocess.Popen([sys.executable, "-c", CODE], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+'''
+
+
+@pytest.mark.heavy
+def test_a_setsid_daemon_left_by_one_case_reaches_no_later_case_nor_the_reward(tmp_path):
+    from tests.harness.redteam.test_grader_escapes import make_task as attack_task
+
+    task = load_task(attack_task(tmp_path / "task", 'exec python3 "$TESTS_DIR/grade.py"\n'))
+    (task.tests_dir / "grade.py").write_text(SESSION_GRADE_PY)
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    (candidate / "daemon.py").write_text(DAEMON)
+    grade = run_grader(task, candidate, sandbox="docker", out_dir=tmp_path / "out")
+    assert grade.reward == 0.25 and grade.error is None, (grade, grade.log_tail[-2000:])
+    assert grade.components.get("isolation") == "uid", grade.components
+    assert grade.components.get("survivors") == [0, 0], grade.components
+    assert grade.components.get("cases") == [1, 2, 2, 2], grade.components
+    assert not (tmp_path / "out" / "verifier" / "reward.txt").exists()
+
+
+# A case whose driver leaves a child holding its output and sleeps past its 5 s limit.
+HOLDER_GRADE_PY = r'''
+import os, sys
+sys.path.insert(0, os.environ["TESTS_DIR"])
+from grading import run_candidate, write_reward
+driver = "import subprocess, time\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\ntime.sleep(300)\n"
+run = run_candidate(driver, app_dir=os.environ["APP_DIR"], timeout_s=5)
+write_reward(os.environ["LOGS_DIR"], {"reward": 0.25, "components": {
+    "isolation": run.isolation, "timed_out": run.timed_out, "run_s": run.duration_s}})
+'''
+
+
+@pytest.mark.heavy
+def test_a_child_holding_the_output_pipe_does_not_stretch_a_cases_time_limit(tmp_path):
+    from tests.harness.redteam.test_grader_escapes import make_task as attack_task
+
+    root = attack_task(tmp_path / "task", 'exec python3 "$TESTS_DIR/grade.py"\n')
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n')
+    task = load_task(root)
+    (task.tests_dir / "grade.py").write_text(HOLDER_GRADE_PY)
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    grade = run_grader(task, candidate, sandbox="docker", out_dir=tmp_path / "out")
+    assert grade.reward == 0.25, (grade, grade.log_tail[-2000:])
+    assert grade.components["isolation"] == "uid" and grade.components["timed_out"] is True, grade.components
+    assert grade.components["run_s"] < 5 + 10, grade.components

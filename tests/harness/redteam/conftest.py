@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from ground.boundary import Boundary, Limits
+from ground.sandboxes.registry import make_sandbox
+from harness.run.workspace import Workspace, prepare_workspace, role_boundary
 from task_model.loader import load_task
 from task_model.model import Task
-from ground.boundary import Boundary, Limits
-from harness.run.workspace import Workspace, prepare_workspace, role_boundary
-from ground.sandboxes.registry import make_sandbox
 from tests.conftest import docker_engine
 
 SECRET = "TWIN-REDTEAM-SECRET-7f3a"

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
+from ground.trajectory import ToolCallRecord
 from harness.bench.schema import TrialSpec
 from harness.bench.trials import collect_trial
-from ground.trajectory import ToolCallRecord
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.migration import run_migration
 from harness.run.session import RunInputs

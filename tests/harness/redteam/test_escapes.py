@@ -452,10 +452,10 @@ def test_mount_table_does_not_name_the_task_or_the_run(arena):
 
 def test_candidate_git_pointer_does_not_name_the_run(tmp_path):
     """The pointer file the candidate repository leaves in /app shows nothing of the host."""
-    from task_model.loader import load_task
     from ground.boundary import Limits
-    from harness.run.workspace import prepare_workspace, role_boundary
     from ground.sandboxes.registry import make_sandbox
+    from harness.run.workspace import prepare_workspace, role_boundary
+    from task_model.loader import load_task
     from tests.harness.redteam.conftest import make_task
 
     task = load_task(make_task(tmp_path / "task"))

@@ -236,3 +236,30 @@ def test_bundled_grader_library_fails_closed_without_its_sandbox(monkeypatch):
     monkeypatch.setattr(grading_sandbox, "_BWRAP_VARIANT", [[]])
     with pytest.raises(grading.IsolationUnavailable, match="refusing"):
         grading.run_candidate("record('x', 1)", app_dir="/nonexistent", timeout_s=5)
+
+
+# ---- a reward read from one place -----------------------------------------------------------------
+@pytest.mark.parametrize("planted", ["folder", "link", "fifo"])
+def test_something_other_than_a_file_at_reward_json_never_falls_back_to_reward_txt(tmp_path, planted):
+    """What a survivor of the candidate would leave: reward.json made unwritable, its own reward.txt."""
+    from benchmark_adapter.grading import grader as grader_module
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "reward.txt").write_text("1.0\n")
+    if planted == "folder":
+        (logs / "reward.json").mkdir()
+    elif planted == "link":
+        (tmp_path / "elsewhere.json").write_text('{"reward": 1.0}')
+        (logs / "reward.json").symlink_to(tmp_path / "elsewhere.json")
+    else:
+        os.mkfifo(logs / "reward.json")
+    got = grader_module._read_reward(logs)
+    assert got["reward"] == 0.0 and "reward.json" in got["error"], got
+
+
+def test_reward_txt_is_read_where_nothing_is_at_reward_json(tmp_path):
+    from benchmark_adapter.grading import grader as grader_module
+
+    (tmp_path / "reward.txt").write_text("0.75\n")
+    assert grader_module._read_reward(tmp_path) == {"reward": 0.75, "reward_file": "reward.txt"}

@@ -63,8 +63,23 @@ def put(data):
         json.dump(data, fh)
     os.replace(tmp, reply)
 
+def put_raw(text):
+    tmp = os.path.join(inbox, ".reply.writing")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, reply)
+
 def hostile():
-    if mode == "markup":
+    if mode == "deep":  # arguments, a JSON string, nesting 100,000 arrays
+        call = {"id": "a", "function": {"name": "submit", "arguments": "[" * 100000 + "]" * 100000}}
+        put({"tool_calls": [call]})
+    elif mode == "bigint":  # a 5,000-digit integer (past Python's int-digits limit)
+        put_raw('{"content": "x", "usage": {"prompt_tokens": 1' + "0" * 5000 + '}}')
+    elif mode == "bigint-arguments":
+        put({"tool_calls": [{"id": "a", "function": {"name": "submit", "arguments": '{"n": 1' + "0" * 5000 + '}'}}]})
+    elif mode == "typed":  # a tool name that is a list: no dictionary can look it up
+        put({"tool_calls": [{"id": "a", "function": {"name": ["submit"], "arguments": "{}"}}]})
+    elif mode == "markup":
         put({"tool_calls": [{"id": "a", "function": {"name": "[/]", "arguments": "{}"}}]})
     elif mode == "fifo":
         os.mkfifo(reply)
@@ -155,7 +170,7 @@ def assert_nothing_written_through(inbox: Path, victim: Path) -> None:
             assert path.is_file() and not path.is_symlink(), name
 
 
-@pytest.mark.parametrize("mode", ["planted", "markup", "sparse", "link"])
+@pytest.mark.parametrize("mode", ["planted", "markup", "sparse", "link", "deep", "bigint", "bigint-arguments", "typed"])
 def test_a_hostile_reply_gets_the_second_attempt_and_no_planted_link_is_written_through(arena, mode):
     base, inbox, victim, _secret, _driver = arena
     model = InboxModel(inbox, wait_s=20)

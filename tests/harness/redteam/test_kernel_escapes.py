@@ -16,8 +16,8 @@ import pytest
 
 from ground.agent_tree import remove_tree
 from ground.boundary import Limits
-from harness.run.workspace import role_boundary
 from ground.sandboxes.registry import make_sandbox
+from harness.run.workspace import role_boundary
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]

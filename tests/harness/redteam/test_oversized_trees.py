@@ -17,23 +17,23 @@ from pathlib import Path
 import pytest
 
 from benchmark_adapter.grading import grader
-from task_model.loader import load_task
 from evidence_store.records import Outcome
-from harness.bench.schema import TrialSpec
-from harness.bench.trials import collect_trial
 from ground.boundary import Boundary, Mount
 from ground.isolation import python_mounts
-from ground.trajectory import ToolCallRecord, Trajectory
-from harness.run.directory import RunConfig, RunDir, RunState
-from harness.run.migration import run_migration
-from harness.run.session import RunInputs
 from ground.sandboxes.presentation import MAX_SNAPSHOT_ENTRIES
 from ground.sandboxes.quota import EXT4, unavailable
 from ground.sandboxes.registry import make_sandbox
+from ground.trajectory import ToolCallRecord, Trajectory
+from harness.bench.schema import TrialSpec
+from harness.bench.trials import collect_trial
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.migration import run_migration
+from harness.run.session import RunInputs
 from harness.scaffolds.registry import SCAFFOLDS
 from probes.checks import imports_check
 from probes.context import make_context
 from probes.differential import probe_file_probe
+from task_model.loader import load_task
 from tests.conftest import docker_engine, requires_bwrap
 from tests.harness import loop_scripts as plans
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe
+from task_model.loader import load_task
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]

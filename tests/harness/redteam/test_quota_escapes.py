@@ -19,9 +19,9 @@ import pytest
 from ground.agent_tree import discard_tree
 from ground.boundary import Boundary, Limits, Mount
 from ground.isolation import python_mounts, scratch_dir
-from harness.run.workspace import prepare_workspace, role_boundary
 from ground.sandboxes.quota import EXT4, TMPFS, unavailable
 from ground.sandboxes.registry import make_sandbox
+from harness.run.workspace import prepare_workspace, role_boundary
 from tests.conftest import requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.bwrap]

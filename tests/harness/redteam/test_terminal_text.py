@@ -20,11 +20,11 @@ import pytest
 from benchmark_adapter.grading.grader import Grade
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import STORE_FILENAME, EvidenceStore
+from ground.terminal import agent_console
 from harness.cli import grade as grade_cli
 from harness.cli import options
 from harness.cli import probe as probe_cli
 from harness.cli.app import main
-from ground.terminal import agent_console
 from harness.run.progress import Progress, RunView
 
 MARKUP = "[/][bold]B[/bold][white on white]HIDDEN[/]"

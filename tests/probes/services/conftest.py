@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from task_model.loader import load_task
 from probes.context import make_context
+from task_model.loader import load_task
 
 TASK_TOML = """
 [metadata.twin]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from task_model.loader import load_task
 from probes.context import make_context
 from probes.services.families import find_app, infer_families, probe_families, sides_for
+from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[3]
 BOOKSHOP = REPO / "tasks" / "flask-to-starlette"

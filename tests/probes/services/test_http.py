@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
-from task_model.loader import load_task
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.services.http import HttpRequest, http_probe, service_sides
+from task_model.loader import load_task
 from tests.conftest import TASKS_DIR, requires_bwrap
 from tests.probes.services.test_strategies import bookshop_defect
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from task_model.loader import load_task
 from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.store import EvidenceStore
 from probes.context import make_context
@@ -12,6 +11,7 @@ from probes.rerun import rerun_record
 from probes.services.python_api import python_api_probe
 from probes.services.regression import loosened_since, save_regression
 from probes.services.search import counterexample_probe
+from task_model.loader import load_task
 from tests.probes.services.conftest import ORIGINAL_LIB
 
 SPACE = {
