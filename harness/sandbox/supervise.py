@@ -19,16 +19,19 @@ import selectors
 import subprocess
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from harness.sandbox.disk import DISK_POLL_S, DiskWatch
-
-if TYPE_CHECKING:
-    from harness.sandbox.process import HeadTail
 
 EXIT_POLL_S = 0.005
 DRAIN_AFTER_EXIT_S = 10.0
 _CHUNK = 65536
+
+
+class Sink(Protocol):
+    """Where a stream's bytes go (`process.HeadTail`)."""
+
+    def feed(self, chunk: bytes) -> None: ...
 
 
 class Watched(NamedTuple):
@@ -49,8 +52,8 @@ def pidfd(pid: int) -> int | None:
 
 def supervise(
     proc: subprocess.Popen,
-    out: HeadTail,
-    err: HeadTail,
+    out: Sink,
+    err: Sink,
     *,
     stdin: bytes | None,
     wall_s: float,
