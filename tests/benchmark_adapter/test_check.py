@@ -243,3 +243,14 @@ def test_migrate_and_bench_check_then_grade_a_0600_0700_task_in_full(tmp_path, c
     results = json.loads((benches / "b" / "results.json").read_text())
     (trial,) = results["trials"].values()
     assert trial["status"] == "ok" and list(trial["rewards"].values()) == [1.0]
+
+
+@requires_bwrap
+def test_the_check_a_bench_waits_for_stops_before_any_model_call_saying_each_row(tmp_path, check_cache, capsys):
+    from benchmark_adapter.grading.check import TaskCheckFailed
+    from harness.cli.task import check_before_run
+
+    with pytest.raises(TaskCheckFailed, match="check failed \\(oracle.*before any model call"):
+        check_before_run(load_task(broken_copy(tmp_path)), "bwrap", skip=False)
+    err = capsys.readouterr().err
+    assert "task check of broken: oracle reward 0.0000 (expected >= 0.97) FAILED" in err
