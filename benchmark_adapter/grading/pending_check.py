@@ -10,9 +10,10 @@ remembered under twin's cache, as `ensure_task_checked` remembers it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from benchmark_adapter.grading import check as task_check
 from benchmark_adapter.grading.check import CheckRow, TaskCheck, TaskCheckFailed, check_task, task_content_hash
@@ -75,6 +76,15 @@ class PendingCheck:
         verdict = "ok" if row.passed else "FAILED"
         name = self.task.name
         self._say(f"task check of {name}: {row.name} {got} (expected {row.expected}) {verdict}, {elapsed_s:.0f} s")
+
+    @contextlib.contextmanager
+    def saying_to(self, say: Say) -> Iterator[None]:
+        """Say rows to `say` while in the block (a run's progress view), then as before."""
+        before, self._say = self._say, say
+        try:
+            yield
+        finally:
+            self._say = before
 
     @property
     def done(self) -> bool:

@@ -28,7 +28,7 @@ from harness.models.scripted import ScriptExhausted
 from harness.run.finish import earlier_grades, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import Session, open_session
-from harness.run.task_gate import gate_model, stop_for_check, wait_for_check
+from harness.run.task_gate import gate_model, saying_to_progress, stop_for_check, wait_for_check
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,7 +94,10 @@ def run_migration(
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
         # A person types at the terminal: a live panel redrawing over the prompt would hide it.
-        with Progress(view, live=False if kind.is_person else None) as progress:
+        with (
+            Progress(view, live=False if kind.is_person else None) as progress,
+            saying_to_progress(task_check, progress),
+        ):
             if session.state.status != "finished":
                 run.grades.unlink(missing_ok=True)  # grades of an unfinished run are stale on resume
                 session.state.status = "running"

@@ -9,6 +9,7 @@ graded, the run waits for the check's verdict (`wait_for_check`), saying what it
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from benchmark_adapter.grading.check import TaskCheckFailed
@@ -42,6 +43,11 @@ def gate_model(session: Session, check: PendingCheck | None) -> None:
     """Make the session's model stop at the first call after `check` failed."""
     if check is not None:
         session.model = CheckedModel(session.model, check)
+
+
+def saying_to_progress(check: PendingCheck | None, progress: Progress) -> contextlib.AbstractContextManager:
+    """While the run's progress view is up, the check's rows are said through it (not over it)."""
+    return check.saying_to(progress.message) if check is not None else contextlib.nullcontext()
 
 
 def wait_for_check(session: Session, check: PendingCheck | None, progress: Progress) -> None:
