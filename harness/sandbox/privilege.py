@@ -238,9 +238,9 @@ def settle_writable(root: Path) -> None:
             seen += 1
             if seen > _MAX_ENTRIES:
                 break
-            child = _open_child(dir_fd, name, root_dev)
+            child, st = _open_child(dir_fd, name, root_dev)
             if child is None:
-                _settle_name(dir_fd, name, owner)
+                _settle_name(dir_fd, name, owner, st)
                 continue
             _settle_entry(child, owner)
             stack.append(child)
@@ -251,19 +251,22 @@ def settle_writable(root: Path) -> None:
             return
 
 
-def _open_child(dir_fd: int, name: str, root_dev: int) -> int | None:
-    """A descriptor of the subdirectory `name` on the same device, or None (not a directory)."""
+def _open_child(dir_fd: int, name: str, root_dev: int) -> tuple[int | None, os.stat_result | None]:
+    """A descriptor of the subdirectory `name` on the same device (None: not one), and its lstat (None: gone).
+
+    The lstat is handed on, so that an entry that is not such a directory is examined once.
+    """
     try:
         st = os.lstat(name, dir_fd=dir_fd)
     except OSError:
-        return None
+        return None, None
     if not stat.S_ISDIR(st.st_mode) or st.st_dev != root_dev:
-        return None
+        return None, st
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
-        return None
-    return fd
+        return None, st
+    return fd, st
 
 
 def _settle_entry(fd: int, owner: int | None) -> None:
@@ -278,12 +281,13 @@ def _settle_entry(fd: int, owner: int | None) -> None:
         pass
 
 
-def _settle_name(dir_fd: int, name: str, owner: int | None) -> None:
-    """Owner and setid bits of a non-directory entry, without following a link."""
-    try:
-        st = os.lstat(name, dir_fd=dir_fd)
-    except OSError:
-        return
+def _settle_name(dir_fd: int, name: str, owner: int | None, st: os.stat_result | None = None) -> None:
+    """Owner and setid bits of a non-directory entry, without following a link (`st`: its lstat, if taken)."""
+    if st is None:
+        try:
+            st = os.lstat(name, dir_fd=dir_fd)
+        except OSError:
+            return
     try:
         shared = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
         if owner is not None and st.st_uid != owner and not shared:
