@@ -29,7 +29,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from task_model.loader import load_task  # noqa: E402
 from evidence_store import numbers  # noqa: E402
 from ground.trajectory import ModelCallRecord, Trajectory  # noqa: E402
 from harness.models.litellm_client import estimate_usage  # noqa: E402
@@ -37,6 +36,7 @@ from harness.run.directory import RunConfig  # noqa: E402
 from harness.run.migration import run_migration  # noqa: E402
 from harness.run.session import RunInputs  # noqa: E402
 from harness.scaffolds import registry  # noqa: E402
+from task_model.loader import load_task  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"

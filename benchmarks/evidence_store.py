@@ -108,7 +108,7 @@ def main() -> int:
         rows.append((f"latest() over {total} records, ms", t.wall * 1e3, t.cpu * 1e3, 100, "<"))
         t = timed(lambda: store.render_for_prompt(4000))
         name = f"render_for_prompt() over {args.properties} properties, ms"
-        rows.append((name, t.wall * 1e3, t.cpu * 1e3, 50, "<"))
+        rows.append((name, t.wall * 1e3, t.cpu * 1e3, 15, "<"))
         t = timed(store.summary)
         rows.append(("summary(), ms", t.wall * 1e3, t.cpu * 1e3, None, ""))
         t = timed(lambda: store.transitions(rounds - 2, rounds - 1))

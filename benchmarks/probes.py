@@ -30,13 +30,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchmark_adapter.grading.defects import apply_defect  # noqa: E402
 from benchmark_adapter.grading.sweep import load_defects  # noqa: E402
-from task_model.loader import load_task  # noqa: E402
 from evidence_store.records import Outcome, ProbeResult, Property  # noqa: E402
 from ground.untrusted_io import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
 from probes.probe_format import probe_names  # noqa: E402
 from probes.suite import builtin_checks, library_files, run_suite, task_probes  # noqa: E402
+from task_model.loader import load_task  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"

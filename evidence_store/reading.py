@@ -16,7 +16,7 @@ itself, are the same on any machine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from evidence_store import numbers
@@ -258,18 +258,47 @@ def render(
         previous_round: the round `previous` is the state after.
         commit: the candidate commit the state's evidence was taken on.
     """
+    seen = {pid: Seen(Outcome(r.outcome), r.round) for pid, r in problems.items()}
+    return render_seen(
+        seen,
+        problems.__getitem__,
+        established,
+        previous,
+        max_chars=max_chars,
+        round=round,
+        previous_round=previous_round,
+        commit=commit,
+    )
+
+
+def render_seen(
+    problems: Mapping[str, Seen],
+    record_of: Callable[[str], EvidenceRecord],
+    established: Sequence[str],
+    previous: Mapping[str, Seen] | None,
+    *,
+    max_chars: int,
+    round: int | None,
+    previous_round: int | None = None,
+    commit: str | None = None,
+) -> str:
+    """`render()` from the outcomes of the properties that are not established.
+
+    A record is asked of `record_of(pid)` only for a block that is rendered: most of a large
+    state is counted, not shown, and need not be read whole.
+    """
     if max_chars < 1:
         raise ValueError(f"max_chars must be positive, not {max_chars}")
-    outcomes = {pid: Outcome(r.outcome) for pid, r in problems.items()} | {pid: E for pid in established}
+    outcomes = {pid: seen.outcome for pid, seen in problems.items()} | {pid: E for pid in established}
     moved = changes(outcomes, previous or {})
     regressed = set(moved.regressed)
     new = set(moved.newly_violated) if previous is not None else set()  # no earlier state: nothing is new
     violated = sorted(p for p, r in problems.items() if r.outcome is V)
     ordered = (
-        [(problems[p], "REGRESSED") for p in violated if p in regressed]
-        + [(problems[p], "VIOLATED (new)") for p in violated if p in new]
-        + [(problems[p], "VIOLATED") for p in violated if p not in regressed | new]
-        + [(problems[p], "NOT ESTABLISHED") for p in sorted(problems) if problems[p].outcome is N]
+        [(p, "REGRESSED") for p in violated if p in regressed]
+        + [(p, "VIOLATED (new)") for p in violated if p in new]
+        + [(p, "VIOLATED") for p in violated if p not in regressed | new]
+        + [(p, "NOT ESTABLISHED") for p in sorted(problems) if problems[p].outcome is N]
     )
     n_violated = len(violated)
     where = "all rounds" if round is None else f"after round {round}"
@@ -287,19 +316,18 @@ def render(
     reserve = numbers.budget_length(_left_out({k: len(outcomes) for k in left})) + 1
     used = sum(numbers.budget_length(p) + 1 for p in parts)
 
-    def fits(piece: str) -> bool:
-        return used + numbers.budget_length(piece) + 1 + reserve <= max_chars
-
     dropping = False
-    for record, label in ordered:
-        note = f", round {record.round}" if round is not None and record.round != round else ""
-        block = property_block(record, label, note=note)
-        if dropping or not fits(block):
-            dropping = True
-            continue
+    for pid, label in ordered:
+        seen = problems[pid]
+        note = f", round {seen.round}" if round is not None and seen.round != round else ""
+        block = property_block(record_of(pid), label, note=note)
+        length = numbers.budget_length(block)
+        if used + length + 1 + reserve > max_chars:
+            dropping = True  # this block and every one after it are dropped whole, and counted
+            break
         parts.append(block)
-        used += numbers.budget_length(block) + 1
-        left["violated" if record.outcome is V else "not established"] -= 1
+        used += length + 1
+        left["violated" if seen.outcome is V else "not established"] -= 1
     if established and not dropping:
         shown: list[str] = []
         line_length = numbers.budget_length(f"Established ({len(established)}): ")

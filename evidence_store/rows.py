@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evidence_store.reading import Seen
 from evidence_store.records import SCHEMA_VERSION, DiagnosisRecord, EvidenceRecord, Outcome, RoundInfo
 from evidence_store.schema import EvidenceStoreError
 from evidence_store.views import NON_CANDIDATE_KINDS
@@ -35,6 +36,9 @@ LATEST_IDS = (
     "FROM (SELECT DISTINCT property_id FROM properties) ids"
 )
 """The id of each property's latest record up to round `:limit` (one index seek per property)."""
+
+OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+"""Each outcome by its stored text (a lookup, cheaper than calling `Outcome` per row)."""
 
 NO_ROUND_LIMIT = 2**62
 """A `:limit` above every round."""
@@ -174,16 +178,32 @@ def ensure_round(conn: sqlite3.Connection, run_id: str, round: int, when: float 
     )
 
 
-def established_ids(conn: sqlite3.Connection, limit: dict[str, int]) -> list[str]:
-    """Ids of the candidate properties whose latest outcome (up to `limit`) is established."""
-    kinds = ", ".join(f"'{k}'" for k in sorted(NON_CANDIDATE_KINDS))
+def latest_state(
+    conn: sqlite3.Connection, limit: dict[str, int]
+) -> tuple[dict[str, Seen], list[str], list[int]]:
+    """The latest outcomes (up to `limit`) of the candidate properties, in one pass.
+
+    Returns:
+        (the properties that are not established: outcome and round, by id; the ids of the
+        established ones, sorted; the record ids of the ones that are not established).
+    """
     found = conn.execute(
-        "SELECT e.property_id FROM evidence e JOIN properties p USING (prop_key) "
-        f"WHERE e.outcome = 'established' AND e.record_id IN ({LATEST_IDS}) "
-        f"AND p.kind NOT IN ({kinds}) ORDER BY e.property_id",
+        "SELECT e.record_id, e.property_id, e.outcome, e.round, p.kind FROM evidence e "
+        f"JOIN properties p USING (prop_key) WHERE e.record_id IN ({LATEST_IDS}) ORDER BY e.property_id",
         limit,
     )
-    return [pid for (pid,) in found]
+    problems: dict[str, Seen] = {}
+    established: list[str] = []
+    record_ids: list[int] = []
+    for record_id, pid, outcome, round, kind in found:
+        if kind in NON_CANDIDATE_KINDS:
+            continue
+        if outcome == "established":
+            established.append(pid)
+        else:
+            problems[pid] = Seen(OUTCOMES[outcome], round)
+            record_ids.append(record_id)
+    return problems, established, record_ids
 
 
 def merge_round(conn: sqlite3.Connection, info: RoundInfo) -> None:

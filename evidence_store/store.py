@@ -21,8 +21,8 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from evidence_store import exchange, reading, rows, views
-from evidence_store.records import DiagnosisRecord, EvidenceRecord, Outcome, RoundInfo
-from evidence_store.rows import LATEST_IDS, NO_ROUND_LIMIT, SELECT_PROBLEMS, SELECT_RECORDS
+from evidence_store.records import DiagnosisRecord, EvidenceRecord, RoundInfo
+from evidence_store.rows import LATEST_IDS, NO_ROUND_LIMIT, OUTCOMES, SELECT_PROBLEMS, SELECT_RECORDS
 from evidence_store.schema import EvidenceStoreError, connect, migrate
 
 STORE_FILENAME = "evidence.sqlite"
@@ -322,18 +322,18 @@ class EvidenceStore:
                 previous_round = conn.execute(
                     "SELECT max(round) FROM evidence WHERE round < ?", (up_to_round,)
                 ).fetchone()[0]
-            other = tuple(views.NON_CANDIDATE_KINDS)
-            problems = {
-                pid: r
-                for pid, r in self._latest(f"{SELECT_PROBLEMS} AND", up_to_round).items()
-                if r.property.kind not in other
-            }
             limit = {"limit": NO_ROUND_LIMIT if up_to_round is None else up_to_round}
-            established = rows.established_ids(conn, limit)
+            problems, established, record_ids = rows.latest_state(conn, limit)
+            found = conn.execute(
+                f"{SELECT_PROBLEMS} AND e.record_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(record_ids),),
+            )
+            problem_rows = {row[4]: row for row in found}
             previous = None if previous_round is None else self._outcomes(previous_round)
             commit = None if up_to_round is None else self.round_commit(up_to_round)
-        return reading.render(
+        return reading.render_seen(
             problems,
+            lambda pid: rows.from_row(problem_rows[pid]),
             established,
             previous,
             max_chars=max_chars,
@@ -357,7 +357,7 @@ class EvidenceStore:
             f"SELECT property_id, outcome, round FROM evidence WHERE record_id IN ({LATEST_IDS})",
             {"limit": up_to_round},
         )
-        return {pid: reading.Seen(Outcome(outcome), round) for pid, outcome, round in found}
+        return {pid: reading.Seen(OUTCOMES[outcome], round) for pid, outcome, round in found}
 
     # ---- exchange -----------------------------------------------------------------------------
     def export_jsonl(self, out: IO[str]) -> int:

@@ -26,11 +26,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmark_adapter.grading.defects import Defect  # noqa: E402
-from task_model.loader import load_task  # noqa: E402
 from harness.run.directory import RunConfig  # noqa: E402
 from harness.run.migration import run_migration  # noqa: E402
 from harness.run.session import RunInputs  # noqa: E402
 from harness.scaffolds.registry import SCAFFOLDS  # noqa: E402
+from task_model.loader import load_task  # noqa: E402
 
 TASKS = REPO / "tasks" / "t2j-mini"
 EXAMPLES = REPO / "examples"

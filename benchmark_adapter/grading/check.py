@@ -16,7 +16,11 @@ a run (`twin migrate`, `twin bench`) and remembers a pass under twin's cache dir
 
 from __future__ import annotations
 
+import os
+import queue
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,7 +73,7 @@ class TaskCheck(BaseModel):
         failed = [row for row in self.rows if not row.passed]
         if not failed:
             return f"task {self.task}: check passed"
-        first = failed[0]
+        first = next((row for row in failed if not (row.error or "").startswith(CUT_SHORT)), failed[0])
         got = "no grade" if first.reward is None else f"reward {first.reward:.4f}"
         why = f": {' '.join(first.error.split())[:400]}" if first.error else ""  # one line, whatever the grader said
         names = ", ".join(row.name for row in failed)
@@ -82,6 +86,12 @@ def task_content_hash(task: Task) -> str | None:
     return content_digest(task.root)
 
 
+CUT_SHORT = "cut short: "
+"""How a row that was not waited for begins its error (another row had failed the check first)."""
+RowEvent = Callable[["CheckRow", float], None]
+"""Called with each graded row and the seconds since the check started (progress for a waiting user)."""
+
+
 def check_task(
     task: Task,
     *,
@@ -89,8 +99,17 @@ def check_task(
     defects: list[Defect] | None = None,
     grade_fn: GradeFn | None = None,
     content_hash: str | None = None,
+    parallel: bool | None = None,
+    cut_short: bool = False,
+    on_row: RowEvent | None = None,
 ) -> TaskCheck:
     """Grade the oracle, an empty candidate and (if given) each seeded defect; never raises on a failed row.
+
+    The empty candidate is graded beside the oracle where the machine has two cores or
+    more. With `cut_short` (the check before a run, which needs only a verdict), whichever
+    of the two fails first decides the check, and the other is not waited for (graded one
+    after the other: not started); its row says it was cut short, and a grader already
+    running ends on its own, or with the process.
 
     Args:
         task: the loaded task.
@@ -98,26 +117,75 @@ def check_task(
         defects: seeded defects to apply to the oracle (None or empty: none).
         grade_fn: `(task, candidate) -> Grade`; defaults to `run_grader` in `sandbox`.
         content_hash: `task_content_hash(task)`, where the caller has it already.
+        parallel: grade the oracle and the empty candidate at once (None: where there are 2 cores or more).
+        cut_short: stop at the first failed part (else every row is graded, as `twin task check` shows them).
+        on_row: told of each row as it is graded.
     """
     grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
+    check = TaskCheck(task=task.name, content_hash=content_hash or task_content_hash(task) or "", sandbox=sandbox)
+    started = time.monotonic()
+    done: queue.Queue[tuple[int, list[CheckRow]]] = queue.Queue()
+    parts = [lambda: _oracle_rows(task, defects or [], grade), lambda: [_empty_row(task, grade)]]
+    if parallel is None:
+        parallel = (os.cpu_count() or 1) >= 2
+    if parallel:
+        for index, part in enumerate(parts):
+            threading.Thread(target=_deliver, args=(done, index, part), daemon=True, name="task-check").start()
+    found: dict[int, list[CheckRow]] = {}
+    for index, part in enumerate(parts):
+        if not parallel:
+            _deliver(done, index, part)
+        rows_index, rows = done.get()
+        found[rows_index] = rows
+        for row in rows:
+            if on_row is not None:
+                on_row(row, time.monotonic() - started)
+        if cut_short and not all(row.passed for row in rows) and len(found) < len(parts):
+            first = next(row for row in rows if not row.passed)
+            for other in range(len(parts)):
+                if other not in found:
+                    name, expected = ("oracle", _oracle_expected(task)) if other == 0 else ("empty candidate", "= 0")
+                    why = f"{CUT_SHORT}the {first.name} failed the check first"
+                    found[other] = [CheckRow(name=name, expected=expected, passed=False, error=why)]
+            break
+    oracle_rows, empty_rows = found[0], found[1]
+    check.rows = [oracle_rows[0], *empty_rows, *oracle_rows[1:]]
+    return check
+
+
+def _deliver(done: queue.Queue, index: int, part: Callable[[], list[CheckRow]]) -> None:
+    try:
+        rows = part()
+    except Exception as exc:  # twin's own failure in one part: that part's failed row, never a hung check
+        name = "oracle" if index == 0 else "empty candidate"
+        rows = [CheckRow(name=name, expected="", passed=False, error=f"{type(exc).__name__}: {exc}")]
+    done.put((index, rows))
+
+
+def _oracle_expected(task: Task) -> str:
+    return f">= {task.settings.oracle_min_reward:g}"
+
+
+def _oracle_rows(task: Task, defects: list[Defect], grade: GradeFn) -> list[CheckRow]:
+    """The oracle's row, then each defect's."""
     minimum = task.settings.oracle_min_reward
-    content_hash = content_hash or task_content_hash(task) or ""
-    check = TaskCheck(task=task.name, content_hash=content_hash, sandbox=sandbox)
-    oracle_reward: float | None = None
+    rows: list[CheckRow] = []
     try:
         with oracle_copy(task) as oracle_dir:
-            row = _row("oracle", f">= {minimum:g}", lambda: grade(task, oracle_dir), lambda r: r >= minimum)
-            check.rows.append(row)
-            oracle_reward = row.reward
-            for defect in defects or []:
-                check.rows.append(_defect_row(task, defect, oracle_dir, oracle_reward, grade))
+            row = _row("oracle", _oracle_expected(task), lambda: grade(task, oracle_dir), lambda r: r >= minimum)
+            rows.append(row)
+            for defect in defects:
+                rows.append(_defect_row(task, defect, oracle_dir, row.reward, grade))
     except TwinError as exc:  # no oracle, or its solve.sh failed
-        check.rows.append(CheckRow(name="oracle", expected=f">= {minimum:g}", passed=False, error=str(exc)))
+        rows = [CheckRow(name="oracle", expected=_oracle_expected(task), passed=False, error=str(exc))]
+    return rows
+
+
+def _empty_row(task: Task, grade: GradeFn) -> CheckRow:
     with tempfile.TemporaryDirectory(prefix="twin-empty-") as tmp:
         empty = Path(tmp) / "app"
         empty.mkdir()
-        check.rows.insert(1, _row("empty candidate", "= 0", lambda: grade(task, empty), lambda r: r == 0.0, empty=True))
-    return check
+        return _row("empty candidate", "= 0", lambda: grade(task, empty), lambda r: r == 0.0, empty=True)
 
 
 def _row(name: str, expected: str, run: Callable[[], Grade], ok: Callable[[float], bool], *, empty=False) -> CheckRow:

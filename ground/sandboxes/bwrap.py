@@ -30,7 +30,7 @@ from ground.sandboxes.base import BoundarySandbox, PresentedRoots, sandbox_env
 from ground.sandboxes.disk import DiskWatch
 from ground.sandboxes.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from ground.sandboxes.presentation import RootOverCaps
-from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_prefix
+from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_exec
 from ground.sandboxes.process import host_prlimit, limit_prefix, pids_cgroup_available, run_limited
 from ground.sandboxes.seccomp import filter_file
 
@@ -65,6 +65,7 @@ class BwrapSandbox(BoundarySandbox):
             self.close()
             raise
         self._prlimit = self._inside_prlimit()
+        self._root_workdir = self._checked_root_workdir()
 
     # ---- building the command line --------------------------------------------------------------
     def _build_prefix(self) -> list[str]:
@@ -104,8 +105,8 @@ class BwrapSandbox(BoundarySandbox):
         args += self._cover_hidden()
         args += self._hide_packages()
         args += ["--remount-ro", "/"]  # only the writable mount and /tmp take writes
-        # The launcher: staged sources (as root), then the uid switch, then bubblewrap.
-        return [*self._staging.prefix(), *unprivileged_prefix(), *args]
+        # The launcher: staged sources (as root), then the uid switch, which becomes bubblewrap.
+        return [*self._staging.prefix(), *unprivileged_exec(self._bwrap), *args[1:]]
 
     def _same_symlink(self, mount) -> str | None:
         """The host's link text where a mount repeats a host symlink (`/bin` -> `usr/bin`).
@@ -168,6 +169,20 @@ class BwrapSandbox(BoundarySandbox):
             args += ["--ro-bind", str(self._staging.path(pruned)), inside]
         return args
 
+    def _checked_root_workdir(self) -> str | None:
+        """The default working directory, checked once, where it is a mounted root itself.
+
+        Below a mounted root a command could swap a directory for a link, so a working
+        directory there is checked before every command; a mounted root is the harness's
+        own directory, which no command can replace.
+        """
+        workdir = posixpath.join(self.boundary.workdir, ".")
+        mount = self.boundary.mount_for(os.path.normpath(workdir))
+        if mount is None or os.path.normpath(workdir) != mount.inside:
+            return None
+        self.boundary.to_host(workdir)
+        return workdir
+
     def _inside_prlimit(self) -> str | None:
         """Where `prlimit` is visible inside, if it is (it sets limits in the user namespace)."""
         prlimit = host_prlimit()
@@ -190,7 +205,7 @@ class BwrapSandbox(BoundarySandbox):
         """
         self._refuse_if_closed()
         workdir = posixpath.join(self.boundary.workdir, cwd or ".")
-        if self.boundary.mount_for(os.path.normpath(workdir)) is not None:
+        if workdir != self._root_workdir and self.boundary.mount_for(os.path.normpath(workdir)) is not None:
             self.boundary.to_host(workdir)
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv:

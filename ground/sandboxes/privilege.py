@@ -16,9 +16,11 @@ When twin is not root, the sandbox runs as twin's own uid and none of this appli
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +69,68 @@ def unprivileged_prefix() -> list[str]:
         "--no-new-privs",
         "--",
     ]
+
+
+def unprivileged_exec(program: str) -> list[str]:
+    """The argv that runs `program` (its arguments appended) as the sandbox uid, without any capability.
+
+    Where twin is root, `capsh` (libcap) does the switch when it is installed and this
+    machine's capsh was seen to give exactly what `setpriv` gives (`_capsh_switch`): it
+    costs about half of setpriv's start, whose user and locale look-ups dominate a trivial
+    sandboxed command. Otherwise `unprivileged_prefix()`'s setpriv does it.
+
+    Raises:
+        SandboxError: twin runs as root and neither program can switch (never run a sandbox as root).
+    """
+    if not dropping_root():
+        return [program]
+    capsh = _capsh_switch()
+    if capsh is not None:
+        return [*capsh, f"--shell={program}", "--"]
+    return [*unprivileged_prefix(), program]
+
+
+@functools.cache
+def _capsh_switch() -> tuple[str, ...] | None:
+    """capsh's arguments for the switch, once this process saw them leave nothing: else None.
+
+    The bounding, inheritable and ambient sets dropped, no supplementary groups, the sandbox
+    gid then uid, and no_new_privs, in that order (dropping the bounding set needs the
+    capabilities the uid switch clears). A capsh that fails, or leaves any of this otherwise
+    than setpriv would (an older libcap that does not know every capability of the kernel),
+    is not used.
+    """
+    capsh = shutil.which("capsh", path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if capsh is None:
+        return None
+    switch = (
+        capsh,
+        "--drop=all",
+        "--inh=",
+        "--noamb",
+        "--groups=",
+        f"--gid={SANDBOX_GID}",
+        f"--uid={SANDBOX_UID}",
+        "--no-new-privs",
+    )
+    try:
+        seen = subprocess.run(
+            [*switch, "--shell=/bin/cat", "--", "/proc/self/status"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = dict(line.split(":", 1) for line in seen.stdout.splitlines() if ":" in line)
+    fields = {key: " ".join(value.split()) for key, value in fields.items()}
+    uid, gid = " ".join([str(SANDBOX_UID)] * 4), " ".join([str(SANDBOX_GID)] * 4)
+    wanted = {"Uid": uid, "Gid": gid, "Groups": "", "NoNewPrivs": "1"}
+    wanted |= {cap: "0" * 16 for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    if seen.returncode != 0 or any(fields.get(key) != value for key, value in wanted.items()):
+        return None
+    return switch
 
 
 class Staging:
@@ -174,9 +238,9 @@ def settle_writable(root: Path) -> None:
             seen += 1
             if seen > _MAX_ENTRIES:
                 break
-            child = _open_child(dir_fd, name, root_dev)
+            child, st = _open_child(dir_fd, name, root_dev)
             if child is None:
-                _settle_name(dir_fd, name, owner)
+                _settle_name(dir_fd, name, owner, st)
                 continue
             _settle_entry(child, owner)
             stack.append(child)
@@ -187,19 +251,22 @@ def settle_writable(root: Path) -> None:
             return
 
 
-def _open_child(dir_fd: int, name: str, root_dev: int) -> int | None:
-    """A descriptor of the subdirectory `name` on the same device, or None (not a directory)."""
+def _open_child(dir_fd: int, name: str, root_dev: int) -> tuple[int | None, os.stat_result | None]:
+    """A descriptor of the subdirectory `name` on the same device (None: not one), and its lstat (None: gone).
+
+    The lstat is handed on, so that an entry that is not such a directory is examined once.
+    """
     try:
         st = os.lstat(name, dir_fd=dir_fd)
     except OSError:
-        return None
+        return None, None
     if not stat.S_ISDIR(st.st_mode) or st.st_dev != root_dev:
-        return None
+        return None, st
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
-        return None
-    return fd
+        return None, st
+    return fd, st
 
 
 def _settle_entry(fd: int, owner: int | None) -> None:
@@ -214,12 +281,13 @@ def _settle_entry(fd: int, owner: int | None) -> None:
         pass
 
 
-def _settle_name(dir_fd: int, name: str, owner: int | None) -> None:
-    """Owner and setid bits of a non-directory entry, without following a link."""
-    try:
-        st = os.lstat(name, dir_fd=dir_fd)
-    except OSError:
-        return
+def _settle_name(dir_fd: int, name: str, owner: int | None, st: os.stat_result | None = None) -> None:
+    """Owner and setid bits of a non-directory entry, without following a link (`st`: its lstat, if taken)."""
+    if st is None:
+        try:
+            st = os.lstat(name, dir_fd=dir_fd)
+        except OSError:
+            return
     try:
         shared = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
         if owner is not None and st.st_uid != owner and not shared:

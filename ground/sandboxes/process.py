@@ -16,6 +16,8 @@ as well: RLIMIT_NPROC does not bind processes whose real user is root.
 
 from __future__ import annotations
 
+import atexit
+import math
 import os
 import resource
 import shutil
@@ -28,12 +30,14 @@ from pathlib import Path
 
 from ground.boundary import Limits
 from ground.sandbox import ExecResult, SandboxError
-from ground.sandboxes.disk import DISK_RETURNCODE, DiskGuard, DiskWatch, file_cap_reached
+from ground.sandboxes.disk import DISK_RETURNCODE, DiskWatch, file_cap_reached
+from ground.sandboxes.supervise import supervise
 
 TIMEOUT_RETURNCODE = 124
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 _STALE_CGROUP_S = 300.0
+_SWEEP_EVERY_S = 60.0
 
 
 class HeadTail:
@@ -69,7 +73,18 @@ class HeadTail:
 
 
 class PidsCgroup:
-    """A cgroup-v1 `pids` group capping the number of processes of one command."""
+    """A cgroup-v1 `pids` group capping the number of processes of one command.
+
+    The kernel frees an emptied group only a while (up to seconds) after its last
+    process ends: `discard()` removes it if it can at once, else leaves it to the next
+    `create()` or to the process's exit, so that no command waits for that, and no
+    thread is started per command to do it. Groups a killed harness left behind are
+    swept now and then (`_SWEEP_EVERY_S`), not on every command.
+    """
+
+    _pending: list[PidsCgroup] = []
+    _lock = threading.Lock()
+    _swept_at = -math.inf
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -86,8 +101,21 @@ class PidsCgroup:
             (path / "pids.max").write_text(str(max_procs))
         except OSError:
             return None
-        _sweep_stale(parent)
+        cls._tidy(parent)
         return cls(path)
+
+    @classmethod
+    def _tidy(cls, parent: Path) -> None:
+        """Remove the groups discarded earlier that the kernel has freed since; now and then, stale ones."""
+        with cls._lock:
+            # oldest first, and only until one is not freed yet: the younger ones will not be either
+            while cls._pending and cls._pending[0]._try_remove():
+                cls._pending.pop(0)
+            sweep = time.monotonic() - cls._swept_at > _SWEEP_EVERY_S
+            if sweep:
+                cls._swept_at = time.monotonic()
+        if sweep:
+            _sweep_stale(parent)
 
     @property
     def procs_file(self) -> str:
@@ -104,17 +132,43 @@ class PidsCgroup:
             except (ProcessLookupError, ValueError, PermissionError):
                 pass
 
+    def _try_remove(self) -> bool:
+        """Remove the group if the kernel lets it go now (True: gone); else kill what is still in it."""
+        try:
+            self.path.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            self.kill_all()
+            return False
+        return True
+
+    def discard(self) -> None:
+        """Leave the group (its command ended, what it left killed) to be removed by a later `create()` or at exit.
+
+        The kernel never frees a group the moment its last process ends: trying at once would
+        only fail.
+        """
+        with self._lock:
+            self._pending.append(self)
+
     def remove(self) -> None:
-        """Kill what is left and remove the group (the kernel frees it a few ms after exit)."""
+        """Kill what is left and remove the group, waiting for the kernel to free it."""
         for attempt in range(300):
-            try:
-                self.path.rmdir()
+            if self._try_remove():
                 return
-            except FileNotFoundError:
-                return
-            except OSError:
-                self.kill_all()
-                time.sleep(0.002 if attempt < 50 else 0.02)
+            time.sleep(0.002 if attempt < 50 else 0.02)
+
+    @classmethod
+    def remove_pending(cls) -> None:
+        """Remove every group still waiting to be removed (at exit)."""
+        with cls._lock:
+            pending, cls._pending[:] = list(cls._pending), []
+        for group in pending:
+            group.remove()
+
+
+atexit.register(PidsCgroup.remove_pending)
 
 
 def _sweep_stale(parent: Path) -> None:
@@ -130,7 +184,6 @@ def _sweep_stale(parent: Path) -> None:
                 child.rmdir()
         except OSError:
             pass
-
 
 def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[str]:
     """`prlimit` arguments setting the per-process limits in front of a command.
@@ -198,6 +251,7 @@ def run_limited(
     try:
         proc = subprocess.Popen(
             argv,
+            bufsize=0,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -209,47 +263,31 @@ def run_limited(
         )
     except OSError as exc:
         if cgroup is not None:
-            cgroup.remove()
+            cgroup.discard()
         raise SandboxError(f"could not start {argv[0]}: {exc}") from None
     out, err = HeadTail(limits.output_bytes), HeadTail(limits.output_bytes)
-    readers = [
-        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
-    ]
-    if stdin is not None:
-        readers.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
-    for reader in readers:
-        reader.start()
-    expired = threading.Event()
 
     def stop() -> None:
         _kill_group(proc)
         if cgroup is not None:
             cgroup.kill_all()
 
-    def on_timeout() -> None:
-        expired.set()
-        stop()
-
-    # A timer rather than wait(timeout=…): the latter polls, adding up to 50 ms per command.
-    timer = threading.Timer(limits.wall_s, on_timeout)
-    timer.daemon = True
-    timer.start()
-    guard = DiskGuard(disk, stop)
     try:
-        proc.wait()
+        watched = supervise(
+            proc,
+            out,
+            err,
+            stdin=None if stdin is None else stdin.encode(),
+            wall_s=limits.wall_s,
+            disk=disk,
+            stop=stop,
+        )
     finally:
-        guard.finish()
-        timer.cancel()
-        stop()  # whatever the command left running in its group goes with it
-    for reader in readers:
-        reader.join(timeout=10)
-    if cgroup is not None:
-        # The kernel releases an emptied group a few ms later; do not make the caller wait.
-        threading.Thread(target=cgroup.remove, daemon=True).start()
-    returncode = TIMEOUT_RETURNCODE if expired.is_set() else proc.returncode
+        if cgroup is not None:
+            cgroup.discard()
+    returncode = TIMEOUT_RETURNCODE if watched.timed_out else proc.returncode
     return command_result(
-        returncode, out, err, timed_out=expired.is_set(), started=start, exceeded=guard.exceeded(), limits=limits
+        returncode, out, err, timed_out=watched.timed_out, started=start, exceeded=watched.exceeded, limits=limits
     )
 
 
@@ -296,20 +334,6 @@ def _rlimits_setter(limits: Limits):
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     return set_limits
-
-
-def _drain(stream, keep: HeadTail) -> None:
-    while chunk := stream.read1(65536):
-        keep.feed(chunk)
-    stream.close()
-
-
-def _feed(pipe, data: bytes) -> None:
-    try:
-        pipe.write(data)
-        pipe.close()
-    except OSError:
-        pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

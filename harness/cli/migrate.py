@@ -57,6 +57,7 @@ def migrate_command(
     from task_model.loader import load_task_for_sandbox
 
     console = agent_console()
+    task_check = None
     if resume:
         inputs = _read_resumed(RunDir.open(resume, runs_dir))
         if rounds is not None and inputs.state.status == "finished":
@@ -95,9 +96,10 @@ def migrate_command(
         check_model(run_config.model)
         from harness.cli.task import check_before_run
 
-        check_before_run(loaded, run_config.sandbox, skip=skip_task_check)  # before any model call
+        # beside the run's start: model calls stop once it fails, nothing is graded before it passed
+        task_check = check_before_run(loaded, run_config.sandbox, skip=skip_task_check, background=True)
         inputs = RunInputs.create(runs_dir, run_config, loaded, run_id)
-    outcome = run_migration(inputs, SCAFFOLDS, api_key=api_key, console=console)
+    outcome = run_migration(inputs, SCAFFOLDS, api_key=api_key, console=console, task_check=task_check)
 
     for line in [outcome, *closing_lines(inputs.run, inputs.config, inputs.state)]:
         console.print(line, highlight=False, markup=False, soft_wrap=True)

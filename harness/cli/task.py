@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from benchmark_adapter.grading.authoring import new_task
-from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_task, default_defects, ensure_task_checked
+from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_task, default_defects
+from benchmark_adapter.grading.pending_check import PendingCheck, start_task_check
 from evidence_store import numbers
 from ground.errors import TwinError
 from ground.terminal import agent_console, styled
@@ -116,20 +117,40 @@ def print_check(console, check: TaskCheck) -> None:
             console.print(tail, markup=False, highlight=False)
 
 
-def check_before_run(task, sandbox: str, *, skip: bool) -> None:
-    """Before a run's first model call: the task's check (oracle and empty candidate), once per content.
+def check_before_run(task, sandbox: str, *, skip: bool, background: bool = False) -> PendingCheck | None:
+    """Before a run's first model call, or beside its start: the task's check (oracle and empty candidate).
+
+    Done once per task content and sandbox kind (a pass is remembered). Each graded row is
+    said on stderr as it comes, and a wait for the last one every few seconds.
+
+    Args:
+        background: start the check and return it (the run asks it before each model call
+            and waits for it before grading); else wait for it here.
+
+    Returns:
+        The running check (with `background`), else None.
 
     Raises:
-        TaskCheckFailed: one line naming what failed.
+        TaskCheckFailed: one line naming what failed (waiting here).
     """
     err = agent_console(stderr=True)
+
+    def say(line: str) -> None:
+        err.print(line, markup=False, highlight=False)
+
     if skip:
-        err.print(
+        say(
             f"warning: the task check of {task.name} is skipped: a grader that cannot score its own "
-            "oracle grades every round 0 (check it with `twin task check`)",
-            markup=False,
-            highlight=False,
+            "oracle grades every round 0 (check it with `twin task check`)"
         )
-        return
-    announce = f"checking {task.name} once: its grader on its oracle and on an empty candidate"
-    ensure_task_checked(task, sandbox, on_start=lambda: err.print(announce, markup=False, highlight=False))
+        return None
+    when = "the run stops" if background else "before any model call"
+    pending = start_task_check(task, sandbox, say=say, when=when)
+    if pending is None:
+        return None
+    beside = " beside the run's start (a failure stops the run)" if background else ""
+    say(f"checking {task.name} once{beside}: its grader on its oracle and on an empty candidate")
+    if background:
+        return pending
+    pending.wait()
+    return None

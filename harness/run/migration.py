@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from benchmark_adapter.grading.check import TaskCheckFailed
 from evidence_store import numbers
 from ground.errors import InfraFailure, Interrupted
 from ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
@@ -28,10 +29,12 @@ from harness.models.scripted import ScriptExhausted
 from harness.run.finish import earlier_grades, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import Session, open_session
+from harness.run.task_gate import gate_model, saying_to_progress, stop_for_check, wait_for_check
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from benchmark_adapter.grading.pending_check import PendingCheck
     from harness.run.session import RunInputs
 
 
@@ -60,6 +63,7 @@ def run_migration(
     *,
     api_key: str | None = None,
     console: Console | None = None,
+    task_check: PendingCheck | None = None,
 ) -> str:
     """Run (or resume) the migration of `inputs`, grade it, write the summary; return a one-line outcome.
 
@@ -68,11 +72,14 @@ def run_migration(
         scaffolds: scaffold factories by name; `inputs.config.scaffold` picks one.
         api_key: provider key; never written anywhere.
         console: where the not-a-live-model notice goes (the agent console by default).
+        task_check: the task's check, started beside the run: model calls stop once it fails,
+            and nothing is graded before its verdict.
 
     Raises:
         InfraFailure: the model provider or a sandbox failed (the run is saved, resumable).
         ModelStopped: the model asked to stop (the run is saved, resumable).
         Interrupted: Ctrl-C (the run is saved, resumable).
+        TaskCheckFailed: the task's check failed (the run is saved, stopped).
     """
     console = console or agent_console()
     run, config, state = inputs.run, inputs.config, inputs.state
@@ -82,12 +89,16 @@ def run_migration(
         done = {r.round: list(r.done) for r in state.rounds}
         replay_from = resume_position(Trajectory(run.trajectory).model_calls(), done)
     session = open_session(inputs, api_key=api_key, replay_from=replay_from)
+    gate_model(session, task_check)
     if not kind.live:
         console.print(styled(f"model: {session.model_label} — not a live model", "yellow"), soft_wrap=True)
     view = RunView(state.run_id, config.scaffold, session.model_label, config.rounds)
     try:
         # A person types at the terminal: a live panel redrawing over the prompt would hide it.
-        with Progress(view, live=False if kind.is_person else None) as progress:
+        with (
+            Progress(view, live=False if kind.is_person else None) as progress,
+            saying_to_progress(task_check, progress),
+        ):
             if session.state.status != "finished":
                 run.grades.unlink(missing_ok=True)  # grades of an unfinished run are stale on resume
                 session.state.status = "running"
@@ -106,6 +117,9 @@ def run_migration(
                     raise InfraFailure(
                         f"{exc} (infrastructure; resume with: twin migrate --resume {run.root})"
                     ) from None
+                except TaskCheckFailed as exc:
+                    stop_for_check(session, exc)
+                    raise
                 except USER_STOPS:
                     session.save()  # a user-facing stop (replay diverged, script exhausted): as before
                     raise
@@ -117,6 +131,7 @@ def run_migration(
                     )
             session.budget.stop_clock()  # the rounds are over: the run's wall time ends here (`figures`)
             session.save()
+            wait_for_check(session, task_check, progress)
             grades = None
             if config.grade:  # a resumed run keeps its grades, but grades again the rounds twin failed to grade
                 grading_started = time.monotonic()

@@ -107,16 +107,20 @@ def test_task_check_fails_naming_the_oracle_with_the_graders_own_error(tmp_path,
 
 
 @requires_bwrap
-def test_migrate_on_a_broken_task_stops_before_any_model_call(tmp_path, check_cache, capsys):
+def test_migrate_on_a_broken_task_stops_with_the_checks_line_and_grades_nothing(tmp_path, check_cache, capsys):
+    """The check runs beside the run's start: whichever ends first, the run stops on the check, ungraded."""
     script = tmp_path / "script.json"
-    script.write_text("[]")
+    script.write_text(json.dumps([{"tool_calls": [{"name": "submit", "arguments": {"summary": "nothing"}}]}]))
     runs = tmp_path / "runs"
-    code = main(["migrate", "--task", str(broken_copy(tmp_path)), "--model", f"scripted:{script}",
-                 "--sandbox", "bwrap", "--runs-dir", str(runs)])  # fmt: skip
+    code = main(["migrate", "--task", str(broken_copy(tmp_path)), "--model", f"scripted:{script}", "--scaffold",
+                 "base", "--rounds", "1", "--sandbox", "bwrap", "--runs-dir", str(runs)])  # fmt: skip
     err = capsys.readouterr().err
-    assert code != 0 and "check failed (oracle)" in err and "before any model call" in err
-    assert "oracle broken 4711" not in err.splitlines()[-1] or len(err.splitlines()[-1]) < 600
-    assert not runs.exists()  # no run directory, so no model call was made
+    assert code != 0 and "check failed (oracle)" in err and "the run stops" in err
+    assert "task check of broken: oracle reward 0.0000 (expected >= 0.97) FAILED" in err  # said as it came
+    (run,) = runs.iterdir()
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "stopped" and state["stop_reason"].startswith("task check failed:")
+    assert not (run / "grades.json").exists()  # nothing is graded on a task whose grader fails its oracle
 
 
 def test_skipping_the_check_says_so_loudly(tmp_path, check_cache, capsys, monkeypatch):
@@ -135,7 +139,7 @@ def test_check_is_remembered_per_content_and_sandbox(tmp_path, check_cache, monk
     task = load_task(make_task(tmp_path))
     calls: list[str] = []
 
-    def fake_check(t, *, sandbox, defects=None, grade_fn=None, content_hash=None):
+    def fake_check(t, *, sandbox, defects=None, grade_fn=None, content_hash=None, **options):
         calls.append(sandbox)
         return check_module.TaskCheck(task=t.name, content_hash=task_content_hash(t), sandbox=sandbox, rows=[
             check_module.CheckRow(name="oracle", expected=">= 0.97", reward=1.0, passed=True)])  # fmt: skip
@@ -152,7 +156,7 @@ def test_check_is_remembered_per_content_and_sandbox(tmp_path, check_cache, monk
 def test_a_failed_check_is_not_remembered(tmp_path, check_cache):
     task = load_task(make_task(tmp_path))
     grades = iter([_grade(0.5), _grade(0.0)] * 2)
-    result = check_task(task, grade_fn=lambda t, c: next(grades))
+    result = check_task(task, grade_fn=lambda t, c: next(grades), parallel=False)
     assert not result.passed and result.failure_line().startswith("task modes: check failed (oracle)")
 
 
@@ -169,7 +173,7 @@ def test_rows_fail_where_the_grader_is_wrong(tmp_path, rewards, failed):
     task = load_task(make_task(tmp_path))
     grades = iter(_grade(r) for r in rewards)
     defect = Defect(name="d", file="main.py", old="42", new="43", component="main")
-    result = check_task(task, defects=[defect], grade_fn=lambda t, c: next(grades))
+    result = check_task(task, defects=[defect], grade_fn=lambda t, c: next(grades), parallel=False)
     assert [r.name for r in result.rows] == ["oracle", "empty candidate", "defect d"]
     assert [r.name for r in result.rows if not r.passed] == failed
 
@@ -177,7 +181,7 @@ def test_rows_fail_where_the_grader_is_wrong(tmp_path, rewards, failed):
 def test_an_oracle_grade_with_an_error_field_fails(tmp_path):
     task = load_task(make_task(tmp_path))
     grades = iter([_grade(1.0, error="grader reported: refs unreadable"), _grade(0.0)])
-    result = check_task(task, grade_fn=lambda t, c: next(grades))
+    result = check_task(task, grade_fn=lambda t, c: next(grades), parallel=False)
     assert not result.rows[0].passed and "refs unreadable" in result.failure_line()
 
 
@@ -239,3 +243,14 @@ def test_migrate_and_bench_check_then_grade_a_0600_0700_task_in_full(tmp_path, c
     results = json.loads((benches / "b" / "results.json").read_text())
     (trial,) = results["trials"].values()
     assert trial["status"] == "ok" and list(trial["rewards"].values()) == [1.0]
+
+
+@requires_bwrap
+def test_the_check_a_bench_waits_for_stops_before_any_model_call_saying_each_row(tmp_path, check_cache, capsys):
+    from benchmark_adapter.grading.check import TaskCheckFailed
+    from harness.cli.task import check_before_run
+
+    with pytest.raises(TaskCheckFailed, match="check failed \\(oracle.*before any model call"):
+        check_before_run(load_task(broken_copy(tmp_path)), "bwrap", skip=False)
+    err = capsys.readouterr().err
+    assert "task check of broken: oracle reward 0.0000 (expected >= 0.97) FAILED" in err

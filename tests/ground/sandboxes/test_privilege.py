@@ -126,3 +126,57 @@ def test_stale_staging_is_swept_and_a_live_sandbox_recreates_its_points(tmp_path
             assert str(point) in staging.prefix() and point.is_dir()
         finally:
             staging.close()
+
+
+STATUS_FIELDS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")
+
+
+def _status(argv: list[str]) -> dict[str, str]:
+    import subprocess
+
+    seen = subprocess.run([*argv, "/proc/self/status"], capture_output=True, text=True, check=True).stdout
+    fields = dict(line.split(":", 1) for line in seen.splitlines() if ":" in line)
+    return {key: " ".join(fields[key].split()) for key in STATUS_FIELDS}
+
+
+@as_root
+def test_the_quicker_switch_leaves_exactly_what_setpriv_leaves():
+    quick = privilege.unprivileged_exec("/bin/cat")
+    assert _status(quick) == _status([*unprivileged_prefix(), "/bin/cat"])
+    status = _status(quick)
+    assert status["Uid"] == " ".join([str(SANDBOX_UID)] * 4) and status["Groups"] == ""
+    assert status["CapBnd"] == status["CapPrm"] == status["CapAmb"] == "0" * 16 and status["NoNewPrivs"] == "1"
+
+
+@as_root
+def test_without_capsh_the_switch_is_setpriv(monkeypatch):
+    privilege._capsh_switch.cache_clear()
+    real = privilege.shutil.which
+    monkeypatch.setattr(privilege.shutil, "which", lambda name, **kw: None if name == "capsh" else real(name, **kw))
+    try:
+        argv = privilege.unprivileged_exec("/usr/bin/bwrap")
+        assert argv[0].endswith("setpriv") and argv[-1] == "/usr/bin/bwrap"
+    finally:
+        privilege._capsh_switch.cache_clear()
+
+
+@as_root
+def test_a_capsh_that_leaves_a_capability_is_not_used(monkeypatch):
+    import subprocess
+
+    privilege._capsh_switch.cache_clear()
+    real = subprocess.run
+
+    def leaves_bounding_set(argv, **kwargs):
+        done = real(argv, **kwargs)
+        done.stdout = done.stdout.replace("CapBnd:\t0000000000000000", "CapBnd:\t0000000000000400")
+        return done
+
+    monkeypatch.setattr(privilege.subprocess, "run", leaves_bounding_set)
+    try:
+        if privilege.shutil.which("capsh", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+            pytest.skip("no capsh here")
+        assert privilege._capsh_switch() is None
+        assert privilege.unprivileged_exec("/bin/true")[0].endswith("setpriv")
+    finally:
+        privilege._capsh_switch.cache_clear()
