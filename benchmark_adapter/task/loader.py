@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from benchmark_adapter.task.distribution import materialize
 from benchmark_adapter.task.dockerfile import DockerfileError, read_dockerfile
 from benchmark_adapter.task.model import (
     Task,
@@ -124,6 +125,15 @@ def make_task(directory: TaskDirectory, *, image: str | None = None) -> Task:
         where = ".".join(str(p) for p in first["loc"])
         raise TaskError(f"bad [metadata.twin] {where} in {toml_path}: {first['msg']}") from None
     check_task_paths(root, settings, toml_path)
+    if settings.original is not None and "source_dir" in config["metadata"]["twin"]:
+        raise TaskError(
+            f"task {root.name}: [metadata.twin] declares an original and a source_dir in {toml_path}; keep one"
+        )
+    if settings.original is not None and settings.original.mount is not None:
+        raise TaskError(
+            f"task {root.name}: [metadata.twin.original] mount is for published tasks; "
+            f"twin's own layout mounts the original at source_mount ({toml_path})"
+        )
     task = Task(
         root=root,
         name=task_name(config, root),
@@ -131,6 +141,7 @@ def make_task(directory: TaskDirectory, *, image: str | None = None) -> Task:
         settings=settings,
         verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", 600.0)),
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
+        original_dir=materialize(settings.original) if settings.original is not None else None,
     )
     if not task.source_dir.is_dir():
         raise TaskError(f"task {root.name}: source repository {settings.source_dir} not found")

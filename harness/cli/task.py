@@ -70,6 +70,32 @@ def new_command(
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
 
 
+@app.command("fetch")
+def fetch_command(
+    task: Path = typer.Argument(..., help="The task directory."),
+    deps: bool = typer.Option(
+        True, "--deps/--no-deps", help="Also install the original's runtime dependencies (torch held where it is)."
+    ),
+) -> None:
+    """Fetch a task's declared original (pip download, sha256 check) into twin's cache, and its dependencies."""
+    from benchmark_adapter.task.distribution import materialize
+    from benchmark_adapter.task.distribution_install import declared_original, install_dependencies, pinned_constraint
+    from benchmark_adapter.task.loader import read_task
+
+    directory = read_task(task)
+    original = declared_original(directory.config, str(directory.root / "task.toml"))
+    if original is None:
+        raise TwinError(f"task {directory.root.name} declares no original ([metadata.twin.original] in task.toml)")
+    laid_out = materialize(original)
+    count = sum(1 for p in laid_out.rglob("*") if p.is_file())
+    print(f"{original.requirement} ({original.license}): {count} files laid out in {laid_out}")
+    if deps and original.dependencies:
+        installed = install_dependencies(original)
+        held = pinned_constraint()
+        done = f"installed {', '.join(installed)}" if installed else "already installed"
+        print(f"its runtime dependencies: {done} ({held} held)")
+
+
 @app.command("check")
 def check_command(
     task: Path = typer.Argument(..., help="The task directory."),
