@@ -13,11 +13,13 @@ run needs no index. A published task's image does the same in its Dockerfile
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import shlex
 import subprocess
 import sys
 import tempfile
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -112,7 +114,10 @@ def pinned_constraint() -> str:
 def install_dependencies(original: OriginalDistribution, *, dry_run: bool = False) -> list[str]:
     """Install `original`'s runtime dependencies into this interpreter, torch held where it is.
 
-    Returns the requirements that were missing (and are now installed, unless `dry_run`).
+    Where the install leaves an installed package's requirement broken (pip names it), that
+    package is resolved again together with the dependencies, once, so pip picks versions
+    that suit both. Returns the requirements that were missing (and are now installed,
+    unless `dry_run`).
 
     Raises:
         DistributionError: pip failed, or (should a resolver change) torch changed anyway.
@@ -121,20 +126,28 @@ def install_dependencies(original: OriginalDistribution, *, dry_run: bool = Fals
     if not missing or dry_run:
         return missing
     constraint = pinned_constraint()
+    broken = _pip_install(original, missing, constraint)
+    if broken:
+        _pip_install(original, [*missing, *broken], constraint)
+    if pinned_constraint() != constraint:
+        raise DistributionError(f"installing the dependencies of {original.requirement} replaced {constraint}")
+    return missing
+
+
+def _pip_install(original: OriginalDistribution, requirements: list[str], constraint: str) -> list[str]:
+    """`pip install -c <constraint> requirements`; the installed packages it left broken, by name."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="twin-constraints-") as constraints:
         constraints.write(constraint + "\n")
         constraints.flush()
         argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-                "-c", constraints.name, *missing]  # fmt: skip
+                "-c", constraints.name, *requirements]  # fmt: skip
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise DistributionError(
             f"cannot install the dependencies of {original.requirement} with {constraint} held: "
             f"{last_line(proc.stderr) or f'pip exited {proc.returncode}'}"
         )
-    if pinned_constraint() != constraint:
-        raise DistributionError(f"installing the dependencies of {original.requirement} replaced {constraint}")
-    return missing
+    return sorted(set(re.findall(r"^(\S+) \S+ requires .*, but you have ", proc.stderr or "", re.MULTILINE)))
 
 
 def dockerfile_fetch_run(original: OriginalDistribution, inside: str, work: str = "/tmp/original") -> str:
@@ -229,3 +242,28 @@ def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLI
                 raise DistributionError(f"--include {wanted}: {wheel.name} has no such file or directory")
         keep_wheel(original, wheel)
     return original
+
+
+def declaration_toml(original: OriginalDistribution) -> str:
+    """`[metadata.twin.original]` of task.toml for `original` (TOML basic strings are JSON's)."""
+    lines = ["[metadata.twin.original]"]
+    for key, value in original.model_dump(exclude_none=True).items():
+        shown = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def task_declaration(task_dir: Path) -> OriginalDistribution | None:
+    """The original the task at `task_dir` declares (its task.toml alone is read), or None.
+
+    Raises:
+        DistributionError: no task.toml, or one that is not TOML or declares a malformed original.
+    """
+    toml_path = Path(task_dir).expanduser() / "task.toml"
+    try:
+        config = tomllib.loads(toml_path.read_text())
+    except OSError:
+        raise DistributionError(f"not a task: {toml_path} cannot be read") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DistributionError(f"malformed {toml_path}: {exc}") from None
+    return declared_original(config, str(toml_path))
