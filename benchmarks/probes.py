@@ -39,6 +39,12 @@ from probes.suite import builtin_checks, library_files, run_suite, task_probes  
 from task_model.loader import load_task  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
+OTHER_TASKS = ROOT / "tasks"  # bundled tasks outside t2j-mini (litgpt-lora), by name
+
+
+def task_dir(name: str) -> Path:
+    """A bundled task by name: t2j-mini's first, then the other bundled tasks."""
+    return TASKS / name if (TASKS / name).is_dir() else OTHER_TASKS / name
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
 VERDICTS = ("exact", "counterpart", "module", "no")
 
@@ -83,7 +89,7 @@ def summarize(results) -> dict:
 
 
 def bench_task(name: str, args, scratch: Path) -> dict:
-    task = load_task(TASKS / name)
+    task = load_task(task_dir(name))
     oracle = scratch / name / "oracle"
     shutil.copytree(
         task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__")
@@ -195,7 +201,7 @@ def rescore(path: Path) -> list[dict]:
     scratch = Path(tempfile.mkdtemp(prefix="twin-rescore-"))
     try:
         for report in reports:
-            task = load_task(TASKS / report["task"])
+            task = load_task(task_dir(report["task"]))
             oracle = task.root / "solution" / "app"
             ctx = make_context(task, oracle, sandbox_kind="none", workdir=scratch)
             wanted = {d.name: d.component for d in task_defects(report["task"])}

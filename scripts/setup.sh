@@ -10,4 +10,10 @@ fi
 # torch first and pinned: this exact release is the CPU build on local disk.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
+# Bundled tasks whose original is a registry distribution: fetched, hash-checked and laid out in twin's
+# cache now, and their runtime dependencies installed here with torch held at 2.13.0, so that no run
+# changes the interpreter its reference side uses and no run needs the index.
+for toml in $(grep -l '^\[metadata\.twin\.original\]' tasks/*/task.toml tasks/*/*/task.toml 2>/dev/null); do
+  .venv/bin/twin task fetch "$(dirname "$toml")"
+done
 echo "twin installed in .venv ($(.venv/bin/twin --version))"

@@ -63,13 +63,17 @@ class RunRefused(DockerfileError):
     """A RUN twin cannot honour without docker; an image built from the Dockerfile honours it."""
 
 
-def read_dockerfile(path: Path, *, ignore_run: bool = False, image: str | None = None) -> EnvironmentLayout:
+def read_dockerfile(
+    path: Path, *, ignore_run: bool = False, image: str | None = None, honoured: dict[str, LaidOut] | None = None
+) -> EnvironmentLayout:
     """Read a Dockerfile into the files it lays out, its WORKDIR, ENV and notes.
 
     Args:
         path: the Dockerfile; its directory is the build context.
         ignore_run: accept a RUN twin cannot honour, with a note, instead of refusing it.
         image: the image built from this Dockerfile, which honours every RUN (with a note).
+        honoured: RUN texts (`normalized_run`) twin honours itself, each with what it lays out:
+            the fetch of the original the task declares (`distribution_install.dockerfile_fetch_run`).
 
     Raises:
         DockerfileError: an instruction twin cannot honour (one line, with the line number);
@@ -115,6 +119,10 @@ def read_dockerfile(path: Path, *, ignore_run: bool = False, image: str | None =
             layout.workdir = _absolute(words[0] if words else "/", layout.workdir)
         elif instruction in ("COPY", "ADD"):
             layout.copies += _copy(instruction, value, args, layout, context, where)
+        elif instruction == "RUN" and normalized_run(value) in (honoured or {}):
+            laid = (honoured or {})[normalized_run(value)]
+            layout.copies.append(laid)
+            layout.notes.append(f"{where}: RUN lays out the declared original at {laid.inside} (hash checked)")
         elif instruction == "RUN":
             _run(value, args, layout, context, where, ignore_run, image)
         elif instruction in SKIPPED:
@@ -124,6 +132,11 @@ def read_dockerfile(path: Path, *, ignore_run: bool = False, image: str | None =
     if stages == 0:
         raise DockerfileError(f"{path}: no FROM instruction (not a Dockerfile)")
     return layout
+
+
+def normalized_run(text: str) -> str:
+    """A RUN's text with line continuations and runs of blanks folded, for comparison."""
+    return " ".join(text.replace("\\\n", " ").split())
 
 
 def _words(value: str, args: dict[str, str], env: dict[str, str]) -> list[str]:

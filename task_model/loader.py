@@ -14,6 +14,11 @@ RUN steps count as honoured. Where the image cannot be built (no engine, a `FROM
 is not here, a failing step), one line says why and the task's files are laid out as they are
 without docker; a RUN only the image could honour is then refused as before. Every other
 sandbox lays the files out (`task_model/dockerfile.py`).
+
+A task whose `[metadata.twin.original]` declares its original as a registry distribution gets
+it laid out from twin's cache (fetched and hash-checked on first use,
+`task_model/distribution.py`); `Task.source_dir` is then that directory, so every
+reader of the source sees it as it would see a committed `environment/source/`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pydantic import ValidationError
 
 from ground.sandbox import SandboxError
 from ground.sandboxes.task_image import build_task_image
+from task_model.distribution import materialize
 from task_model.dockerfile import DockerfileError, read_dockerfile
 from task_model.model import (
     Task,
@@ -124,6 +130,15 @@ def make_task(directory: TaskDirectory, *, image: str | None = None) -> Task:
         where = ".".join(str(p) for p in first["loc"])
         raise TaskError(f"bad [metadata.twin] {where} in {toml_path}: {first['msg']}") from None
     check_task_paths(root, settings, toml_path)
+    if settings.original is not None and "source_dir" in config["metadata"]["twin"]:
+        raise TaskError(
+            f"task {root.name}: [metadata.twin] declares an original and a source_dir in {toml_path}; keep one"
+        )
+    if settings.original is not None and settings.original.mount is not None:
+        raise TaskError(
+            f"task {root.name}: [metadata.twin.original] mount is for published tasks; "
+            f"twin's own layout mounts the original at source_mount ({toml_path})"
+        )
     task = Task(
         root=root,
         name=task_name(config, root),
@@ -131,6 +146,7 @@ def make_task(directory: TaskDirectory, *, image: str | None = None) -> Task:
         settings=settings,
         verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", 600.0)),
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
+        original_dir=materialize(settings.original) if settings.original is not None else None,
     )
     if not task.source_dir.is_dir():
         raise TaskError(f"task {root.name}: source repository {settings.source_dir} not found")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from ground.errors import TwinError
 from task_model.interface import TaskInterface
+from task_model.original import OriginalDistribution
 
 
 class TaskError(TwinError):
@@ -80,6 +81,13 @@ class TwinTaskSettings(BaseModel):
             "candidate's layout (probes.layout)."
         ),
     )
+    original: OriginalDistribution | None = Field(
+        default=None,
+        description=(
+            "[metadata.twin.original]: the original as a pinned distribution of the package index, laid "
+            "out from twin's cache instead of source_dir (task_model.distribution)."
+        ),
+    )
     oracle_min_reward: float = Field(
         default=0.97,
         ge=0.0,
@@ -122,6 +130,10 @@ class Task(BaseModel):
         default=None,
         description="Published layout only: what the Dockerfile lays out (None: twin's own layout).",
     )
+    original_dir: Path | None = Field(
+        default=None,
+        description="Where a declared original (`settings.original`) is laid out in twin's cache (None: none).",
+    )
     image: str | None = Field(
         default=None,
         description=(
@@ -133,7 +145,8 @@ class Task(BaseModel):
 
     @property
     def source_dir(self) -> Path:
-        return self.root / self.settings.source_dir
+        """The original: a declared distribution's laid-out files, else `source_dir` of the task."""
+        return self.original_dir if self.original_dir is not None else self.root / self.settings.source_dir
 
     @property
     def assets_dir(self) -> Path | None:
@@ -170,14 +183,17 @@ def hidden_roots(root: Path) -> list[Path]:
     return hidden
 
 
-PUBLISHED_TWIN_KEYS = frozenset({"interface", "probe_files"})
+PUBLISHED_TWIN_KEYS = frozenset({"interface", "probe_files", "original"})
 """Keys of `[metadata.twin]` a published task may hold: its layout still comes from its Dockerfile."""
 
 
 def published_twin_keys(metadata: dict) -> bool:
     """Whether `[metadata.twin]` holds only keys a published task may have (and at least one)."""
     twin = metadata.get("twin")
-    return isinstance(twin, dict) and bool(twin) and set(twin) <= PUBLISHED_TWIN_KEYS
+    if not (isinstance(twin, dict) and bool(twin) and set(twin) <= PUBLISHED_TWIN_KEYS):
+        return False
+    original = twin.get("original")  # a published task's declared original names where its Dockerfile puts it
+    return original is None or (isinstance(original, dict) and "mount" in original)
 
 
 def task_name(config: dict, root: Path) -> str:
@@ -208,8 +224,8 @@ def check_task_paths(root: Path, settings: TwinTaskSettings, toml_path: Path) ->
             )
     for key in ("source_dir", "assets_dir"):
         value = getattr(settings, key)
-        if value is None or (key == "assets_dir" and not value):  # no assets
-            continue
+        if value is None or (key == "assets_dir" and not value) or (key == "source_dir" and settings.original):
+            continue  # no assets; a declared original is laid out from twin's cache
         where = f"[metadata.twin] {key} = {value!r} in {toml_path}"
         pure = PurePosixPath(value)
         if pure.is_absolute() or "\0" in value:

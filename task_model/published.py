@@ -25,7 +25,9 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from task_model.dockerfile import DockerfileError, read_dockerfile
+from task_model.distribution import materialize
+from task_model.distribution_install import declared_original, dockerfile_fetch_run
+from task_model.dockerfile import DockerfileError, normalized_run, read_dockerfile
 from task_model.layout import command_workdir
 from task_model.model import (
     EnvironmentLayout,
@@ -134,10 +136,16 @@ def load_published_task(
         raise TaskError(
             f"task {root.name}: no [metadata.twin] and no environment/Dockerfile: cannot tell where the original is"
         )
+    declared, honoured = _declared_original(root, config)
     try:
-        layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run, image=image)
+        layout = read_dockerfile(dockerfile, ignore_run=settings.ignore_run, image=image, honoured=honoured)
     except DockerfileError as exc:
         raise exc.prefixed(f"task {root.name}") from None
+    if declared is not None and not any(c.host == declared for c in layout.copies):
+        raise TaskError(
+            f"task {root.name}: task.toml declares an original, but no RUN of its Dockerfile fetches it as twin "
+            f"would write it (as `twin task new --source pypi:NAME==VERSION` does)"
+        )
     if not layout.copies:
         raise TaskError(f"task {root.name}: the Dockerfile copies nothing into the image (no original)")
     original = _find_original(root, layout, settings)
@@ -149,10 +157,11 @@ def load_published_task(
                 f"task {root.name}: the output {output} overlaps {laid.inside}, which the Dockerfile lays out"
             )
     forbidden = settings.forbidden_packages or [settings.source_framework]
+    from_cache = declared is not None and original.host == declared
     twin = _settings(
         root,
         config,
-        source_dir=str(_relative(root, original.host)),
+        source_dir="environment/source" if from_cache else str(_relative(root, original.host)),
         source_mount=original.inside,
         assets_dir=str(_relative(root, assets.host)) if assets is not None else None,
         assets_mount=assets.inside if assets is not None else "/assets",
@@ -173,6 +182,7 @@ def load_published_task(
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 3600.0)),
         environment=layout,
         image=image,
+        original_dir=declared if from_cache else None,
     )
     if layout.workdir != "/" and command_workdir(task) is None:
         layout.notes.append(
@@ -191,6 +201,22 @@ def _settings(root: Path, config: dict, **layout) -> TwinTaskSettings:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise TaskError(f"task {root.name}: bad [metadata.twin] {where} in task.toml: {first['msg']}") from None
+
+
+def _declared_original(root: Path, config: dict) -> tuple[Path | None, dict[str, LaidOut]]:
+    """A declared original's laid-out files, and the RUN text of the Dockerfile that lays them out.
+
+    Raises:
+        TaskError: a malformed declaration; `DistributionError` where it cannot be fetched.
+    """
+    if not published_twin_keys(config.get("metadata", {})):
+        return None, {}
+    original = declared_original(config, f"task {root.name}")
+    if original is None:
+        return None, {}
+    host = materialize(original)
+    run = normalized_run(dockerfile_fetch_run(original, str(original.mount)))
+    return host, {run: LaidOut(host=host, inside=str(original.mount))}
 
 
 def _relative(root: Path, host: Path) -> Path:

@@ -29,9 +29,19 @@ from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_no
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.grading.references import record_references
 from probes.probe_format import ProbeFileError, probe_names
+from task_model.distribution import fetch_wheel, materialize
+from task_model.distribution_install import (
+    declaration_toml,
+    declare_from_index,
+    dockerfile_dependency_runs,
+    dockerfile_fetch_run,
+    pinned_constraint,
+    runtime_requirements,
+)
 from task_model.layout import copy_without_history
 from task_model.loader import load_task
 from task_model.model import Task, TaskError
+from task_model.original import OriginalDistribution
 from task_model.published import imports_framework
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -74,7 +84,8 @@ class NewTaskReport(BaseModel):
 def new_task(
     dest: Path,
     *,
-    source: Path | None = None,
+    source: Path | str | None = None,
+    include: list[str] = (),
     probes: list[Path] = (),
     assets: Path | None = None,
     instruction: Path | None = None,
@@ -89,12 +100,22 @@ def new_task(
 ) -> NewTaskReport:
     """Make (or, with `refresh`, re-record the references of) a task; see the module docstring.
 
+    `source` is a directory, or `pypi:NAME==VERSION`: a distribution of the package index whose
+    files `include` are the original, declared in task.toml and fetched by the Dockerfile
+    (`task_model.distribution`), never copied into the task.
+
     Raises:
         TaskError: bad input (one line); nothing is written then.
     """
     dest = Path(dest).expanduser().resolve()
     if refresh:
         return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
+    original = None
+    if str(source or "").startswith("pypi:"):
+        original = declare_from_index(str(source), list(include))
+        source = materialize(original)
+    elif include:
+        raise TaskError("--include applies to --source pypi:NAME==VERSION only")
     _validate(dest, source, probes, assets, instruction, interface, oracle, output)
     if checkpoint_from is not None and not (
         Path(checkpoint_from).is_file() and Path(checkpoint_from).suffix in PICKLED_SUFFIXES
@@ -104,7 +125,7 @@ def new_task(
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
         _write_task(staging, source, probes, assets, instruction, interface, oracle, name or dest.name, output,
-                    checkpoint_from)  # fmt: skip
+                    checkpoint_from, original)  # fmt: skip
         try:
             task = load_task(staging)
         except TaskError as exc:
@@ -163,11 +184,15 @@ def _render(template: str, **values) -> str:
     return env.get_template(template).render(**values)
 
 
-def _write_task(root, source, probes, assets, instruction, interface, oracle, name, output, checkpoint_from) -> None:
+def _write_task(
+    root, source, probes, assets, instruction, interface, oracle, name, output, checkpoint_from,
+    original: OriginalDistribution | None = None,
+) -> None:  # fmt: skip
     output = output.rstrip("/")
     env_dir = root / "environment"
     env_dir.mkdir()
-    copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
+    if original is None:
+        copy_without_history(Path(source), env_dir / ORIGINAL_NAME)
     if assets is not None:
         copy_without_history(Path(assets), env_dir / ASSETS_NAME)
     if checkpoint_from is not None:  # the port gets safetensors; the pickle never enters the task
@@ -184,6 +209,8 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         output=output,
         workdir=WORKDIR,
         interface=list(interface),
+        original_runs=_original_runs(original),
+        torch_pin=f"=={pinned_constraint().split('==')[1]}" if original is not None else "",
     )
     (env_dir / "Dockerfile").write_text(_render("Dockerfile.j2", **values))
     text = Path(instruction).read_text() if instruction is not None else _render("instruction.md.j2", **values)
@@ -193,6 +220,7 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         'tags = ["pytorch", "jax", "generated"]\n\n[verifier]\ntimeout_sec = 900.0\n\n'
         "[agent]\ntimeout_sec = 3600.0\n\n[environment]\ncpus = 2\nmemory_mb = 4096\nallow_internet = false\n"
         + twin_metadata([Path(p).name for p in probes], interface)
+        + ("\n" + declaration_toml(original) if original is not None else "")
     )
     tests = root / "tests"
     (tests / "probes").mkdir(parents=True)
@@ -206,6 +234,16 @@ def _write_task(root, source, probes, assets, instruction, interface, oracle, na
         solve = (TEMPLATES / "solve.sh").read_text().replace("__OUTPUT__", output)
         (solution / "solve.sh").write_text(solve.replace("__NAME__", Path(output).name))
         (solution / "solve.sh").chmod(0o755)
+
+
+def _original_runs(original: OriginalDistribution | None) -> list[str]:
+    """The Dockerfile's RUN steps that fetch a declared original and install its dependencies."""
+    if original is None:
+        return []
+    runs = [dockerfile_fetch_run(original, str(original.mount))]
+    if original.dependencies:
+        runs += dockerfile_dependency_runs(runtime_requirements(fetch_wheel(original)), pinned_constraint())
+    return runs
 
 
 def twin_metadata(probe_names: list[str], interface: list[str]) -> str:

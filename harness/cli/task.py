@@ -22,7 +22,12 @@ app = typer.Typer(no_args_is_help=True, help="Make tasks from your own repositor
 @app.command("new")
 def new_command(
     dest: Path = typer.Argument(..., help="The task directory to create (or, with --refresh, to re-record)."),
-    source: Path = typer.Option(None, "--source", help="The PyTorch repository to migrate."),
+    source: str = typer.Option(
+        None, "--source", help="The PyTorch repository to migrate: a directory, or pypi:NAME==VERSION (a distribution)."
+    ),
+    include: list[str] = typer.Option(
+        None, "--include", help="With --source pypi:…: a file or directory of the wheel, part of the original."
+    ),
     probe: list[Path] = typer.Option(
         None, "--probe", help="Probe file (repeatable; format in probes/README.md): the behaviour to preserve."
     ),
@@ -44,14 +49,16 @@ def new_command(
     timeout_s: float = typer.Option(600.0, "--timeout-s", help="Time limit of one probe file's side."),
 ) -> None:
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
-    if refresh and any(v for v in (source, probe, assets, instruction, interface, oracle, name, checkpoint_from)):
+    given = (source, include, probe, assets, instruction, interface, oracle, name, checkpoint_from)
+    if refresh and any(v for v in given):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = agent_console()
     names = [n.strip() for n in interface or [] if n.strip()]
     with console.status("recording references from the original" + (" and grading the oracle" if oracle else "")):
         report = new_task(
             dest,
-            source=source,
+            source=source if source is None or source.startswith("pypi:") else Path(source),
+            include=list(include or []),
             probes=list(probe or []),
             assets=assets,
             instruction=instruction,
@@ -69,6 +76,30 @@ def new_command(
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
+
+
+@app.command("fetch")
+def fetch_command(
+    task: Path = typer.Argument(..., help="The task directory."),
+    deps: bool = typer.Option(
+        True, "--deps/--no-deps", help="Also install the original's runtime dependencies (torch held where it is)."
+    ),
+) -> None:
+    """Fetch a task's declared original (pip download, sha256 check) into twin's cache, and its dependencies."""
+    from task_model.distribution import materialize
+    from task_model.distribution_install import install_dependencies, pinned_constraint, task_declaration
+
+    original = task_declaration(task)
+    if original is None:
+        raise TwinError(f"task {task} declares no original ([metadata.twin.original] in task.toml)")
+    laid_out = materialize(original)
+    count = sum(1 for p in laid_out.rglob("*") if p.is_file())
+    print(f"{original.requirement} ({original.license}): {count} files laid out in {laid_out}")
+    if deps and original.dependencies:
+        installed = install_dependencies(original)
+        held = pinned_constraint()
+        done = f"installed {', '.join(installed)}" if installed else "already installed"
+        print(f"its runtime dependencies: {done} ({held} held)")
 
 
 @app.command("check")

@@ -1,4 +1,4 @@
-"""Copy the shared grading library into every t2j-mini task's `tests/` (tasks stay self-contained).
+"""Copy the shared grading library into every t2j-mini task's `tests/` and litgpt-lora's (tasks stay self-contained).
 
 The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading*.py` (package data: generated
 graders get it too); each task's `tests/grading*.py` are copies of them.
@@ -18,9 +18,14 @@ LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "grading" / "templates" / "g
 SHARED_FILES = ("grading.py", "grading_run.py", "grading_sandbox.py")
 
 
+OTHER_TASKS = (COMMON.parents[1] / "litgpt-lora",)
+"""Bundled tasks outside t2j-mini whose graders use the same library."""
+
+
 def task_test_dirs(suite: Path = COMMON.parent) -> list[Path]:
-    """The `tests/` directory of every task in the suite."""
-    return sorted(p / "tests" for p in suite.iterdir() if (p / "tests" / "test.sh").is_file())
+    """The `tests/` directory of every task in the suite (and, for the bundled suite, `OTHER_TASKS`)."""
+    tasks = [*suite.iterdir(), *(OTHER_TASKS if suite == COMMON.parent else ())]
+    return sorted(p / "tests" for p in tasks if (p / "tests" / "test.sh").is_file())
 
 
 def stale_copies(suite: Path = COMMON.parent) -> list[Path]:
