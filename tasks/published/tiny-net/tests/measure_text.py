@@ -92,7 +92,8 @@ def canonical(text: str) -> str:
 
 def budget_length(text: str) -> int:
     """The length `text` counts for in a budget: every measurement at `MEASURED_WIDTH`."""
-    return len(MEASURED.sub(MASK, text)) + text_measurements(text) * (MEASURED_WIDTH - len(MASK))
+    masked, measurements = MEASURED.subn(MASK, text)
+    return len(masked) + measurements * (MEASURED_WIDTH - len(MASK))
 
 
 def text_measurements(text: str) -> int:
@@ -107,6 +108,11 @@ def clip_words(text: str, limit: int) -> str:
     it falls at the same word whatever the digits of the measurements in it.
     """
     words = text.split()
+    joined = " ".join(words)
+    # A measurement never spans a space, so the whole line costs what its words and spaces cost:
+    # a line that fits is kept whole without measuring word by word.
+    if budget_length(joined) <= limit:
+        return joined
     kept: list[str] = []
     used = 0
     for word in words:
