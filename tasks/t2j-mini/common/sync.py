@@ -1,4 +1,7 @@
-"""Copy the shared grading library into every t2j-mini task's `tests/` (tasks stay self-contained).
+"""Copy the shared grading library into every task built on it (tasks stay self-contained).
+
+Those are the t2j-mini tasks and the bundled tasks beside the suite whose grader uses it
+(`tasks/<task>/tests/grading.py`, e.g. litgpt-generate).
 
 The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading*.py` (package data: generated
 graders get it too); each task's `tests/grading*.py` are copies of them.
@@ -19,8 +22,11 @@ SHARED_FILES = ("grading.py", "grading_run.py", "grading_sandbox.py")
 
 
 def task_test_dirs(suite: Path = COMMON.parent) -> list[Path]:
-    """The `tests/` directory of every task in the suite."""
-    return sorted(p / "tests" for p in suite.iterdir() if (p / "tests" / "test.sh").is_file())
+    """The `tests/` directory of every task in the suite, and of every task beside it built on the library."""
+    dirs = [p / "tests" for p in suite.iterdir() if (p / "tests" / "test.sh").is_file()]
+    if suite == COMMON.parent:
+        dirs += [p / "tests" for p in suite.parent.iterdir() if (p / "tests" / "grading.py").is_file()]
+    return sorted(dirs)
 
 
 def stale_copies(suite: Path = COMMON.parent) -> list[Path]:
