@@ -39,8 +39,14 @@ from probes.probe_format import probe_names  # noqa: E402
 from probes.suite import builtin_checks, library_files, run_suite, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
+OTHER_TASKS = ("litgpt-generate",)  # bundled tasks with a probe library outside the t2j-mini suite
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
 VERDICTS = ("exact", "counterpart", "module", "no")
+
+
+def task_dir(name: str) -> Path:
+    """A bundled task's directory: in the t2j-mini suite, else beside it."""
+    return TASKS / name if (TASKS / name).is_dir() else ROOT / "tasks" / name
 
 
 def task_defects(task_name: str) -> list:
@@ -83,7 +89,7 @@ def summarize(results) -> dict:
 
 
 def bench_task(name: str, args, scratch: Path) -> dict:
-    task = load_task(TASKS / name)
+    task = load_task(task_dir(name))
     oracle = scratch / name / "oracle"
     shutil.copytree(
         task.root / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__")
@@ -195,7 +201,7 @@ def rescore(path: Path) -> list[dict]:
     scratch = Path(tempfile.mkdtemp(prefix="twin-rescore-"))
     try:
         for report in reports:
-            task = load_task(TASKS / report["task"])
+            task = load_task(task_dir(report["task"]))
             oracle = task.root / "solution" / "app"
             ctx = make_context(task, oracle, sandbox_kind="none", workdir=scratch)
             wanted = {d.name: d.component for d in task_defects(report["task"])}
@@ -270,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         summarize_defects(reports)
         return 0
-    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)]
+    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)] + list(OTHER_TASKS)
     scratch = Path(tempfile.mkdtemp(prefix="twin-bench-probes-"))
     reports = []
     try:
