@@ -1,7 +1,4 @@
-"""Copy the shared grading library into every task built on it (tasks stay self-contained).
-
-Those are the t2j-mini tasks and the bundled tasks beside the suite whose grader uses it
-(`tasks/<task>/tests/grading.py`, e.g. litgpt-generate).
+"""Copy the shared grading library into every t2j-mini task's `tests/` and the litgpt tasks' (tasks stay self-contained).
 
 The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading*.py` (package data: generated
 graders get it too); each task's `tests/grading*.py` are copies of them.
@@ -21,12 +18,14 @@ LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "grading" / "templates" / "g
 SHARED_FILES = ("grading.py", "grading_run.py", "grading_sandbox.py")
 
 
+OTHER_TASKS = (COMMON.parents[1] / "litgpt-lora", COMMON.parents[1] / "litgpt-generate")
+"""Bundled tasks outside t2j-mini whose graders use the same library."""
+
+
 def task_test_dirs(suite: Path = COMMON.parent) -> list[Path]:
-    """The `tests/` directory of every task in the suite, and of every task beside it built on the library."""
-    dirs = [p / "tests" for p in suite.iterdir() if (p / "tests" / "test.sh").is_file()]
-    if suite == COMMON.parent:
-        dirs += [p / "tests" for p in suite.parent.iterdir() if (p / "tests" / "grading.py").is_file()]
-    return sorted(dirs)
+    """The `tests/` directory of every task in the suite (and, for the bundled suite, `OTHER_TASKS`)."""
+    tasks = [*suite.iterdir(), *(OTHER_TASKS if suite == COMMON.parent else ())]
+    return sorted(p / "tests" for p in tasks if (p / "tests" / "test.sh").is_file())
 
 
 def stale_copies(suite: Path = COMMON.parent) -> list[Path]:

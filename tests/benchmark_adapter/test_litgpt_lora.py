@@ -1,0 +1,133 @@
+"""The litgpt-lora task: its original is declared (litgpt 0.5.13), its oracle earns full reward, its grader has teeth.
+
+The original comes from twin's cache (`scripts/setup.sh` fetches it); without it the tests
+that need it skip. The grader is run exactly as shipped (tests/test.sh with the path variables
+pointing at temporary directories).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from benchmark_adapter.grading.defects import apply_defect
+from benchmark_adapter.grading.sweep import load_defects
+from benchmark_adapter.task.distribution import is_materialized, original_dir
+from benchmark_adapter.task.distribution_install import dockerfile_fetch_run
+from benchmark_adapter.task.loader import load_task
+from benchmark_adapter.task.original import OriginalDistribution
+from benchmarks.task_sizes import original_size
+from tests.conftest import TASKS_DIR
+
+TASK = TASKS_DIR / "litgpt-lora"
+ORACLE = TASK / "solution" / "app"
+ASSETS = TASK / "environment" / "assets"
+DECLARED = OriginalDistribution(**tomllib.loads((TASK / "task.toml").read_text())["metadata"]["twin"]["original"])
+DEFECTS = load_defects(Path(__file__).parent / "defects" / "litgpt_lora.py")
+
+needs_original = pytest.mark.skipif(
+    not is_materialized(DECLARED), reason="litgpt 0.5.13 is not in twin's cache (run `twin task fetch tasks/litgpt-lora`)"
+)
+needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="the oracle needs jax")
+
+
+def grade(candidate: Path, logs: Path) -> dict:
+    env = {**os.environ, "TESTS_DIR": str(TASK / "tests"), "APP_DIR": str(candidate),
+           "ASSETS_DIR": str(ASSETS), "LOGS_DIR": str(logs), "PYTHON": sys.executable}  # fmt: skip
+    proc = subprocess.run(["bash", str(TASK / "tests" / "test.sh")], env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads((logs / "reward.json").read_text())
+
+
+def test_the_task_declares_its_original_and_holds_none_of_it():
+    assert (DECLARED.distribution, DECLARED.version, DECLARED.license) == ("litgpt", "0.5.13", "Apache-2.0")
+    assert not (TASK / "environment" / "source").exists()
+    assert not [p for p in TASK.rglob("*") if p.is_file() and "litgpt-0.5.13.dist-info" in str(p)]
+
+
+@needs_original
+def test_the_task_reads_its_original_from_the_cache():
+    task = load_task(TASK)
+    assert task.source_dir == original_dir(DECLARED)
+    size = original_size(task.source_dir)
+    assert size["modules"] >= 12 and size["lines"] >= 2500 and size["torch_lines"] >= 1500, size
+    for module in ("model.py", "lora.py", "config.py", "utils.py", "finetune/lora.py"):
+        assert (task.source_dir / "litgpt" / module).is_file()
+
+
+@needs_original
+def test_the_oracle_mirrors_the_originals_modules():
+    ours = sorted(str(p.relative_to(ORACLE)) for p in ORACLE.rglob("*.py"))
+    assert len(ours) >= 9
+    missing = [path for path in ours if not (original_dir(DECLARED) / path).is_file()]
+    assert missing == []
+
+
+def test_the_dockerfile_fetches_exactly_the_declared_original():
+    runs = re.findall(r"^RUN (.*)$", (TASK / "environment" / "Dockerfile").read_text(), re.MULTILINE)
+    assert dockerfile_fetch_run(DECLARED, "/source") in runs
+
+
+def test_the_grading_library_is_the_shared_copy():
+    library = TASKS_DIR.parent / "benchmark_adapter" / "grading" / "templates" / "grader"
+    for name in ("grading.py", "grading_run.py", "grading_sandbox.py"):
+        assert (TASK / "tests" / name).read_bytes() == (library / name).read_bytes(), name
+
+
+def test_defects_apply_to_the_oracle(tmp_path):
+    assert len(DEFECTS) >= 25
+    assert len({d.name for d in DEFECTS}) == len(DEFECTS)
+    for defect in DEFECTS:
+        assert defect.component.startswith("litgpt.")
+        apply_defect(ORACLE, defect, tmp_path / defect.name)
+
+
+@pytest.mark.heavy  # imports litgpt (lightning) and writes the checkpoint again
+@needs_original
+def test_assets_are_made_again_exactly(tmp_path):
+    copy = tmp_path / "environment"
+    shutil.copytree(TASK / "environment", copy, ignore=shutil.ignore_patterns("assets"))
+    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED))}
+    subprocess.run([sys.executable, str(copy / "make_assets.py")], env=env, check=True, capture_output=True)
+    for path in ASSETS.iterdir():
+        assert (copy / "assets" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.fixture(scope="module")
+def oracle_result(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("oracle")
+    subprocess.run(["bash", str(TASK / "solution" / "solve.sh")], env={**os.environ, "APP_DIR": str(root / "app")},
+                   check=True)  # fmt: skip
+    return grade(root / "app", root / "logs")
+
+
+@pytest.mark.heavy  # a whole grade: every probe and the fine-tuning run (one to two minutes on two cores)
+@needs_jax
+def test_oracle_scores_at_least_097(oracle_result):
+    assert oracle_result["reward"] >= 0.97, json.dumps(oracle_result["checks"], indent=1)
+    failing = {k: v["score"] for k, v in oracle_result["checks"].items() if v["score"] < 0.97}
+    assert not failing, failing
+
+
+@pytest.mark.heavy
+@needs_original
+def test_the_torch_original_scores_zero(tmp_path):
+    shutil.copytree(original_dir(DECLARED), tmp_path / "app")
+    result = grade(tmp_path / "app", tmp_path / "logs")
+    assert result["reward"] == 0.0 and result["components"]["independence"] == 0.0
+
+
+@pytest.mark.heavy
+def test_an_empty_candidate_scores_zero(tmp_path):
+    (tmp_path / "app").mkdir()
+    assert grade(tmp_path / "app", tmp_path / "logs")["reward"] == 0.0
