@@ -39,14 +39,14 @@ from probes.probe_format import probe_names  # noqa: E402
 from probes.suite import builtin_checks, library_files, run_suite, task_probes  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
-OTHER_TASKS = ("litgpt-generate",)  # bundled tasks with a probe library outside the t2j-mini suite
-DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
-VERDICTS = ("exact", "counterpart", "module", "no")
+OTHER_TASKS = ROOT / "tasks"  # bundled tasks outside t2j-mini (litgpt-lora), by name
 
 
 def task_dir(name: str) -> Path:
-    """A bundled task's directory: in the t2j-mini suite, else beside it."""
-    return TASKS / name if (TASKS / name).is_dir() else ROOT / "tasks" / name
+    """A bundled task by name: t2j-mini's first, then the other bundled tasks."""
+    return TASKS / name if (TASKS / name).is_dir() else OTHER_TASKS / name
+DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
+VERDICTS = ("exact", "counterpart", "module", "no")
 
 
 def task_defects(task_name: str) -> list:
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         summarize_defects(reports)
         return 0
-    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)] + list(OTHER_TASKS)
+    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)]
     scratch = Path(tempfile.mkdtemp(prefix="twin-bench-probes-"))
     reports = []
     try:
