@@ -14,6 +14,11 @@ RUN steps count as honoured. Where the image cannot be built (no engine, a `FROM
 is not here, a failing step), one line says why and the task's files are laid out as they are
 without docker; a RUN only the image could honour is then refused as before. Every other
 sandbox lays the files out (`benchmark_adapter/task/dockerfile.py`).
+
+A task whose `[metadata.twin.original]` declares its original as a registry distribution gets
+it laid out from twin's cache (fetched and hash-checked on first use,
+`benchmark_adapter/task/distribution.py`); `Task.source_dir` is then that directory, so every
+reader of the source sees it as it would see a committed `environment/source/`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from benchmark_adapter.task.loader import load_task
 from benchmark_adapter.task.original import OriginalDistribution
 from harness.cli.app import main
 from harness.run.workspace import prepare_workspace
-from tests.fakes.wheels import build_wheel, local_index  # noqa: F401  (a fixture)
+from tests.fakes.wheels import build_wheel
 
 FILES = {
     "fakeorig/__init__.py": "",
@@ -184,7 +184,11 @@ def test_runtime_requirements_evaluate_markers_and_leave_extras_out(local_index)
     from benchmark_adapter.task.distribution_install import missing_requirements, runtime_requirements
 
     wanted = runtime_requirements(build_wheel(local_index, FILES, requires=REQUIRES))
-    assert [w.split(";")[0].replace(" ", "") for w in wanted] == ["numpy>=1.0", "pyyaml>=5", "not-installed-anywhere>=1.0"]
+    assert [w.split(";")[0].replace(" ", "") for w in wanted] == [
+        "numpy>=1.0",
+        "pyyaml>=5",
+        "not-installed-anywhere>=1.0",
+    ]
     assert missing_requirements(wanted) == ["not-installed-anywhere>=1.0"]
     assert missing_requirements(["numpy<1.0"]) == ["numpy<1.0"]  # installed, but outside the range
 

@@ -22,7 +22,7 @@ from benchmark_adapter.task.dockerfile import DockerfileError
 from benchmark_adapter.task.loader import load_task
 from harness.cli.app import main
 from tests.benchmark_adapter.test_distribution import FILES, declaration
-from tests.fakes.wheels import build_wheel, local_index  # noqa: F401  (a fixture)
+from tests.fakes.wheels import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tasks" / "published" / "tiny-net"
@@ -76,11 +76,14 @@ def test_a_run_that_fetches_anything_else_is_refused(local_index, tmp_path):
 
 def test_twin_task_new_from_a_distribution(local_index, tmp_path, capsys):
     """tiny-net's original served as a distribution: the task declares it and holds none of its files."""
-    files = {f"tiny_net/{p.name}": p.read_text() for p in (TINY / "environment" / "torch_orig" / "tiny_net").glob("*.py")}
+    files = {
+        f"tiny_net/{p.name}": p.read_text() for p in (TINY / "environment" / "torch_orig" / "tiny_net").glob("*.py")
+    }
     build_wheel(local_index, files, name="tinynet", version="0.1")
     dest = tmp_path / "made"
     args = ["task", "new", str(dest), "--source", "pypi:tinynet==0.1", "--include", "tiny_net",
-            "--probe", str(TINY / "tests" / "probes" / "tiny_net.py"), "--assets", str(TINY / "environment" / "checkpoint"),
+            "--probe", str(TINY / "tests" / "probes" / "tiny_net.py"),
+            "--assets", str(TINY / "environment" / "checkpoint"),
             "--instruction", str(TINY / "instruction.md"), "--sandbox", "none"]  # fmt: skip
     assert main(args) == 0, capsys.readouterr().err
     declared = tomllib.loads((dest / "task.toml").read_text())["metadata"]["twin"]["original"]

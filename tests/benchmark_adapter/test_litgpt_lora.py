@@ -35,7 +35,8 @@ DECLARED = OriginalDistribution(**tomllib.loads((TASK / "task.toml").read_text()
 DEFECTS = load_defects(Path(__file__).parent / "defects" / "litgpt_lora.py")
 
 needs_original = pytest.mark.skipif(
-    not is_materialized(DECLARED), reason="litgpt 0.5.13 is not in twin's cache (run `twin task fetch tasks/litgpt-lora`)"
+    not is_materialized(DECLARED),
+    reason="litgpt 0.5.13 is not in twin's cache (run `twin task fetch tasks/litgpt-lora`)",
 )
 needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="the oracle needs jax")
 

@@ -31,7 +31,9 @@ def build_wheel(
         for path, text in files.items():
             archive.writestr(path, text)
         archive.writestr(f"{info}/METADATA", metadata)
-        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         archive.writestr(f"{info}/RECORD", "")
     return wheel
 
