@@ -32,7 +32,7 @@ PROBES = {
         "id": "generate.generate_fn",
         "level": 3,
         "component": "litgpt.generate.base.generate_fn",
-        "description": "Greedy tokens of generate_fn with a stop token, the stop token included.",
+        "description": "Greedy tokens of generate_fn to max_returned_tokens, and with a stop token (included).",
     },
     "generate": {
         "uses": ["litgpt.utils.load_checkpoint", "litgpt.model.GPT"],
@@ -221,22 +221,26 @@ def reference_generate_fn(env):
     import torch
     from litgpt.generate.base import generate_fn
 
-    i = env.inputs
-    model = _reference(env, i["max_tokens"])
-    out = generate_fn(model, torch.tensor(i["prompt"]), i["max_tokens"], temperature=0.0, stop_tokens=([i["stop"]],),
-                      include_prompt=False, include_eos=True)  # fmt: skip
-    return {"tokens": [int(t) for t in out]}
+    i, out = env.inputs, {}
+    for name, stop in (("plain", ()), ("stop", ([i["stop"]],))):
+        model = _reference(env, i["max_tokens"])
+        tokens = generate_fn(model, torch.tensor(i["prompt"]), i["max_tokens"], temperature=0.0, stop_tokens=stop,
+                             include_prompt=False, include_eos=True)  # fmt: skip
+        out[name] = [int(t) for t in tokens]
+    return out
 
 
 def candidate_generate_fn(env):
     import numpy as np
     from litgpt.generate.base import generate_fn
 
-    i = env.inputs
+    i, out = env.inputs, {}
     params, config = _candidate(env)
-    out = generate_fn(params, config, np.array(i["prompt"], "int32"), i["max_tokens"], temperature=0.0, top_k=None,
-                      top_p=1.0, stop_tokens=([i["stop"]],), include_prompt=False, include_eos=True)  # fmt: skip
-    return {"tokens": [int(t) for x in out for t in np.asarray(x).reshape(-1)]}
+    for name, stop in (("plain", ()), ("stop", ([i["stop"]],))):
+        tokens = generate_fn(params, config, np.array(i["prompt"], "int32"), i["max_tokens"], temperature=0.0,
+                             top_k=None, top_p=1.0, stop_tokens=stop, include_prompt=False, include_eos=True)  # fmt: skip
+        out[name] = [int(t) for x in tokens for t in np.asarray(x).reshape(-1)]
+    return out
 
 
 def inputs_generate(env):
