@@ -1,4 +1,4 @@
-"""The litgpt-generate task: its original is declared (litgpt 0.5.13), its oracle earns full reward, its grader has teeth.
+"""The litgpt-generate task: its original is declared (litgpt 0.5.13), its oracle earns full reward, its grader bites.
 
 The original comes from twin's cache (`scripts/setup.sh` fetches it); without it the tests
 that need it skip. The grader is run exactly as shipped (tests/test.sh with the path variables
@@ -100,7 +100,7 @@ def test_references_carry_their_own_noise():
     probs = refs["sp_probs"]
     assert np.allclose(probs.sum(axis=1), 1.0) and len(meta["sampler_bands"]) == len(probs)
     greedy_rows = probs.max(axis=1) == 1.0
-    assert greedy_rows.any() and all(b == 0.0 for b, g in zip(meta["sampler_bands"], greedy_rows) if g)
+    assert greedy_rows.any() and all(b == 0.0 for b, g in zip(meta["sampler_bands"], greedy_rows, strict=True) if g)
     assert 0 < meta["gen_band"] < 0.5
 
 

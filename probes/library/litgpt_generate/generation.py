@@ -94,9 +94,9 @@ def _band(env, probs, classes):
 
 
 def inputs_sample(env):
+    import litgpt.generate.base as base
     import numpy as np
     import torch
-    import litgpt.generate.base as base
 
     rows = np.stack([(1.0 + i) * env.rng.standard_normal(128) for i in range(len(SETTINGS))]).astype("float32")
     rows[4, [3, 7, 9]] = rows[4].max() + 1.0  # a three-way tie at the top; top_k 3 keeps it whole
@@ -104,7 +104,7 @@ def inputs_sample(env):
     base.multinomial_num_samples_1 = lambda probs: captured.append(probs.double().numpy()) or draw(probs)
     try:
         probs = []
-        for row, kwargs in zip(rows, SETTINGS):
+        for row, kwargs in zip(rows, SETTINGS, strict=True):
             captured.clear()
             token = base.sample(torch.from_numpy(row)[None, None], **kwargs)
             p = captured[0] if captured else np.eye(row.size)[int(token)]
@@ -112,18 +112,22 @@ def inputs_sample(env):
     finally:
         base.multinomial_num_samples_1 = draw
     probs = np.stack(probs)
-    bands = np.array([_band(env, p, _classes(r)) for p, r in zip(probs, rows)])
+    bands = np.array([_band(env, p, _classes(r)) for p, r in zip(probs, rows, strict=True)])
     return {"logits": rows, "probs": probs, "bands": bands}
 
 
 def reference_sample(env):
-    import torch
     import litgpt.generate.base as base
+    import torch
 
     i, within = env.inputs, {}
-    for n, (row, kwargs) in enumerate(zip(i["logits"], SETTINGS)):
+    for n, (row, kwargs) in enumerate(zip(i["logits"], SETTINGS, strict=True)):
         drawn, draw = [], base.multinomial_num_samples_1
-        base.multinomial_num_samples_1 = lambda probs: drawn.append(torch.multinomial(probs, DRAWS, True)) or draw(probs)
+
+        def keep(probs, drawn=drawn, draw=draw):
+            return drawn.append(torch.multinomial(probs, DRAWS, True)) or draw(probs)
+
+        base.multinomial_num_samples_1 = keep
         try:
             token = base.sample(torch.from_numpy(row)[None, None], **kwargs)
         finally:
@@ -140,7 +144,7 @@ def candidate_sample(env):
 
     i, within = env.inputs, {}
     keys = jax.random.split(jax.random.PRNGKey(env.seed), DRAWS)
-    for n, (row, kwargs) in enumerate(zip(i["logits"], SETTINGS)):
+    for n, (row, kwargs) in enumerate(zip(i["logits"], SETTINGS, strict=True)):
         draws = jax.vmap(lambda key, row=row, kwargs=kwargs: sample(row[None, None], key=key, **kwargs))(keys)
         within[f"row{n}"] = _within(np.asarray(draws), i["probs"][n], _classes(row), i["bands"][n])
     return within
@@ -155,15 +159,16 @@ def reference_top_p(env):
     from litgpt.generate.base import sample_top_p
 
     out = [sample_top_p(torch.from_numpy(r).to(getattr(torch, env.dtype)), p)
-           for r, p in zip(env.inputs["logits"], env.inputs["top_p"])]  # fmt: skip
-    return {"kept": torch.stack([torch.isfinite(o) for o in out]).numpy(), "values": [o[torch.isfinite(o)] for o in out]}
+           for r, p in zip(env.inputs["logits"], env.inputs["top_p"], strict=True)]  # fmt: skip
+    kept = torch.stack([torch.isfinite(o) for o in out]).numpy()
+    return {"kept": kept, "values": [o[torch.isfinite(o)] for o in out]}
 
 
 def candidate_top_p(env):
     import numpy as np
     from litgpt.generate.base import sample_top_p
 
-    out = [np.asarray(sample_top_p(r, p)) for r, p in zip(env.inputs["logits"], env.inputs["top_p"])]
+    out = [np.asarray(sample_top_p(r, p)) for r, p in zip(env.inputs["logits"], env.inputs["top_p"], strict=True)]
     return {"kept": np.stack([np.isfinite(o) for o in out]), "values": [o[np.isfinite(o)] for o in out]}
 
 
@@ -224,8 +229,8 @@ def reference_generate_fn(env):
     i, out = env.inputs, {}
     for name, stop in (("plain", ()), ("stop", ([i["stop"]],))):
         model = _reference(env, i["max_tokens"])
-        tokens = generate_fn(model, torch.tensor(i["prompt"]), i["max_tokens"], temperature=0.0, stop_tokens=stop,
-                             include_prompt=False, include_eos=True)  # fmt: skip
+        tokens = generate_fn(model, torch.tensor(i["prompt"]), i["max_tokens"], temperature=0.0,
+                             stop_tokens=stop, include_prompt=False, include_eos=True)  # fmt: skip
         out[name] = [int(t) for t in tokens]
     return out
 
@@ -237,8 +242,9 @@ def candidate_generate_fn(env):
     i, out = env.inputs, {}
     params, config = _candidate(env)
     for name, stop in (("plain", ()), ("stop", ([i["stop"]],))):
-        tokens = generate_fn(params, config, np.array(i["prompt"], "int32"), i["max_tokens"], temperature=0.0,
-                             top_k=None, top_p=1.0, stop_tokens=stop, include_prompt=False, include_eos=True)  # fmt: skip
+        prompt = np.array(i["prompt"], "int32")
+        tokens = generate_fn(params, config, prompt, i["max_tokens"], temperature=0.0, top_k=None, top_p=1.0,
+                             stop_tokens=stop, include_prompt=False, include_eos=True)  # fmt: skip
         out[name] = [int(t) for x in tokens for t in np.asarray(x).reshape(-1)]
     return out
 

@@ -111,7 +111,8 @@ def reference_rms_norm(env):
 def candidate_rms_norm(env):
     from litgpt.model import rms_norm
 
-    return {"y": rms_norm(env.inputs["x"], env.inputs["w"], 1e-5), "small": rms_norm(env.inputs["small"], env.inputs["w"], 1e-5)}
+    i = env.inputs
+    return {"y": rms_norm(i["x"], i["w"], 1e-5), "small": rms_norm(i["small"], i["w"], 1e-5)}
 
 
 def _kv_inputs(env, positions):

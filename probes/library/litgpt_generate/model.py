@@ -228,7 +228,7 @@ def reference_decode_batched(env):
     with torch.inference_mode():
         model(torch.from_numpy(env.inputs["prompt"]).long(), torch.arange(5))
         out = [model(torch.from_numpy(t).long()[:, None], torch.from_numpy(p).long()[:, None])[:, -1]
-               for t, p in zip(env.inputs["steps"], env.inputs["positions"])]  # fmt: skip
+               for t, p in zip(env.inputs["steps"], env.inputs["positions"], strict=True)]  # fmt: skip
     return {"steps": torch.stack(out)}
 
 
@@ -240,7 +240,7 @@ def candidate_decode_batched(env):
     cache = init_kv_cache(config, 2, 16)
     _, cache = forward(params, config, env.inputs["prompt"], np.arange(5, dtype="int32"), cache)
     out = []
-    for tokens, positions in zip(env.inputs["steps"], env.inputs["positions"]):
+    for tokens, positions in zip(env.inputs["steps"], env.inputs["positions"], strict=True):
         logits, cache = forward(params, config, tokens[:, None], positions[:, None], cache)
         out.append(np.asarray(logits)[:, -1])
     return {"steps": np.stack(out)}

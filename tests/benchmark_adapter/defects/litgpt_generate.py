@@ -39,7 +39,7 @@ DEFECTS: list[Defect] = [
         name="kv-cache-bfloat16",
         file=MODEL,
         old="ck, cv = jnp.asarray(cache.k)[:B].astype(k.dtype), jnp.asarray(cache.v)[:B].astype(v.dtype)",
-        new="ck, cv = jnp.asarray(cache.k)[:B].astype(jnp.bfloat16), jnp.asarray(cache.v)[:B].astype(jnp.bfloat16)",
+        new=("ck, cv = jnp.asarray(cache.k)[:B].astype(jnp.bfloat16), jnp.asarray(cache.v)[:B].astype(jnp.bfloat16)"),
         component="litgpt.model.KVCache.forward",
         description="The cache is kept in bfloat16, so every cached key and value loses precision.",
     ),
@@ -86,8 +86,8 @@ DEFECTS: list[Defect] = [
     Defect(
         name="qkv-split-order",
         file=MODEL,
-        old="q, k, v = jnp.split(linear(p[\"qkv\"], x), [nh * hs, nh * hs + ng * hs], axis=-1)",
-        new="q, v, k = jnp.split(linear(p[\"qkv\"], x), [nh * hs, nh * hs + ng * hs], axis=-1)",
+        old='q, k, v = jnp.split(linear(p["qkv"], x), [nh * hs, nh * hs + ng * hs], axis=-1)',
+        new='q, v, k = jnp.split(linear(p["qkv"], x), [nh * hs, nh * hs + ng * hs], axis=-1)',
         component="litgpt.model.CausalSelfAttention.forward",
         description="The fused projection is split as query, value, key.",
     ),
@@ -198,8 +198,16 @@ DEFECTS: list[Defect] = [
     Defect(
         name="temperature-after-top-p",
         file=BASE,
-        old="        logits = logits / temperature\n        if top_p < 1.0:\n            logits = sample_top_p(logits, top_p)\n",
-        new="        if top_p < 1.0:\n            logits = sample_top_p(logits, top_p)\n        logits = logits / temperature\n",
+        old=(
+            "        logits = logits / temperature\n"
+            "        if top_p < 1.0:\n"
+            "            logits = sample_top_p(logits, top_p)\n"
+        ),
+        new=(
+            "        if top_p < 1.0:\n"
+            "            logits = sample_top_p(logits, top_p)\n"
+            "        logits = logits / temperature\n"
+        ),
         component="litgpt.generate.base.sample",
         description="Top-p filters the unscaled logits; temperature is applied afterwards.",
     ),
