@@ -176,11 +176,18 @@ def inputs_converter(env):
     import torch
 
     state = torch.load(env.assets / "lit_model.pth", weights_only=True)
-    return {"sorted": [np.sort(v.double().numpy().ravel()) for v in state.values()]}
+    tensors = [np.sort(v.double().numpy().ravel()) for v in state.values()]
+    return {"values": np.concatenate(tensors), "sizes": np.array([t.size for t in tensors])}
+
+
+def _sorted_tensors(inputs):
+    import numpy as np
+
+    return np.split(inputs["values"], np.cumsum(inputs["sizes"])[:-1])
 
 
 def reference_converter(env):
-    return {"tensors": list(env.inputs["sorted"])}
+    return {"tensors": _sorted_tensors(env.inputs)}
 
 
 def candidate_converter(env):
@@ -194,7 +201,7 @@ def candidate_converter(env):
     params = load_checkpoint(env.assets / "lit_model.pth", config)
     leaves = [np.sort(np.asarray(x, np.float64).ravel()) for x in jax.tree_util.tree_leaves(params)]
     matched = []
-    for want in env.inputs["sorted"]:
+    for want in _sorted_tensors(env.inputs):
         same = [i for i, leaf in enumerate(leaves) if leaf.size == want.size]
         if not same:
             return {"tensors": matched, "missing": f"no leaf of {want.size} values"}
