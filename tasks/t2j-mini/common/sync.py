@@ -1,4 +1,4 @@
-"""Copy the shared grading library into every t2j-mini task's `tests/` and litgpt-lora's (tasks stay self-contained).
+"""Copy the shared grading library into every t2j-mini task's `tests/` and the litgpt tasks' (tasks stay self-contained).
 
 The one copy twin ships is `benchmark_adapter/grading/templates/grader/grading*.py` (package data: generated
 graders get it too); each task's `tests/grading*.py` are copies of them.
@@ -18,7 +18,7 @@ LIBRARY = COMMON.parents[2] / "benchmark_adapter" / "grading" / "templates" / "g
 SHARED_FILES = ("grading.py", "grading_run.py", "grading_sandbox.py")
 
 
-OTHER_TASKS = (COMMON.parents[1] / "litgpt-lora",)
+OTHER_TASKS = (COMMON.parents[1] / "litgpt-lora", COMMON.parents[1] / "litgpt-generate")
 """Bundled tasks outside t2j-mini whose graders use the same library."""
 
 
