@@ -23,11 +23,11 @@ import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.sweep import load_defects
-from benchmark_adapter.task.distribution import is_materialized, original_dir
-from benchmark_adapter.task.distribution_install import dockerfile_fetch_run
-from benchmark_adapter.task.loader import load_task
-from benchmark_adapter.task.original import OriginalDistribution
 from benchmarks.task_sizes import original_size
+from task_model.distribution import is_materialized, original_dir
+from task_model.distribution_install import dockerfile_fetch_run
+from task_model.loader import load_task
+from task_model.original import OriginalDistribution
 from tests.conftest import TASKS_DIR
 
 TASK = TASKS_DIR / "litgpt-generate"

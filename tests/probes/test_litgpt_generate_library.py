@@ -15,15 +15,15 @@ import pytest
 
 from benchmark_adapter.grading.defects import apply_defect
 from benchmark_adapter.grading.sweep import load_defects
-from benchmark_adapter.task.distribution import is_materialized, original_dir
-from benchmark_adapter.task.loader import load_task
-from benchmark_adapter.task.original import OriginalDistribution
 from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe
 from probes.localize import localize_divergence, module_graph
 from probes.probe_format import probe_names
 from probes.suite import LIBRARY, library_files
+from task_model.distribution import is_materialized, original_dir
+from task_model.loader import load_task
+from task_model.original import OriginalDistribution
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "litgpt-generate"

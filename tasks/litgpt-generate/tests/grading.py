@@ -296,12 +296,18 @@ def spec_gated_reward(checks: list[Check], *, independent: bool) -> dict[str, An
 
 
 def write_reward(logs_dir: str | Path, result: dict[str, Any]) -> Path:
-    """Write `reward.json` atomically into `logs_dir` (the last thing a grader does)."""
+    """Write `reward.json` atomically into `logs_dir` (the last thing a grader does), never through a link."""
     logs = Path(logs_dir)
     logs.mkdir(parents=True, exist_ok=True)
-    tmp = logs / ".reward.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True))
-    os.replace(tmp, logs / "reward.json")
+    folder = os.open(logs, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        fd = os.open(".reward.json.tmp", flags, 0o644, dir_fd=folder)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(result, indent=2, sort_keys=True))
+        os.replace(".reward.json.tmp", "reward.json", src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        os.close(folder)
     return logs / "reward.json"
 
 

@@ -6,9 +6,11 @@ numpy and the standard library only; every task carries an identical copy beside
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
+import selectors
 import signal
 import stat
 import subprocess
@@ -22,15 +24,18 @@ from typing import Any
 
 import numpy as np
 from grading_sandbox import (
-    CANDIDATE_GID,
-    CANDIDATE_UID,
     _bwrap_argv,
     _choose_isolation,
     _drop_privileges,
+    candidate_uid,
+    end_candidate_session,
+    hand_scratch_to_candidate,
     remove_scratch,
 )
 
 OUTPUT_LIMIT = 256 << 20  # bytes of one output file of the candidate's run
+LOG_BYTES = 64 << 10  # of the driver's stdout and stderr, the tail kept
+DRAIN_S = 5.0  # how long the driver's output is read once it has ended (a pipe a survivor holds)
 
 
 @dataclass
@@ -173,12 +178,22 @@ def run_candidate(
     Raises:
         IsolationUnavailable: the nested sandbox cannot be built here.
     """
+    settings = dict(app_dir=app_dir, assets_dir=assets_dir, inputs=inputs, json_inputs=json_inputs,
+                    timeout_s=timeout_s, forbidden=forbidden, app_mount=app_mount, assets_mount=assets_mount,
+                    env=env)  # fmt: skip
+    mode = _choose_isolation(isolation)
+    if mode != "uid":
+        return _run(driver, None, mode, **settings)
+    with candidate_uid() as uid:  # a uid of its own, its processes ended before and after the run
+        return _run(driver, uid, mode, **settings)
+
+
+def _run(driver: str, uid: int | None, mode: str, *, app_dir, assets_dir, inputs, json_inputs, timeout_s,
+         forbidden, app_mount, assets_mount, env) -> CandidateRun:  # fmt: skip
     forbidden = sorted(set(forbidden))
-    scratch = Path(tempfile.mkdtemp(prefix="t2j-run-"))
+    scratch = Path(tempfile.mkdtemp(prefix="t2j-run-"))  # 0700, root's until it is handed over
     try:
-        os.chmod(scratch, 0o777)
         inside_scratch = "/scratch"
-        mode = _choose_isolation(isolation)
         app_path = app_mount if mode == "bwrap" else str(Path(app_dir).resolve())
         assets_path = assets_mount if mode == "bwrap" else str(Path(assets_dir or "/nonexistent").resolve())
         source = (
@@ -215,13 +230,12 @@ def run_candidate(
             (blocker / "sitecustomize.py").write_text(_BLOCKER.replace("__FORBIDDEN__", repr(forbidden)))
             run_env["PYTHONPATH"] = str(blocker)
             argv = [python, str(scratch / "driver.py")]
-            preexec = _drop_privileges if mode == "uid" else None
-            if mode == "uid":
-                for path in scratch.rglob("*"):
-                    os.chown(path, CANDIDATE_UID, CANDIDATE_GID)
-                os.chown(scratch, CANDIDATE_UID, CANDIDATE_GID)
+            preexec = functools.partial(_drop_privileges, uid) if uid is not None else None
+        if uid is not None:
+            hand_scratch_to_candidate(scratch, uid)  # filled first, then the candidate's, through descriptors
+        else:
+            os.chmod(scratch, 0o777)  # the nested sandbox's uid (never a process outside it) writes there
         started = time.monotonic()
-        timed_out = False
         proc = subprocess.Popen(
             argv,
             cwd=str(scratch),
@@ -232,11 +246,13 @@ def run_candidate(
             preexec_fn=preexec,
         )
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            out, timed_out = _wait_with_output(proc, timeout_s, uid)
+        finally:  # also when reading failed: before root reads or removes anything the candidate wrote
             _kill_group(proc)
-            out, _ = proc.communicate()
+            if uid is not None:
+                end_candidate_session(uid)
+            proc.wait()
+            proc.stdout.close()
         duration = time.monotonic() - started
         run = CandidateRun(
             returncode=124 if timed_out else proc.returncode,
@@ -249,6 +265,55 @@ def run_candidate(
         return run
     finally:
         remove_scratch(scratch)
+
+
+def _wait_with_output(proc: subprocess.Popen, timeout_s: float, uid: int | None) -> tuple[bytes, bool]:
+    """The tail of the driver's output and whether the time limit killed it.
+
+    The driver's end, not its pipe's, ends the wait: a process it left behind holding the pipe
+    (`setsid`) is killed with the whole uid (or the nested sandbox's PID namespace) when the driver
+    ends or times out, and its pipe is read for at most `DRAIN_S` more.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    tail = bytearray()
+    deadline = time.monotonic() + timeout_s
+    timed_out, eof = False, False
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while proc.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if eof:
+                try:
+                    proc.wait(timeout=left)
+                except subprocess.TimeoutExpired:
+                    pass
+                continue
+            if selector.select(min(left, 1.0)):
+                eof = _read_some(fd, tail)
+        _kill_group(proc)
+        if uid is not None:
+            end_candidate_session(uid)
+        drain = time.monotonic() + DRAIN_S
+        while not eof and (left := drain - time.monotonic()) > 0:
+            if selector.select(left):
+                eof = _read_some(fd, tail)
+    return bytes(tail), timed_out
+
+
+def _read_some(fd: int, tail: bytearray) -> bool:
+    """Read what is there into `tail` (its last `LOG_BYTES` kept); True at the end of the pipe."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return False
+    tail += chunk
+    del tail[:-LOG_BYTES]
+    return not chunk
 
 
 def _read_outputs(scratch: Path, run: CandidateRun) -> None:
@@ -297,4 +362,5 @@ def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()

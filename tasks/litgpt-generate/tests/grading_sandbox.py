@@ -7,12 +7,15 @@ identical copy beside `grading.py`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _BWRAP_VARIANT: list[list[str]] = []  # cached namespace flags that work on this machine
@@ -70,10 +73,83 @@ def in_container() -> bool:
     return os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
 
 
-def _drop_privileges() -> None:
+def _drop_privileges(uid: int = 0) -> None:
+    uid = uid or CANDIDATE_UID
     os.setgroups([])
-    os.setgid(CANDIDATE_GID)
-    os.setuid(CANDIDATE_UID)
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+@contextlib.contextmanager
+def candidate_uid() -> Iterator[int]:
+    """A uid of `CANDIDATE_UIDS` that no other run holds, for one candidate run under the uid drop.
+
+    Runs a grader makes at the same time (threads) each get their own uid, so that ending one
+    run's processes never touches another's and no run can enter another's scratch folder.
+    Every process of the uid is ended before it is handed out and when it is given back.
+    """
+    with _FREE_UIDS_CHANGED:
+        while not _FREE_UIDS:
+            _FREE_UIDS_CHANGED.wait()
+        uid = _FREE_UIDS.pop()
+    try:
+        end_candidate_session(uid)  # nothing of an earlier run is alive while root fills the scratch
+        yield uid
+    finally:
+        try:
+            end_candidate_session(uid)
+        finally:
+            with _FREE_UIDS_CHANGED:
+                _FREE_UIDS.append(uid)
+                _FREE_UIDS.sort()
+                _FREE_UIDS_CHANGED.notify()
+
+
+def end_candidate_session(uid: int) -> None:
+    """Kill every process of `uid`: the uid drop's session boundary.
+
+    A run under the dropped uid may leave processes behind (`setsid`, a double fork); none may
+    live on into the next run or into the grader's own steps. A child dropped to that uid sends
+    SIGKILL to every process it may signal (`kill(-1)`: all of that uid in this PID namespace,
+    never root's). The kernel does that under the task list's lock and a process with a pending
+    SIGKILL cannot fork, so a fork bomb cannot outrun it. Nothing to do when not root (no drop).
+    """
+    if os.geteuid() != 0:
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls until _exit (another thread may hold a lock)
+        code = 1
+        try:
+            _drop_privileges(uid)
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # none left
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise IsolationUnavailable(f"the candidate's processes (uid {uid}) could not be ended")
+
+
+def hand_scratch_to_candidate(scratch: Path, uid: int) -> None:
+    """Give the scratch folder root has filled to `uid`, through descriptors only.
+
+    Called before the folder is open to anyone but root (`mkdtemp`'s 0700) and after every
+    process of the uid has ended, so nothing in it can be a link the candidate planted; even
+    so no link is followed (`fchownat` with AT_SYMLINK_NOFOLLOW, the folder by its own
+    descriptor, opened O_NOFOLLOW). The folder becomes the candidate's (0700) only at the end.
+    """
+    top = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for _folder, dirs, files, dir_fd in os.fwalk(dir_fd=top, follow_symlinks=False):
+            for name in dirs + files:
+                os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+        os.fchown(top, uid, uid)
+        os.fchmod(top, 0o700)
+    finally:
+        os.close(top)
 
 
 def _choose_isolation(requested: str) -> str:
@@ -93,12 +169,17 @@ def _choose_isolation(requested: str) -> str:
 
 
 CANDIDATE_UID = CANDIDATE_GID = 65532  # neither root nor the uid twin's sandboxes run as (65534)
+# One uid (and gid) per candidate run at the same time; the first is the one checked below: the others
+# are, like it, in no group and own nothing, so what it can reach they can.
+CANDIDATE_UIDS = tuple(range(CANDIDATE_UID, CANDIDATE_UID - 8, -1))
+_FREE_UIDS = sorted(CANDIDATE_UIDS)  # pop() hands out the highest free one
+_FREE_UIDS_CHANGED = threading.Condition()
 _UID_FALLBACK: list[str | None] = []  # cached answer of uid_fallback_unavailable
 _UID_PROBE = r"""
 import os, sys
 logs, closed = sys.argv[1], sys.argv[2:]
-if logs and os.access(logs, os.W_OK):
-    print("writable: " + logs); sys.exit(3)
+if logs and (os.access(logs, os.W_OK) or os.access(logs, os.X_OK)):  # closed: no reward.json to replace
+    print("reachable: " + logs); sys.exit(3)
 for root in closed:  # not even traversable: a file reached by its (known) name is as bad as a listed one
     if os.access(root, os.X_OK) or os.access(root, os.R_OK):
         print("reachable: " + root); sys.exit(3)
@@ -113,9 +194,9 @@ def uid_fallback_unavailable(protect: Iterable[str | Path] | None = None) -> str
     Harbor runs graders, the candidate's side runs as `CANDIDATE_UID` with no groups and no
     capabilities instead; the network is the container's (Harbor tasks set
     `allow_internet = false`). That is only allowed when a child dropped to that uid can
-    neither enter this `tests/` folder (not even to open a file by its name) nor write
+    neither enter this `tests/` folder (not even to open a file by its name) nor enter
     `$LOGS_DIR`, and can still import numpy; the grader first closes those folders to
-    others where it owns them and runs in a container. `protect` overrides the folders
+    others where it runs in a container. `protect` overrides the folders
     that must stay closed (tests).
     """
     if protect is None and _UID_FALLBACK:
@@ -133,7 +214,7 @@ def _uid_fallback_check(logs: Path | None, closed: list[Path]) -> str | None:
         return "the grader is not root, so it cannot run the candidate as another uid"
     for root in [*closed, *([logs] if logs else [])]:
         try:
-            if str(root) in HARBOR_FOLDERS and root.stat().st_uid == 0 and in_container():
+            if str(root) in HARBOR_FOLDERS and in_container():  # whoever owns them on the host
                 os.chmod(root, 0o700)  # Harbor's /tests and /logs/verifier: the grader's alone
         except OSError:
             pass  # a read-only mount: what the check below finds decides
