@@ -73,7 +73,14 @@ def output_line(name: str, output: Mapping[str, Any], noise_source: str | None =
     tolerance = float(output.get("tolerance", 0.0))
     if measure == "banded":
         verdict = "inside" if output.get("ok") else "outside"
-        return f"{name}: banded, {verdict} the band {numbers.tolerance(tolerance)} (similarity {numbers.score(score)})"
+        similarity = numbers.short_of_one(numbers.score(score), score)
+        if output.get("difference") is None:  # recorded before the difference was kept
+            return f"{name}: banded, {verdict} the band {numbers.tolerance(tolerance)} (similarity {similarity})"
+        difference = numbers.tolerance(float(output["difference"]))
+        return (
+            f"{name}: banded, largest difference {difference} {verdict} the band {numbers.tolerance(tolerance)} "
+            f"(similarity {similarity})"
+        )
     sign = "<=" if output.get("ok") else ">"
     text = (
         f"{name}: {measure} distance {numbers.distance(1.0 - score)} {sign} tolerance "

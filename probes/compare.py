@@ -67,6 +67,8 @@ class LeafScore:
     ok: bool
     noise_measured: bool = True
     """False where the noise run had no such output: the noise is 0 because nothing measured it."""
+    difference: float | None = None
+    """A banded output's largest absolute difference from the reference, in the band's units."""
 
     @property
     def informative(self) -> bool:
@@ -83,6 +85,7 @@ class LeafScore:
             "ok": self.ok,
             **({} if self.informative else {"informative": False}),
             **({} if self.noise_measured else {"noise_measured": False}),
+            **({} if self.difference is None else {"difference": self.difference}),
         }
 
 
@@ -113,12 +116,30 @@ class Comparison:
         return max((leaf.noise for leaf in self.informative), default=0.0)
 
     def failing(self) -> list[str]:
-        return self.structure + [
-            f"{leaf.path or '<output>'}: {leaf.measure} score {numbers.score(leaf.score)} "
-            f"(distance {numbers.distance(1 - leaf.score)} > tolerance {numbers.tolerance(leaf.tolerance)})"
-            for leaf in self.leaves
-            if not leaf.ok
-        ]
+        return self.structure + [_failing_line(leaf) for leaf in self.leaves if not leaf.ok]
+
+
+def _failing_line(leaf: LeafScore) -> str:
+    """One failing output; a banded one by its difference against its band (both in the output's units)."""
+    name = leaf.path or "<output>"
+    if leaf.difference is not None:
+        difference, band = numbers.tolerance(leaf.difference), numbers.tolerance(leaf.tolerance)
+        return f"{name}: banded, largest difference {difference} > band {band}"
+    return (
+        f"{name}: {leaf.measure} score {numbers.score(leaf.score)} "
+        f"(distance {numbers.distance(1 - leaf.score)} > tolerance {numbers.tolerance(leaf.tolerance)})"
+    )
+
+
+def _largest_difference(ref: np.ndarray, cand: Any) -> float | None:
+    """The largest |ref - cand| of a banded output; None where the two cannot be compared number by number."""
+    try:
+        c = np.asarray(cand, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if c.shape != ref.shape or ref.size == 0:
+        return None
+    return float(np.max(np.abs(ref - c)))
 
 
 def _dtype_kind(name: str) -> str:
@@ -303,16 +324,12 @@ def compare_leaf(path: str, measure: str, ref: Any, cand: Any, noise_ref: Any) -
         return LeafScore(path, measure, score, noise, tolerance, (1.0 - score) <= tolerance + 1e-12)
     if measure == "banded":
         a = np.asarray(ref, dtype=np.float64)
-        spread = (
-            np.abs(a - np.asarray(noise_ref, dtype=np.float64))
-            if np.shape(noise_ref) == a.shape
-            else np.inf
-        )
+        spread = np.abs(a - np.asarray(noise_ref, dtype=np.float64)) if np.shape(noise_ref) == a.shape else np.inf
         band = float(np.max(SPREAD * np.maximum(spread, RESOLUTION * np.abs(a)))) if a.size else 0.0
         if not math.isfinite(band):
             band = 0.0
         score = banded_scalar_similarity(ref, cand, band)
-        return LeafScore(path, measure, score, noise, band, score >= 1.0)
+        return LeafScore(path, measure, score, noise, band, score >= 1.0, difference=_largest_difference(a, cand))
     tolerance = SPREAD * max(noise, RESOLUTION)
     score = 1.0 - _distance(measure, ref, cand)
     return LeafScore(path, measure, score, noise, tolerance, (1.0 - score) <= tolerance)
@@ -338,27 +355,17 @@ def compare_outputs(
     measures = measures or {}
     unknown = {m for m in measures.values() if m not in MEASURE_NAMES}
     if unknown:
-        raise ValueError(
-            f"unknown measure(s) {sorted(unknown)}; use one of {', '.join(MEASURE_NAMES)}"
-        )
+        raise ValueError(f"unknown measure(s) {sorted(unknown)}; use one of {', '.join(MEASURE_NAMES)}")
     _check_measures(ref, measures)
     result = Comparison(structure=compare_structure(ref, cand))
     broken = {p.split(":")[0] for p in result.structure}
     for path, entry in ref.manifest.items():
-        if (
-            entry["kind"] not in ("array", "value")
-            or "type" in entry
-            or (path or "<output>") in broken
-        ):
+        if entry["kind"] not in ("array", "value") or "type" in entry or (path or "<output>") in broken:
             continue
         if path not in cand.manifest or cand.manifest[path]["kind"] not in ("array", "value"):
             continue
         ref_value = ref.leaf(path)
-        if (
-            entry["kind"] == "value"
-            and not isinstance(ref_value, (int, float, str, bool))
-            and ref_value is not None
-        ):
+        if entry["kind"] == "value" and not isinstance(ref_value, (int, float, str, bool)) and ref_value is not None:
             continue
         measured = path in noise_ref.manifest
         noise_value = noise_ref.leaf(path) if measured else ref_value

@@ -310,3 +310,13 @@ def test_a_stored_record_read_without_its_context_still_says_why_its_noise_is_ze
         store.append(record)
         text = store.render_for_prompt(4000, up_to_round=1)
     assert "    y: tensor distance 0.5 > tolerance 1.19e-06 (noise 0.0, unrounded)" in text.splitlines()
+
+
+def test_a_failing_banded_output_shows_its_difference_and_never_a_perfect_looking_similarity():
+    close = {"measure": "banded", "score": 0.99999, "noise": 0.0, "tolerance": 0.00339, "ok": False}
+    close["difference"] = 0.0041
+    assert output_line("mean_loss", close) == (
+        "mean_loss: banded, largest difference 0.0041 outside the band 0.00339 (similarity 1.0 (1 - 1e-05))"
+    )
+    recorded_before = {key: value for key, value in close.items() if key != "difference"}
+    assert output_line("mean_loss", recorded_before).startswith("mean_loss: banded, outside the band 0.00339")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evidence_store import numbers
 from probes.compare import (
     RESOLUTION,
     SPREAD,
@@ -202,3 +203,14 @@ def test_fitting_measures_are_accepted():
     ref = side(y=X, n=3, s="cat", loss=1.5)
     out = compare_outputs(ref, ref, ref, {"y": "distributional", "n": "scalar", "s": "exact", "loss": "banded"})
     assert out.consistent and {leaf.measure for leaf in out.leaves} == {"distributional", "scalar", "exact", "banded"}
+
+
+def test_a_banded_output_keeps_its_largest_difference_in_the_bands_units():
+    ref, noise = side(val=np.array([2.0, 3.0])), side(val=np.array([2.01, 3.0]))
+    out = compare_outputs(ref, side(val=np.array([2.0, 3.5])), noise, {"val": "banded"})
+    (leaf,) = out.leaves
+    assert not leaf.ok and leaf.difference == pytest.approx(0.5)
+    assert leaf.as_dict()["difference"] == pytest.approx(0.5)
+    assert out.failing() == [f"val: banded, largest difference 0.5 > band {numbers.tolerance(leaf.tolerance)}"]
+    mismatched = compare_outputs(ref, side(val=np.array([2.0])), noise, {"val": "banded"})
+    assert all(leaf.difference is None for leaf in mismatched.leaves)
