@@ -232,6 +232,23 @@ def _passed_marker(task_hash: str, sandbox: str) -> Path:
     return cache_root() / "task-checks" / f"{task_hash[:32]}-{sandbox}.json"
 
 
+def passed_before(content_hash: str | None, sandbox: str) -> bool:
+    """Whether this task content passed its check in this sandbox kind before (never for a tree too large to key)."""
+    return bool(content_hash) and _passed_marker(content_hash, sandbox).is_file()
+
+
+def remember_pass(check: TaskCheck, sandbox: str) -> None:
+    """Remember a passed check under twin's cache; a tree too large to key, or a cache not writable, is not."""
+    if not check.passed or not check.content_hash:
+        return
+    marker = _passed_marker(check.content_hash, sandbox)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(marker.parent, marker.name, check.model_dump_json(indent=2).encode())
+    except OSError:
+        pass  # not remembered: the next run checks again
+
+
 def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None] | None = None) -> TaskCheck | None:
     """Check `task` (oracle and empty candidate) unless this content passed in this sandbox kind before.
 
@@ -242,8 +259,7 @@ def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None
         TaskCheckFailed: the check failed (one line: what failed and the grader's error).
     """
     content_hash = task_content_hash(task)
-    marker = _passed_marker(content_hash, sandbox) if content_hash else None
-    if marker is not None and marker.is_file():
+    if passed_before(content_hash, sandbox):
         return None
     if on_start is not None:
         on_start()
@@ -253,13 +269,7 @@ def ensure_task_checked(task: Task, sandbox: str, *, on_start: Callable[[], None
             f"{check.failure_line()} — before any model call; see `twin task check {task.root}`"
             " (or skip the check with --skip-task-check)"
         )
-    if marker is None:
-        return check  # too large to key: not remembered, the next run checks again
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(marker.parent, marker.name, check.model_dump_json(indent=2).encode())
-    except OSError:
-        pass  # not remembered: the next run checks again
+    remember_pass(check, sandbox)
     return check
 
 

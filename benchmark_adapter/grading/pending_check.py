@@ -15,9 +15,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from benchmark_adapter.grading import check as task_check
-from benchmark_adapter.grading.check import CheckRow, TaskCheck, TaskCheckFailed, check_task, task_content_hash
-from ground.untrusted_io import write_atomic
+from benchmark_adapter.grading.check import (
+    CheckRow,
+    TaskCheck,
+    TaskCheckFailed,
+    check_task,
+    passed_before,
+    remember_pass,
+    task_content_hash,
+)
 from task_model.model import Task
 
 Say = Callable[[str], None]
@@ -57,13 +63,7 @@ class PendingCheck:
     def _run(self) -> None:
         try:
             self._check = check_task(self.task, sandbox=self.sandbox, content_hash=self._content_hash, on_row=self._row)
-            if self._check.passed and self._content_hash:  # a tree too large to key is never remembered
-                marker = task_check._passed_marker(self._content_hash, self.sandbox)
-                try:
-                    marker.parent.mkdir(parents=True, exist_ok=True)
-                    write_atomic(marker.parent, marker.name, self._check.model_dump_json(indent=2).encode())
-                except OSError:
-                    pass  # not remembered: the next run checks again
+            remember_pass(self._check, self.sandbox)
         except Exception as exc:  # twin's own failure: the check failed, it never hangs the run
             self._check = TaskCheck(task=self.task.name, content_hash=self._content_hash or "", sandbox=self.sandbox)
             self._check.rows.append(CheckRow(name="check", expected="", passed=False, error=f"{exc}"))
@@ -126,6 +126,6 @@ def start_task_check(
 ) -> PendingCheck | None:
     """Start checking `task` in the background, unless this content passed in this sandbox kind before (None)."""
     content_hash = task_content_hash(task)
-    if content_hash and task_check._passed_marker(content_hash, sandbox).is_file():
+    if passed_before(content_hash, sandbox):
         return None
     return PendingCheck(task, sandbox, say=say, when=when, content_hash=content_hash)
