@@ -96,11 +96,6 @@ def budget_length(text: str) -> int:
     return len(masked) + measurements * (MEASURED_WIDTH - len(MASK))
 
 
-def text_measurements(text: str) -> int:
-    """How many measured numbers `text` holds."""
-    return sum(1 for _ in MEASURED.finditer(text))
-
-
 def clip_words(text: str, limit: int) -> str:
     """`text` on one line, shortened to about `limit` budget characters at a word boundary.
 
