@@ -12,9 +12,10 @@ The floor is `bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all CMD`. Th
 sandbox's own command line (as its exec launches it, captured once) is run with its
 parts added one at a time, so that each step's difference is what that part costs:
 bubblewrap with the sandbox's namespaces and mounts, then its `/dev/shm`, its seccomp
-filter, the uid switch, the limits shell (pids cgroup and rlimits); the last step, a
-whole `exec`, adds the harness's own work per command (boundary check, disk watch,
-writable-root settling, cgroup, output handling). All variants run interleaved, round
+filter, the uid switch, the limits (set on the sandbox held at bubblewrap's block fd,
+by twin or by its limits helper, whose CPU time is counted as the command's); the last
+step, a whole `exec`, adds the harness's own work per command (boundary check, disk
+watch, writable-root settling, output handling). All variants run interleaved, round
 after round, so that a busy machine weighs on each alike. Each row: median and min wall
 time, and median CPU time (this process and its children, user and system). The goal is
 an exec within 2x the floor; on a shared machine the min (the least disturbed run) and
@@ -39,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ground.boundary import Boundary, Mount  # noqa: E402
 from ground.isolation import python_mounts, scratch_dir  # noqa: E402
-from ground.sandboxes import process  # noqa: E402
+from ground.sandboxes import gate, process  # noqa: E402
 from ground.sandboxes.disk import DiskWatch  # noqa: E402
 from ground.sandboxes.privilege import settle_writable  # noqa: E402
 from ground.sandboxes.registry import make_sandbox  # noqa: E402
@@ -48,8 +49,19 @@ GOAL_RATIO = 2.0
 
 
 def cpu_s() -> float:
+    """CPU seconds of this process, its ended children and the running limits helper."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + helper_cpu_s()
+
+
+def helper_cpu_s() -> float:
+    pid = gate.LIMITER.helper_pid()
+    if pid is None:
+        return 0.0
+    try:  # time on a CPU in nanoseconds (/proc/PID/stat counts whole clock ticks)
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def captured_launch(sandbox, argv: list[str]) -> tuple[list[str], dict]:
@@ -75,34 +87,45 @@ def steps(sandbox, argv: list[str], seccomp: Path) -> list[tuple[str, Callable[[
     launch, env = captured_launch(sandbox, argv)
     bwrap = shutil.which("bwrap")
     start = launch.index("--unshare-user")
-    head, options = launch[:start], launch[start:]
+    switch, gated = launch[:start], launch[start:]  # capsh (it becomes bwrap) or setpriv ... bwrap; [] when not root
+    held = gated.index("--info-fd")
+    options = gated[:held] + gated[held + 4 :]
     seccomp_at = options.index("--seccomp")
     no_seccomp = options[:seccomp_at] + options[seccomp_at + 2 :]
     shm = no_seccomp.index("/dev/shm")
     bare_mounts = no_seccomp[: shm - 3] + no_seccomp[shm + 1 :]
-    limits_shell = head[:4] if head[:1] == ["/bin/sh"] else []
-    switch = head[len(limits_shell) :]  # capsh (it becomes bwrap) or setpriv ... bwrap; [] when not root
 
-    def run(args: list[str], *, filtered: bool = False, cgroup: bool = False) -> None:
-        fds: tuple[int, ...] = ()
+    def run(args: list[str], *, filtered: bool = False, limited: bool = False) -> None:
+        fds: list[int] = []
         args = list(args)
-        group = process.PidsCgroup.create(sandbox.boundary.limits.max_procs) if cgroup else None
+        held = gate.LaunchGate() if limited else None
         if filtered:
-            fd = os.open(seccomp, os.O_RDONLY)
-            fds = (fd,)
+            fds.append(os.open(seccomp, os.O_RDONLY))
             at = args.index("--seccomp")
-            args[at + 1] = str(fd)
-        if group is not None:
-            args[3] = group.procs_file
+            args[at + 1] = str(fds[0])
+        if held is not None:
+            at = args.index("--info-fd")
+            args[at : at + 4] = held.options()
         try:
-            done = subprocess.run(args, capture_output=True, env=env, cwd="/", pass_fds=fds)
-            if done.returncode != 0:
-                raise SystemExit(f"{args[:3]}... failed: {done.stderr.decode(errors='replace')[-500:]}")
+            proc = subprocess.Popen(
+                args,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd="/",
+                pass_fds=(*fds, *(held.fds if held else ())),
+            )
+            if held is not None:
+                held.started()
+                held.release(proc, sandbox.boundary.limits, deadline=time.monotonic() + 30)
+            _, stderr = proc.communicate()
+            if proc.returncode != 0:
+                raise SystemExit(f"{args[:3]}... failed: {stderr.decode(errors='replace')[-500:]}")
         finally:
             for fd in fds:
                 os.close(fd)
-            if group is not None:
-                group.discard()
+            if held is not None:
+                held.close()
 
     floor = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", *argv]
     found = [
@@ -114,8 +137,7 @@ def steps(sandbox, argv: list[str], seccomp: Path) -> list[tuple[str, Callable[[
     if switch:
         name = f"+ uid switch ({Path(switch[0]).name})"
         found.append((name, lambda: run([*switch, *options], filtered=True)))
-    if limits_shell:
-        found.append(("+ limits shell (cgroup, rlimits)", lambda: run(launch, filtered=True, cgroup=True)))
+    found.append(("+ limits on the held sandbox", lambda: run(launch, filtered=True, limited=True)))
     found.append(("+ the harness's work: sandbox.exec", lambda: sandbox.exec(argv)))
     return found
 

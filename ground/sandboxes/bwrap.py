@@ -13,7 +13,9 @@ root or holds a capability. Every command loads the seccomp filter (`seccomp.py`
 which also refuses further user namespaces, except in a grader boundary whose
 `test.sh` starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`, `/dev/shm`
 one of `Limits.shm_mb`; writable roots live on filesystems of `Limits.disk_mb` where twin can
-mount them (`quota.py`), and are watched against it.
+mount them (`quota.py`), and are watched against it. The per-process limits (memory, file size,
+no core files, processes counted in the sandbox's own user namespace) are set from outside on
+the sandbox, held before its command starts (`gate.py`); nothing runs in front of the command.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from ground.sandboxes.disk import DiskWatch
 from ground.sandboxes.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from ground.sandboxes.presentation import RootOverCaps
 from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_exec
-from ground.sandboxes.process import host_prlimit, limit_prefix, pids_cgroup_available, run_limited
+from ground.sandboxes.gate import LaunchGate
+from ground.sandboxes.process import run_limited
 from ground.sandboxes.seccomp import filter_file
 
 
@@ -64,7 +67,6 @@ class BwrapSandbox(BoundarySandbox):
         except BaseException:
             self.close()
             raise
-        self._prlimit = self._inside_prlimit()
         self._root_workdir = self._checked_root_workdir()
 
     # ---- building the command line --------------------------------------------------------------
@@ -183,11 +185,6 @@ class BwrapSandbox(BoundarySandbox):
         self.boundary.to_host(workdir)
         return workdir
 
-    def _inside_prlimit(self) -> str | None:
-        """Where `prlimit` is visible inside, if it is (it sets limits in the user namespace)."""
-        prlimit = host_prlimit()
-        return self._bound.inside_of(Path(prlimit).resolve()) if prlimit else None
-
     # ---- the protocol ---------------------------------------------------------------------------
     def exec(
         self,
@@ -215,37 +212,28 @@ class BwrapSandbox(BoundarySandbox):
             self._presenter.enter()
         except RootOverCaps as over:  # the agent's tree grew over the caps: this command fails
             return over.result()
-        seccomp = None
+        seccomp, gate = None, None
         try:
             disk = DiskWatch.of(self._bound.mounts, self.boundary.limits.disk_mb)
             limits = disk.budgeted(self._limits(timeout_s))
-            # RLIMIT_NPROC is set inside the new user namespace, where it counts only the sandbox;
-            # where a pids cgroup caps processes (and sets the rlimits), no inner wrapper is needed.
-            wrapper = [] if pids_cgroup_available() else limit_prefix(limits, prlimit=self._prlimit, nproc=True)
             for root in writable:
                 settle_writable(root)
             seccomp = os.open(self._seccomp, os.O_RDONLY)
-            full = [
-                *self._prefix,
-                "--seccomp",
-                str(seccomp),
-                "--chdir",
-                workdir,
-                "--",
-                *wrapper,
-                *argv,
-            ]
+            gate = LaunchGate()
+            full = [*self._prefix, *gate.options(), "--seccomp", str(seccomp), "--chdir", workdir, "--", *argv]
             return run_limited(
                 full,
                 env=sandbox_env(self.boundary, env),
                 cwd="/",
                 limits=limits,
                 stdin=stdin,
-                rlimits_in_argv=bool(wrapper),
                 pass_fds=(seccomp,),
                 disk=disk if writable else None,
+                gate=gate,
             )
         finally:
+            if gate is not None:
+                gate.close()
             if seccomp is not None:
                 os.close(seccomp)
             for root in writable:

@@ -48,7 +48,7 @@ class UnsandboxedProcess(BoundarySandbox):
         if timeout_s is not None:
             limits = limits.model_copy(update={"wall_s": timeout_s})
         # No user namespace here: RLIMIT_NPROC would count every process of the user.
-        wrapper = limit_prefix(limits, prlimit=host_prlimit(), nproc=False)
+        wrapper = limit_prefix(limits, prlimit=host_prlimit())
         return run_limited(
             [*wrapper, *argv],
             env=sandbox_env(self.boundary, env),

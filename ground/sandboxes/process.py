@@ -7,11 +7,13 @@ is drained completely (so the command never blocks on a full pipe) but only the
 first and last halves of `Limits.output_bytes` are kept. A command over writable
 roots is held to their disk cap by `disk.py`'s watch.
 
-Per-process limits (address space, core files, and processes inside a user
-namespace) are set by `prlimit` in front of the command (`limit_prefix`), which
-keeps process creation on the fast path (no Python code between fork and exec).
-Where the host allows it, a cgroup-v1 `pids` group caps the number of processes
-as well: RLIMIT_NPROC does not bind processes whose real user is root.
+Per-process limits (address space, core files, file size) are set on a bubblewrap
+sandbox from outside, while bubblewrap holds it (`gate.py`), where its user
+namespace also makes RLIMIT_NPROC count its processes only. Any other command gets
+them from `prlimit` in front of it (`limit_prefix`), which keeps process creation
+on the fast path (no Python code between fork and exec), and, where the host allows
+it, a cgroup-v1 `pids` group caps its processes: RLIMIT_NPROC counts every process
+of the user there, and does not bind root at all.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from ground.boundary import Limits
 from ground.sandbox import ExecResult, SandboxError
 from ground.sandboxes.disk import DISK_RETURNCODE, DiskWatch, file_cap_reached
+from ground.sandboxes.gate import LaunchGate, NoReport
 from ground.sandboxes.supervise import supervise
 
 TIMEOUT_RETURNCODE = 124
@@ -185,20 +188,16 @@ def _sweep_stale(parent: Path) -> None:
         except OSError:
             pass
 
-def limit_prefix(limits: Limits, *, prlimit: str | None, nproc: bool) -> list[str]:
-    """`prlimit` arguments setting the per-process limits in front of a command.
+def limit_prefix(limits: Limits, *, prlimit: str | None) -> list[str]:
+    """`prlimit` arguments setting the per-process limits in front of a command (not processes: see above).
 
     Args:
-        prlimit: path of the prlimit program where the command runs (None: not available).
-        nproc: also cap processes (only meaningful inside a fresh user namespace).
+        prlimit: path of the prlimit program (None: not available).
     """
     if prlimit is None:
         return []
     memory = limits.memory_mb * 1024 * 1024
-    args = [prlimit, f"--as={memory}", "--core=0", f"--fsize={limits.file_bytes()}"]
-    if nproc:
-        args.append(f"--nproc={limits.max_procs}")
-    return [*args, "--"]
+    return [prlimit, f"--as={memory}", "--core=0", f"--fsize={limits.file_bytes()}", "--"]
 
 
 def pids_cgroup_available() -> bool:
@@ -220,6 +219,7 @@ def run_limited(
     rlimits_in_argv: bool = False,
     pass_fds: tuple[int, ...] = (),
     disk: DiskWatch | None = None,
+    gate: LaunchGate | None = None,
 ) -> ExecResult:
     """Run argv with the limits; the result carries exit status, kept output and timing.
 
@@ -228,15 +228,19 @@ def run_limited(
         pass_fds: file descriptors the command inherits (the seccomp filter).
         disk: writable roots to hold under their cap; going over kills the command and
             makes it fail with `DISK_RETURNCODE` and `exceeded` saying why.
+        gate: argv is a bubblewrap holding its sandbox at the gate's descriptors: the gate
+            sets the limits on the sandbox (its user namespace makes RLIMIT_NPROC count only
+            the sandbox, its PID namespace ends everything in it), so no cgroup or limits
+            program is used.
 
     Raises:
-        SandboxError: the program could not be started at all.
+        SandboxError: the program could not be started at all, or its sandbox's limits could not be set.
     """
     program = argv[0] if "/" not in argv[0] else os.path.join(cwd or ".", argv[0])
     if shutil.which(program, path=env.get("PATH", SYSTEM_PATH)) is None:
         raise SandboxError(f"could not start {argv[0]}: no such program")
-    cgroup = PidsCgroup.create(limits.max_procs)
-    preexec = None if rlimits_in_argv else _rlimits_setter(limits)
+    cgroup = PidsCgroup.create(limits.max_procs) if gate is None else None
+    preexec = None if rlimits_in_argv or gate is not None else _rlimits_setter(limits)
     if cgroup is not None:
         # One small shell joins the group and sets the rlimits, then becomes the command
         # (ulimit -v counts KiB, -f counts 512-byte blocks, as POSIX sh does).
@@ -247,6 +251,8 @@ def run_limited(
         limited = argv
         argv = ["/bin/sh", "-c", join, cgroup.procs_file, *limited]
         preexec = None
+    if gate is not None:
+        pass_fds = (*pass_fds, *gate.fds)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -265,6 +271,8 @@ def run_limited(
         if cgroup is not None:
             cgroup.discard()
         raise SandboxError(f"could not start {argv[0]}: {exc}") from None
+    if gate is not None:
+        _open_gate(gate, proc, limits, deadline=start + limits.wall_s)
     out, err = HeadTail(limits.output_bytes), HeadTail(limits.output_bytes)
 
     def stop() -> None:
@@ -278,7 +286,7 @@ def run_limited(
             out,
             err,
             stdin=None if stdin is None else stdin.encode(),
-            wall_s=limits.wall_s,
+            wall_s=max(limits.wall_s - (time.monotonic() - start), 0.0),
             disk=disk,
             stop=stop,
         )
@@ -289,6 +297,27 @@ def run_limited(
     return command_result(
         returncode, out, err, timed_out=watched.timed_out, started=start, exceeded=watched.exceeded, limits=limits
     )
+
+
+def _open_gate(gate: LaunchGate, proc: subprocess.Popen, limits: Limits, *, deadline: float) -> None:
+    """Set the limits on the sandbox `proc` holds and let it go; one that cannot be limited never runs.
+
+    A bubblewrap that failed before building its sandbox is left to end, so that its own
+    error comes back as the command's; one still building it at the deadline has timed out
+    (it stays held until `supervise` stops it).
+    """
+    gate.started()
+    try:
+        gate.release(proc, limits, deadline=deadline)
+    except NoReport:
+        pass
+    except SandboxError:
+        _kill_group(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+        raise
 
 
 def command_result(
