@@ -30,10 +30,10 @@ from ground.isolation import cache_root
 from ground.sandbox import ExecResult, SandboxError
 from ground.sandboxes.base import BoundarySandbox, PresentedRoots, sandbox_env
 from ground.sandboxes.disk import DiskWatch
+from ground.sandboxes.gate import LaunchGate
 from ground.sandboxes.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from ground.sandboxes.presentation import RootOverCaps
 from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_exec
-from ground.sandboxes.gate import LaunchGate
 from ground.sandboxes.process import run_limited
 from ground.sandboxes.seccomp import filter_file
 

@@ -194,7 +194,7 @@ class Limiter:
             raise SandboxError(f"cannot set the sandbox's limits: {reply}")
 
     def _ask(self, request: str) -> str:
-        for attempt in (1, 2):  # a helper that died is started again, once
+        for _attempt in range(2):  # a helper that died is started again, once
             helper = self._started()
             try:
                 helper.stdin.write(request.encode())

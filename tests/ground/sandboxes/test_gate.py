@@ -169,3 +169,15 @@ def test_the_helper_limits_only_the_sandbox_uids_processes_and_comes_back_after_
             proc.kill()
             proc.wait()
         limiter._stop()
+
+
+def test_a_process_of_twins_own_uid_is_limited_directly_without_the_helper():
+    limiter = Limiter()
+    target = subprocess.Popen(["sleep", "30"])
+    try:
+        limiter.apply(target.pid, (1 << 30, 0, 1 << 20, 50))
+        assert "Max file size             1048576" in Path(f"/proc/{target.pid}/limits").read_text()
+        assert limiter._direct and limiter.helper_pid() is None
+    finally:
+        target.kill()
+        target.wait()
