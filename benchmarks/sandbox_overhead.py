@@ -12,7 +12,7 @@ The floor is `bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all CMD`. Th
 sandbox's own command line (as its exec launches it, captured once) is run with its
 parts added one at a time, so that each step's difference is what that part costs:
 bubblewrap with the sandbox's namespaces and mounts, then its `/dev/shm`, its seccomp
-filter, the uid switch, the limits (set on the sandbox held at bubblewrap's block fd,
+filter, the uid switch, the limits (set on the sandbox while it waits for its filter,
 by twin or by its limits helper, whose CPU time is counted as the command's); the last
 step, a whole `exec`, adds the harness's own work per command (boundary check, disk
 watch, writable-root settling, output handling). All variants run interleaved, round
@@ -89,7 +89,7 @@ def steps(sandbox, argv: list[str], seccomp: Path) -> list[tuple[str, Callable[[
     start = launch.index("--unshare-user")
     switch, gated = launch[:start], launch[start:]  # capsh (it becomes bwrap) or setpriv ... bwrap; [] when not root
     held = gated.index("--info-fd")
-    options = gated[:held] + gated[held + 4 :]
+    options = gated[:held] + gated[held + 2 :]
     seccomp_at = options.index("--seccomp")
     no_seccomp = options[:seccomp_at] + options[seccomp_at + 2 :]
     shm = no_seccomp.index("/dev/shm")
@@ -98,12 +98,12 @@ def steps(sandbox, argv: list[str], seccomp: Path) -> list[tuple[str, Callable[[
     def run(args: list[str], *, filtered: bool = False, limited: bool = False) -> None:
         fds: list[int] = []
         args = list(args)
-        held = gate.LaunchGate() if limited else None
-        if filtered:
+        held = gate.LaunchGate(seccomp.read_bytes()) if limited else None
+        if filtered and held is None:
             fds.append(os.open(seccomp, os.O_RDONLY))
             at = args.index("--seccomp")
             args[at + 1] = str(fds[0])
-        if held is not None:
+        if held is not None:  # its report and filter pipes
             at = args.index("--info-fd")
             args[at : at + 4] = held.options()
         try:

@@ -58,6 +58,7 @@ class BwrapSandbox(BoundarySandbox):
         self._bwrap = executable
         self._staging = Staging()
         self._seccomp = filter_file("nested" if boundary.nested_sandbox else "strict", cache_root() / "seccomp")
+        self._filter = self._seccomp.read_bytes()  # handed to each command through its gate
         roots = PresentedRoots(boundary)
         super().__init__(boundary, roots)
         self._presenter = roots.presenter
@@ -212,30 +213,25 @@ class BwrapSandbox(BoundarySandbox):
             self._presenter.enter()
         except RootOverCaps as over:  # the agent's tree grew over the caps: this command fails
             return over.result()
-        seccomp, gate = None, None
+        gate = None
         try:
             disk = DiskWatch.of(self._bound.mounts, self.boundary.limits.disk_mb)
             limits = disk.budgeted(self._limits(timeout_s))
             for root in writable:
                 settle_writable(root)
-            seccomp = os.open(self._seccomp, os.O_RDONLY)
-            gate = LaunchGate()
-            full = [*self._prefix, *gate.options(), "--seccomp", str(seccomp), "--chdir", workdir, "--", *argv]
+            gate = LaunchGate(self._filter)
             return run_limited(
-                full,
+                [*self._prefix, *gate.options(), "--chdir", workdir, "--", *argv],
                 env=sandbox_env(self.boundary, env),
                 cwd="/",
                 limits=limits,
                 stdin=stdin,
-                pass_fds=(seccomp,),
                 disk=disk if writable else None,
                 gate=gate,
             )
         finally:
             if gate is not None:
                 gate.close()
-            if seccomp is not None:
-                os.close(seccomp)
             for root in writable:
                 settle_writable(root)
             self._presenter.leave()

@@ -1,25 +1,30 @@
 """Limits set from outside on a bubblewrap sandbox held before its command starts.
 
 bubblewrap's `--info-fd` reports the host pid of the sandbox's first process (the one
-that becomes PID 1 of its namespace, whose children run the command), and `--block-fd`
-holds that process, once every mount and namespace is in place, until one byte
-arrives. In between, twin sets the per-process limits on it with `prlimit(2)`: address
-space, no core files, the largest file and, counted inside the sandbox's fresh user
-namespace only, the number of processes. The command and everything it starts inherit
-them. No program runs in front of the command to set them, which is most of what a
-trivial command used to cost over a bare bubblewrap.
+that becomes PID 1 of its namespace, whose children run the command). Once every mount
+and namespace is in place, that process reads its seccomp filter (`--seccomp`) to the
+end before it goes on, and the filter comes through a pipe only twin writes: that read
+holds the sandbox. Meanwhile twin sets the per-process limits on it with `prlimit(2)`:
+address space, no core files, the largest file and, counted inside the sandbox's fresh
+user namespace only, the number of processes; then it writes the filter (in one write,
+which a pipe takes whole) and closes the pipe. The command and everything it starts
+inherit the limits. No program runs in front of the command to set them, which is most
+of what a trivial command used to cost over a bare bubblewrap.
+
+A sandbox let go by anything but the release never runs: if twin dies before it, the
+pipe ends empty, and bubblewrap refuses to start without a filter (an empty seccomp
+program is invalid); it ends with its error and nothing stays held. The process is
+identified by its pid only after a pidfd holds it and its parent is seen to be the
+bubblewrap twin started, and it is seen alive after the limits are set, so a pid
+reused in between is never limited in its place. A sandbox that ended on its own in the
+window (bubblewrap failed to build it) is bubblewrap's failure, returned as its result.
 
 Setting another process's limits takes its uid or CAP_SYS_RESOURCE. Where twin has
 neither (root without that capability, as in a container with Docker's default set),
 one small helper per twin process does it (`Limiter`): started as root, it drops to the
 sandbox uid at once and then only sets the limits of the pids twin sends it. Nothing in
-a sandbox can see it (the sandbox has its own PID namespace); it ends when twin does.
-
-The process is identified by its pid only after a pidfd holds it, its parent is seen to
-be the bubblewrap twin started, and it is seen alive after the limits are set, so a pid
-reused in between is never limited in its place. The hold is a descriptor open for
-reading and writing: if twin dies before the release, the read never ends (no writer
-ever closes), and the sandbox dies with its parent instead of running without limits.
+a sandbox can see it (the sandbox has its own PID namespace); it ends when twin does,
+and one that does not answer in `HELPER_REPLY_S` is replaced.
 """
 
 from __future__ import annotations
@@ -38,34 +43,42 @@ from ground.isolation import SANDBOX_GID, SANDBOX_UID
 from ground.sandbox import SandboxError
 from ground.sandboxes.privilege import dropping_root
 
+HELPER_REPLY_S = 10.0
 _INFO_CAP = 4096
 
 
-class LaunchGate:
-    """One command's `--info-fd`/`--block-fd` pair: open it, start bubblewrap with `options()`, then `release()`."""
+class NoReport(SandboxError):
+    """The sandbox never started: bubblewrap ended first (its own error is on its stderr) or its time ran out."""
 
-    def __init__(self) -> None:
+
+class LaunchGate:
+    """One command's report and filter pipes: open it, start bubblewrap with `options()`, then `release()`.
+
+    Args:
+        seccomp: the compiled filter the sandbox loads (at most `select.PIPE_BUF` bytes).
+    """
+
+    def __init__(self, seccomp: bytes) -> None:
+        if not 0 < len(seccomp) <= select.PIPE_BUF or len(seccomp) % 8:
+            raise SandboxError(f"a seccomp program of {len(seccomp)} bytes cannot be handed over whole")
+        self._seccomp = seccomp
         self._info_r, self._info_w = os.pipe()
-        block_r, self._block_w = os.pipe()
-        try:
-            self._block = os.open(f"/proc/self/fd/{block_r}", os.O_RDWR | os.O_CLOEXEC)
-        finally:
-            os.close(block_r)
+        self._filter_r, self._filter_w = os.pipe()
 
     @property
     def fds(self) -> tuple[int, int]:
         """The descriptors bubblewrap inherits."""
-        return self._info_w, self._block
+        return self._info_w, self._filter_r
 
     def options(self) -> list[str]:
         """bubblewrap's options naming them."""
-        return ["--info-fd", str(self._info_w), "--block-fd", str(self._block)]
+        return ["--info-fd", str(self._info_w), "--seccomp", str(self._filter_r)]
 
     def started(self) -> None:
         """Drop twin's copies of bubblewrap's ends once it runs (else the report never ends)."""
-        for fd in (self._info_w, self._block):
+        for fd in (self._info_w, self._filter_r):
             os.close(fd)
-        self._info_w = self._block = -1
+        self._info_w = self._filter_r = -1
 
     def release(self, proc: subprocess.Popen, limits: Limits, *, deadline: float) -> None:
         """Set the limits on the held sandbox and let its command run.
@@ -75,23 +88,47 @@ class LaunchGate:
             deadline: `time.monotonic()` by which bubblewrap must have reported.
 
         Raises:
-            NoReport: bubblewrap reported no sandbox by the deadline, or ended without one (its
-                stderr says why); nothing in it runs.
-            SandboxError: the limits could not be set on the sandbox (the caller kills it).
+            NoReport: the sandbox never started (see the class); nothing in it ran, and
+                bubblewrap is left to end with its own error.
+            SandboxError: the limits could not be set on a sandbox that is there: it is
+                still held, and the caller kills it.
         """
         child = _child_pid(self._read_info(deadline))
-        holder = os.pidfd_open(child)
         try:
-            if _parent_of(child) != proc.pid:
-                raise SandboxError("the sandbox's first process is not bubblewrap's child")
-            LIMITER.apply(child, _wanted(limits))
-            if select.select([holder], [], [], 0)[0]:
-                raise SandboxError("the sandbox ended before its limits were set")
-        except OSError as exc:
-            raise SandboxError(f"cannot set the sandbox's limits: {exc}") from None
+            holder = os.pidfd_open(child)
+        except ProcessLookupError:
+            raise NoReport("the sandbox ended before its limits were set") from None
+        try:
+            self._limit(holder, child, proc.pid, limits)
+            try:
+                os.write(self._filter_w, self._seccomp)
+            except BrokenPipeError:
+                raise NoReport("the sandbox ended before it was let go") from None
         finally:
             os.close(holder)
-        os.write(self._block_w, b"x")
+        os.close(self._filter_w)
+        self._filter_w = -1
+
+    def _limit(self, holder: int, child: int, parent: int, limits: Limits) -> None:
+        """Limit `child` (held by the pidfd `holder`), whose parent must be `parent`."""
+
+        def ended() -> bool:
+            return bool(select.select([holder], [], [], 0)[0])
+
+        try:
+            if _parent_of(child) != parent:
+                if ended():
+                    raise NoReport("the sandbox ended before its limits were set")
+                raise SandboxError("the sandbox's first process is not bubblewrap's child")
+            LIMITER.apply(child, _wanted(limits))
+        except (OSError, SandboxError) as exc:
+            if ended():
+                raise NoReport("the sandbox ended before its limits were set") from None
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError(f"cannot set the sandbox's limits: {exc}") from None
+        if ended():
+            raise NoReport("the sandbox ended before its limits were set")
 
     def _read_info(self, deadline: float) -> bytes:
         """bubblewrap's report, read until it closes it ('' where it failed before writing one)."""
@@ -107,14 +144,10 @@ class LaunchGate:
         return bytes(data)
 
     def close(self) -> None:
-        for fd in (self._info_r, self._info_w, self._block, self._block_w):
+        for fd in (self._info_r, self._info_w, self._filter_r, self._filter_w):
             if fd >= 0:
                 os.close(fd)
-        self._info_r = self._info_w = self._block = self._block_w = -1
-
-
-class NoReport(SandboxError):
-    """bubblewrap reported no sandbox: it ended first (its own error is on its stderr) or its time ran out."""
+        self._info_r = self._info_w = self._filter_r = self._filter_w = -1
 
 
 def _child_pid(info: bytes) -> int:
@@ -194,12 +227,11 @@ class Limiter:
             raise SandboxError(f"cannot set the sandbox's limits: {reply}")
 
     def _ask(self, request: str) -> str:
-        for _attempt in range(2):  # a helper that died is started again, once
+        for _attempt in range(2):  # a helper that died or hangs is replaced, once
             helper = self._started()
             try:
-                helper.stdin.write(request.encode())
-                helper.stdin.flush()
-                reply = helper.stdout.readline(4096).decode(errors="replace").strip()
+                os.write(helper.stdin.fileno(), request.encode())
+                reply = _line(helper.stdout.fileno(), time.monotonic() + HELPER_REPLY_S)
             except OSError:
                 reply = ""
             if reply:
@@ -212,6 +244,7 @@ class Limiter:
             code = _HELPER.format(uid=SANDBOX_UID, gid=SANDBOX_GID, kinds=_KINDS)
             self._helper = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", code],
+                bufsize=0,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -233,4 +266,25 @@ class Limiter:
         return self._helper.pid if self._helper is not None and self._helper.poll() is None else None
 
 
+    def _forget(self) -> None:
+        """In a forked child: the parent's helper and lock are not this process's to use."""
+        self._helper = None
+        self._lock = threading.Lock()
+
+
+def _line(fd: int, deadline: float) -> str:
+    """One line from `fd` by `deadline` ('' at its end or when time is up)."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < 4096:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return ""
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return ""
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
 LIMITER = Limiter()
+os.register_at_fork(after_in_child=LIMITER._forget)

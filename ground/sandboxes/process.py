@@ -302,16 +302,17 @@ def run_limited(
 def _open_gate(gate: LaunchGate, proc: subprocess.Popen, limits: Limits, *, deadline: float) -> None:
     """Set the limits on the sandbox `proc` holds and let it go; one that cannot be limited never runs.
 
-    A bubblewrap that failed before building its sandbox is left to end, so that its own
-    error comes back as the command's; one still building it at the deadline has timed out
-    (it stays held until `supervise` stops it).
+    A sandbox that never started is left to bubblewrap, so that its own error comes back as
+    the command's; one still being built at the deadline has timed out (it stays held until
+    `supervise` stops it). On any other failure, or an interruption, bubblewrap and its held
+    sandbox are killed before the error goes on.
     """
     gate.started()
     try:
         gate.release(proc, limits, deadline=deadline)
     except NoReport:
         pass
-    except SandboxError:
+    except BaseException:
         _kill_group(proc)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:

@@ -23,7 +23,8 @@ flags a filter can inspect):
 The `nested` profile keeps the last group allowed: the grader's `test.sh` starts its
 own bubblewrap for the candidate (which in turn disables user namespaces inside).
 The filter is compiled once per profile with libseccomp (`pyseccomp`) and cached
-as a BPF file; bwrap reads it from a file descriptor per command.
+as a BPF file; each command's bwrap reads it from a pipe that twin writes once the
+command's limits are set (`gate.py`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,16 +14,21 @@ from types import SimpleNamespace
 import pytest
 
 from ground.boundary import Boundary, Limits, Mount
-from ground.isolation import python_mounts, scratch_dir
+from ground.isolation import cache_root, python_mounts, scratch_dir
 from ground.sandbox import SandboxError
 from ground.sandboxes import gate
 from ground.sandboxes.bwrap import BwrapSandbox
 from ground.sandboxes.disk import DISK_RETURNCODE
 from ground.sandboxes.gate import LaunchGate, Limiter, NoReport
 from ground.sandboxes.process import run_limited
+from ground.sandboxes.seccomp import filter_file
 from tests.conftest import requires_bwrap
 
 LIMITS = Limits(wall_s=30, memory_mb=1536, max_procs=23, disk_mb=40, output_bytes=20000)
+
+
+def program() -> bytes:
+    return filter_file("strict", cache_root() / "seccomp").read_bytes()
 
 
 @pytest.fixture
@@ -89,7 +96,7 @@ def test_no_time_left_for_the_report_is_a_time_out_and_nothing_runs(sandbox, can
 
 @requires_bwrap
 def test_a_bubblewrap_that_fails_before_its_sandbox_reports_its_own_error():
-    held = LaunchGate()
+    held = LaunchGate(program())
     try:
         argv = [shutil.which("bwrap"), "--no-such-option", *held.options(), "true"]
         result = run_limited(argv, env={"PATH": "/usr/bin:/bin"}, cwd="/", limits=LIMITS, gate=held)
@@ -99,11 +106,11 @@ def test_a_bubblewrap_that_fails_before_its_sandbox_reports_its_own_error():
 
 
 def started(candidate: Path) -> tuple[LaunchGate, subprocess.Popen]:
-    """A bare bubblewrap held at a gate, whose command would leave /ran in `candidate`."""
-    held = LaunchGate()
+    """A bare bubblewrap held at a gate, whose command would leave `ran` in `candidate`."""
+    held = LaunchGate(program())
     argv = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--bind", str(candidate), str(candidate)]
     argv += ["--unshare-user", "--unshare-pid", "--die-with-parent", *held.options(), "touch", str(candidate / "ran")]
-    proc = subprocess.Popen(argv, pass_fds=held.fds, process_group=0)
+    proc = subprocess.Popen(argv, pass_fds=held.fds, process_group=0, stderr=subprocess.PIPE)
     held.started()
     return held, proc
 
@@ -118,25 +125,80 @@ def test_a_sandbox_whose_parent_is_not_the_started_bubblewrap_is_refused(tmp_pat
             held.release(SimpleNamespace(pid=os.getpid()), LIMITS, deadline=time.monotonic() + 30)
     finally:
         os.killpg(proc.pid, 9)
-        proc.wait()
+        proc.communicate()
         held.close()
     assert not (candidate / "ran").exists()
 
 
 @requires_bwrap
-def test_a_lost_release_leaves_the_sandbox_held_never_unlimited(tmp_path):
+def test_a_sandbox_let_go_without_its_filter_never_runs_and_ends(tmp_path):
     candidate = tmp_path / "c"
     candidate.mkdir()
     held, proc = started(candidate)
     try:
-        os.close(held._block_w)  # twin's end gone without a byte, as if twin died
-        held._block_w = -1
-        time.sleep(0.5)
-        assert proc.poll() is None and not (candidate / "ran").exists()
+        held._read_info(time.monotonic() + 30)  # the sandbox is there, held
+        held.close()  # twin's end of the filter pipe gone without a byte, as if twin died
+        _, stderr = proc.communicate(timeout=20)
     finally:
-        os.killpg(proc.pid, 9)
-        proc.wait()
         held.close()
+    assert proc.returncode != 0 and b"PR_SET_SECCOMP" in stderr  # an empty program is refused
+    assert not (candidate / "ran").exists()
+
+
+@requires_bwrap
+def test_a_sandbox_that_ends_while_being_limited_is_bubblewraps_failure(sandbox, candidate, monkeypatch):
+    def fails_meanwhile(pid, values):
+        os.kill(pid, 9)  # as a mount that fails in bubblewrap's setup would end it
+        time.sleep(0.2)
+        raise SandboxError("cannot set the sandbox's limits: [Errno 3] No such process")
+
+    monkeypatch.setattr(gate.LIMITER, "apply", fails_meanwhile)
+    result = sandbox.exec(["touch", "/app/ran"])
+    assert result.returncode != 0 and not result.timed_out
+    assert not (candidate / "ran").exists()
+
+
+@requires_bwrap
+def test_twin_killed_while_a_sandbox_is_held_leaves_nothing(candidate, tmp_path):
+    marker = f"held-{os.getpid()}-{time.monotonic_ns()}"
+    twin = f"""
+import os, sys, time
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+from pathlib import Path
+from ground.boundary import Boundary, Limits, Mount
+from ground.isolation import python_mounts
+from ground.sandboxes import gate
+from ground.sandboxes.bwrap import BwrapSandbox
+
+def slow(pid, values):
+    print(pid, flush=True)
+    time.sleep(60)
+
+gate.LIMITER.apply = slow
+box = BwrapSandbox(Boundary(name="t", mounts=[*python_mounts(), Mount(host=Path({str(candidate)!r}), inside="/app",
+    writable=True)], workdir="/app", limits=Limits(wall_s=120)))
+box.exec(["sh", "-c", "touch /app/ran; sleep 100 # {marker}"])
+"""
+    proc = subprocess.Popen([sys.executable, "-c", twin], stdout=subprocess.PIPE, text=True)
+    try:
+        held = int(proc.stdout.readline())
+        assert Path(f"/proc/{held}").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(100):
+        if not Path(f"/proc/{held}").exists():
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{held}").exists()
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    assert left == "" and not (candidate / "ran").exists()
+
+
+def test_a_filter_that_a_pipe_cannot_take_whole_is_refused():
+    for size in (0, 12, 8 * 1024):
+        with pytest.raises(SandboxError, match="cannot be handed over whole"):
+            LaunchGate(b"\0" * size)
 
 
 def test_reports_bubblewrap_can_give():
@@ -152,6 +214,7 @@ def test_reports_bubblewrap_can_give():
 def test_the_helper_limits_only_the_sandbox_uids_processes_and_comes_back_after_dying():
     limiter = Limiter()
     limiter._direct = False  # as where root lacks CAP_SYS_RESOURCE
+    reply_s = gate.HELPER_REPLY_S
     values = (1 << 30, 0, 1 << 20, 50)
     target = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
     own = subprocess.Popen(["sleep", "30"])  # root's: out of the helper's reach
@@ -162,9 +225,15 @@ def test_the_helper_limits_only_the_sandbox_uids_processes_and_comes_back_after_
         assert "Max processes             50" in limits
         os.kill(limiter.helper_pid(), 9)
         limiter.apply(target.pid, values)  # started again
+        stopped = limiter.helper_pid()
+        os.kill(stopped, signal.SIGSTOP)  # one that does not answer is replaced
+        gate.HELPER_REPLY_S = 0.5
+        limiter.apply(target.pid, values)
+        assert limiter.helper_pid() not in (None, stopped)
         with pytest.raises(SandboxError, match="cannot set the sandbox's limits"):
             limiter.apply(own.pid, values)
     finally:
+        gate.HELPER_REPLY_S = reply_s
         for proc in (target, own):
             proc.kill()
             proc.wait()
