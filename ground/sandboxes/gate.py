@@ -13,7 +13,10 @@ of what a trivial command used to cost over a bare bubblewrap.
 
 A sandbox let go by anything but the release never runs: if twin dies before it, the
 pipe ends empty, and bubblewrap refuses to start without a filter (an empty seccomp
-program is invalid); it ends with its error and nothing stays held. The process is
+program is invalid); it ends with its error and nothing stays held. bubblewrap's end of
+the report pipe is open for reading as well, so that its report never meets a pipe
+without a reader (a twin that died): bubblewrap would end on that before letting its
+sandbox go on, and the sandbox would wait for it forever. The process is
 identified by its pid only after a pidfd holds it and its parent is seen to be the
 bubblewrap twin started, and it is seen alive after the limits are set, so a pid
 reused in between is never limited in its place. A sandbox that ended on its own in the
@@ -62,7 +65,11 @@ class LaunchGate:
         if not 0 < len(seccomp) <= select.PIPE_BUF or len(seccomp) % 8:
             raise SandboxError(f"a seccomp program of {len(seccomp)} bytes cannot be handed over whole")
         self._seccomp = seccomp
-        self._info_r, self._info_w = os.pipe()
+        self._info_r, info_w = os.pipe()
+        try:  # bubblewrap's end reads too, so its report never meets a closed pipe (a dead twin)
+            self._info_w = os.open(f"/proc/self/fd/{self._info_r}", os.O_RDWR | os.O_CLOEXEC)
+        finally:
+            os.close(info_w)
         self._filter_r, self._filter_w = os.pipe()
 
     @property

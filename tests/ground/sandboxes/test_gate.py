@@ -146,6 +146,23 @@ def test_a_sandbox_let_go_without_its_filter_never_runs_and_ends(tmp_path):
 
 
 @requires_bwrap
+def test_a_twin_gone_before_the_report_leaves_nothing_behind(tmp_path):
+    candidate = tmp_path / "c"
+    candidate.mkdir()
+    held, proc = started(candidate)
+    held.close()  # twin's ends of both pipes gone at once, before bubblewrap reports: as if twin died
+    proc.communicate(timeout=20)
+    for _ in range(100):  # what bubblewrap started is in its process group
+        if subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).returncode != 0:
+            break
+        time.sleep(0.05)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+    if left:
+        subprocess.run(["pkill", "-9", "-g", str(proc.pid)])
+    assert left == "" and not (candidate / "ran").exists()
+
+
+@requires_bwrap
 def test_a_sandbox_that_ends_while_being_limited_is_bubblewraps_failure(sandbox, candidate, monkeypatch):
     def fails_meanwhile(pid, values):
         os.kill(pid, 9)  # as a mount that fails in bubblewrap's setup would end it
