@@ -21,6 +21,7 @@ from ground.sandboxes.bwrap import BwrapSandbox
 from ground.sandboxes.disk import DISK_RETURNCODE
 from ground.sandboxes.gate import LaunchGate, Limiter, NoReport
 from ground.sandboxes.process import run_limited
+from ground.sandboxes.quota import recover_capped
 from ground.sandboxes.seccomp import filter_file
 from tests.conftest import requires_bwrap
 
@@ -203,6 +204,7 @@ box.exec(["sh", "-c", "touch /app/ran; sleep 100 # {marker}"])
     finally:
         proc.kill()
         proc.wait()
+        recover_capped()  # the killed twin's capped candidate, as the next twin would on starting
     for _ in range(100):
         if not Path(f"/proc/{held}").exists():
             break
