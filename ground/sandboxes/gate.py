@@ -44,6 +44,7 @@ import time
 from ground.boundary import Limits
 from ground.isolation import SANDBOX_GID, SANDBOX_UID
 from ground.sandbox import SandboxError
+from ground.sandboxes.owner import parent_pid
 from ground.sandboxes.privilege import dropping_root
 
 HELPER_REPLY_S = 10.0
@@ -118,24 +119,19 @@ class LaunchGate:
 
     def _limit(self, holder: int, child: int, parent: int, limits: Limits) -> None:
         """Limit `child` (held by the pidfd `holder`), whose parent must be `parent`."""
-
-        def ended() -> bool:
-            return bool(select.select([holder], [], [], 0)[0])
-
+        failure: Exception | None = None
         try:
-            if _parent_of(child) != parent:
-                if ended():
-                    raise NoReport("the sandbox ended before its limits were set")
+            if parent_pid(child) != parent:
                 raise SandboxError("the sandbox's first process is not bubblewrap's child")
             LIMITER.apply(child, _wanted(limits))
         except (OSError, SandboxError) as exc:
-            if ended():
-                raise NoReport("the sandbox ended before its limits were set") from None
-            if isinstance(exc, SandboxError):
-                raise
-            raise SandboxError(f"cannot set the sandbox's limits: {exc}") from None
-        if ended():
+            failure = exc
+        if select.select([holder], [], [], 0)[0]:  # it ended: whatever failed, bubblewrap says why
             raise NoReport("the sandbox ended before its limits were set")
+        if isinstance(failure, SandboxError):
+            raise failure
+        if failure is not None:
+            raise SandboxError(f"cannot set the sandbox's limits: {failure}") from None
 
     def _read_info(self, deadline: float) -> bytes:
         """bubblewrap's report, read until it closes it ('' where it failed before writing one)."""
@@ -167,15 +163,6 @@ def _child_pid(info: bytes) -> int:
     if not isinstance(pid, int) or pid <= 1:
         raise SandboxError("bubblewrap's report on its sandbox is unreadable")
     return pid
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read(4096).rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[1]) if len(fields) > 1 else None
 
 
 _KINDS = (resource.RLIMIT_AS, resource.RLIMIT_CORE, resource.RLIMIT_FSIZE, resource.RLIMIT_NPROC)
@@ -271,7 +258,6 @@ class Limiter:
     def helper_pid(self) -> int | None:
         """The helper's pid while it runs (a benchmark counts its CPU time)."""
         return self._helper.pid if self._helper is not None and self._helper.poll() is None else None
-
 
     def _forget(self) -> None:
         """In a forked child: the parent's helper and lock are not this process's to use."""

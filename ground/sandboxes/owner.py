@@ -10,13 +10,24 @@ import os
 from pathlib import Path
 
 
-def process_tag(pid: int) -> str | None:
-    """`pid start-time` of a live process, or None where there is no such process."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of `/proc/PID/stat` after the command name (state first), or None where there is no such process."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return f"{pid} {fields[19]}"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def process_tag(pid: int) -> str | None:
+    """`pid start-time` of a live process, or None where there is no such process."""
+    fields = _stat_fields(pid)
+    return f"{pid} {fields[19]}" if fields is not None and len(fields) > 19 else None
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of a live process, or None where there is no such process."""
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None and len(fields) > 1 else None
 
 
 def own_tag() -> str:

@@ -217,7 +217,6 @@ def run_limited(
     limits: Limits,
     stdin: str | None = None,
     rlimits_in_argv: bool = False,
-    pass_fds: tuple[int, ...] = (),
     disk: DiskWatch | None = None,
     gate: LaunchGate | None = None,
 ) -> ExecResult:
@@ -225,7 +224,6 @@ def run_limited(
 
     Args:
         rlimits_in_argv: argv already starts with `limit_prefix` (else they are set here).
-        pass_fds: file descriptors the command inherits (the seccomp filter).
         disk: writable roots to hold under their cap; going over kills the command and
             makes it fail with `DISK_RETURNCODE` and `exceeded` saying why.
         gate: argv is a bubblewrap holding its sandbox at the gate's descriptors: the gate
@@ -251,8 +249,6 @@ def run_limited(
         limited = argv
         argv = ["/bin/sh", "-c", join, cgroup.procs_file, *limited]
         preexec = None
-    if gate is not None:
-        pass_fds = (*pass_fds, *gate.fds)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -265,7 +261,7 @@ def run_limited(
             cwd=cwd,
             process_group=0,
             preexec_fn=preexec,
-            pass_fds=pass_fds,
+            pass_fds=gate.fds if gate is not None else (),
         )
     except OSError as exc:
         if cgroup is not None:
