@@ -106,21 +106,21 @@ def test_a_bubblewrap_that_fails_before_its_sandbox_reports_its_own_error():
     assert result.returncode != 0 and "no-such-option" in result.stderr
 
 
-def started(candidate: Path) -> tuple[LaunchGate, subprocess.Popen]:
-    """A bare bubblewrap held at a gate, whose command would leave `ran` in `candidate`."""
+def started(tmp_path: Path) -> tuple[LaunchGate, subprocess.Popen, Path]:
+    """A bare bubblewrap held at a gate, and the directory where its command would leave `ran`."""
+    candidate = tmp_path / "c"
+    candidate.mkdir()
     held = LaunchGate(program())
     argv = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--bind", str(candidate), str(candidate)]
     argv += ["--unshare-user", "--unshare-pid", "--die-with-parent", *held.options(), "touch", str(candidate / "ran")]
     proc = subprocess.Popen(argv, pass_fds=held.fds, process_group=0, stderr=subprocess.PIPE)
     held.started()
-    return held, proc
+    return held, proc, candidate
 
 
 @requires_bwrap
 def test_a_sandbox_whose_parent_is_not_the_started_bubblewrap_is_refused(tmp_path):
-    candidate = tmp_path / "c"
-    candidate.mkdir()
-    held, proc = started(candidate)
+    held, proc, candidate = started(tmp_path)
     try:
         with pytest.raises(SandboxError, match="not bubblewrap's child"):
             held.release(SimpleNamespace(pid=os.getpid()), LIMITS, deadline=time.monotonic() + 30)
@@ -133,9 +133,7 @@ def test_a_sandbox_whose_parent_is_not_the_started_bubblewrap_is_refused(tmp_pat
 
 @requires_bwrap
 def test_a_sandbox_let_go_without_its_filter_never_runs_and_ends(tmp_path):
-    candidate = tmp_path / "c"
-    candidate.mkdir()
-    held, proc = started(candidate)
+    held, proc, candidate = started(tmp_path)
     try:
         held._read_info(time.monotonic() + 30)  # the sandbox is there, held
         held.close()  # twin's end of the filter pipe gone without a byte, as if twin died
@@ -148,9 +146,7 @@ def test_a_sandbox_let_go_without_its_filter_never_runs_and_ends(tmp_path):
 
 @requires_bwrap
 def test_a_twin_gone_before_the_report_leaves_nothing_behind(tmp_path):
-    candidate = tmp_path / "c"
-    candidate.mkdir()
-    held, proc = started(candidate)
+    held, proc, candidate = started(tmp_path)
     held.close()  # twin's ends of both pipes gone at once, before bubblewrap reports: as if twin died
     proc.communicate(timeout=20)
     for _ in range(100):  # what bubblewrap started is in its process group
