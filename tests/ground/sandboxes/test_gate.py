@@ -185,6 +185,9 @@ from ground.sandboxes import gate
 from ground.sandboxes.bwrap import BwrapSandbox
 
 def slow(pid, values):
+    # Held at the gate: past bubblewrap's own start-up, whose parent still signals the sandbox
+    # (an eventfd) just after its report; a twin killed in those microseconds is bubblewrap's race.
+    time.sleep(0.5)
     print(pid, flush=True)
     time.sleep(60)
 
