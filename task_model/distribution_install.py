@@ -36,7 +36,9 @@ from task_model.distribution import (
     file_sha256,
     keep_wheel,
     last_line,
+    select_members,
 )
+from task_model.original import LICENSE, MAX_LICENSE
 
 PINNED = "torch"
 """The package every dependency install holds at the build installed here."""
@@ -227,7 +229,10 @@ def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLI
     with tempfile.TemporaryDirectory(prefix="twin-download-") as tmp:
         wheel = download(f"{match[1]}=={match[2]}", Path(tmp))
         fields = wheel_metadata(wheel)
-        licence = (fields.get("License-Expression") or fields.get("License") or ["unknown"])[0].splitlines()[0]
+        stated = (fields.get("License-Expression") or fields.get("License") or [""])[0].strip()
+        licence = stated.splitlines()[0].strip() if stated else ""
+        if not LICENSE.fullmatch(licence) or len(licence) > MAX_LICENSE:
+            licence = "NOASSERTION"  # SPDX's word for a licence the metadata states in no expression
         try:
             original = OriginalDistribution(
                 distribution=match[1], version=match[2], wheel=wheel.name, sha256=file_sha256(wheel),
@@ -236,10 +241,12 @@ def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLI
         except ValidationError as exc:
             raise DistributionError(f"--include: {exc.errors()[0]['msg']}") from None
         with zipfile.ZipFile(wheel) as archive:
-            names = archive.namelist()
-        for wanted in files:
-            if not any(n == wanted or n.startswith(wanted.rstrip("/") + "/") for n in names):
-                raise DistributionError(f"--include {wanted}: {wheel.name} has no such file or directory")
+            names = [n for n in archive.namelist() if not n.endswith("/")]
+        for wanted in original.files:
+            try:
+                select_members(names, [wanted], wheel.name)
+            except DistributionError:
+                raise DistributionError(f"--include {wanted}: {wheel.name} has no such file or directory") from None
         keep_wheel(original, wheel)
     return original
 

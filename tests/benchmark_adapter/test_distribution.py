@@ -108,16 +108,16 @@ def test_an_interrupted_lay_out_leaves_nothing_half_written(local_index, monkeyp
         reads.append(name)
         if len(reads) == 2:
             raise KeyboardInterrupt
-        return real_read(self, name, *args, **kwargs)
+        return real_open(self, name, *args, **kwargs)
 
-    real_read = zipfile.ZipFile.read
-    monkeypatch.setattr(zipfile.ZipFile, "read", interrupted)
+    real_open = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", interrupted)
     with pytest.raises(KeyboardInterrupt):
         materialize(original)
     target = original_dir(original)
     assert not target.exists()
-    assert list(target.parent.iterdir()) == []  # no staging directory left either
-    monkeypatch.setattr(zipfile.ZipFile, "read", real_read)
+    assert list(target.parent.iterdir()) == []  # no staging directory or manifest left either
+    monkeypatch.setattr(zipfile.ZipFile, "open", real_open)
     assert materialize(original).joinpath("fakeorig", "sub", "helpers.py").is_file()
 
 
