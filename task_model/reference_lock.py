@@ -70,9 +70,9 @@ def companion_pins(lock: list[Locked], torch_version: str, *, final: bool = Fals
 
 def companion_missing(name: str, wanted: str, torch_version: str, offered: str | None = None) -> str:
     """The one line said where the index serves no build of `name` for the held torch."""
-    served = f"the index serves {name} {offered}, not" if offered else "the index serves no"
+    served = f"serves {name} {offered}, not {name} {wanted}" if offered else f"serves no {name} {wanted}"
     return (
-        f"{name}: {served} the {name} {wanted} built for the torch {torch_version} held here; put the "
+        f"{name}: the index {served} built for the torch {torch_version} held here; put the "
         f"{name}=={wanted} wheel where pip finds it (PIP_FIND_LINKS, or the index that serves torch "
         f"{torch_version}), or declare the original with dependencies = false"
     )

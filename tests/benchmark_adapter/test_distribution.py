@@ -6,7 +6,6 @@ Every test serves its wheels from a local index (`tests/fakes/wheels.py`): no ne
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import zipfile
 
 import pytest
@@ -191,41 +190,6 @@ def test_runtime_requirements_evaluate_markers_and_leave_extras_out(local_index)
     ]
     assert missing_requirements(wanted) == ["not-installed-anywhere>=1.0"]
     assert missing_requirements(["numpy<1.0"]) == ["numpy<1.0"]  # installed, but outside the range
-
-
-def test_dependencies_install_with_torch_held_where_it_is(local_index, monkeypatch):
-    import importlib.metadata
-
-    from task_model import distribution_install
-
-    torch = importlib.metadata.version("torch").split("+")[0]
-    original = declaration(build_wheel(local_index, FILES, requires=REQUIRES))
-    distribution.fetch_wheel(original)  # kept: pip below is only ever asked to install
-    seen = {}
-
-    def pip(argv, **kwargs):
-        seen["argv"] = argv
-        seen["constraints"] = open(argv[argv.index("-c") + 1]).read()
-        return subprocess.CompletedProcess(argv, 0, "", "")
-
-    monkeypatch.setattr(distribution_install.subprocess, "run", pip)
-    assert distribution_install.install_dependencies(original) == ["not-installed-anywhere>=1.0"]
-    assert seen["constraints"] == f"torch=={torch}\n"
-    assert seen["argv"][-1] == "not-installed-anywhere>=1.0" and "install" in seen["argv"]
-    calls = []
-
-    def pip_breaking_a_dependent(argv, **kwargs):
-        calls.append(argv[argv.index("-c") + 2 :])
-        broken = "other 5.2 requires not-installed-anywhere<1.0, but you have not-installed-anywhere 1.0 which is"
-        return subprocess.CompletedProcess(argv, 0, "", broken if len(calls) == 1 else "")
-
-    monkeypatch.setattr(distribution_install.subprocess, "run", pip_breaking_a_dependent)
-    distribution_install.install_dependencies(original)
-    assert calls == [["not-installed-anywhere>=1.0"], ["not-installed-anywhere>=1.0", "other"]]  # resolved together
-    monkeypatch.setattr(distribution_install.subprocess, "run", pip)
-    monkeypatch.setattr(distribution_install, "pinned_constraint", iter([f"torch=={torch}", "torch==9.9"]).__next__)
-    with pytest.raises(DistributionError, match=f"replaced torch=={torch}"):
-        distribution_install.install_dependencies(original)
 
 
 def test_the_dependency_run_is_accepted_only_where_every_package_is_installed(tmp_path):

@@ -123,3 +123,40 @@ def test_a_per_user_stage_directory_someone_else_made_is_refused(tmp_path, monke
     monkeypatch.setattr(isolation.os, "geteuid", lambda: 4242)
     with pytest.raises(isolation.IsolationError, match="belongs to another user"):
         isolation.stage_root()
+
+
+def test_only_the_reference_side_and_the_grader_see_the_reference_environment(layout, tmp_path, monkeypatch):
+    site = tmp_path / "env" / "site-packages"
+    site.mkdir(parents=True)
+    monkeypatch.setattr(isolation, "reachable", lambda path: True)  # tmp_path lies under a 0700 folder
+    layout = layout.model_copy(update={"reference_site": site})
+    inside = isolation.REFERENCE_SITE
+
+    def sees(boundary) -> bool:
+        mounted = [m for m in boundary.mounts if m.host == site]
+        if mounted:
+            assert [(m.inside, m.writable) for m in mounted] == [(inside, False)]
+            assert boundary.env["PYTHONPATH"] == inside
+        else:
+            assert "PYTHONPATH" not in boundary.env
+        return bool(mounted)
+
+    probe = dict(work=tmp_path / "w", given=tmp_path / "g", audit_log=None, env={"X": "1"}, wall_s=5)
+    assert sees(probe_boundary(layout, side="reference", **probe))
+    assert not sees(probe_boundary(layout, side="candidate", **probe))
+    tests = tmp_path / "task" / "tests"
+    assert sees(grader_boundary(layout, tests=tests, logs=tmp_path / "l", audit_log=None, wall_s=9))
+    for side, seen in (("reference", True), ("candidate", False)):
+        assert sees(role_boundary(layout, name="r", write_candidate=False, side=side, audit_log=None)) is seen
+    assert not sees(solve_boundary(layout, solution=tmp_path / "task" / "solution", workdir=None, wall_s=7))
+    unisolated = probe_boundary(layout, side="reference", isolated=False, **probe)
+    assert unisolated.env["PYTHONPATH"] == str(site) and unisolated.env["X"] == "1"
+
+
+def test_a_reference_environment_the_sandbox_uid_cannot_reach_is_refused(layout, tmp_path, monkeypatch):
+    layout = layout.model_copy(update={"reference_site": tmp_path / "site"})
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(isolation, "reachable", lambda path: False)
+    probe = dict(work=tmp_path / "w", given=tmp_path / "g", audit_log=None, env={}, wall_s=5)
+    with pytest.raises(host_dirs.IsolationError, match="the sandbox uid cannot reach .*: set TWIN_CACHE_DIR"):
+        probe_boundary(layout, side="reference", **probe)
