@@ -127,25 +127,6 @@ def dockerfile_fetch_run(original: OriginalDistribution, inside: str, work: str 
     )
 
 
-def dockerfile_dependency_runs(requirements: list[str], constraint: str) -> list[str]:
-    """The RUN commands installing a distribution's runtime dependencies with `constraint` held.
-
-    Plain `echo` and `pip install -c` commands: twin, without docker, accepts them where every
-    package is installed in its own environment (as `twin task fetch` leaves it).
-    """
-    if not requirements:
-        return []
-    plain = []
-    for text in requirements:
-        requirement = Requirement(text)
-        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-        plain.append(shlex.quote(f"{requirement.name}{extras}{requirement.specifier}"))
-    return [
-        f"echo {shlex.quote(constraint)} > /tmp/torch-held.txt"
-        f" && pip install --no-cache-dir -c /tmp/torch-held.txt {' '.join(plain)}"
-    ]
-
-
 def declared_original(config: dict, where: str) -> OriginalDistribution | None:
     """The original a task.toml declares (`[metadata.twin.original]`), or None.
 
