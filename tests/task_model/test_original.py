@@ -27,3 +27,18 @@ def test_anything_else_is_refused_with_its_controls_shown(licence):
     message = str(caught.value)
     assert "SPDX licence expression" in message
     assert not any(c in message for c in "\x1b\x07\r\u202e")
+
+
+def test_twin_task_fetch_refuses_a_licence_with_terminal_escapes_in_one_plain_line(tmp_path, capsys):
+    from harness.cli.app import main
+
+    (tmp_path / "task.toml").write_text(
+        'version = "1.0"\n\n[metadata.twin.original]\n'
+        + "".join(f'{key} = "{value}"\n' for key, value in VALUES.items() if key != "files")
+        + 'files = ["fakeorig"]\nlicense = "MIT\\u001b]0;owned\\u0007\\r\\u001b[2J"\n'
+    )
+    assert main(["task", "fetch", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and "license" in captured.err
+    assert not any(c in captured.err + captured.out for c in "\x1b\x07\r")
+    assert "\\x1b" in captured.err
