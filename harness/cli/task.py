@@ -95,7 +95,7 @@ def fetch_command(
     twin's interpreter; only the reference side (and the grader) see it (docs/security.md).
     """
     from probes.reference_imports import import_failures, reference_modules
-    from task_model.distribution import materialize
+    from task_model.distribution import is_materialized, materialize
     from task_model.distribution_install import task_declaration
     from task_model.loader import load_task
     from task_model.reference_env import build, held_torch
@@ -104,20 +104,21 @@ def fetch_command(
     if original is None:
         raise TwinError(f"task {task} declares no original ([metadata.twin.original] in task.toml)")
     console = agent_console()
+    if not is_materialized(original):
+        console.print(styled(f"fetching {original.requirement} and laying out its declared files …", "dim"))
     laid_out = materialize(original)
     count = sum(1 for p in laid_out.rglob("*") if p.is_file())
     console.print(f"{original.requirement} ({original.license}): {count} files laid out in {laid_out}", soft_wrap=True)
     if not (deps and original.dependencies):
         return
-    with console.status(f"building the reference environment of {original.requirement}") as status:
-        env = build(original, say=lambda line: status.update(styled(line)))
+    env = build(original, say=lambda line: console.print(styled(f"{line} …", "dim"), soft_wrap=True))
     held = held_torch()[0]
     installed = ", ".join(f"{e.name}=={e.version}" for e in env.lock) or "nothing (twin's interpreter has them all)"
     console.print(f"its reference environment ({env.root}, torch=={held} held): {installed}", soft_wrap=True)
     loaded = load_task(task)
     modules = reference_modules(loaded)
-    with console.status(f"importing on the reference side: {', '.join(modules)}"):
-        failed = import_failures(loaded, modules, sandbox_kind=sandbox)
+    console.print(styled(f"importing on the reference side: {', '.join(modules)} …", "dim"), soft_wrap=True)
+    failed = import_failures(loaded, modules, sandbox_kind=sandbox)
     if failed:
         name, why = next(iter(failed.items()))
         raise TwinError(f"the reference side cannot import {name}: {why}")
