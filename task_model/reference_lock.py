@@ -13,14 +13,15 @@ package and what to do. The Dockerfile `twin task new` writes installs the same 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
-from packaging.version import Version
-from pydantic import BaseModel, Field
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from task_model.distribution import DistributionError, last_line
 from task_model.original import OriginalDistribution
@@ -37,6 +38,31 @@ class Locked(BaseModel):
     name: str = Field(description="The distribution's name, as its metadata gives it.")
     version: str = Field(description="The exact version installed.")
     sha256: str = Field(description="The sha256 of the wheel installed; pip refuses any other file.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
+            raise ValueError(f"not a distribution name: {value[:80]!r}")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        try:
+            normal = str(Version(value)) == value
+        except InvalidVersion:
+            normal = False
+        if not normal:
+            raise ValueError(f"not a normalized version: {value[:80]!r}")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("not a sha256")
+        return value
 
     def line(self) -> str:
         """This wheel as a line of a requirements file pip installs with `--require-hashes`."""
@@ -108,7 +134,12 @@ def resolve(root: Path, original: OriginalDistribution, requirements: list[str],
             )
         if canonicalize_name(name) == PINNED:
             raise DistributionError(f"{original.requirement}: its dependencies would install another {PINNED}")
-        lock.append(Locked(name=name, version=version, sha256=hashes["sha256"]))
+        try:
+            lock.append(Locked(name=name, version=version, sha256=hashes["sha256"]))
+        except ValidationError:
+            raise DistributionError(
+                f"{original.requirement}: pip resolved a malformed wheel name, version or hash: refused"
+            ) from None
     return lock
 
 

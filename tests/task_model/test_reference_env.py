@@ -139,3 +139,20 @@ def test_the_key_is_json_of_the_declaration_and_the_held_torch(local_index, monk
     first = env_dir(original)
     monkeypatch.setattr(reference_env, "held_torch", lambda: ("9.9.9+cpu", held_torch()[1]))
     assert env_dir(original) != first  # another torch build, another environment
+
+
+def test_a_lock_entry_is_a_plain_name_a_normalized_version_and_a_sha256():
+    from pydantic import ValidationError
+
+    from task_model.reference_lock import Locked
+
+    assert Locked(name="torchvision", version="0.28.0+cpu", sha256="a" * 64).line() == (
+        "torchvision==0.28.0+cpu --hash=sha256:" + "a" * 64
+    )
+    for bad in (
+        {"name": "tinydep\n--index-url http://evil.example", "version": "1.0"},
+        {"name": "tinydep", "version": "1.0 --pre"},
+        {"name": "tinydep", "version": "1.0", "sha256": "not-hex"},
+    ):
+        with pytest.raises(ValidationError):
+            Locked(**{"sha256": "b" * 64, **bad})
