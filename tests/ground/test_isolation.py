@@ -123,31 +123,3 @@ def test_a_per_user_stage_directory_someone_else_made_is_refused(tmp_path, monke
     monkeypatch.setattr(isolation.os, "geteuid", lambda: 4242)
     with pytest.raises(isolation.IsolationError, match="belongs to another user"):
         isolation.stage_root()
-
-
-def test_only_the_reference_side_and_the_grader_see_the_reference_environment(layout, tmp_path):
-    site = tmp_path / "env" / "site-packages"
-    site.mkdir(parents=True)
-    layout = layout.model_copy(update={"reference_site": site})
-    inside = isolation.REFERENCE_SITE
-
-    def sees(boundary) -> bool:
-        mounted = [m for m in boundary.mounts if m.host == site]
-        if mounted:
-            assert [(m.inside, m.writable) for m in mounted] == [(inside, False)]
-            assert boundary.env["PYTHONPATH"] == inside
-        else:
-            assert "PYTHONPATH" not in boundary.env
-        return bool(mounted)
-
-    probe = dict(work=tmp_path / "w", given=tmp_path / "g", audit_log=None, env={"X": "1"}, wall_s=5)
-    assert sees(probe_boundary(layout, side="reference", **probe))
-    assert not sees(probe_boundary(layout, side="candidate", **probe))
-    tests = tmp_path / "task" / "tests"
-    assert sees(grader_boundary(layout, tests=tests, logs=tmp_path / "l", audit_log=None, wall_s=9))
-    for side, seen in (("reference", True), ("candidate", False)):
-        assert sees(role_boundary(layout, name="r", write_candidate=False, side=side, audit_log=None)) is seen
-    assert not sees(solve_boundary(layout, solution=tmp_path / "task" / "solution", workdir=None, wall_s=7))
-    unisolated = probe_boundary(layout, side="reference", isolated=False, **probe)
-    assert unisolated.env["PYTHONPATH"] == str(site) and unisolated.env["X"] == "1"
-
