@@ -104,8 +104,11 @@ def site_of(root: Path) -> Path:
 
 
 def built(original: OriginalDistribution) -> ReferenceEnv | None:
-    """`original`'s reference environment, if it is built for the torch held now; else None."""
-    root = env_dir(original)
+    """`original`'s reference environment, if it is built for the torch held now; else None (no torch: None)."""
+    try:
+        root = env_dir(original)
+    except DistributionError:
+        return None
     try:
         lock = [Locked(**entry) for entry in json.loads((root / LOCK).read_text())]
     except (OSError, ValueError, TypeError):

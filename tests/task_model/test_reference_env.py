@@ -156,3 +156,15 @@ def test_a_lock_entry_is_a_plain_name_a_normalized_version_and_a_sha256():
     ):
         with pytest.raises(ValidationError):
             Locked(**{"sha256": "b" * 64, **bad})
+
+
+def test_without_torch_no_environment_is_built_and_none_is_looked_for(local_index, monkeypatch):
+    original = _declared(local_index, requires=("numpy>=1.0",))
+
+    def no_torch():
+        raise DistributionError("torch is not installed in /x: install the pinned CPU build first (scripts/setup.sh)")
+
+    monkeypatch.setattr(reference_env, "held_torch", no_torch)
+    assert built(original) is None and reference_site(original) is None  # twin's own numpy serves
+    with pytest.raises(DistributionError, match="torch is not installed"):
+        build(original)
