@@ -44,6 +44,7 @@ PROBE_WORK = "/probe"
 PROBE_GIVEN = "/probe-given"
 GRADER_TESTS = "/tests"
 GRADER_LOGS = "/logs/verifier"
+REFERENCE_SITE = "/opt/twin-reference/site-packages"  # the original's reference environment, inside
 _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_ENTRIES = (
     "passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
@@ -79,6 +80,9 @@ class Layout(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="The task image's ENV (published tasks).")
     image: str | None = Field(
         default=None, description="The image built for a published task (docker sandbox), passed to every boundary."
+    )
+    reference_site: Path | None = Field(
+        default=None, description="The original's reference environment (reference side and grader only)."
     )
 
 
@@ -178,6 +182,17 @@ def default_limits() -> Limits:
     return Limits(max_procs=max(Limits().max_procs, 16 * (os.cpu_count() or 1)))
 
 
+def reference_env_parts(layout: Layout, *, isolated: bool = True) -> tuple[list[Mount], dict[str, str]]:
+    """The read-only mount and PYTHONPATH of the original's reference environment (`task_model.reference_env`).
+
+    First on PYTHONPATH: the original's pins win on its side. A PYTHONPATH entry's `.pth` files are never read.
+    """
+    if layout.reference_site is None:
+        return [], {}
+    inside = REFERENCE_SITE if isolated else str(layout.reference_site)
+    return [Mount(host=layout.reference_site, inside=inside)], {"PYTHONPATH": inside}
+
+
 # ---- the boundaries ----------------------------------------------------------------------------
 def role_boundary(
     layout: Layout,
@@ -209,13 +224,14 @@ def role_boundary(
         *_given([*layout.laid_out, *layout.role_aliases], layout.hidden),
         *extra_mounts,
     ]
+    extra, reference_env = reference_env_parts(layout) if side == "reference" else ([], {})
     return Boundary(
         name=name,
-        mounts=mounts,
+        mounts=[*mounts, *extra],
         hidden=[*layout.hidden, *run_files],
         hidden_packages=list(layout.forbidden_packages) if side == "candidate" else [],
         network=layout.network,
-        env=layout.env,
+        env={**layout.env, **reference_env},
         limits=limits or default_limits(),
         workdir=layout.candidate_mount,
         audit_log=audit_log,
@@ -258,6 +274,10 @@ def probe_boundary(
         mounts += _given([mount], layout.hidden) if isolated else [mount]
     if isolated:
         mounts = [*python_mounts(), *mounts, *_given(layout.laid_out, layout.hidden)]
+    if side == "reference":
+        extra, reference_env = reference_env_parts(layout, isolated=isolated)
+        mounts += extra
+        env = {**env, **reference_env}
     return Boundary(
         name=f"probe:{side}",
         mounts=mounts,
@@ -301,6 +321,8 @@ def grader_boundary(
         Mount(host=logs, inside=GRADER_LOGS, writable=True),
         *_given([*given, *layout.laid_out], hidden, closed=(GRADER_TESTS,)),
     ]
+    extra, reference_env = reference_env_parts(layout)
+    mounts += extra
     if audit_log is not None:
         hidden.append(audit_log)
     return Boundary(
@@ -309,7 +331,7 @@ def grader_boundary(
         hidden=hidden,
         hidden_packages=list(layout.forbidden_packages),
         network=False,
-        env=layout.env,
+        env={**layout.env, **reference_env},
         limits=default_limits().model_copy(update={"wall_s": wall_s}),
         workdir=GRADER_TESTS,
         audit_log=audit_log,

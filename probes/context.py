@@ -27,6 +27,7 @@ from ground.isolation import PROBE_GIVEN, PROBE_WORK, Layout, probe_boundary, sc
 from ground.sandboxes.registry import make_sandbox
 from task_model.layout import laid_out_mounts
 from task_model.model import Task
+from task_model.reference_env import reference_site
 
 Side = Literal["reference", "candidate"]
 SANDBOX_KINDS = ("auto", "none", "bwrap")
@@ -176,6 +177,7 @@ class ProbeContext:
             forbidden_packages=list(settings.forbidden_packages),
             laid_out=laid_out_mounts(self.task),
             image=self.task.image,
+            reference_site=reference_site(settings.original) if side == "reference" else None,
         )
         boundary = probe_boundary(
             layout,

@@ -11,8 +11,9 @@ fi
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
 # Bundled tasks whose original is a registry distribution: fetched, hash-checked and laid out in twin's
-# cache now, and their runtime dependencies installed here with torch held at 2.13.0, so that no run
-# changes the interpreter its reference side uses and no run needs the index.
+# cache now, and their runtime dependencies installed into each original's own reference environment
+# (a venv in that cache, torch held at 2.13.0; never into .venv), so that no run needs the index.
+# twin's cache is $TWIN_CACHE_DIR, else /var/cache/twin as root, else ~/.cache/twin: export it first.
 for toml in $(grep -l '^\[metadata\.twin\.original\]' tasks/*/task.toml tasks/*/*/task.toml 2>/dev/null); do
   .venv/bin/twin task fetch "$(dirname "$toml")"
 done

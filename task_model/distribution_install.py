@@ -1,13 +1,11 @@
-"""What a declared original needs besides its files: its runtime dependencies, and its image's RUN steps.
+"""What a declared original needs besides its files: its runtime requirements, and its image's RUN steps.
 
-The reference side imports the original with twin's own interpreter, so the
-distribution's runtime dependencies are installed there (`install_dependencies`) with
-torch held at the build already installed (a constraints file, `torch==X.Y.Z`): nothing
-may pull another torch. `scripts/setup.sh` does it once, through `twin task fetch`, for
-every bundled task that declares an original: installing at set-up, not at a run's
-first use, means no run changes the interpreter it (and its sandboxes) run with, and a
-run needs no index. A published task's image does the same in its Dockerfile
-(`dockerfile_fetch_run`, `dockerfile_dependency_runs`).
+The requirements are read from the wheel's metadata (`runtime_requirements`) and installed
+into the original's own reference environment, never into twin's interpreter
+(`task_model.reference_env`); `scripts/setup.sh` does it once, through `twin task fetch`,
+for every bundled task that declares an original, so that no run needs an index. A
+published task's image does the same in its Dockerfile (`dockerfile_fetch_run`, and the
+lock of the reference environment, `reference_env.dockerfile_lock_run`).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import importlib.metadata
 import json
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import tomllib
@@ -32,11 +29,11 @@ from task_model.distribution import (
     DistributionError,
     OriginalDistribution,
     download,
-    fetch_wheel,
     file_sha256,
     keep_wheel,
-    last_line,
+    select_members,
 )
+from task_model.original import LICENSE, MAX_LICENSE
 
 PINNED = "torch"
 """The package every dependency install holds at the build installed here."""
@@ -111,45 +108,6 @@ def pinned_constraint() -> str:
     return f"{PINNED}=={installed.public}"
 
 
-def install_dependencies(original: OriginalDistribution, *, dry_run: bool = False) -> list[str]:
-    """Install `original`'s runtime dependencies into this interpreter, torch held where it is.
-
-    Where the install leaves an installed package's requirement broken (pip names it), that
-    package is resolved again together with the dependencies, once, so pip picks versions
-    that suit both. Returns the requirements that were missing (and are now installed,
-    unless `dry_run`).
-
-    Raises:
-        DistributionError: pip failed, or (should a resolver change) torch changed anyway.
-    """
-    missing = missing_requirements(runtime_requirements(fetch_wheel(original)))
-    if not missing or dry_run:
-        return missing
-    constraint = pinned_constraint()
-    broken = _pip_install(original, missing, constraint)
-    if broken:
-        _pip_install(original, [*missing, *broken], constraint)
-    if pinned_constraint() != constraint:
-        raise DistributionError(f"installing the dependencies of {original.requirement} replaced {constraint}")
-    return missing
-
-
-def _pip_install(original: OriginalDistribution, requirements: list[str], constraint: str) -> list[str]:
-    """`pip install -c <constraint> requirements`; the installed packages it left broken, by name."""
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="twin-constraints-") as constraints:
-        constraints.write(constraint + "\n")
-        constraints.flush()
-        argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-                "-c", constraints.name, *requirements]  # fmt: skip
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise DistributionError(
-            f"cannot install the dependencies of {original.requirement} with {constraint} held: "
-            f"{last_line(proc.stderr) or f'pip exited {proc.returncode}'}"
-        )
-    return sorted(set(re.findall(r"^(\S+) \S+ requires .*, but you have ", proc.stderr or "", re.MULTILINE)))
-
-
 def dockerfile_fetch_run(original: OriginalDistribution, inside: str, work: str = "/tmp/original") -> str:
     """The RUN command (text after `RUN `) that lays `original` out at `inside` in an image.
 
@@ -167,25 +125,6 @@ def dockerfile_fetch_run(original: OriginalDistribution, inside: str, work: str 
         f" && mkdir -p {inside} && cd {work}/unpacked && cp -r --parents {files} {inside}/"
         f" && cd / && rm -rf {work}"
     )
-
-
-def dockerfile_dependency_runs(requirements: list[str], constraint: str) -> list[str]:
-    """The RUN commands installing a distribution's runtime dependencies with `constraint` held.
-
-    Plain `echo` and `pip install -c` commands: twin, without docker, accepts them where every
-    package is installed in its own environment (as `twin task fetch` leaves it).
-    """
-    if not requirements:
-        return []
-    plain = []
-    for text in requirements:
-        requirement = Requirement(text)
-        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-        plain.append(shlex.quote(f"{requirement.name}{extras}{requirement.specifier}"))
-    return [
-        f"echo {shlex.quote(constraint)} > /tmp/torch-held.txt"
-        f" && pip install --no-cache-dir -c /tmp/torch-held.txt {' '.join(plain)}"
-    ]
 
 
 def declared_original(config: dict, where: str) -> OriginalDistribution | None:
@@ -227,7 +166,10 @@ def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLI
     with tempfile.TemporaryDirectory(prefix="twin-download-") as tmp:
         wheel = download(f"{match[1]}=={match[2]}", Path(tmp))
         fields = wheel_metadata(wheel)
-        licence = (fields.get("License-Expression") or fields.get("License") or ["unknown"])[0].splitlines()[0]
+        stated = (fields.get("License-Expression") or fields.get("License") or [""])[0].strip()
+        licence = stated.splitlines()[0].strip() if stated else ""
+        if not LICENSE.fullmatch(licence) or len(licence) > MAX_LICENSE:
+            licence = "NOASSERTION"  # SPDX's word for a licence the metadata states in no expression
         try:
             original = OriginalDistribution(
                 distribution=match[1], version=match[2], wheel=wheel.name, sha256=file_sha256(wheel),
@@ -236,10 +178,12 @@ def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLI
         except ValidationError as exc:
             raise DistributionError(f"--include: {exc.errors()[0]['msg']}") from None
         with zipfile.ZipFile(wheel) as archive:
-            names = archive.namelist()
-        for wanted in files:
-            if not any(n == wanted or n.startswith(wanted.rstrip("/") + "/") for n in names):
-                raise DistributionError(f"--include {wanted}: {wheel.name} has no such file or directory")
+            names = [n for n in archive.namelist() if not n.endswith("/")]
+        for wanted in original.files:
+            try:
+                select_members(names, [wanted], wheel.name)
+            except DistributionError:
+                raise DistributionError(f"--include {wanted}: {wheel.name} has no such file or directory") from None
         keep_wheel(original, wheel)
     return original
 

@@ -64,7 +64,11 @@ class RunRefused(DockerfileError):
 
 
 def read_dockerfile(
-    path: Path, *, ignore_run: bool = False, image: str | None = None, honoured: dict[str, LaidOut] | None = None
+    path: Path,
+    *,
+    ignore_run: bool = False,
+    image: str | None = None,
+    honoured: dict[str, LaidOut | None] | None = None,
 ) -> EnvironmentLayout:
     """Read a Dockerfile into the files it lays out, its WORKDIR, ENV and notes.
 
@@ -73,7 +77,8 @@ def read_dockerfile(
         ignore_run: accept a RUN twin cannot honour, with a note, instead of refusing it.
         image: the image built from this Dockerfile, which honours every RUN (with a note).
         honoured: RUN texts (`normalized_run`) twin honours itself, each with what it lays out:
-            the fetch of the original the task declares (`distribution_install.dockerfile_fetch_run`).
+            the fetch of the original the task declares (`distribution_install.dockerfile_fetch_run`),
+            and (None: nothing laid out) the install of its reference environment's lock.
 
     Raises:
         DockerfileError: an instruction twin cannot honour (one line, with the line number);
@@ -121,8 +126,11 @@ def read_dockerfile(
             layout.copies += _copy(instruction, value, args, layout, context, where)
         elif instruction == "RUN" and normalized_run(value) in (honoured or {}):
             laid = (honoured or {})[normalized_run(value)]
-            layout.copies.append(laid)
-            layout.notes.append(f"{where}: RUN lays out the declared original at {laid.inside} (hash checked)")
+            if laid is None:
+                layout.notes.append(f"{where}: RUN installs the original's dependencies: its reference environment")
+            else:
+                layout.copies.append(laid)
+                layout.notes.append(f"{where}: RUN lays out the declared original at {laid.inside} (hash checked)")
         elif instruction == "RUN":
             _run(value, args, layout, context, where, ignore_run, image)
         elif instruction in SKIPPED:

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from ground.boundary import Mount
 from ground.isolation import Layout
 from task_model.model import Task
+from task_model.reference_env import reference_site
 
 # Names never copied from the source repository: version-control state and pointers elsewhere.
 VCS_NAMES = frozenset({".git", ".gitmodules", ".hg", ".hgsub", ".svn", ".bzr", ".jj"})
@@ -58,6 +59,7 @@ def task_layout(task: Task, candidate: Path, *, source: Path | None = None) -> L
         laid_out=laid_out_mounts(task),
         env=task.environment.env if task.environment is not None else {},
         image=task.image,
+        reference_site=reference_site(settings.original),
     )
 
 

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from ground.sandbox import SandboxError
 from ground.sandboxes.task_image import build_task_image
+from ground.terminal import shown
 from task_model.distribution import materialize
 from task_model.dockerfile import DockerfileError, read_dockerfile
 from task_model.model import (
@@ -163,8 +164,12 @@ def load_task(path: str | Path, settings: str | Path | None = None, overrides: d
 
 
 def say_on_stderr(line: str) -> None:
-    """Print one line, plainly, on standard error."""
-    print(line, file=sys.stderr, flush=True)
+    """Print one line, plainly, on standard error, its control characters shown as escapes.
+
+    A note quotes the task's own text (a Dockerfile's line, a name from task.toml): it is
+    data, never escape sequences for the terminal (`ground.terminal.shown`).
+    """
+    print(shown(line), file=sys.stderr, flush=True)
 
 
 def load_task_for_sandbox(

@@ -11,6 +11,14 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ground.terminal import shown
+
+LICENSE = re.compile(r"[A-Za-z0-9.+:()-]+( +[A-Za-z0-9.+:()-]+)*")
+"""An SPDX expression's characters: identifiers, `AND`/`OR`/`WITH`, parentheses, single spaces."""
+MAX_LICENSE = 200
+PATH_CHARACTERS = re.compile(r"[^\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]+")
+"""A declared path's characters: none that a terminal or a joined key could read as anything but text."""
+
 
 class OriginalDistribution(BaseModel):
     """`[metadata.twin.original]`: the task's original, as a pinned distribution of the package index."""
@@ -68,13 +76,40 @@ class OriginalDistribution(BaseModel):
             raise ValueError("must be 64 lower-case hex digits")
         return value
 
+    @field_validator("license")
+    @classmethod
+    def _licence(cls, value: str) -> str:
+        if len(value) > MAX_LICENSE or not LICENSE.fullmatch(value):
+            raise ValueError(
+                f"must be an SPDX licence expression (letters, digits, '.-+:()', AND/OR/WITH, "
+                f"at most {MAX_LICENSE} characters), not {shown(value[:80])!r}"
+            )
+        return value
+
     @field_validator("files")
     @classmethod
     def _relative(cls, value: list[str]) -> list[str]:
+        seen: set[str] = set()
         for path in value:
             pure = PurePosixPath(path)
-            if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path:
-                raise ValueError(f"{path!r} must be a relative path inside the wheel")
+            if (
+                not path
+                or pure.is_absolute()
+                or ".." in pure.parts
+                or "\\" in path
+                or not PATH_CHARACTERS.fullmatch(path)
+            ):
+                raise ValueError(
+                    f"{shown(path)!r} must be a relative path inside the wheel, without control characters"
+                )
+            key = pure.as_posix()
+            if key in seen:
+                raise ValueError(f"{shown(path)!r} is declared twice")
+            seen.add(key)
+        for path in seen:  # a parent declared beside one of its files would select that file twice
+            parent = next((str(p) for p in PurePosixPath(path).parents if str(p) in seen), None)
+            if parent is not None:
+                raise ValueError(f"{shown(path)!r} lies inside {shown(parent)!r}, also declared")
         return value
 
     @property

@@ -39,6 +39,8 @@ from task_model.model import (
     published_twin_keys,
     task_name,
 )
+from task_model.reference_env import built, held_torch, reference_site
+from task_model.reference_lock import dockerfile_lock_run
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".npz", ".npy", ".h5", ".msgpack", ".gguf")
 # top-level directories an instruction names that are never the output (system, grader, oracle)
@@ -203,7 +205,7 @@ def _settings(root: Path, config: dict, **layout) -> TwinTaskSettings:
         raise TaskError(f"task {root.name}: bad [metadata.twin] {where} in task.toml: {first['msg']}") from None
 
 
-def _declared_original(root: Path, config: dict) -> tuple[Path | None, dict[str, LaidOut]]:
+def _declared_original(root: Path, config: dict) -> tuple[Path | None, dict[str, LaidOut | None]]:
     """A declared original's laid-out files, and the RUN text of the Dockerfile that lays them out.
 
     Raises:
@@ -216,7 +218,12 @@ def _declared_original(root: Path, config: dict) -> tuple[Path | None, dict[str,
         return None, {}
     host = materialize(original)
     run = normalized_run(dockerfile_fetch_run(original, str(original.mount)))
-    return host, {run: LaidOut(host=host, inside=str(original.mount))}
+    honoured: dict[str, LaidOut | None] = {run: LaidOut(host=host, inside=str(original.mount))}
+    if reference_site(original) is not None:  # built (else none is needed, or this says how to build it)
+        env = built(original)
+        for text in dockerfile_lock_run(env.lock if env is not None else [], held_torch()[0]):
+            honoured[normalized_run(text)] = None
+    return host, honoured
 
 
 def _relative(root: Path, host: Path) -> Path:

@@ -29,20 +29,21 @@ from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_no
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.grading.references import record_references
 from probes.probe_format import ProbeFileError, probe_names
-from task_model.distribution import fetch_wheel, materialize
+from task_model.distribution import materialize
 from task_model.distribution_install import (
     declaration_toml,
     declare_from_index,
-    dockerfile_dependency_runs,
     dockerfile_fetch_run,
     pinned_constraint,
-    runtime_requirements,
 )
 from task_model.layout import copy_without_history
 from task_model.loader import load_task
 from task_model.model import Task, TaskError
 from task_model.original import OriginalDistribution
 from task_model.published import imports_framework
+from task_model.reference_env import build as build_reference_env
+from task_model.reference_env import held_torch
+from task_model.reference_lock import dockerfile_lock_run
 
 TEMPLATES = Path(__file__).with_name("templates")
 PROBES_PACKAGE = Path(__file__).resolve().parents[2] / "probes"  # twin's own package, in a wheel too
@@ -113,6 +114,8 @@ def new_task(
     original = None
     if str(source or "").startswith("pypi:"):
         original = declare_from_index(str(source), list(include))
+        if original.dependencies:
+            build_reference_env(original)  # the references are recorded with it; the Dockerfile installs its lock
         source = materialize(original)
     elif include:
         raise TaskError("--include applies to --source pypi:NAME==VERSION only")
@@ -237,12 +240,12 @@ def _write_task(
 
 
 def _original_runs(original: OriginalDistribution | None) -> list[str]:
-    """The Dockerfile's RUN steps that fetch a declared original and install its dependencies."""
+    """The Dockerfile's RUN steps that fetch a declared original and install its reference environment's lock."""
     if original is None:
         return []
     runs = [dockerfile_fetch_run(original, str(original.mount))]
     if original.dependencies:
-        runs += dockerfile_dependency_runs(runtime_requirements(fetch_wheel(original)), pinned_constraint())
+        runs += dockerfile_lock_run(build_reference_env(original).lock, held_torch()[0])
     return runs
 
 

@@ -38,6 +38,7 @@ from ground.sandboxes.registry import make_sandbox
 from ground.untrusted_io import AgentFileError, read_regular_text
 from task_model.layout import command_workdir, task_layout
 from task_model.model import Task
+from task_model.reference_env import reference_site
 
 SCHEMA_VERSION = 1
 REWARD_FILES = ("reward.json", "reward.txt")
@@ -234,6 +235,9 @@ def _grader_env(
             "ASSETS_DIR": str(task.assets_dir or ""),
             "LOGS_DIR": str(logs_dir),
         }
+        site = reference_site(settings.original)
+        if site is not None:  # as the isolated grader has it (ground.isolation.reference_env_parts)
+            env["PYTHONPATH"] = str(site)
     return env, f"{env['TESTS_DIR']}/test.sh"
 
 

@@ -92,14 +92,18 @@ def context_entries(context: Path, hidden: Sequence[Path]) -> list[tuple[str, Pa
 
 
 def context_digest(entries: Sequence[tuple[str, Path]], laid_out: Sequence[str] = ()) -> str:
-    """A digest of the context's names, kinds, modes, link targets and contents (not their times)."""
-    digest = hashlib.sha256(f"twin-task-image {_LAST_STEP_VERSION}\n{chr(0).join(laid_out)}\n".encode())
+    """A digest of the context's names, kinds, modes, link targets and contents (not their times).
+
+    Each entry's header is a JSON line that states its content's length: no two contexts share it.
+    """
+    digest = hashlib.sha256(json.dumps(["twin-task-image", _LAST_STEP_VERSION, list(laid_out)]).encode() + b"\n")
     for name, path in entries:
         st = path.lstat()
-        digest.update(f"{name}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode)}\0".encode())
-        if stat.S_ISLNK(st.st_mode):
-            digest.update(os.readlink(path).encode())
-        elif stat.S_ISREG(st.st_mode):
+        target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        digest.update(json.dumps([name, stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), size, target]).encode())
+        digest.update(b"\n")
+        if stat.S_ISREG(st.st_mode):
             with open(path, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)

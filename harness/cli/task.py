@@ -82,24 +82,47 @@ def new_command(
 def fetch_command(
     task: Path = typer.Argument(..., help="The task directory."),
     deps: bool = typer.Option(
-        True, "--deps/--no-deps", help="Also install the original's runtime dependencies (torch held where it is)."
+        True,
+        "--deps/--no-deps",
+        help="Also build the original's reference environment (its runtime dependencies, torch held) and import "
+        "what the task's probes use there.",
     ),
+    sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto: where the import check runs."),
 ) -> None:
-    """Fetch a task's declared original (pip download, sha256 check) into twin's cache, and its dependencies."""
-    from task_model.distribution import materialize
-    from task_model.distribution_install import install_dependencies, pinned_constraint, task_declaration
+    """Fetch a task's declared original (pip download, sha256 check) into twin's cache, and its reference environment.
+
+    The runtime dependencies go into an environment of the original's own under twin's cache, never into
+    twin's interpreter; only the reference side (and the grader) see it (docs/security.md).
+    """
+    from probes.reference_imports import import_failures, reference_modules
+    from task_model.distribution import is_materialized, materialize
+    from task_model.distribution_install import task_declaration
+    from task_model.loader import load_task
+    from task_model.reference_env import build, held_torch
 
     original = task_declaration(task)
     if original is None:
         raise TwinError(f"task {task} declares no original ([metadata.twin.original] in task.toml)")
+    console = agent_console()
+    if not is_materialized(original):
+        console.print(styled(f"fetching {original.requirement} and laying out its declared files …", "dim"))
     laid_out = materialize(original)
     count = sum(1 for p in laid_out.rglob("*") if p.is_file())
-    print(f"{original.requirement} ({original.license}): {count} files laid out in {laid_out}")
-    if deps and original.dependencies:
-        installed = install_dependencies(original)
-        held = pinned_constraint()
-        done = f"installed {', '.join(installed)}" if installed else "already installed"
-        print(f"its runtime dependencies: {done} ({held} held)")
+    console.print(f"{original.requirement} ({original.license}): {count} files laid out in {laid_out}", soft_wrap=True)
+    if not (deps and original.dependencies):
+        return
+    env = build(original, say=lambda line: console.print(styled(f"{line} …", "dim"), soft_wrap=True))
+    held = held_torch()[0]
+    installed = ", ".join(f"{e.name}=={e.version}" for e in env.lock) or "nothing (twin's interpreter has them all)"
+    console.print(f"its reference environment ({env.root}, torch=={held} held): {installed}", soft_wrap=True)
+    loaded = load_task(task)
+    modules = reference_modules(loaded)
+    console.print(styled(f"importing on the reference side: {', '.join(modules)} …", "dim"), soft_wrap=True)
+    failed = import_failures(loaded, modules, sandbox_kind=sandbox)
+    if failed:
+        name, why = next(iter(failed.items()))
+        raise TwinError(f"the reference side cannot import {name}: {why}")
+    console.print(f"the reference side imports {', '.join(modules) or 'nothing it is asked to'}", soft_wrap=True)
 
 
 @app.command("check")

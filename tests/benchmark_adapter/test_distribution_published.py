@@ -113,3 +113,29 @@ def test_include_needs_a_distribution_and_a_distribution_needs_include(local_ind
         assert main(["task", "new", str(tmp_path / "t"), *args]) == 2, message
         assert message in " ".join(capsys.readouterr().err.split())
         assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.heavy  # pip resolves and installs the reference environment for real, then references are recorded
+def test_twin_task_new_installs_the_reference_environments_lock_in_its_dockerfile(local_index, tmp_path, capsys):
+    import hashlib
+
+    from task_model.reference_env import built
+
+    files = {
+        f"tiny_net/{p.name}": p.read_text() for p in (TINY / "environment" / "torch_orig" / "tiny_net").glob("*.py")
+    }
+    files["tiny_net/__init__.py"] = "import tinydep\n" + files.get("tiny_net/__init__.py", "")
+    dep = build_wheel(local_index, {"tinydep/__init__.py": ""}, name="tinydep", version="1.0")
+    build_wheel(local_index, files, name="tinynet", version="0.2", requires=("tinydep>=1.0",))
+    dest = tmp_path / "made"
+    args = ["task", "new", str(dest), "--source", "pypi:tinynet==0.2", "--include", "tiny_net",
+            "--probe", str(TINY / "tests" / "probes" / "tiny_net.py"),
+            "--assets", str(TINY / "environment" / "checkpoint"),
+            "--instruction", str(TINY / "instruction.md"), "--sandbox", "none"]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    dockerfile = (dest / "environment" / "Dockerfile").read_text()
+    assert f"tinydep==1.0 --hash=sha256:{hashlib.sha256(dep.read_bytes()).hexdigest()}" in dockerfile
+    assert "--require-hashes" in dockerfile and "--no-deps" in dockerfile
+    task = load_task(dest)
+    assert built(task.settings.original).lock[0].name == "tinydep"
+    assert any("installs the original's dependencies: its reference environment" in n for n in task.environment.notes)

@@ -29,6 +29,7 @@ from task_model.distribution_install import dockerfile_fetch_run
 from task_model.loader import load_task
 from task_model.original import OriginalDistribution
 from tests.conftest import TASKS_DIR
+from tests.fakes.wheels import reference_pythonpath
 
 TASK = TASKS_DIR / "litgpt-generate"
 ORACLE = TASK / "solution" / "app"
@@ -118,7 +119,7 @@ def test_assets_are_made_again(tmp_path):
 
     copy = tmp_path / "environment"
     shutil.copytree(TASK / "environment", copy, ignore=shutil.ignore_patterns("assets"))
-    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED))}
+    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED)), **reference_pythonpath(DECLARED)}
     subprocess.run([sys.executable, str(copy / "make_assets.py")], env=env, check=True, capture_output=True)
     assert (copy / "assets" / "model_config.yaml").read_bytes() == (ASSETS / "model_config.yaml").read_bytes()
     fresh = torch.load(copy / "assets" / "lit_model.pth", weights_only=True)

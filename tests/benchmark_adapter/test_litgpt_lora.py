@@ -27,6 +27,7 @@ from task_model.distribution_install import dockerfile_fetch_run
 from task_model.loader import load_task
 from task_model.original import OriginalDistribution
 from tests.conftest import TASKS_DIR
+from tests.fakes.wheels import reference_pythonpath
 
 TASK = TASKS_DIR / "litgpt-lora"
 ORACLE = TASK / "solution" / "app"
@@ -98,7 +99,7 @@ def test_defects_apply_to_the_oracle(tmp_path):
 def test_assets_are_made_again_exactly(tmp_path):
     copy = tmp_path / "environment"
     shutil.copytree(TASK / "environment", copy, ignore=shutil.ignore_patterns("assets"))
-    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED))}
+    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED)), **reference_pythonpath(DECLARED)}
     subprocess.run([sys.executable, str(copy / "make_assets.py")], env=env, check=True, capture_output=True)
     for path in ASSETS.iterdir():
         assert (copy / "assets" / path.name).read_bytes() == path.read_bytes(), path.name

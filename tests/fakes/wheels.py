@@ -55,3 +55,18 @@ def local_index(monkeypatch, tmp_path) -> Path:
     use_index(monkeypatch, index)
     monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
     return index
+
+
+def reference_pythonpath(original) -> dict[str, str]:
+    """PYTHONPATH giving a host process `original`'s reference environment, as its reference side has it.
+
+    Skips the test where the environment is needed but not built (`twin task fetch` builds it).
+    """
+    from task_model.distribution import DistributionError
+    from task_model.reference_env import reference_site
+
+    try:
+        site = reference_site(original)
+    except DistributionError as exc:
+        pytest.skip(str(exc))
+    return {} if site is None else {"PYTHONPATH": str(site)}

@@ -83,3 +83,11 @@ def test_twin_bench_parses_each_task_once_in_its_own_process(parses, tmp_path):
     argv = ["bench", "--tasks", str(TINY_CALC), "--model", script, "--scaffold", "base", "--rounds", "1"]
     assert main([*argv, "--benches-dir", str(tmp_path / "benches"), "--no-report"]) == 0
     assert parses == {"tiny-calc": 1}  # the command's load, the trial's post-run checks included
+
+
+def test_a_note_on_stderr_shows_the_tasks_controls_as_escapes(capsys):
+    from task_model.loader import say_on_stderr
+
+    say_on_stderr("note: Dockerfile:2: RUN \x1b]0;owned\x07 \r\x1b[2J\u202e done")
+    err = capsys.readouterr().err
+    assert err == "note: Dockerfile:2: RUN \\x1b]0;owned\\x07 \\x0d\\x1b[2J\\u202e done\n"

@@ -162,3 +162,17 @@ def test_a_from_image_that_cannot_be_pulled_fails_in_one_line(tmp_path):
         build_task_image(root / "environment", hidden=hidden(root), timeout_s=120)
     message = str(info.value)
     assert message.startswith("FROM twin-test-absent:none: ") and "\n" not in message
+
+
+def test_a_file_holding_another_entrys_header_does_not_share_a_context_digest(tmp_path):
+    import stat as stat_
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    (two / "a").write_text("x")
+    (two / "b").write_text("y")
+    kind, mode = stat_.S_IFREG, stat_.S_IMODE((two / "b").stat().st_mode)
+    (one / "a").write_text(f"x\0b\0{kind}\0{mode}\0y")  # the joined header of the old digest, inside a file
+    (one / "a").chmod(mode)
+    assert context_digest([("a", one / "a")]) != context_digest([("a", two / "a"), ("b", two / "b")])
