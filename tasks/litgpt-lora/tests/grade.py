@@ -13,7 +13,8 @@ parameter tree); L1 checkpoint reading, RoPE tables and rotation, RMSNorm, cross
 learning-rate schedule, trainable marking, LoRA initialisation; L2 checkpoint conversion round
 trip; L3 base and LoRA forward over three shapes, merged weights and merged forward; L4 loss,
 LoRA gradients and a six-step AdamW trajectory with the base frozen; L5 the fine-tuning loop
-end to end (loss curve, schedule, trained factors, validation loss).
+end to end (loss curve, schedule, trained factors, validation loss), each list as litgpt's own
+`finetune.lora.fit` logs it.
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
     add("L1.cross_entropy", "numeric", 1, *section(probes, "cross_entropy", lambda: (mean_score(
         scalar_score(got.get(k), values[k], f64[k]) for k in ("ce.chunked", "ce.chunked_list", "ce.plain")), "")))
     add("L1.lr_schedule", "numeric", 1, *section(probes, "schedule", lambda: (
-        series_score(list(np.asarray(outs.get("schedule.lr", [])).tolist()), values["fit.lr"], values["fit.lr"]), "")))
+        series_score(list(np.asarray(outs.get("schedule.lr", [])).tolist()), values["schedule.lr"],
+                     values["schedule.lr"]), "")))
 
     def trainable() -> tuple[float, str]:
         want, have_ = set(values["trainable"]), set(got.get("trainable") or [])
