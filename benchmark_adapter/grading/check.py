@@ -124,7 +124,8 @@ def check_task(
         cut_short: stop at the first failed part (else every row is graded, as `twin task check` shows them).
         on_row: told of each row as it is graded.
         reference_sample: how many probes' references to re-run on the original (a task made
-            by `twin task new`; 0: none), one row each.
+            by `twin task new`), one row each, and the task's own recorder's check where it
+            names one (`reference_check`); 0: none.
     """
     grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
     check = TaskCheck(task=task.name, content_hash=content_hash or task_content_hash(task) or "", sandbox=sandbox)
@@ -165,13 +166,15 @@ def check_task(
 
 def reference_rows(task: Task, sandbox: str, size: int) -> list[CheckRow]:
     """A row per re-run reference: passed where the original still gives the frozen outputs."""
-    from benchmark_adapter.grading.reference_drift import check_reference_drift, has_recorded_probes
+    from benchmark_adapter.grading.reference_drift import check_recorder, check_reference_drift, has_recorded_probes
 
-    if not has_recorded_probes(task):
-        return []
     expected = "the original's outputs, within their noise"
+    drifts = []
     try:
-        drifts = check_reference_drift(task, sandbox=sandbox, size=size)
+        if task.settings.reference_check:
+            drifts.append(check_recorder(task, sandbox=sandbox))
+        if has_recorded_probes(task):
+            drifts += check_reference_drift(task, sandbox=sandbox, size=size)
     except TwinError as exc:
         return [CheckRow(name="references", expected=expected, passed=False, error=str(exc))]
     rows = []

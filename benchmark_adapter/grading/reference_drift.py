@@ -6,10 +6,13 @@ or mis-made), every grade compares against numbers the original no longer gives.
 check re-runs a sample of the reference side on the original, in the current environment,
 from the frozen inputs, and compares each frozen output with what the original gives now.
 
-A task made by `twin task new` says how: `tests/spec.json` lists its probes, and each
-probe's `tests/refs/<slot>/` holds its inputs, its output at the working dtype (`ref/`) and
-its noise run (`noise/`, float64 or a second run). The sample's reference side runs exactly
-as recording ran it (`benchmark_adapter.grading.references`), both runs again.
+A bundled task whose recorder can say so names it (`reference_check` in `[metadata.twin]`):
+the recorder, given `--check`, records every reference again in memory and prints a line per
+quantity that drifted (`check_recorder`). A task made by `twin task new` says how too:
+`tests/spec.json` lists its probes, and each probe's `tests/refs/<slot>/` holds its inputs,
+its output at the working dtype (`ref/`) and its noise run (`noise/`, float64 or a second run).
+The sample's reference side runs exactly as recording ran it
+(`benchmark_adapter.grading.references`), both runs again.
 
 Tolerance: the re-run's own noise. Two runs of the same program at the working dtype each
 lie within the noise `d(ref, ref_f64)` of the float64 run, so they differ by at most twice
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -34,11 +38,13 @@ from probes.context import make_context
 from probes.differential import prepare_root
 from probes.probe_format import read_probe_file
 from probes.reference_cache import reference_runs, reseeded
+from probes.sides import _readable as readable
 from probes.sides import load_arrays, slot
 from task_model.model import Task, TaskError
 
 DRIFT_SPREAD = 2.0
 DEFAULT_SAMPLE = 4
+RECORDER_TIMEOUT_S = 900.0
 
 
 class Drift(BaseModel):
@@ -56,6 +62,57 @@ class Drift(BaseModel):
 def has_recorded_probes(task: Task) -> bool:
     """Whether the task's grader says how its references were recorded (a `twin task new` spec)."""
     return (task.tests_dir / "spec.json").is_file()
+
+
+def check_recorder(task: Task, *, sandbox: str, timeout_s: float = RECORDER_TIMEOUT_S) -> Drift:
+    """Run the task's own recorder with `--check` on the reference side; its `drifted:` lines, if any.
+
+    The recorder (`reference_check` of `[metadata.twin]`) and the task's tests/ are handed to the
+    reference side read-only, under a task-shaped folder (the recorder finds its frozen
+    references beside itself); it is told where the original is (`ORIGINAL_DIR`) and the assets
+    (`ASSETS_DIR`), and writes only to its scratch directory (`TMPDIR`).
+
+    Raises:
+        TaskError: the task names no recorder, or one it does not hold.
+    """
+    recorder = task.settings.reference_check
+    if not recorder:
+        raise TaskError(f"task {task.name}: [metadata.twin] names no reference_check recorder")
+    relative = Path(recorder)
+    if relative.is_absolute() or ".." in relative.parts or not (task.root / relative).is_file():
+        raise TaskError(f"task {task.name}: reference_check {recorder!r} is not a file of the task")
+    name = f"recorder {relative.as_posix()}"
+    with tempfile.TemporaryDirectory(prefix="twin-drift-") as tmp:
+        empty = Path(tmp) / "candidate"
+        empty.mkdir()
+        ctx = make_context(task, empty, sandbox_kind=sandbox, workdir=Path(tmp) / "work", timeout_s=timeout_s)
+        try:
+            given, work = ctx.side_given("reference"), ctx.side_work("reference")
+            for folder in (given, work):
+                folder.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(task.tests_dir, given / "task" / "tests", symlinks=False)
+            if not (given / "task" / relative).is_file():
+                shutil.copy2(task.root / relative, given / "task" / relative)
+            readable(given)
+            work.chmod(0o777)
+            roots = ctx.roots("reference")
+            inside_work = ctx.inside("reference", work)
+            env = {"ORIGINAL_DIR": roots["source"] or "", "ASSETS_DIR": roots["assets"] or "", "TMPDIR": inside_work,
+                   "HOME": inside_work, "MPLCONFIGDIR": inside_work, **ctx.side_env()}  # fmt: skip
+            script = f"{ctx.inside('reference', given / 'task' / relative)}"
+            result = ctx.sandbox("reference").exec(
+                [sys.executable, script, "--check"], cwd=inside_work, env=env, timeout_s=timeout_s
+            )
+        finally:
+            ctx.close()
+    lines = result.stdout.splitlines()
+    drifted = [line.removeprefix("drifted: ").strip() for line in lines if line.startswith("drifted: ")]
+    if result.returncode == 0 and not drifted:
+        return Drift(probe=name)
+    if result.returncode == 1 and drifted:
+        return Drift(probe=name, drifted=drifted)
+    tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or [f"exit {result.returncode}"]
+    return Drift(probe=name, error=f"the recorder's check did not run through: {tail[0][:300]}")
 
 
 def sample_entries(entries: list[dict], size: int) -> list[dict]:

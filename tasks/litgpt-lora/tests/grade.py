@@ -99,7 +99,7 @@ def scalar_score(cand, ref, ref64) -> float:
 def series_score(cand, ref, ref64) -> float:
     if not isinstance(cand, list) or len(cand) != len(ref):
         return 0.0
-    return mean_score(scalar_score(c, r, n) for c, r, n in zip(cand, ref, ref64))
+    return mean_score(scalar_score(c, r, n) for c, r, n in zip(cand, ref, ref64, strict=False))
 
 
 def grade(tests: Path, app: Path, assets: Path) -> dict:
@@ -139,7 +139,7 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
         arrays = (run or probes).arrays
         keys = sorted(k for k in refs if k.startswith(prefix))
         scores = [tensor_score(arrays.get(k), refs[k], refs.get("f64." + k, refs[k])) for k in keys]
-        worst = min(zip(scores, keys))[1] if keys else ""
+        worst = min(zip(scores, keys, strict=True))[1] if keys else ""
         return mean_score(scores), f"{len(keys)} outputs, lowest {worst}"
 
     found = got.get("interface", {}) if isinstance(got.get("interface"), dict) else {}

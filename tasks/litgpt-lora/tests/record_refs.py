@@ -2,7 +2,12 @@
 
 Run by task authors (never by the grader), with the original laid out by `twin task fetch`:
 
-    LITGPT_SOURCE=<the laid-out original> python tests/record_refs.py
+    LITGPT_SOURCE=<the laid-out original> python tests/record_refs.py [--check]
+
+With `--check` it writes nothing: it records every reference again in memory, from litgpt in
+the current environment, and prints one `drifted:` line per frozen quantity it no longer
+gives within its own noise (exit 1), as `twin task check` runs it (`reference_check` in
+task.toml).
 
 Every reference is computed by litgpt's own code (`litgpt.model.GPT`, `litgpt.lora.GPT`,
 `merge_lora_weights`, `mark_only_lora_as_trainable`, `chunked_cross_entropy`,
@@ -30,9 +35,9 @@ import numpy as np
 import yaml
 
 TASK = Path(__file__).resolve().parents[1]
-ASSETS = TASK / "environment" / "assets"
+ASSETS = Path(os.environ.get("ASSETS_DIR") or TASK / "environment" / "assets")  # where the task's assets are
 TESTS = TASK / "tests"
-sys.path.insert(0, os.environ["LITGPT_SOURCE"])
+sys.path.insert(0, os.environ.get("LITGPT_SOURCE") or os.environ["ORIGINAL_DIR"])  # ORIGINAL_DIR: as twin says
 
 import litgpt.finetune.lora as finetune  # noqa: E402
 import litgpt.lora as lora  # noqa: E402
@@ -258,7 +263,8 @@ def init_spread(seed: int) -> float:
     return float(np.concatenate(scaled).std())
 
 
-def main() -> None:
+def compute() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
+    """The inputs, the reference arrays (float32 and their `f64.` twins) and the reference values."""
     rng = np.random.default_rng(SEED)
     checkpoint = torch.load(ASSETS / "lit_model.pth", weights_only=True)
     state = lora_state(rng, checkpoint, b_scale=0.05)
@@ -293,7 +299,34 @@ def main() -> None:
     values["init.std_mean"] = float(np.mean(spreads))
     values["init.std_band"] = float(BAND_STDS * np.std(spreads))
     refs.update({f"load.{k}": v.numpy() for k, v in checkpoint.items()})
+    return inputs, refs, values
 
+
+def check_frozen(inputs: dict[str, np.ndarray], refs: dict[str, np.ndarray], values: dict) -> list[str]:
+    """One line per frozen input or reference that litgpt, run now, no longer gives (`drift.py`)."""
+    sys.path.insert(0, str(TESTS))
+    import drift
+
+    frozen_inputs = dict(np.load(TESTS / "inputs" / "inputs.npz"))
+    same = lambda k: k in inputs and k in frozen_inputs and np.array_equal(inputs[k], frozen_inputs[k])  # noqa: E731
+    lines = [f"input {k}: differs" for k in sorted(set(inputs) | set(frozen_inputs)) if not same(k)]
+    frozen = dict(np.load(TESTS / "refs" / "refs.npz"))
+    return lines + drift.check(frozen, json.loads((TESTS / "refs" / "refs.json").read_text()), refs, values)
+
+
+def main(argv: list[str]) -> int:
+    """Record the references; with `--check`, record them in memory and compare them with the frozen ones."""
+    inputs, refs, values = compute()
+    if argv == ["--check"]:
+        lines = check_frozen(inputs, refs, values)
+        for line in lines:
+            print(f"drifted: {line}")
+        if not lines:
+            print(f"the frozen references are litgpt's outputs now: {len(refs)} arrays, {len(values)} values")
+        return 1 if lines else 0
+    if argv:
+        print("usage: record_refs.py [--check]", file=sys.stderr)
+        return 2
     (TESTS / "inputs").mkdir(exist_ok=True)
     (TESTS / "refs").mkdir(exist_ok=True)
     np.savez_compressed(TESTS / "inputs" / "inputs.npz", **inputs)
@@ -306,7 +339,8 @@ def main() -> None:
     versions = {"torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
                 "litgpt": getattr(litgpt, "__version__", "0.5.13")}  # fmt: skip
     (TESTS / "refs" / "VERSIONS.json").write_text(json.dumps(versions, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main(sys.argv[1:]))
