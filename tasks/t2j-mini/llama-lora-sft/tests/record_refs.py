@@ -256,10 +256,10 @@ def main() -> None:
     batches = [data.collate([train_enc[i] for i in idx], probe_cfg.max_seq_len, tok.pad_id) for idx in schedule]
     inputs["steps.input_ids"] = np.stack([b["input_ids"].numpy() for b in batches]).astype(np.int32)
     inputs["steps.labels"] = np.stack([b["labels"].numpy() for b in batches]).astype(np.int32)
-    # Stand-in: the original's `train` loop, written out over the batches handed to the candidate,
-    # as these references were first recorded; the same clipping, logging and steps (tested:
-    # `train` from the same adapter gives these losses, rates, norms and factors;
-    # tests/benchmark_adapter/test_llama_lora_sft.py)
+    # Stand-in: the original's `train` loop, written out so that its steps run on exactly the
+    # arrays handed to the candidate (steps.input_ids, steps.labels; `train` builds its batches
+    # itself), with the same clipping, logging and steps (tested: `train` from the same adapter
+    # gives these losses, rates, norms and factors; tests/benchmark_adapter/test_llama_lora_sft.py)
     params = trainable_parameters(step_model)
     optimizer, scheduler = build_optimizer(params, probe_cfg)
     losses, lrs, norms = [], [], []
