@@ -94,7 +94,6 @@ def check_recorder(task: Task, *, sandbox: str, timeout_s: float = RECORDER_TIME
             if not (given / "task" / relative).is_file():
                 shutil.copy2(task.root / relative, given / "task" / relative)
             readable(given)
-            work.chmod(0o777)
             roots = ctx.roots("reference")
             inside_work = ctx.inside("reference", work)
             env = {"ORIGINAL_DIR": roots["source"] or "", "ASSETS_DIR": roots["assets"] or "", "TMPDIR": inside_work,
