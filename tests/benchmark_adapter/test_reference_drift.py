@@ -119,3 +119,36 @@ def test_task_check_fails_naming_a_reference_edited_one_ulp_beyond_its_noise(tmp
         assert result.passed is not fails, result.failure_line()
     assert "reference tiny_net.loss_grads" in result.failure_line() and "loss: distance" in result.failure_line()
     assert [d.probe for d in check_reference_drift(load_task(copy), sandbox="auto", size=1)] == ["tiny_net.forward"]
+
+
+def test_twin_task_check_prints_and_fails_on_a_drifted_reference(tmp_path, monkeypatch, capsys):
+    """The CLI passes --reference-sample on, prints the row and its drifted quantity, and exits non-zero."""
+    from benchmark_adapter.grading import check as check_module
+    from benchmark_adapter.grading import reference_drift
+    from benchmark_adapter.grading.reference_drift import Drift
+    from harness.cli.app import main
+
+    copy = tmp_path / "tiny-net"
+    shutil.copytree(TINY, copy)
+    asked = []
+
+    def drifted(task, *, sandbox, size):
+        asked.append(size)
+        return [Drift(probe="tiny_net.loss_grads", drifted=["loss: distance 3e-07 > tolerance 2.38e-07"])]
+
+    monkeypatch.setattr(reference_drift, "check_reference_drift", drifted)
+    real = check_module.check_task
+    grades = iter([1.0, 0.0])
+
+    def no_grading(task, **options):
+        def grade(t, candidate):
+            return Grade(task="t", candidate="c", reward=next(grades), returncode=0, duration_s=0.0, sandbox="none")
+
+        return real(task, **{**options, "grade_fn": grade, "parallel": False})
+
+    monkeypatch.setattr("harness.cli.task.check_task", no_grading)
+    assert main(["task", "check", str(copy), "--no-defects", "--reference-sample", "2"]) != 0
+    captured = capsys.readouterr()
+    assert asked == [2]
+    assert "reference tiny_net.loss_grads: drifted: loss: distance" in " ".join(captured.out.split())
+    assert "check failed (reference tiny_net.loss_grads)" in captured.err
