@@ -91,7 +91,7 @@ def validate(params: Params, config: Config, input_ids: np.ndarray, labels: np.n
     loss = jax.jit(partial(loss_fn, config=config))
     count = max(1, len(input_ids) // micro_batch_size)
     values = [loss(params, input_ids=b[0], labels=b[1])
-              for b, _ in zip(batches(input_ids, labels, micro_batch_size), range(count))]  # fmt: skip
+              for b, _ in zip(batches(input_ids, labels, micro_batch_size), range(count), strict=False)]  # fmt: skip
     return float(np.mean([float(v) for v in values]))
 
 
@@ -110,7 +110,7 @@ def fit(params: Params, config: Config, data: dict[str, np.ndarray], args: Train
     schedule = get_lr_scheduler(args.learning_rate, args.warmup_steps, args.max_steps)
     losses, rates = [], []
     stream = batches(data["train_input_ids"], data["train_labels"], args.micro_batch_size)
-    for i, (input_ids, labels) in zip(range(args.max_steps), stream):
+    for i, (input_ids, labels) in zip(range(args.max_steps), stream, strict=False):
         params, opt_state, loss = step(params, opt_state, input_ids, labels)
         losses.append(float(loss))
         rates.append(float(schedule(i + 1)))  # as litgpt logs it: the scheduler's rate after step i
