@@ -88,6 +88,15 @@ class TwinTaskSettings(BaseModel):
             "out from twin's cache instead of source_dir (task_model.distribution)."
         ),
     )
+    reference_check: str | None = Field(
+        default=None,
+        description=(
+            "The task's recorder of its references (relative to the task directory, e.g. "
+            "'tests/record_refs.py'), which given `--check` records them again from the original and "
+            "prints a `drifted: QUANTITY …` line (exit 1) for each frozen one it no longer gives within "
+            "its noise; `twin task check` runs it on the reference side."
+        ),
+    )
     oracle_min_reward: float = Field(
         default=0.97,
         ge=0.0,

@@ -8,7 +8,9 @@ unchanged grader in twin's sandbox (as `twin grade` and a run's grading do):
   `[metadata.twin]` says otherwise) with no error;
 - an empty candidate, which must score 0;
 - where asked, each seeded defect (`benchmark_adapter.grading.defects`), which must score below
-  the oracle (by more than float noise, as `benchmark_adapter.grading.sweep` counts it caught).
+  the oracle (by more than float noise, as `benchmark_adapter.grading.sweep` counts it caught);
+- where asked, a sample of the frozen references, re-run on the original now, which must give
+  them again within their own noise (`benchmark_adapter.grading.reference_drift`).
 
 `ensure_task_checked` runs the first two once per task content and sandbox kind before
 a run (`twin migrate`, `twin bench`) and remembers a pass under twin's cache directory.
@@ -102,6 +104,7 @@ def check_task(
     parallel: bool | None = None,
     cut_short: bool = False,
     on_row: RowEvent | None = None,
+    reference_sample: int = 0,
 ) -> TaskCheck:
     """Grade the oracle, an empty candidate and (if given) each seeded defect; never raises on a failed row.
 
@@ -120,6 +123,9 @@ def check_task(
         parallel: grade the oracle and the empty candidate at once (None: where there are 2 cores or more).
         cut_short: stop at the first failed part (else every row is graded, as `twin task check` shows them).
         on_row: told of each row as it is graded.
+        reference_sample: how many probes' references to re-run on the original (a task made
+            by `twin task new`), one row each, and the task's own recorder's check where it
+            names one (`reference_check`); 0: none.
     """
     grade = grade_fn or (lambda t, c: run_grader(t, c, sandbox=sandbox))
     check = TaskCheck(task=task.name, content_hash=content_hash or task_content_hash(task) or "", sandbox=sandbox)
@@ -150,7 +156,32 @@ def check_task(
             break
     oracle_rows, empty_rows = found[0], found[1]
     check.rows = [oracle_rows[0], *empty_rows, *oracle_rows[1:]]
+    if reference_sample > 0:
+        for row in reference_rows(task, sandbox, reference_sample):
+            check.rows.append(row)
+            if on_row is not None:
+                on_row(row, time.monotonic() - started)
     return check
+
+
+def reference_rows(task: Task, sandbox: str, size: int) -> list[CheckRow]:
+    """A row per re-run reference: passed where the original still gives the frozen outputs."""
+    from benchmark_adapter.grading.reference_drift import check_recorder, check_reference_drift, has_recorded_probes
+
+    expected = "the original's outputs, within their noise"
+    drifts = []
+    try:
+        if task.settings.reference_check:
+            drifts.append(check_recorder(task, sandbox=sandbox))
+        if has_recorded_probes(task):
+            drifts += check_reference_drift(task, sandbox=sandbox, size=size)
+    except TwinError as exc:
+        return [CheckRow(name="references", expected=expected, passed=False, error=str(exc))]
+    rows = []
+    for drift in drifts:
+        error = drift.error or ("drifted: " + "; ".join(drift.drifted) if drift.drifted else None)
+        rows.append(CheckRow(name=f"reference {drift.probe}", expected=expected, passed=drift.passed, error=error))
+    return rows
 
 
 def _deliver(done: queue.Queue, index: int, part: Callable[[], list[CheckRow]]) -> None:

@@ -133,20 +133,25 @@ def check_command(
         None, "--defects", help="A defect list (DEFECTS: list[Defect]); default: twin's own for a bundled task."
     ),
     no_defects: bool = typer.Option(False, "--no-defects", help="Grade only the oracle and the empty candidate."),
+    reference_sample: int = typer.Option(
+        4, "--reference-sample", min=0,
+        help="Re-run this many probes' references on the original and compare them with the frozen ones (0: none).",
+    ),
     settings: options.PublishedSettings = None,
     original_dir: options.OriginalDir = None,
     assets_dir: options.AssetsDir = None,
     output_dir: options.OutputDir = None,
 ) -> None:
-    """Grade the task's oracle (>= 0.97), an empty candidate (0) and its seeded defects, as a run would."""
+    """Grade the task's oracle (>= 0.97), an empty candidate (0) and its seeded defects, as a run would;
+    re-run a sample of its references on the original (a task made by `twin task new`)."""
     from benchmark_adapter.grading.sweep import load_defects
 
     loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     path = None if no_defects else defects or default_defects(loaded)
     seeded = load_defects(path) if path is not None else []
     console = agent_console()
-    with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects"):
-        check = check_task(loaded, sandbox=sandbox, defects=seeded)
+    with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects, references"):
+        check = check_task(loaded, sandbox=sandbox, defects=seeded, reference_sample=reference_sample)
     print_check(console, check)
     if not check.passed:
         raise TaskCheckFailed(check.failure_line())

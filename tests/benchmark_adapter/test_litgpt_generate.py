@@ -166,3 +166,40 @@ def test_a_seeded_defect_scores_below_the_oracle(name, oracle_result, tmp_path):
     assert result["reward"] < oracle_result["reward"] - 0.01, result["checks"]
     tripped = {k for k, v in result["checks"].items() if v["score"] < oracle_result["checks"][k]["score"]}
     assert tripped, result["checks"]
+
+
+STAND_INS = r"""
+import json, sys
+import numpy as np
+import torch
+import litgpt.generate.base as base
+from litgpt.config import Config
+from litgpt.model import build_rope_cache
+config = Config.from_file(sys.argv[1])
+cos, sin = build_rope_cache(config.block_size, config.rope_n_elem, base=config.rope_base)
+# record_refs.py's float64 tables (the noise run of rope_cos/rope_sin: build_rope_cache computes in float32 only)
+angles = np.outer(np.arange(config.block_size, dtype=np.float64),
+                  1.0 / config.rope_base ** (np.arange(0, config.rope_n_elem, 2) / config.rope_n_elem))
+probs = torch.softmax(torch.randn(1, 64, generator=torch.Generator().manual_seed(3)), -1)
+torch.manual_seed(5)
+litgpts = [int(base.multinomial_num_samples_1(probs)) for _ in range(50)]
+torch.manual_seed(5)
+recorders = [int(torch.multinomial(probs, 1)) for _ in range(50)]
+print(json.dumps({"cos": float(np.max(np.abs(cos.double().numpy() - np.cos(np.tile(angles, 2))))),
+                  "sin": float(np.max(np.abs(sin.double().numpy() - np.sin(np.tile(angles, 2))))),
+                  "largest_angle": float(angles.max()), "same_draws": litgpts == recorders}))
+"""
+
+
+@pytest.mark.slow  # imports litgpt and torch in a child process (about 10 s)
+@needs_original
+def test_the_recorders_stand_ins_give_litgpts_outputs():
+    """The recorder's two stand-ins: float64 RoPE tables (litgpt has none) and torch.multinomial for bands."""
+    env = {**os.environ, "PYTHONPATH": str(original_dir(DECLARED))}
+    proc = subprocess.run([sys.executable, "-c", STAND_INS, str(ASSETS / "model_config.yaml")], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    # litgpt's float32 tables are the float64 ones rounded: within a float32 step of the largest angle
+    assert seen["cos"] <= seen["largest_angle"] * 2**-22 and seen["sin"] <= seen["largest_angle"] * 2**-22, seen
+    assert seen["same_draws"]  # the bands' draws are litgpt's own sampler's, seed for seed

@@ -133,3 +133,84 @@ def test_the_torch_original_scores_zero(tmp_path):
 def test_an_empty_candidate_scores_zero(tmp_path):
     (tmp_path / "app").mkdir()
     assert grade(tmp_path / "app", tmp_path / "logs")["reward"] == 0.0
+
+
+@pytest.mark.heavy
+@needs_jax
+def test_a_port_whose_fit_logs_as_litgpt_logs_gets_the_schedule_in_full(oracle_result):
+    assert oracle_result["checks"]["L5.fit.schedule"]["score"] == 1.0
+    assert oracle_result["checks"]["L1.lr_schedule"]["score"] == 1.0
+
+
+@pytest.mark.heavy  # a whole grade of the variant
+@needs_jax
+def test_a_port_logging_the_rate_its_step_used_loses_only_the_fit_schedule(tmp_path):
+    variant = next(d for d in DEFECTS if d.name == "fit-logs-the-rate-before-the-step")
+    result = grade(apply_defect(ORACLE, variant, tmp_path / "app"), tmp_path / "logs")
+    below = {k: v["score"] for k, v in result["checks"].items() if v["score"] < 1.0}
+    assert list(below) == ["L5.fit.schedule"] and below["L5.fit.schedule"] < 0.1, below
+
+
+RECORDER_SPY = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("record_refs", sys.argv[1])
+recorder = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(recorder)
+real, calls = recorder.finetune.fit, []
+def spy(*args, **kwargs):
+    calls.append(kwargs["train"].max_steps)
+    return real(*args, **kwargs)
+recorder.finetune.fit = spy
+inputs, refs, values = recorder.compute()
+print(json.dumps({"calls": calls, "fit.lr": values["fit.lr"], "drifted": recorder.check_frozen(inputs, refs, values)}))
+"""
+
+
+@pytest.mark.heavy  # records every reference again (litgpt and lightning imported): about 20 s
+@needs_original
+def test_the_fit_references_come_from_litgpts_own_fit_and_are_what_it_gives_now():
+    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED))}
+    proc = subprocess.run([sys.executable, "-c", RECORDER_SPY, str(TASK / "tests" / "record_refs.py")], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the six-step probe (float32, float64), then the whole fine-tuning run (float32, float64)
+    assert seen["calls"] == [6, 6, 24, 24]
+    assert seen["drifted"] == []
+    frozen = json.loads((TASK / "tests" / "refs" / "refs.json").read_text())
+    assert seen["fit.lr"] == frozen["fit.lr"]
+    # litgpt logs the scheduler's rate after each step: the schedule's rate for the next step
+    assert frozen["fit.lr"] == frozen["schedule.lr"][1:] + [0.0]
+
+
+@pytest.mark.heavy  # the recorder's check twice, on the reference side (about 40 s)
+@needs_original
+def test_task_check_names_a_frozen_rate_edited_one_ulp_beyond_its_noise(tmp_path):
+    import numpy as np
+
+    from benchmark_adapter.grading.check import check_task
+    from benchmark_adapter.grading.grader import Grade
+
+    copy = tmp_path / "litgpt-lora"
+    shutil.copytree(TASK, copy)
+    refs = copy / "tests" / "refs" / "refs.json"
+    values = json.loads(refs.read_text())
+    rate = np.float32(values["fit.lr"][3])  # the grader (and so the check) reads every number as float32
+    beyond = rate
+    while 2.0 * abs(float(beyond) - float(rate)) / (abs(float(beyond)) + abs(float(rate)) + 1e-12) <= 2**-22:
+        beyond = np.nextafter(beyond, np.float32(np.inf))  # the rate has no noise: twice one float32 step is its floor
+    beyond = float(beyond)
+
+    def fake_grade(task, candidate):
+        reward = 1.0 if any(Path(candidate).iterdir()) else 0.0
+        return Grade(task="t", candidate="c", reward=reward, returncode=0, duration_s=0.0, sandbox="none")
+
+    def check():
+        return check_task(load_task(copy), grade_fn=fake_grade, parallel=False, reference_sample=1)
+
+    clean = check()
+    assert clean.passed and clean.rows[-1].name == "reference recorder tests/record_refs.py", clean.failure_line()
+    refs.write_text(json.dumps({**values, "fit.lr": [*values["fit.lr"][:3], beyond, *values["fit.lr"][4:]]}))
+    edited = check()
+    assert not edited.passed
+    assert "recorder tests/record_refs.py" in edited.failure_line() and "fit.lr[3]" in edited.failure_line()

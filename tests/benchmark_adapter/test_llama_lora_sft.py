@@ -213,3 +213,56 @@ def test_references_are_reproduced_by_the_original(tmp_path):
         assert fresh_values[key] == stored_values[key], key
     assert fresh_values["train.fixed.metrics"]["val_loss"] == pytest.approx(
         stored_values["train.fixed.metrics"]["val_loss"], rel=1e-5)
+
+
+STEPS = r"""
+import json, sys, tempfile
+from pathlib import Path
+import numpy as np
+tests = Path(sys.argv[1])
+sys.path.insert(0, str(tests))
+import record_refs as recorder  # its imports and constants; main() is not run
+from safetensors.numpy import load_file, save_file
+from llama_sft.config import TrainConfig
+from llama_sft.optim import build_optimizer
+from llama_sft.train import train
+import torch
+inputs = dict(np.load(tests / "inputs" / "inputs.npz"))
+with tempfile.TemporaryDirectory() as tmp:
+    init = {k[len("init_adapter_file."):]: v for k, v in inputs.items() if k.startswith("init_adapter_file.")}
+    save_file(init, str(Path(tmp) / "init.safetensors"))
+    metrics = train(recorder.ASSETS, recorder.ASSETS / "sft_data.jsonl", TrainConfig(**recorder.PROBE_TRAIN),
+                    Path(tmp) / "out", init_adapter=Path(tmp) / "init.safetensors")
+    adapter = load_file(str(Path(tmp) / "out" / "adapter.safetensors"))
+cfg = recorder.load_train_config(recorder.SOURCE / "configs" / "sft_tiny.json")
+_, scheduler = build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg)
+rates = []
+for _ in range(cfg.total_steps + 2):
+    rates.append(scheduler.get_last_lr()[0])
+    scheduler.optimizer.step()
+    scheduler.step()
+print(json.dumps({"metrics": metrics, "adapter": {k: v.tolist() for k, v in adapter.items()}, "rates": rates}))
+"""
+
+
+@pytest.mark.slow  # six optimizer steps and a schedule of the original, in a child process (about 10 s)
+def test_the_recorders_step_loop_and_schedule_are_the_originals_train():
+    """record_refs.py's stand-ins: its six-step loop is the original's `train` loop (same losses, rates,
+    gradient norms and trained factors), and its `schedule.lr` is the original's scheduler's rates."""
+    proc = subprocess.run([sys.executable, "-c", STEPS, str(TASK / "tests")], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    values = json.loads((TASK / "tests" / "refs" / "refs.json").read_text())
+    refs = np.load(TASK / "tests" / "refs" / "refs.npz")
+    metrics = seen["metrics"]
+    assert metrics["lr"] == values["steps.lr"]
+    np.testing.assert_allclose(metrics["train_loss"], values["steps.loss"], rtol=1e-5)
+    np.testing.assert_allclose(metrics["grad_norm"], values["steps.grad_norm"], rtol=1e-5)
+    assert len(seen["adapter"]) == 28
+    for name, value in seen["adapter"].items():  # the file's [out, in] layout; the recorder keeps [in, out]
+        module, factor = name.rsplit(".", 1)
+        frozen = refs[f"steps.lora.{module}.{factor[-1].lower()}"].T
+        value = np.asarray(value)
+        assert np.max(np.abs(frozen - value)) <= 1e-3 * np.max(np.abs(value)), name
+    np.testing.assert_allclose(refs["schedule.lr"], np.asarray(seen["rates"], np.float32), rtol=0, atol=0)

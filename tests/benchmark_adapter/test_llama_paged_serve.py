@@ -237,3 +237,32 @@ def test_full_defect_sweep_lowers_reward_and_covers_the_checks(oracle_result, tm
     checks = set(oracle_result["checks"])
     assert independence_tripped
     assert len(tripped) / len(checks) >= 0.85, sorted(checks - tripped)
+
+
+DENSE = r"""
+import json, sys
+from pathlib import Path
+import numpy as np
+import torch
+tests = Path(sys.argv[1])
+sys.path.insert(0, str(tests))
+sys.path.insert(0, str(tests.parent / "environment" / "source"))
+from record_refs import dense_decode_reference
+from paged_serve import attention
+inputs = dict(np.load(tests / "inputs.npz"))
+paged = attention.paged_decode_attention(
+    *(torch.from_numpy(inputs[k]) for k in ("pg_q", "pg_k_cache", "pg_v_cache", "pg_tables", "pg_context"))).numpy()
+dense = dense_decode_reference(inputs)
+frozen = np.load(tests / "refs" / "refs.npz")["paged_attention_dense"]
+print(json.dumps({"original": float(np.max(np.abs(paged - dense))), "frozen": float(np.max(np.abs(frozen - dense)))}))
+"""
+
+
+@pytest.mark.slow  # imports torch in a child process
+def test_the_recorders_dense_attention_gives_the_originals_paged_attention():
+    """record_refs.py's one stand-in, a dense decode attention (a second reference for the paged one)."""
+    proc = subprocess.run([sys.executable, "-c", DENSE, str(TASK / "tests")], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["original"] <= 1e-5 and seen["frozen"] <= 1e-5, seen

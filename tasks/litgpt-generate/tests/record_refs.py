@@ -79,7 +79,12 @@ def js_distance(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def sampling_band(probs: np.ndarray, classes: np.ndarray, n: int, seed: int) -> float:
-    """The largest tie-class JS distance of n draws of the original's sampler from its own distribution."""
+    """The largest tie-class JS distance of n draws of the original's sampler from its own distribution.
+
+    Stand-in: the draws are `torch.multinomial`, n at a time, which is the draw litgpt's
+    `multinomial_num_samples_1` makes one at a time (tested: seed for seed, the same tokens), since
+    litgpt draws only one token per call.
+    """
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -94,9 +99,8 @@ def sampling_band(probs: np.ndarray, classes: np.ndarray, n: int, seed: int) -> 
 
 def main() -> None:
     sys.path.insert(0, os.environ["LITGPT_SOURCE"])
-    import torch
-
     import litgpt.generate.base as base
+    import torch
     from litgpt.config import Config
     from litgpt.model import GPT, KVCache, RMSNorm, apply_rope, build_rope_cache
 
@@ -123,6 +127,9 @@ def main() -> None:
     # L1: modules on fixed inputs
     cos, sin = build_rope_cache(config.block_size, config.rope_n_elem, base=config.rope_base)
     outs[torch.float32]["rope_cos"], outs[torch.float32]["rope_sin"] = cos.numpy(), sin.numpy()
+    # Stand-in: build_rope_cache computes in float32 whatever the model's dtype, so the tables' noise
+    # run is its formula in float64 here (tested: litgpt's tables are these rounded, within a float32
+    # step of the largest angle; tests/benchmark_adapter/test_litgpt_generate.py)
     angles = np.outer(np.arange(config.block_size, dtype=np.float64),
                       1.0 / config.rope_base ** (np.arange(0, config.rope_n_elem, 2) / config.rope_n_elem))  # fmt: skip
     outs[torch.float64]["rope_cos"] = np.cos(np.tile(angles, 2))
@@ -195,7 +202,8 @@ def main() -> None:
     for dtype in outs:
         flat = outs[dtype].pop("decode")
         outs[dtype]["dec_logits"] = flat[:n_logits].reshape(DECODE_STEPS + 1, 2, -1)
-        outs[dtype]["dec_cache"] = flat[n_logits:].reshape(config.n_layer, 2, 2, config.n_query_groups, -1, config.head_size)
+        outs[dtype]["dec_cache"] = flat[n_logits:].reshape(
+            config.n_layer, 2, 2, config.n_query_groups, -1, config.head_size)
 
     # L2: batched positions: after a shared prefill, each row decodes at its own positions (row 1 skips some)
     inputs["bp_prompt"] = rng.integers(0, config.vocab_size, size=(2, 6)).astype(np.int64)
@@ -226,9 +234,10 @@ def main() -> None:
         for prompt, max_tokens in GREEDY:
             model.max_seq_length = max_tokens
             model.set_kv_cache(batch_size=1)
-            greedy.append(base.generate(model, torch.tensor(prompt), max_tokens, temperature=0.0, eos_id=eos_id).tolist())
+            greedy.append(
+                base.generate(model, torch.tensor(prompt), max_tokens, temperature=0.0, eos_id=eos_id).tolist())
             check_margin(model, greedy[-1], len(prompt))
-    assert any(len(g) < m for g, (_, m) in zip(greedy, GREEDY)), "no request stops at eos"
+    assert any(len(g) < m for g, (_, m) in zip(greedy, GREEDY, strict=False)), "no request stops at eos"
     width = max(m for _, m in GREEDY)
     refs32 = outs[torch.float32]
     refs32["greedy"] = np.array([g + [-1] * (width - len(g)) for g in greedy], np.float64)
@@ -236,10 +245,11 @@ def main() -> None:
     # L4: the sampler's distributions, captured from the original's own `sample`
     captured = []
     original_draw = base.multinomial_num_samples_1
-    base.multinomial_num_samples_1 = lambda probs: captured.append(probs.double().numpy().copy()) or original_draw(probs)
+    base.multinomial_num_samples_1 = (
+        lambda probs: captured.append(probs.double().numpy().copy()) or original_draw(probs))
     logits_rows, settings = sampler_rows(rng, config.padded_vocab_size)
     probs, bands = [], []
-    for i, (row, kwargs) in enumerate(zip(logits_rows, settings)):
+    for i, (row, kwargs) in enumerate(zip(logits_rows, settings, strict=False)):
         captured.clear()
         token = base.sample(t(row)[None, None], **kwargs)
         if captured:

@@ -13,7 +13,8 @@ parameter tree); L1 checkpoint reading, RoPE tables and rotation, RMSNorm, cross
 learning-rate schedule, trainable marking, LoRA initialisation; L2 checkpoint conversion round
 trip; L3 base and LoRA forward over three shapes, merged weights and merged forward; L4 loss,
 LoRA gradients and a six-step AdamW trajectory with the base frozen; L5 the fine-tuning loop
-end to end (loss curve, schedule, trained factors, validation loss).
+end to end (loss curve, schedule, trained factors, validation loss), each list as litgpt's own
+`finetune.lora.fit` logs it.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def scalar_score(cand, ref, ref64) -> float:
 def series_score(cand, ref, ref64) -> float:
     if not isinstance(cand, list) or len(cand) != len(ref):
         return 0.0
-    return mean_score(scalar_score(c, r, n) for c, r, n in zip(cand, ref, ref64))
+    return mean_score(scalar_score(c, r, n) for c, r, n in zip(cand, ref, ref64, strict=False))
 
 
 def grade(tests: Path, app: Path, assets: Path) -> dict:
@@ -138,7 +139,7 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
         arrays = (run or probes).arrays
         keys = sorted(k for k in refs if k.startswith(prefix))
         scores = [tensor_score(arrays.get(k), refs[k], refs.get("f64." + k, refs[k])) for k in keys]
-        worst = min(zip(scores, keys))[1] if keys else ""
+        worst = min(zip(scores, keys, strict=True))[1] if keys else ""
         return mean_score(scores), f"{len(keys)} outputs, lowest {worst}"
 
     found = got.get("interface", {}) if isinstance(got.get("interface"), dict) else {}
@@ -170,7 +171,8 @@ def grade(tests: Path, app: Path, assets: Path) -> dict:
     add("L1.cross_entropy", "numeric", 1, *section(probes, "cross_entropy", lambda: (mean_score(
         scalar_score(got.get(k), values[k], f64[k]) for k in ("ce.chunked", "ce.chunked_list", "ce.plain")), "")))
     add("L1.lr_schedule", "numeric", 1, *section(probes, "schedule", lambda: (
-        series_score(list(np.asarray(outs.get("schedule.lr", [])).tolist()), values["fit.lr"], values["fit.lr"]), "")))
+        series_score(list(np.asarray(outs.get("schedule.lr", [])).tolist()), values["schedule.lr"],
+                     values["schedule.lr"]), "")))
 
     def trainable() -> tuple[float, str]:
         want, have_ = set(values["trainable"]), set(got.get("trainable") or [])

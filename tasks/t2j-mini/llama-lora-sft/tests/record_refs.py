@@ -29,8 +29,6 @@ TESTS = TASK / "tests"
 sys.path.insert(0, str(SOURCE))
 
 import torch  # noqa: E402
-from safetensors.numpy import save_file  # noqa: E402
-
 from llama_sft import data  # noqa: E402
 from llama_sft.checkpoint import load_checkpoint  # noqa: E402
 from llama_sft.config import LoraConfig, TrainConfig, load_model_config, load_train_config  # noqa: E402
@@ -41,6 +39,7 @@ from llama_sft.modeling.rotary import apply_rotary, rope_cos_sin  # noqa: E402
 from llama_sft.optim import build_optimizer, lr_multiplier  # noqa: E402
 from llama_sft.template import prompt_ids, response_ids  # noqa: E402
 from llama_sft.tokenizer import ByteTokenizer  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
 
 SEED = 2026
 TEST_ADAPTER_SEED = 3
@@ -78,7 +77,11 @@ def np32(t: torch.Tensor) -> np.ndarray:
 
 
 def converted(model) -> dict[str, np.ndarray]:
-    """The base weights in the JAX layout the instruction prescribes ([in, out] kernels)."""
+    """The base weights in the JAX layout the instruction prescribes ([in, out] kernels).
+
+    Not a function of the original: the original's own weights (its `load_checkpoint`), laid out
+    as the instruction names them.
+    """
     sd = model.state_dict()
     out = {"embed": np32(sd["embed.weight"]), "final_norm": np32(sd["final_norm.weight"]),
            "lm_head": np32(sd["lm_head.weight"]).T.copy()}
@@ -218,6 +221,8 @@ def main() -> None:
     values["data.batches"] = data.batch_schedule(
         len(train_recs), train_cfg.batch_size, train_cfg.total_steps, train_cfg.seed
     )
+    # the rate of optimizer step s: the original's LambdaLR factor times the base rate, as its
+    # scheduler's get_last_lr() gives it before step s (tested equal: tests/benchmark_adapter/test_llama_lora_sft.py)
     refs["schedule.lr"] = np.array(
         [train_cfg.learning_rate * lr_multiplier(s, train_cfg.warmup_steps, train_cfg.total_steps)
          for s in range(train_cfg.total_steps + 2)], dtype=np.float32)
@@ -251,6 +256,10 @@ def main() -> None:
     batches = [data.collate([train_enc[i] for i in idx], probe_cfg.max_seq_len, tok.pad_id) for idx in schedule]
     inputs["steps.input_ids"] = np.stack([b["input_ids"].numpy() for b in batches]).astype(np.int32)
     inputs["steps.labels"] = np.stack([b["labels"].numpy() for b in batches]).astype(np.int32)
+    # Stand-in: the original's `train` loop, written out so that its steps run on exactly the
+    # arrays handed to the candidate (steps.input_ids, steps.labels; `train` builds its batches
+    # itself), with the same clipping, logging and steps (tested: `train` from the same adapter
+    # gives these losses, rates, norms and factors; tests/benchmark_adapter/test_llama_lora_sft.py)
     params = trainable_parameters(step_model)
     optimizer, scheduler = build_optimizer(params, probe_cfg)
     losses, lrs, norms = [], [], []

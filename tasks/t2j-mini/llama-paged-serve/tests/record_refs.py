@@ -99,7 +99,6 @@ def ragged_batch(tok, texts: list[str], rng: np.random.Generator, greedy_next) -
 def main() -> None:
     sys.path.insert(0, str(SOURCE))
     import torch
-
     from paged_serve import attention, kv_cache, layers, sampler
     from paged_serve.checkpoint import load_model
     from paged_serve.config import EngineConfig
@@ -178,7 +177,8 @@ def main() -> None:
 
     # L3: end-to-end greedy serving, timed like the candidate is (after the steps above)
     serve_params = [
-        SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=e) for m, e in zip(SERVE_MAX_TOKENS, SERVE_IGNORE_EOS)
+        SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=e)
+        for m, e in zip(SERVE_MAX_TOKENS, SERVE_IGNORE_EOS, strict=True)
     ]
     times = []
     for _ in range(3):  # the median of three runs, each from engine construction on
@@ -190,7 +190,8 @@ def main() -> None:
     refs["serve_tokens"] = pad_outputs([o.output_token_ids for o in outputs], max(SERVE_MAX_TOKENS))
     finish = [o.finish_reason for o in outputs]
     assert "stop" in finish and "length" in finish, finish
-    assert any(len(o.output_token_ids) < m for o, m in zip(outputs, SERVE_MAX_TOKENS)), "no request stops at EOS"
+    stopped = [len(o.output_token_ids) < m for o, m in zip(outputs, SERVE_MAX_TOKENS, strict=True)]
+    assert any(stopped), "no request stops at EOS"
     check_greedy_margins(model, config, outputs)
 
     # L4 (live): first-token distribution of seeded requests through the engine
@@ -250,7 +251,13 @@ def main() -> None:
 
 
 def dense_decode_reference(inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """Decode attention over each sequence's keys laid out contiguously (no paging), in float64."""
+    """Decode attention over each sequence's keys laid out contiguously (no paging), in float64.
+
+    A stand-in, on purpose: a second reference for paged attention that knows nothing of pages, so
+    that a port matching the original's paging but not attention itself is told apart. It must
+    give the original's `paged_decode_attention` (asserted when recording, and tested:
+    tests/benchmark_adapter/test_llama_paged_serve.py).
+    """
     q, tables, ctx = inputs["pg_q"], inputs["pg_tables"], inputs["pg_context"]
     out = np.zeros(q.shape, np.float64)
     bs = inputs["pg_k_cache"].shape[1]
@@ -290,7 +297,6 @@ def js_distance(p: np.ndarray, q: np.ndarray) -> float:
 def check_greedy_margins(model, config, outputs) -> None:
     """Every greedy choice in the served outputs must win by a clear margin (no near-ties to flip)."""
     import torch
-
     from paged_serve import kv_cache
 
     for out in outputs:

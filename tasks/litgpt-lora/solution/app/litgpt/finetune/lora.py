@@ -41,7 +41,8 @@ def get_lr_scheduler(learning_rate: float, warmup_steps: int, max_steps: int):
         step = jnp.asarray(step, jnp.float32)
         warm = learning_rate * step / warmup_steps
         t = (step - warmup_steps) / (max_steps - warmup_steps)
-        cosine = learning_rate * jnp.cos(0.5 * jnp.pi * t) ** 2  # (1 + cos(pi t)) / 2, without its cancellation near 1
+        # (1 + cos(pi t)) / 2 as sin(pi (1 - t) / 2)^2: no cancellation near t = 1, and exactly 0 at max_steps
+        cosine = learning_rate * jnp.sin(0.5 * jnp.pi * (1.0 - t)) ** 2
         return jnp.where(step < warmup_steps, warm, cosine)
 
     return schedule
@@ -90,7 +91,7 @@ def validate(params: Params, config: Config, input_ids: np.ndarray, labels: np.n
     loss = jax.jit(partial(loss_fn, config=config))
     count = max(1, len(input_ids) // micro_batch_size)
     values = [loss(params, input_ids=b[0], labels=b[1])
-              for b, _ in zip(batches(input_ids, labels, micro_batch_size), range(count))]  # fmt: skip
+              for b, _ in zip(batches(input_ids, labels, micro_batch_size), range(count), strict=False)]  # fmt: skip
     return float(np.mean([float(v) for v in values]))
 
 
@@ -98,7 +99,10 @@ def fit(params: Params, config: Config, data: dict[str, np.ndarray], args: Train
     """Fine-tune `params`' LoRA factors for `args.max_steps` steps on `data["train_*"]`.
 
     Returns:
-        The trained params and `{"train_loss": [per step], "learning_rate": [per step], "val_loss": float}`.
+        The trained params and the metrics as litgpt's `fit` logs them: `train_loss[i]` the loss of
+        micro-batch i, `learning_rate[i]` the scheduler's rate after optimizer step i (its
+        `get_last_lr()` once `scheduler.step()` has run), and `val_loss` the mean loss over the
+        validation micro-batches after training.
     """
     optimizer = make_optimizer(params, args)
     opt_state = optimizer.init(params)
@@ -106,9 +110,9 @@ def fit(params: Params, config: Config, data: dict[str, np.ndarray], args: Train
     schedule = get_lr_scheduler(args.learning_rate, args.warmup_steps, args.max_steps)
     losses, rates = [], []
     stream = batches(data["train_input_ids"], data["train_labels"], args.micro_batch_size)
-    for i, (input_ids, labels) in zip(range(args.max_steps), stream):
-        rates.append(float(schedule(i)))
+    for i, (input_ids, labels) in zip(range(args.max_steps), stream, strict=False):
         params, opt_state, loss = step(params, opt_state, input_ids, labels)
         losses.append(float(loss))
+        rates.append(float(schedule(i + 1)))  # as litgpt logs it: the scheduler's rate after step i
     val = validate(params, config, data["val_input_ids"], data["val_labels"], args.micro_batch_size)
     return params, {"train_loss": losses, "learning_rate": rates, "val_loss": val}
