@@ -108,9 +108,10 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
         result.status = "infra_failed"
         result.error = "; ".join(g.error for g in grades.rounds if g.error)
     result.model_label = grades.model
+    rule = run.load_config().final_rule
     result.snapshot_rewards = {g.round: g.reward for g in grades.rounds}
     for r in range(1, rounds + 1):
-        chosen = state.choice_with_rounds(r)
+        chosen = state.choice_with_rounds(r, rule)
         result.rewards[r] = result.snapshot_rewards.get(chosen) if chosen else None
         if result.rewards[r] is None and result.status == "ok" and state.stop_reason.startswith("error:"):
             result.rewards[r] = 0.0  # the run stopped on twin's error before anything usable: scored, as 0

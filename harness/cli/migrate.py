@@ -47,6 +47,12 @@ def migrate_command(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", envvar="TWIN_RUNS_DIR"),
     run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every round after the run."),
+    final_round: str = typer.Option(
+        None,
+        "--final-round",
+        help="Which round is delivered: best-evidence (default: best evidence score among verified rounds) "
+        "or last-complete (the latest round whose every step completed).",
+    ),
     resume: str = typer.Option(None, "--resume", help="Continue a killed run (id or directory)."),
     skip_task_check: bool = typer.Option(
         False, "--skip-task-check", envvar="TWIN_SKIP_TASK_CHECK", help="Do not grade the task's oracle first."
@@ -78,6 +84,7 @@ def migrate_command(
             seed=seed,
             sandbox=sandbox,
             grade=grade,
+            final_rule=final_round,
         )
         budget = {
             k: v

@@ -21,6 +21,7 @@ from ground.errors import TwinError
 from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
 from harness.models.config import ModelConfig, nest_model_settings
+from harness.run.final_choice import FinalRule, choice
 
 STATE_VERSION = 2
 """2: a round's `model_calls` and `tokens` are its own; the running totals are `model_calls_total` and
@@ -65,6 +66,11 @@ class RunConfig(BaseModel):
         default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
     )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
+    final_rule: FinalRule = Field(
+        default="best-evidence",
+        description="How the final round is chosen: 'best-evidence' (best evidence score among verified rounds, "
+        "ties to the latest) or 'last-complete' (the latest round whose every step completed).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -197,18 +203,13 @@ class RunState(BaseModel):
         self.rounds.append(state)
         return state
 
-    def choice_with_rounds(self, rounds: int) -> int | None:
-        """The candidate a run limited to `rounds` rounds would deliver.
+    def choice_with_rounds(self, rounds: int, rule: FinalRule = "best-evidence") -> int | None:
+        """The candidate a run limited to `rounds` rounds would deliver under `rule` (`final_choice`).
 
-        The best verified round by evidence score (ties to the latest); without any
-        verified round, the latest committed one. Used for the final choice and for
-        the round ablation of a bench (one R-round run gives the 1..R-round results).
+        Used for the final choice and for the round ablation of a bench (one R-round run
+        gives the 1..R-round results).
         """
-        eligible = [r for r in self.rounds if r.round <= rounds and r.commit]
-        scored = [r for r in eligible if r.evidence_score is not None]
-        if scored:
-            return max(scored, key=lambda r: (r.evidence_score, r.round)).round
-        return max((r.round for r in eligible), default=None)
+        return choice(self, rounds, rule)
 
     @property
     def model_calls_total(self) -> int:

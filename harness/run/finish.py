@@ -24,6 +24,7 @@ from ground.errors import TwinError
 from ground.untrusted_io import AgentFileError, read_regular_text, write_text_atomic
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.figures import shows_evidence, spent_line
+from harness.run.final_choice import settle
 
 GRADES_VERSION = 1
 
@@ -173,7 +174,7 @@ def record_crash(session: Any, exc: BaseException) -> None:
 
     session.state.status = "failed"
     session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-    session.state.final_round = session.state.choice_with_rounds(session.config.rounds)
+    settle(session.state, session.config.rounds, session.config.final_rule)
     session.save()
     with open(session.run.root / "crash.txt", "a", encoding="utf-8") as fh:
         fh.write("".join(traceback.format_exception(exc)))

@@ -9,6 +9,7 @@ is committed and tagged like the twin loop's, so both are graded the same way.
 from __future__ import annotations
 
 from ground.errors import BudgetExceeded
+from harness.run.final_choice import settle
 from harness.run.progress import Progress
 from harness.run.session import Session
 from roles import prompting
@@ -63,8 +64,7 @@ class BaseScaffold:
                 if "migrate" not in rs.done:
                     rs.commit = self.s.repo.commit_round(rs.round, "agent (stopped by budget)")
                     rs.note = "stopped by budget"
-        state.final_round = state.choice_with_rounds(self.s.config.rounds)
-        state.final_choice = f"{self.name}: the last round"
+        settle(state, self.s.config.rounds, self.s.config.final_rule)
         state.status = "finished"
         self.s.save()
 
