@@ -22,6 +22,7 @@ from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
 from harness.models.config import ModelConfig, nest_model_settings
 from harness.run.final_choice import FinalRule, choice
+from harness.run.snapshots import Snapshot
 
 STATE_VERSION = 2
 """2: a round's `model_calls` and `tokens` are its own; the running totals are `model_calls_total` and
@@ -66,6 +67,15 @@ class RunConfig(BaseModel):
         default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
     )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
+    snapshot_every: int = Field(
+        default=8,
+        ge=0,
+        description="Commit the candidate as a snapshot every N model calls (and at each round's end), with "
+        "what was spent so far; 0: at round ends only.",
+    )
+    grade_snapshots: bool = Field(
+        default=False, description="Grade every snapshot after the run (reward as a curve over what was spent)."
+    )
     final_rule: FinalRule = Field(
         default="best-evidence",
         description="How the final round is chosen: 'best-evidence' (best evidence score among verified rounds, "
@@ -162,6 +172,9 @@ class RunState(BaseModel):
         default=None, description="Seconds grading took after the rounds (not in `spent.wall_s`); None: not graded."
     )
     audit_offset: int = Field(default=0, description="Bytes of audit.log already turned into evidence.")
+    snapshots: list[Snapshot] = Field(
+        default_factory=list, description="The candidate's snapshots while the run worked (`harness.run.snapshots`)."
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -25,8 +25,10 @@ from ground.untrusted_io import AgentFileError, read_regular_text, write_text_at
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.figures import shows_evidence, spent_line
 from harness.run.final_choice import settle
+from harness.run.snapshots import SnapshotGrade, curve_lines
 
-GRADES_VERSION = 1
+GRADES_VERSION = 2
+"""2: `snapshots`, the grades of the snapshots taken while the run worked (1 had none; still read)."""
 
 
 class RoundGrade(BaseModel):
@@ -71,6 +73,10 @@ class RunGrades(BaseModel):
     model: str
     final_round: int | None
     rounds: list[RoundGrade]
+    snapshots: list[SnapshotGrade] = Field(
+        default_factory=list,
+        description="Each snapshot's grade (`--grade-snapshots`): the run's reward as a curve over what it spent.",
+    )
 
     @property
     def final(self) -> RoundGrade | None:
@@ -217,6 +223,8 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
     if final is not None and final.components:
         lines += ["", f"## Grade of the final candidate (round {final.round})", ""]
         lines += [f"- {name}: {value}" for name, value in sorted(final.components.items())]
+    if grades is not None and grades.snapshots:
+        lines += ["", *curve_lines(grades.snapshots)]
     lines += _zero_reasons(s.run, grades)
     text = "\n".join(lines) + "\n"
     write_text_atomic(s.run.summary, text)

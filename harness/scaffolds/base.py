@@ -57,6 +57,7 @@ class BaseScaffold:
                 rs.commit = self.s.repo.commit_round(t, "agent")
                 rs.done.append("migrate")
                 self.s.save(round=t)
+                self.s.snapshot_round(t)
             state.stop_reason = f"all {self.s.config.rounds} rounds done"
         except BudgetExceeded as exc:
             state.stop_reason = f"budget: {exc}"
@@ -64,6 +65,7 @@ class BaseScaffold:
                 if "migrate" not in rs.done:
                     rs.commit = self.s.repo.commit_round(rs.round, "agent (stopped by budget)")
                     rs.note = "stopped by budget"
+                    self.s.snapshot_round(rs.round)
         settle(state, self.s.config.rounds, self.s.config.final_rule)
         state.status = "finished"
         self.s.save()

@@ -77,6 +77,7 @@ class TwinLoop:
         try:
             for t in range(1, self.s.config.rounds + 1):
                 self.round(t)
+                self.s.snapshot_round(t)
                 self.guard(t)
             state.stop_reason = f"all {self.s.config.rounds} rounds done"
         except BudgetExceeded as exc:
@@ -327,6 +328,8 @@ class TwinLoop:
             if "diagnose" in rs.done and "migrate" not in rs.done:
                 rs.commit = self.s.repo.commit_round(rs.round, "migrator (stopped by budget)")
                 rs.note = "stopped by budget during migration; not verified"
+            if rs.commit:
+                self.s.snapshot_round(rs.round)
 
     def diagnosis(self, t: int) -> Diagnosis:
         records = self.store.diagnoses(round=t)
