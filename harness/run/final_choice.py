@@ -67,7 +67,7 @@ def eligibility(state: RunState, rs: RoundState, rule: FinalRule) -> str:
     if rs.evidence_score is not None:
         return f"round {rs.round}: verified, evidence score {rs.evidence_score}: eligible"
     if complete(rs):  # a single agent's round: nothing verifies it
-        return f"round {rs.round}: complete, not verified (no evidence kept): eligible when no round is verified"
+        return f"round {rs.round}: complete: eligible"
     return f"round {rs.round}: {cut_text(state, rs)}: not eligible"
 
 
@@ -86,15 +86,24 @@ def cut_text(state: RunState, rs: RoundState) -> str:
     return f"cut during {during} ({reason or state.status})"
 
 
-def explain(state: RunState, rounds: int, rule: FinalRule = "best-evidence") -> str:
-    """The final choice in words: the round, the rule and every round's eligibility, on one line."""
+NO_EVIDENCE_TEXT = "this scaffold keeps no evidence: the latest committed round"
+
+
+def explain(state: RunState, rounds: int, rule: FinalRule = "best-evidence", *, evidence: bool = True) -> str:
+    """The final choice in words: the round, the rule and every round's eligibility, on one line.
+
+    Args:
+        evidence: whether the scaffold keeps evidence; one that keeps none (base, mini-swe-agent) has no
+            verified round, so `best-evidence` is its latest committed round, and is said so.
+    """
     chosen = choice(state, rounds, rule)
     standing = "; ".join(eligibility(state, rs, rule) for rs in sorted(state.rounds, key=lambda r: r.round))
     head = f"round {chosen}" if chosen is not None else "no round"
-    return f"{head} by the rule '{rule}' ({RULE_TEXT[rule]})" + (f" — {standing}" if standing else "")
+    text = RULE_TEXT[rule] if evidence or rule != "best-evidence" else NO_EVIDENCE_TEXT
+    return f"{head} by the rule '{rule}' ({text})" + (f" — {standing}" if standing else "")
 
 
-def settle(state: RunState, rounds: int, rule: FinalRule = "best-evidence") -> None:
+def settle(state: RunState, rounds: int, rule: FinalRule = "best-evidence", *, evidence: bool = True) -> None:
     """Set the state's final round and the reason for it (`explain`)."""
     state.final_round = choice(state, rounds, rule)
-    state.final_choice = explain(state, rounds, rule)
+    state.final_choice = explain(state, rounds, rule, evidence=evidence)

@@ -180,7 +180,8 @@ def record_crash(session: Any, exc: BaseException) -> None:
 
     session.state.status = "failed"
     session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-    settle(session.state, session.config.rounds, session.config.final_rule)
+    config = session.config
+    settle(session.state, config.rounds, config.final_rule, evidence=shows_evidence(config.scaffold))
     session.save()
     with open(session.run.root / "crash.txt", "a", encoding="utf-8") as fh:
         fh.write("".join(traceback.format_exception(exc)))

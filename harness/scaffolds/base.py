@@ -66,7 +66,7 @@ class BaseScaffold:
                     rs.commit = self.s.repo.commit_round(rs.round, "agent (stopped by budget)")
                     rs.note = "stopped by budget"
                     self.s.snapshot_round(rs.round)
-        settle(state, self.s.config.rounds, self.s.config.final_rule)
+        settle(state, self.s.config.rounds, self.s.config.final_rule, evidence=False)
         state.status = "finished"
         self.s.save()
 
