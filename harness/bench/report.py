@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from ground.untrusted_io import write_text_atomic
+from harness.bench.anytime import AXIS_WORDS
+from harness.bench.anytime_report import anytime_lines
 from harness.bench.directory import BenchDir
-from harness.bench.schema import BenchResults, TrialResult
+from harness.bench.schema import BenchError, BenchResults, TrialResult
 
 BOOTSTRAP_SAMPLES = 10_000
 
@@ -120,8 +122,17 @@ def failure_counts(results: BenchResults) -> dict[str, Counter]:
     return out
 
 
-def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
-    """Write `report.md` and the plots into the bench directory; return the report's path."""
+def write_report(bench: BenchDir, *, band: float = 0.01, axis: str = "tokens") -> Path:
+    """Write `report.md` and the plots into the bench directory; return the report's path.
+
+    Args:
+        axis: what the reward curves are read over: tokens, usd, calls or wall_s (`bench.anytime`).
+
+    Raises:
+        BenchError: an unknown axis.
+    """
+    if axis not in AXIS_WORDS:
+        raise BenchError(f"unknown axis {axis!r}: choose from {', '.join(AXIS_WORDS)}")
     results = bench.load()
     rounds = results.config.rounds
     table = reward_by_round(results)
@@ -159,6 +170,7 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
         lines.append(f"| {model} | {scaffold} | " + " | ".join(cells) + f" | ${cost[(model, scaffold)]:.4f} |")
     lines += ["", f"![reward by round]({plots['rounds']})", "", "## Model calls and tokens per trial (means)", ""]
     lines += spending_lines(inside)
+    lines += ["", *anytime_lines(bench.root, results, inside, axis)]
     lines += ["", f"## Harness − base, paired per task (R={rounds})", ""]
     if deltas:
         lines += _delta_lines(deltas)

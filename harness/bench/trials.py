@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ground.errors import InfraFailure, RunFailed
-from harness.bench.schema import BenchConfig, TrialResult, TrialSpec
+from harness.bench.schema import BenchConfig, CurvePoint, TrialResult, TrialSpec
 from harness.run.directory import RunConfig, RunDir, RunState
 
 
@@ -35,6 +35,9 @@ def trial_config(spec: TrialSpec, config: BenchConfig) -> RunConfig:
         rounds=config.rounds,
         seed=spec.seed,
         sandbox=config.sandbox,
+        budget=config.budget,  # matched: the same numbers for every scaffold
+        snapshot_every=config.snapshot_every,
+        grade_snapshots=config.grade_snapshots,
     )
 
 
@@ -110,6 +113,12 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
     result.model_label = grades.model
     rule = run.load_config().final_rule
     result.snapshot_rewards = {g.round: g.reward for g in grades.rounds}
+    result.curve = [
+        CurvePoint(calls=g.snapshot.calls, tokens=g.snapshot.tokens, usd=g.snapshot.usd, wall_s=g.snapshot.wall_s,
+                   reward=g.reward)
+        for g in grades.snapshots
+        if g.reward is not None
+    ]  # fmt: skip
     for r in range(1, rounds + 1):
         chosen = state.choice_with_rounds(r, rule)
         result.rewards[r] = result.snapshot_rewards.get(chosen) if chosen else None

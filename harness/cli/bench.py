@@ -88,7 +88,8 @@ def report_command(
     bench: str = typer.Argument(..., help="Bench directory or name."),
     benches_dir: Path = typer.Option(Path("benches"), "--benches-dir", envvar="TWIN_BENCHES_DIR"),
     band: float = typer.Option(0.01, "--stable-band", help="|Δreward| up to this counts as stable."),
+    axis: str = typer.Option("tokens", "--axis", help="Read the reward curves over tokens, usd, calls or wall_s."),
 ) -> None:
     """Write a markdown report with plots for a bench."""
-    path = write_report(BenchDir.open(bench, benches_dir), band=band)
+    path = write_report(BenchDir.open(bench, benches_dir), band=band, axis=axis)
     agent_console().print(f"report: {path}")
