@@ -151,6 +151,9 @@ class RoundState(BaseModel):
     )
     tokens_total: int = Field(default=0, description="Running total: the run's tokens at the same moment.")
     note: str = Field(default="", description="E.g. 'diagnosis invalid: derived from evidence'.")
+    agent_submitted: bool | None = Field(
+        default=None, description="A single-agent scaffold's round: whether its agent submitted (None: twin's)."
+    )
     evidence_score: int | None = Field(
         default=None, description="Established minus violated properties after verification."
     )

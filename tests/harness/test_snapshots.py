@@ -91,10 +91,12 @@ def test_resuming_a_finished_run_with_grade_snapshots_grades_them(tmp_path):
     run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
     assert main(["migrate", "--resume", str(run.root), "--skip-task-check"]) == 0
     assert json.loads(run.grades.read_text())["snapshots"] == []
-    calls = [s.calls for s in run.load_state().snapshots]
-    assert calls == [1, 2, 3]
+    taken = [(s.kind, s.calls) for s in run.load_state().snapshots]
+    # at each call, the tree before its tool call ran; at the round's end, after the third call's
+    assert taken == [("calls", 1), ("calls", 2), ("calls", 3), ("round", 3)]
     assert main(["migrate", "--resume", str(run.root), "--grade-snapshots"]) == 0
     graded = json.loads(run.grades.read_text())["snapshots"]
-    assert [g["snapshot"]["calls"] for g in graded] == calls
-    assert [g["reward"] for g in graded] == [0.0, 0.0, 0.5]  # nothing, one file of two, both files
+    assert [(g["snapshot"]["kind"], g["snapshot"]["calls"]) for g in graded] == taken
+    # nothing, one file of two, both files (ops buggy), the round's tree (graded as round 1)
+    assert [(g["reward"], g["same_as"]) for g in graded] == [(0.0, ""), (0.0, ""), (0.5, ""), (0.5, "round 1")]
     assert run.load_config().grade_snapshots
