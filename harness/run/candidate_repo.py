@@ -185,37 +185,6 @@ class CandidateRepo:
     def head(self) -> str:
         return self._git("rev-parse", "HEAD")
 
-    def commit_snapshot(self, index: int, message: str) -> tuple[str, str]:
-        """Commit a checked copy of the work tree as snapshot `index`, off to the side; return (ref, tree).
-
-        The commit is reachable only from `refs/snapshots/<index>`: the branch, its index and the
-        round tags stay as they were, and the work tree is only read (as `commit_round` reads it).
-        """
-        remove_tree(self.stage)
-        scratch_index = self.git_dir / "snapshot-index"
-        scratch_index.unlink(missing_ok=True)
-        try:
-            copy_tree(self.work_tree, self.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)
-            self._git("add", "--all", "--force", ".", index=scratch_index)
-            tree = self._git("write-tree", index=scratch_index)
-            sha = self._git("commit-tree", tree, "-p", "HEAD", "-m", f"snapshot {index}: {message}")
-            ref = f"refs/snapshots/{index}"
-            self._git("update-ref", ref, sha)
-        finally:
-            remove_tree(self.stage)
-            scratch_index.unlink(missing_ok=True)
-        return ref, tree
-
-    def drop_snapshot(self, ref: str) -> None:
-        """Remove a snapshot's ref (`refs/snapshots/…` only): its commit is left to git's garbage."""
-        if not ref.startswith("refs/snapshots/"):
-            raise CandidateRepoError(f"not a snapshot ref: {ref}")
-        self._git("update-ref", "-d", ref)
-
-    def tree(self, ref: str) -> str:
-        """The tree digest of a ref (a round's tag, a snapshot): equal digests, equal trees."""
-        return self._git("rev-parse", f"{ref}^{{tree}}")
-
     def rounds(self) -> list[int]:
         """Round numbers that have a tag, ascending."""
         tags = self._git("tag", "--list", "round-*").split()

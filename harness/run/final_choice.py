@@ -17,10 +17,27 @@ The same rule decides a bench's r-round results (`choice`, for r = 1..R).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
-if TYPE_CHECKING:
-    from harness.run.directory import RoundState, RunState
+
+class RoundState(Protocol):
+    """What the rule reads of a round (`harness.run.directory.RoundState`, which imports this module)."""
+
+    round: int
+    done: list
+    commit: str | None
+    evidence_score: int | None
+    note: str
+
+
+class RunState(Protocol):
+    """What the rule reads of a run (`harness.run.directory.RunState`)."""
+
+    rounds: list
+    stop_reason: str
+    status: str
+    final_round: int | None
+    final_choice: str
 
 FinalRule = Literal["best-evidence", "last-complete"]
 FINAL_RULES: tuple[FinalRule, ...] = ("best-evidence", "last-complete")

@@ -16,7 +16,7 @@ from benchmark_adapter.grading.grader import run_grader
 from ground.errors import TwinError
 from ground.untrusted_io import write_text_atomic
 from harness.run.finish import RunGrades
-from harness.run.snapshots import Snapshot, SnapshotGrade
+from harness.run.snapshots import Snapshot, SnapshotGrade, tree_of
 
 Known = dict[str, tuple[float, str, str]]
 """tree digest -> (reward, error, whose grade: 'round 2', 'snapshot 3')."""
@@ -33,7 +33,7 @@ def grade_snapshots(session: Any, progress: Any, grades: RunGrades, earlier: Run
     known: Known = {}
     for g in grades.rounds:
         if g.reward is not None and g.round in s.repo.rounds():
-            known.setdefault(s.repo.tree(f"refs/tags/round-{g.round}"), (g.reward, g.error, f"round {g.round}"))
+            known.setdefault(tree_of(s.repo, f"refs/tags/round-{g.round}"), (g.reward, g.error, f"round {g.round}"))
     for old in earlier.snapshots if earlier else []:
         if old.reward is not None:
             known.setdefault(

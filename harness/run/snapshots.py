@@ -6,7 +6,7 @@ committed as a snapshot every `RunConfig.snapshot_every` model calls (after the 
 reply, before its tool calls run: the tree holds the work of every earlier reply) and at
 each round's end, with the tokens, calls, dollars and wall time spent so far. A snapshot
 commit hangs off `refs/snapshots/<n>` in the candidate's git directory: the branch, the
-round tags and the work tree the agent sees stay as they were (`CandidateRepo.commit_snapshot`).
+round tags and the work tree the agent sees stay as they were (`commit_snapshot`).
 A round's end reuses the round's own tag.
 
 After the run, `twin migrate --grade-snapshots` (and `twin bench` by default) grades them
@@ -19,6 +19,9 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from ground.agent_tree import copy_tree, remove_tree
+from harness.run.candidate_repo import GIT_EXCLUDED, CandidateRepo, CandidateRepoError, git_refused
 
 SnapshotKind = Literal["calls", "round", "end"]
 
@@ -60,13 +63,13 @@ def take(session, kind: SnapshotKind, *, round: int, role: str = "") -> Snapshot
     spent = session.budget.spent
     if kind == "round":
         ref = f"refs/tags/round-{round}"
-        tree = repo.tree(ref)
+        tree = tree_of(repo, ref)
     else:
-        ref, tree = repo.commit_snapshot(len(state.snapshots) + 1, f"{kind}, round {round}, {spent.calls} calls")
+        ref, tree = commit_snapshot(repo, len(state.snapshots) + 1, f"{kind}, round {round}, {spent.calls} calls")
     last = state.snapshots[-1] if state.snapshots else None
     if last is not None and last.tree == tree and last.calls == spent.calls:
         if kind != "round":
-            repo.drop_snapshot(ref)  # the same point as the last: no ref left behind for it
+            drop_snapshot(repo, ref)  # the same point as the last: no ref left behind for it
         return None
     snapshot = Snapshot(
         index=len(state.snapshots) + 1,
@@ -83,6 +86,43 @@ def take(session, kind: SnapshotKind, *, round: int, role: str = "") -> Snapshot
     state.snapshots.append(snapshot)
     session.save(round=round)
     return snapshot
+
+
+# The candidate repository's git runs through its `_git` (its safe configuration and environment); the
+# snapshot commits live here, beside the snapshots, so that the repository keeps to the rounds.
+def commit_snapshot(repo: CandidateRepo, index: int, message: str) -> tuple[str, str]:
+    """Commit a checked copy of the work tree as snapshot `index`, off to the side; return (ref, tree).
+
+    The commit is reachable only from `refs/snapshots/<index>`: the branch, its index and the
+    round tags stay as they were, and the work tree is only read (as `commit_round` reads it:
+    a checked copy, never git on the agent's tree).
+    """
+    remove_tree(repo.stage)
+    scratch_index = repo.git_dir / "snapshot-index"
+    scratch_index.unlink(missing_ok=True)
+    try:
+        copy_tree(repo.work_tree, repo.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)
+        repo._git("add", "--all", "--force", ".", index=scratch_index)
+        tree = repo._git("write-tree", index=scratch_index)
+        sha = repo._git("commit-tree", tree, "-p", "HEAD", "-m", f"snapshot {index}: {message}")
+        ref = f"refs/snapshots/{index}"
+        repo._git("update-ref", ref, sha)
+    finally:
+        remove_tree(repo.stage)
+        scratch_index.unlink(missing_ok=True)
+    return ref, tree
+
+
+def drop_snapshot(repo: CandidateRepo, ref: str) -> None:
+    """Remove a snapshot's ref (`refs/snapshots/…` only): its commit is left to git's garbage."""
+    if not ref.startswith("refs/snapshots/"):
+        raise CandidateRepoError(f"not a snapshot ref: {ref}")
+    repo._git("update-ref", "-d", ref)
+
+
+def tree_of(repo: CandidateRepo, ref: str) -> str:
+    """The tree digest of a ref (a round's tag, a snapshot): equal digests, equal trees."""
+    return repo._git("rev-parse", f"{ref}^{{tree}}")
 
 
 class SnapshotGrade(BaseModel):

@@ -18,7 +18,7 @@ def test_a_later_rounds_message_says_what_is_new_and_never_just_continue():
     failing = prompting.render(
         "base_task", round=2, instruction="Port it.", candidate_dir="/app", step_limit=0, failing=["imports: x"]
     )
-    assert "twin's candidate-side checks" in failing and "not the task's grader" in failing
+    assert "twin's candidate-side checks" in failing and "the original's framework is absent" in failing
     assert "```" in failing and "imports: x" in failing  # the checks' words are fenced as data
     assert "model calls before you called `submit`" not in failing
     limit = prompting.render(
