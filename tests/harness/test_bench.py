@@ -265,3 +265,20 @@ def test_every_scaffold_runs_under_the_same_budget_and_reports_its_curve(tmp_pat
     assert "B = the bench's per-trial budget: tiny-calc 5,000" in report
     assert "- twin − base · " in report and "n = 2" in report
     assert (benches / "m" / "curve_tiny-calc.png").is_file()
+
+
+def test_a_bench_written_by_the_previous_results_version_resumes(tmp_path):
+    from harness.bench.schema import BenchResults, TrialResult, trials_of
+
+    cfg = config(tmp_path)
+    old = BenchResults(config=cfg.model_copy(update={"schema_version": 1}), schema_version=1)
+    for spec in trials_of(cfg):
+        old.trials[spec.trial_id] = TrialResult(
+            trial_id=spec.trial_id, task=spec.task_name, model=spec.model, scaffold=spec.scaffold, seed=0, status="ok"
+        )
+    bench = BenchDir(tmp_path / "benches" / "b")
+    bench.root.mkdir(parents=True)
+    bench.save(old)
+    results = run_bench(cfg, tmp_path / "benches")  # every trial finished: nothing runs
+    assert results.trials.keys() == old.trials.keys()
+    assert bench.load().schema_version == 2
