@@ -276,7 +276,9 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
             capsize=4,
             label=f"{scaffold} · {model[:30]}",
         )
-    ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title="Reward by round (mean ± std over seeds)")
+    seeds = max((n for by_round in table.values() for _, _, n in by_round.values()), default=0)
+    title = f"Reward by round (mean ± std over seeds, n = {seeds} seeds)"
+    ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title=title)
     ax.set_xticks(range(1, results.config.rounds + 1))  # rounds are whole numbers
     ax.legend(fontsize=7)
     names["rounds"] = _save(fig, root / "rewards_by_round.png")
@@ -288,7 +290,8 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
         ax.axhline(d["mean"], linestyle="--", color=f"C{i}")
         ax.axhspan(d["ci"][0], d["ci"][1], alpha=0.15, color=f"C{i}")
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set(ylabel="reward twin − base", title="Paired per-task deltas (mean, 95% bootstrap CI)")
+    n_tasks = max((len(d["deltas"]) for d in deltas.values()), default=0)
+    ax.set(ylabel="reward twin − base", title=f"Paired per-task deltas (mean, 95% bootstrap CI, n = {n_tasks} tasks)")
     ax.tick_params(axis="x", labelrotation=20, labelsize=7)
     names["deltas"] = _save(fig, root / "paired_deltas.png")
 
@@ -299,7 +302,7 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
         values = np.array([transitions[k][label] for k in keys], dtype=float)
         ax.bar([f"{s}\n{r}→{r + 1}" for _, s, r in keys], values, bottom=bottom, color=color, label=label)
         bottom += values
-    ax.set(ylabel="trials", title="Round-to-round changes")
+    ax.set(ylabel="trials", title=f"Round-to-round changes (n = {int(bottom.sum())} transitions)")
     ax.legend(fontsize=7)
     names["transitions"] = _save(fig, root / "round_transitions.png")
 
@@ -311,7 +314,9 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=False))
     ax.legend(unique.values(), unique.keys(), fontsize=7)
-    ax.set(xlabel="dollars per trial", ylabel="reward", ylim=(0, 1.05), title="Reward against cost")
+    n_scored = sum(t.reward is not None for t in scored(results))
+    title = f"Reward against cost (n = {n_scored} trials)"
+    ax.set(xlabel="dollars per trial", ylabel="reward", ylim=(0, 1.05), title=title)
     names["cost"] = _save(fig, root / "reward_vs_cost.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -322,7 +327,7 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
         ax.bar(xs, [counter[c] for c in categories], width=width, label=scaffold)
     ax.set_xticks(np.arange(len(categories)) + width / 2 * (len(failures) - 1))
     ax.set_xticklabels([f"{k}\nL{lvl}" for k, lvl in categories], fontsize=7)
-    ax.set(ylabel="trials", title="Violated properties of final candidates")
+    ax.set(ylabel="trials", title=f"Violated properties of final candidates (n = {len(scored(results))} trials)")
     if failures:
         ax.legend(fontsize=7)
     names["failures"] = _save(fig, root / "failures.png")
