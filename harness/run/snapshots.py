@@ -61,11 +61,15 @@ def take(session, kind: SnapshotKind, *, round: int, role: str = "") -> Snapshot
     if kind == "round" and any(s.kind == "round" and s.round == round for s in state.snapshots):
         return None  # a resumed run passing a round it finished before: that round's end is taken
     spent = session.budget.spent
-    if kind == "round":
-        ref = f"refs/tags/round-{round}"
-        tree = tree_of(repo, ref)
-    else:
-        ref, tree = commit_snapshot(repo, len(state.snapshots) + 1, f"{kind}, round {round}, {spent.calls} calls")
+    try:
+        if kind == "round":
+            ref = f"refs/tags/round-{round}"
+            tree = tree_of(repo, ref)
+        else:
+            ref, tree = commit_snapshot(repo, len(state.snapshots) + 1, f"{kind}, round {round}, {spent.calls} calls")
+    except (CandidateRepoError, OSError) as exc:  # a point of the curve is lost, never the run
+        repo._audit_target(f"snapshot-{len(state.snapshots) + 1}", f"snapshot not taken: {str(exc)[:300]}")
+        return None
     last = state.snapshots[-1] if state.snapshots else None
     if last is not None and last.tree == tree and last.calls == spent.calls:
         if kind != "round":

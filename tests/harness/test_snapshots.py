@@ -39,6 +39,51 @@ def test_the_curve_is_sorted_by_spending_and_leaves_ungraded_snapshots_out():
         curve(grades, "seconds")
 
 
+def light_session(tmp_path, calls: int):
+    """What `snapshots.take` reads of a session: its state, candidate repository and budget."""
+    from types import SimpleNamespace
+
+    from harness.models.budget import Spent
+    from harness.run.candidate_repo import CandidateRepo
+
+    repo = CandidateRepo(tmp_path / "candidate", tmp_path / "candidate.git", audit_log=tmp_path / "audit.log")
+    repo.init()
+    spent = Spent(calls=calls, tokens_in=10 * calls)
+    return SimpleNamespace(
+        state=RunState(run_id="r"), repo=repo, budget=SimpleNamespace(spent=spent), save=lambda round: None
+    )
+
+
+def test_a_snapshot_leaves_the_branch_the_tags_and_the_work_tree_alone(tmp_path):
+    from harness.run import snapshots
+
+    session = light_session(tmp_path, calls=8)
+    repo = session.repo
+    (repo.work_tree / "a.py").write_text("x = 1\n")
+    head = repo.head()
+    taken = snapshots.take(session, "calls", round=1, role="migrator")
+    assert taken is not None and (taken.calls, taken.tokens, taken.ref) == (8, 80, "refs/snapshots/1")
+    assert repo.head() == head and repo.rounds() == [0]
+    assert repo._git("show", f"{taken.ref}:a.py") == "x = 1"
+    assert (repo.work_tree / "a.py").read_text() == "x = 1\n"
+    assert snapshots.take(session, "end", round=1) is None  # the same tree and spending: not taken twice
+    assert repo._git("for-each-ref", "--format=%(refname)", "refs/snapshots/").split() == ["refs/snapshots/1"]
+
+
+def test_a_snapshot_that_cannot_be_committed_is_audited_and_the_run_goes_on(tmp_path, monkeypatch):
+    from harness.run import snapshots
+    from harness.run.candidate_repo import CandidateRepoError
+
+    def fail(*args, **kwargs):
+        raise CandidateRepoError("git add failed: disk full")
+
+    monkeypatch.setattr(snapshots, "commit_snapshot", fail)
+    session = light_session(tmp_path, calls=8)
+    assert snapshots.take(session, "calls", round=1) is None
+    assert session.state.snapshots == []
+    assert "snapshot not taken: git add failed: disk full" in (tmp_path / "audit.log").read_text()
+
+
 bwrap = pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="runs the real bwrap sandbox")
 
 
