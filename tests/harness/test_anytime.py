@@ -118,3 +118,50 @@ def test_a_bench_without_curves_says_so(tmp_path):
     text = write_report(bench).read_text()
     assert "No trial has graded snapshots" in text
     assert "R=2 − R=1" in text  # the round ablation needs no curve
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(5400)
+def test_a_scripted_bench_over_two_bundled_tasks_writes_curves_and_the_report(tmp_path):
+    """twin and base, two bundled tasks, two seeds, each run's snapshots graded by the task's grader;
+    the replies are the scripted demonstrations of `scripts/record_examples.py` (labelled scripted)."""
+    import json
+    import shutil
+    import sys
+
+    from harness.bench.run import run_bench
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("trials run in the bwrap sandbox")
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / "scripts"))
+    import record_examples
+
+    tasks = ["mlp-train", "llama-paged-serve"]
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for task in tasks:
+        for scaffold in ("twin", "base"):
+            (scripts / f"{task}-{scaffold}.json").write_text(json.dumps(record_examples.PLANS[scaffold](task)))
+    config = BenchConfig(
+        name="scripted",
+        tasks=[repo / "tasks" / "t2j-mini" / task for task in tasks],
+        models=[f"scripted:{scripts}/{{task}}-{{scaffold}}.json"],
+        rounds=2,
+        seeds=2,
+        jobs=2,
+        snapshot_every=2,
+        budget=Budget(max_calls=40),
+        retry_backoff_s=0,
+    )
+    results = run_bench(config, tmp_path)
+    assert len(results.trials) == 8
+    for trial in results.trials.values():
+        assert trial.status == "ok" and trial.model_label == "scripted", (trial.trial_id, trial.error)
+        assert len(trial.curve) >= 3, trial.trial_id
+    text = write_report(BenchDir(tmp_path / "scripted"), axis="calls").read_text()
+    assert "> Models in this bench are replayed or scripted, not live: scripted" in text
+    assert "B = the bench's per-trial budget: llama-paged-serve 40, mlp-train 40" in text
+    assert "- twin − base · " in text and "n = 4" in text
+    for task in tasks:
+        assert (tmp_path / "scripted" / f"curve_{task}.png").is_file()
