@@ -212,7 +212,8 @@ def _delta_lines(deltas: dict[str, dict]) -> list[str]:
     for model, d in deltas.items():
         lines.append(
             f"- {model}: mean Δ = {d['mean']:+.4f}, 95% bootstrap CI [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] "
-            f"over {len(d['deltas'])} tasks"
+            f"over {len(d['deltas'])} tasks: "
+            + ("shown" if d["ci"][0] > 0 or d["ci"][1] < 0 else "not shown (the interval spans 0)")
         )
         lines += [f"  - {task}: {delta:+.4f}" for task, delta in sorted(d["deltas"].items())]
     return lines
