@@ -62,7 +62,7 @@ def reward_by_round(results: BenchResults) -> dict[tuple[str, str], dict[int, tu
     )
     for trial in compared(results)[0]:
         for r, reward in trial.rewards.items():
-            if reward is not None:
+            if reward is not None and int(r) <= results.config.rounds:  # a single agent may have run more
                 per_seed[config_key(trial)][int(r)][trial.seed].append(reward)
     table: dict[tuple[str, str], dict[int, tuple[float, float, int]]] = {}
     for key, rounds in per_seed.items():
@@ -103,7 +103,7 @@ def round_transitions(results: BenchResults, band: float) -> dict[tuple[str, str
     """(model, scaffold, r) -> counts of trials improved / stable / regressed from r to r+1."""
     counts: dict[tuple[str, str, int], Counter] = defaultdict(Counter)
     for trial in scored(results):
-        for r in sorted(trial.rewards)[:-1]:
+        for r in sorted(r for r in trial.rewards if r <= results.config.rounds)[:-1]:
             a, b = trial.rewards[r], trial.rewards.get(r + 1)
             if a is None or b is None:
                 continue

@@ -29,6 +29,8 @@ STATE_VERSION = 2
 `tokens_total` (1 had only `model_calls`, a running total; still read)."""
 CONFIG_VERSION = 2
 """2: the model's settings in one `model` table (1 kept them flat beside the run's; still read)."""
+MAX_ROUNDS = 20
+"""The most rounds a run may have."""
 Scaffold = Literal["twin", "base", "mini-swe-agent"]
 """Scaffold names; `harness.scaffolds.registry.SCAFFOLDS` maps each to its implementation."""
 Step = Literal["diagnose", "migrate", "verify"]
@@ -48,7 +50,7 @@ class RunConfig(BaseModel):
     scaffold: Scaffold = Field(
         default="twin", description="'twin' (the loop), 'base' (one agent) or 'mini-swe-agent' (its default agent)."
     )
-    rounds: int = Field(default=2, ge=1, le=20, description="Refinement rounds R.")
+    rounds: int = Field(default=2, ge=1, le=MAX_ROUNDS, description="Refinement rounds R.")
     seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
     budget: Budget = Field(default_factory=Budget, description="Token, dollar, call and time limits.")
     diagnoser_steps: int = Field(default=30, ge=1, description="Model calls per Diagnoser run.")

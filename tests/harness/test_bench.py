@@ -282,3 +282,21 @@ def test_a_bench_written_by_the_previous_results_version_resumes(tmp_path):
     results = run_bench(cfg, tmp_path / "benches")  # every trial finished: nothing runs
     assert results.trials.keys() == old.trials.keys()
     assert bench.load().schema_version == 2
+
+
+def test_under_a_matched_budget_only_twin_is_bounded_by_rounds(tmp_path):
+    from harness.bench.trials import trial_config
+    from harness.models.budget import Budget
+    from harness.run.directory import MAX_ROUNDS
+
+    def rounds(scaffold: str, **kw) -> int:
+        bench = config(tmp_path, **kw)
+        spec = TrialSpec(task=plans.TINY_TASK, model=bench.models[0], scaffold=scaffold, seed=0)
+        made = trial_config(spec, bench)
+        assert made.budget == bench.budget  # the same numbers for every scaffold
+        return made.rounds
+
+    matched = {"budget": Budget(max_tokens=10_000)}
+    assert rounds("twin", **matched) == 2
+    assert rounds("base", **matched) == rounds("mini-swe-agent", **matched) == MAX_ROUNDS
+    assert rounds("base") == 2  # no budget to bound it: the bench's rounds
