@@ -39,6 +39,7 @@ class RunState(Protocol):
     final_round: int | None
     final_choice: str
 
+
 FinalRule = Literal["best-evidence", "last-complete"]
 FINAL_RULES: tuple[FinalRule, ...] = ("best-evidence", "last-complete")
 
