@@ -310,6 +310,13 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
             lines.append(f"  round {g.round}: {grade}{same}{why}{where}")
         if any(g.reward is None for g in grades.rounds):
             lines.append(f"grade the rounds left ungraded again with: twin migrate --resume {run.root}")
+        if grades.snapshots:
+            best = max((g.reward for g in grades.snapshots if g.reward is not None), default=None)
+            lines.append(
+                f"snapshots: {len(grades.snapshots)} graded"
+                + (f", best reward {numbers.reward(best)}" if best is not None else "")
+                + " (the reward over what was spent: summary.md)"
+            )
     else:
         lines.append("not graded (--no-grade)")
     final = run.root / FINAL_DIR

@@ -120,6 +120,11 @@ def test_a_run_snapshots_every_k_calls_and_grades_each_tree_once(tmp_path, capsy
     summary = run.summary.read_text()
     assert "## Reward over what was spent" in summary
     assert "| 5 | calls | 2 | 10 | 1,200 | 0.0000 |" in summary
+    from harness.run.finish import closing_lines
+
+    assert "snapshots: 5 graded, best reward 1.0000 (the reward over what was spent: summary.md)" in closing_lines(
+        run, run.load_config(), state
+    )
     assert main(["evidence", "show", str(run.root)]) == 0
     assert "reward over what was spent" in capsys.readouterr().out
 
