@@ -142,16 +142,14 @@ def twin_plan(task: str) -> list[dict]:
 
 
 def base_plan(task: str) -> list[dict]:
+    """One round: the agent writes the package with the seeded defect and submits. twin's candidate-side
+    checks find nothing violated (the defect is numeric), so no second round is asked for."""
     defect = defect_of(task)
     replies = [call("read_file", path="/source")]
     replies += [
         call("write_file", path=f"/app/{rel}", content=text) for rel, text in oracle_files(task, defect).items()
     ]
     replies += [call("submit", summary="wrote the JAX package")]
-    replies += [
-        call("edit_file", path=f"/app/{defect.file}", old=defect.new, new=defect.old),
-        call("submit", summary="continued"),
-    ]
     return replies
 
 
@@ -163,18 +161,12 @@ def shell_write(rel: str, text: str) -> dict:
 
 
 def mini_swe_agent_plan(task: str) -> list[dict]:
-    """mini-swe-agent has one tool, bash, and submits by echoing its completion marker."""
+    """mini-swe-agent has one tool, bash, and submits by echoing its completion marker; one round, as base."""
     defect = defect_of(task)
     submit = call("bash", command="echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
     replies = [call("bash", command="ls -R /source /assets | head -50")]
     replies += [shell_write(rel, text) for rel, text in oracle_files(task, defect).items()]
-    replies += [submit]
-    repair = (
-        "python3 - <<'TWIN_EOF'\nfrom pathlib import Path\n"
-        f"path = Path('/app/{defect.file}')\n"
-        f"path.write_text(path.read_text().replace({defect.new!r}, {defect.old!r}, 1))\nTWIN_EOF"
-    )
-    replies += [call("bash", command=repair), submit]
+    replies += [submit]  # nothing violated on the candidate side: no second round (as for base)
     return replies
 
 

@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from ground.untrusted_io import write_text_atomic
+from harness.bench.anytime import AXIS_WORDS
+from harness.bench.anytime_report import anytime_lines
 from harness.bench.directory import BenchDir
-from harness.bench.schema import BenchResults, TrialResult
+from harness.bench.schema import BenchError, BenchResults, TrialResult
 
 BOOTSTRAP_SAMPLES = 10_000
 
@@ -60,7 +62,7 @@ def reward_by_round(results: BenchResults) -> dict[tuple[str, str], dict[int, tu
     )
     for trial in compared(results)[0]:
         for r, reward in trial.rewards.items():
-            if reward is not None:
+            if reward is not None and int(r) <= results.config.rounds:  # a single agent may have run more
                 per_seed[config_key(trial)][int(r)][trial.seed].append(reward)
     table: dict[tuple[str, str], dict[int, tuple[float, float, int]]] = {}
     for key, rounds in per_seed.items():
@@ -101,7 +103,7 @@ def round_transitions(results: BenchResults, band: float) -> dict[tuple[str, str
     """(model, scaffold, r) -> counts of trials improved / stable / regressed from r to r+1."""
     counts: dict[tuple[str, str, int], Counter] = defaultdict(Counter)
     for trial in scored(results):
-        for r in sorted(trial.rewards)[:-1]:
+        for r in sorted(r for r in trial.rewards if r <= results.config.rounds)[:-1]:
             a, b = trial.rewards[r], trial.rewards.get(r + 1)
             if a is None or b is None:
                 continue
@@ -120,8 +122,17 @@ def failure_counts(results: BenchResults) -> dict[str, Counter]:
     return out
 
 
-def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
-    """Write `report.md` and the plots into the bench directory; return the report's path."""
+def write_report(bench: BenchDir, *, band: float = 0.01, axis: str = "tokens") -> Path:
+    """Write `report.md` and the plots into the bench directory; return the report's path.
+
+    Args:
+        axis: what the reward curves are read over: tokens, usd, calls or wall_s (`bench.anytime`).
+
+    Raises:
+        BenchError: an unknown axis.
+    """
+    if axis not in AXIS_WORDS:
+        raise BenchError(f"unknown axis {axis!r}: choose from {', '.join(AXIS_WORDS)}")
     results = bench.load()
     rounds = results.config.rounds
     table = reward_by_round(results)
@@ -159,6 +170,7 @@ def write_report(bench: BenchDir, *, band: float = 0.01) -> Path:
         lines.append(f"| {model} | {scaffold} | " + " | ".join(cells) + f" | ${cost[(model, scaffold)]:.4f} |")
     lines += ["", f"![reward by round]({plots['rounds']})", "", "## Model calls and tokens per trial (means)", ""]
     lines += spending_lines(inside)
+    lines += ["", *anytime_lines(bench.root, results, inside, axis)]
     lines += ["", f"## Harness − base, paired per task (R={rounds})", ""]
     if deltas:
         lines += _delta_lines(deltas)
@@ -200,7 +212,8 @@ def _delta_lines(deltas: dict[str, dict]) -> list[str]:
     for model, d in deltas.items():
         lines.append(
             f"- {model}: mean Δ = {d['mean']:+.4f}, 95% bootstrap CI [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] "
-            f"over {len(d['deltas'])} tasks"
+            f"over {len(d['deltas'])} tasks: "
+            + ("shown" if d["ci"][0] > 0 or d["ci"][1] < 0 else "not shown (the interval spans 0)")
         )
         lines += [f"  - {task}: {delta:+.4f}" for task, delta in sorted(d["deltas"].items())]
     return lines
@@ -264,7 +277,9 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
             capsize=4,
             label=f"{scaffold} · {model[:30]}",
         )
-    ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title="Reward by round (mean ± std over seeds)")
+    seeds = max((n for by_round in table.values() for _, _, n in by_round.values()), default=0)
+    title = f"Reward by round (mean ± std over seeds, n = {seeds} seeds)"
+    ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title=title)
     ax.set_xticks(range(1, results.config.rounds + 1))  # rounds are whole numbers
     ax.legend(fontsize=7)
     names["rounds"] = _save(fig, root / "rewards_by_round.png")
@@ -276,7 +291,8 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
         ax.axhline(d["mean"], linestyle="--", color=f"C{i}")
         ax.axhspan(d["ci"][0], d["ci"][1], alpha=0.15, color=f"C{i}")
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set(ylabel="reward twin − base", title="Paired per-task deltas (mean, 95% bootstrap CI)")
+    n_tasks = max((len(d["deltas"]) for d in deltas.values()), default=0)
+    ax.set(ylabel="reward twin − base", title=f"Paired per-task deltas (mean, 95% bootstrap CI, n = {n_tasks} tasks)")
     ax.tick_params(axis="x", labelrotation=20, labelsize=7)
     names["deltas"] = _save(fig, root / "paired_deltas.png")
 
@@ -287,7 +303,7 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
         values = np.array([transitions[k][label] for k in keys], dtype=float)
         ax.bar([f"{s}\n{r}→{r + 1}" for _, s, r in keys], values, bottom=bottom, color=color, label=label)
         bottom += values
-    ax.set(ylabel="trials", title="Round-to-round changes")
+    ax.set(ylabel="trials", title=f"Round-to-round changes (n = {int(bottom.sum())} transitions)")
     ax.legend(fontsize=7)
     names["transitions"] = _save(fig, root / "round_transitions.png")
 
@@ -299,7 +315,9 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=False))
     ax.legend(unique.values(), unique.keys(), fontsize=7)
-    ax.set(xlabel="dollars per trial", ylabel="reward", ylim=(0, 1.05), title="Reward against cost")
+    n_scored = sum(t.reward is not None for t in scored(results))
+    title = f"Reward against cost (n = {n_scored} trials)"
+    ax.set(xlabel="dollars per trial", ylabel="reward", ylim=(0, 1.05), title=title)
     names["cost"] = _save(fig, root / "reward_vs_cost.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -310,7 +328,7 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
         ax.bar(xs, [counter[c] for c in categories], width=width, label=scaffold)
     ax.set_xticks(np.arange(len(categories)) + width / 2 * (len(failures) - 1))
     ax.set_xticklabels([f"{k}\nL{lvl}" for k, lvl in categories], fontsize=7)
-    ax.set(ylabel="trials", title="Violated properties of final candidates")
+    ax.set(ylabel="trials", title=f"Violated properties of final candidates (n = {len(scored(results))} trials)")
     if failures:
         ax.legend(fontsize=7)
     names["failures"] = _save(fig, root / "failures.png")

@@ -18,7 +18,15 @@ from ground.untrusted_io import write_text_atomic
 from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
 from harness.bench.executors import run_locally, run_with_ray
-from harness.bench.schema import BenchConfig, BenchError, BenchResults, TrialResult, TrialSpec, trials_of
+from harness.bench.schema import (
+    RESULTS_VERSION,
+    BenchConfig,
+    BenchError,
+    BenchResults,
+    TrialResult,
+    TrialSpec,
+    trials_of,
+)
 from harness.bench.trials import collect_trial, prepare_trial
 from harness.models.ledger import LEDGER_ENV, Ledger
 from task_model.model import Task
@@ -44,11 +52,12 @@ def run_bench(
     bench.root.mkdir(parents=True, exist_ok=True)
     if bench.results_path.is_file():
         results = bench.load()
-        if results.config.model_dump(exclude={"jobs", "executor", "ray_address", "limits"}) != config.model_dump(
-            exclude={"jobs", "executor", "ray_address", "limits"}
-        ):
+        # the format's version is no setting: a bench written by an older twin resumes under the same settings
+        unrelated = {"jobs", "executor", "ray_address", "limits", "schema_version"}
+        if results.config.model_dump(exclude=unrelated) != config.model_dump(exclude=unrelated):
             raise BenchError(f"bench {config.name} exists with another configuration; choose another --name")
         results.config = config
+        results.schema_version = RESULTS_VERSION  # rewritten from now on in this version's format
     else:
         results = BenchResults(config=config)
     write_text_atomic(bench.config_path, config.model_dump_json(indent=2))

@@ -13,10 +13,12 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ground.errors import TwinError
+from harness.models.budget import Budget
 from harness.models.ledger import LedgerLimits
 from harness.run.directory import Scaffold
 
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
+"""2: a trial's `curve` (its graded snapshots) and the bench's per-trial `budget` (1 had neither; still read)."""
 TrialStatus = Literal["ok", "failed", "infra_failed", "not_started"]
 
 
@@ -41,6 +43,12 @@ class BenchConfig(BaseModel):
     executor: Literal["local", "ray"] = Field(default="local")
     ray_address: str | None = Field(default=None, description="Ray cluster address (None: local Ray).")
     limits: LedgerLimits = Field(default_factory=LedgerLimits, description="Budget of the whole bench.")
+    budget: Budget = Field(
+        default_factory=Budget,
+        description="Every trial's own budget, the same numbers for every scaffold (tokens, dollars, calls, wall).",
+    )
+    snapshot_every: int = Field(default=8, ge=0, description="Every trial snapshots its candidate every N calls.")
+    grade_snapshots: bool = Field(default=True, description="Grade every trial's snapshots: its reward curve.")
     sandbox: str = Field(default="auto", description="Sandbox of every trial.")
     api_base: str | None = Field(default=None, description="Base URL for every trial's model.")
     model_retries: int | None = Field(default=None, ge=0, description="Retries of one model call.")
@@ -69,6 +77,16 @@ class TrialSpec(BaseModel):
     def trial_id(self) -> str:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.model).strip("-")[:60]
         return f"{self.task_name}__{slug}__{self.scaffold}__s{self.seed}"
+
+
+class CurvePoint(BaseModel):
+    """One graded snapshot of a trial: what it had spent, and the reward of its candidate then."""
+
+    calls: int
+    tokens: int
+    usd: float
+    wall_s: float
+    reward: float
 
 
 class TrialResult(BaseModel):
@@ -101,6 +119,10 @@ class TrialResult(BaseModel):
     trial_wall_s: float = Field(default=0.0, description="Launch to collected result, this attempt.")
     attempts: int = 0
     error: str = ""
+    curve: list[CurvePoint] = Field(
+        default_factory=list,
+        description="The trial's graded snapshots by spending: its reward as a step curve (ungraded ones left out).",
+    )
     failures: list[dict] = Field(
         default_factory=list,
         description="Violated properties of the final candidate by the same post-run checks "

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from ground.errors import InfraFailure, RunFailed
-from harness.bench.schema import BenchConfig, TrialResult, TrialSpec
-from harness.run.directory import RunConfig, RunDir, RunState
+from harness.bench.schema import BenchConfig, CurvePoint, TrialResult, TrialSpec
+from harness.run.directory import MAX_ROUNDS, RunConfig, RunDir, RunState
 
 
 def trial_config(spec: TrialSpec, config: BenchConfig) -> RunConfig:
@@ -28,13 +28,20 @@ def trial_config(spec: TrialSpec, config: BenchConfig) -> RunConfig:
         RunError: a setting the run refuses (e.g. an empty model name).
     """
     model = {"name": spec.model_name, "api_base": config.api_base, "retries": config.model_retries}
+    matched = any(v is not None for v in config.budget.model_dump().values())
+    # rounds are twin's knob; a single agent under a matched budget is bounded by that budget alone
+    # (it still stops once it submits with nothing failing: `harness.scaffolds.base`)
+    rounds = MAX_ROUNDS if matched and spec.scaffold != "twin" else config.rounds
     return RunConfig.build(
         task=spec.task.expanduser().resolve(),
         model={k: v for k, v in model.items() if v is not None},
         scaffold=spec.scaffold,
-        rounds=config.rounds,
+        rounds=rounds,
         seed=spec.seed,
         sandbox=config.sandbox,
+        budget=config.budget,  # matched: the same numbers for every scaffold
+        snapshot_every=config.snapshot_every,
+        grade_snapshots=config.grade_snapshots,
     )
 
 
@@ -108,9 +115,17 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
         result.status = "infra_failed"
         result.error = "; ".join(g.error for g in grades.rounds if g.error)
     result.model_label = grades.model
+    rule = run.load_config().final_rule
     result.snapshot_rewards = {g.round: g.reward for g in grades.rounds}
-    for r in range(1, rounds + 1):
-        chosen = state.choice_with_rounds(r)
+    result.curve = [
+        CurvePoint(calls=g.snapshot.calls, tokens=g.snapshot.tokens, usd=g.snapshot.usd, wall_s=g.snapshot.wall_s,
+                   reward=g.reward)
+        for g in grades.snapshots
+        if g.reward is not None
+    ]  # fmt: skip
+    # a single agent bounded by a matched budget alone may run more rounds than the bench's: its final one counts
+    for r in range(1, max(rounds, *(rs.round for rs in state.rounds), 0) + 1):
+        chosen = state.choice_with_rounds(r, rule)
         result.rewards[r] = result.snapshot_rewards.get(chosen) if chosen else None
         if result.rewards[r] is None and result.status == "ok" and state.stop_reason.startswith("error:"):
             result.rewards[r] = 0.0  # the run stopped on twin's error before anything usable: scored, as 0

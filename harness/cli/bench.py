@@ -13,6 +13,7 @@ from harness.bench.directory import BenchDir
 from harness.bench.report import write_report
 from harness.bench.run import run_bench
 from harness.bench.schema import BenchConfig
+from harness.models.budget import Budget
 from harness.models.ledger import LedgerLimits
 from harness.scaffolds.registry import SCAFFOLDS
 
@@ -32,6 +33,14 @@ def bench_command(
     benches_dir: Path = typer.Option(Path("benches"), "--benches-dir", envvar="TWIN_BENCHES_DIR"),
     max_usd: float = typer.Option(None, "--max-usd", help="Dollar budget of the whole bench."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget of the whole bench."),
+    trial_max_tokens: int = typer.Option(None, "--trial-max-tokens", help="Every trial's token budget."),
+    trial_max_usd: float = typer.Option(None, "--trial-max-usd", help="Every trial's dollar budget."),
+    trial_max_calls: int = typer.Option(None, "--trial-max-calls", help="Every trial's model-call budget."),
+    trial_max_wall_s: float = typer.Option(None, "--trial-max-wall-s", help="Every trial's wall-time budget (s)."),
+    snapshot_every: int = typer.Option(8, "--snapshot-every", min=0, help="Snapshot every N model calls."),
+    grade_snapshots: bool = typer.Option(
+        True, "--grade-snapshots/--no-grade-snapshots", help="Grade every snapshot: each trial's reward curve."
+    ),
     sandbox: str = typer.Option("auto", "--sandbox"),
     api_base: str = typer.Option(None, "--api-base"),
     retries: int = typer.Option(2, "--infra-retries", min=0),
@@ -59,6 +68,9 @@ def bench_command(
         executor=executor,
         ray_address=address,
         limits=LedgerLimits(max_usd=max_usd, max_tokens=max_tokens),
+        budget=trial_budget(trial_max_tokens, trial_max_usd, trial_max_calls, trial_max_wall_s),
+        snapshot_every=snapshot_every,
+        grade_snapshots=grade_snapshots,
         sandbox=sandbox,
         api_base=api_base,
         infra_retries=retries,
@@ -84,11 +96,27 @@ def bench_command(
         console.print(f"report: {write_report(BenchDir(benches_dir / config.name))}")
 
 
+def trial_budget(tokens: int | None, usd: float | None, calls: int | None, wall_s: float | None) -> Budget:
+    """Every trial's budget, the same numbers for every scaffold (matched budgets).
+
+    Raises:
+        TwinError: a negative limit, named by its option.
+    """
+    from pydantic import ValidationError
+
+    try:
+        return Budget(max_tokens=tokens, max_usd=usd, max_calls=calls, max_wall_s=wall_s)
+    except ValidationError as exc:
+        field = str(exc.errors()[0]["loc"][0]).removeprefix("max_").replace("_", "-")
+        raise TwinError(f"--trial-max-{field}: {exc.errors()[0]['msg']}") from None
+
+
 def report_command(
     bench: str = typer.Argument(..., help="Bench directory or name."),
     benches_dir: Path = typer.Option(Path("benches"), "--benches-dir", envvar="TWIN_BENCHES_DIR"),
     band: float = typer.Option(0.01, "--stable-band", help="|Δreward| up to this counts as stable."),
+    axis: str = typer.Option("tokens", "--axis", help="Read the reward curves over tokens, usd, calls or wall_s."),
 ) -> None:
     """Write a markdown report with plots for a bench."""
-    path = write_report(BenchDir.open(bench, benches_dir), band=band)
+    path = write_report(BenchDir.open(bench, benches_dir), band=band, axis=axis)
     agent_console().print(f"report: {path}")

@@ -171,6 +171,29 @@ def show_command(
         counts = tally(latest)
         total = sum(counts.values())
         console.print(f"{total} properties (latest outcome of each): {tally_text(counts)}", soft_wrap=True)
+        _print_curve(console, store.path.parent)
+
+
+def _print_curve(console: Console, run_dir: Path) -> None:
+    """The run's reward over what it spent, from its graded snapshots (`--grade-snapshots`), if it has them."""
+    from harness.run.finish import RunGrades
+
+    try:
+        grades = RunGrades.model_validate_json((run_dir / "grades.json").read_text())
+    except (OSError, ValueError):
+        return
+    if not grades.snapshots:
+        return
+    table = Table(title="reward over what was spent (graded snapshots)", title_justify="left")
+    for name in ("snapshot", "kind", "round", "calls", "tokens", "dollars", "wall s", "reward"):
+        table.add_column(name, justify="left" if name == "kind" else "right")
+    for g in grades.snapshots:
+        s = g.snapshot
+        reward = "not graded" if g.reward is None else f"{g.reward:.4f}"
+        table.add_row(
+            str(s.index), s.kind, str(s.round), str(s.calls), f"{s.tokens:,}", f"{s.usd:.4f}", f"{s.wall_s:.1f}", reward
+        )
+    console.print(table)
 
 
 def _print_rounds(console: Console, store: EvidenceStore, up_to: int | None) -> None:

@@ -47,6 +47,21 @@ def migrate_command(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", envvar="TWIN_RUNS_DIR"),
     run_id: str = typer.Option(None, "--run-id", help="Name of the run directory."),
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every round after the run."),
+    snapshot_every: int = typer.Option(
+        None, "--snapshot-every", help="Snapshot the candidate every N model calls, and at round ends (default 8)."
+    ),
+    grade_snapshots: bool = typer.Option(
+        None,
+        "--grade-snapshots/--no-grade-snapshots",
+        help="Grade every snapshot after the run: reward as a curve over what was spent (with --resume: "
+        "grade a finished run's snapshots).",
+    ),
+    final_round: str = typer.Option(
+        None,
+        "--final-round",
+        help="Which round is delivered: best-evidence (default: best evidence score among verified rounds) "
+        "or last-complete (the latest round whose every step completed).",
+    ),
     resume: str = typer.Option(None, "--resume", help="Continue a killed run (id or directory)."),
     skip_task_check: bool = typer.Option(
         False, "--skip-task-check", envvar="TWIN_SKIP_TASK_CHECK", help="Do not grade the task's oracle first."
@@ -65,6 +80,8 @@ def migrate_command(
             return
         if model_wait_s is not None:
             inputs = _override_wait(inputs, model_wait_s)
+        if grade_snapshots is not None:
+            inputs = _override_snapshot_grading(inputs, grade_snapshots)
     else:
         if task is None or model is None:
             raise TwinError("twin migrate needs --task DIR and --model M (or --resume RUN)")
@@ -78,6 +95,9 @@ def migrate_command(
             seed=seed,
             sandbox=sandbox,
             grade=grade,
+            final_rule=final_round,
+            snapshot_every=snapshot_every,
+            grade_snapshots=grade_snapshots,
         )
         budget = {
             k: v
@@ -127,6 +147,14 @@ def _finished_line(inputs: RunInputs, rounds: int) -> str:
         f"({state.stop_reason or state.status}); --rounds {rounds} does not reopen a finished run: "
         "start a new run for more rounds"
     )
+
+
+def _override_snapshot_grading(inputs: RunInputs, grade: bool) -> RunInputs:
+    """Resuming with --grade-snapshots: the run's config says so from now on (a finished run is graded again,
+    each round and snapshot graded before keeping its grade)."""
+    config = inputs.config.model_copy(update={"grade_snapshots": grade})
+    inputs.run.write_config(config)
+    return replace(inputs, config=config)
 
 
 def _override_wait(inputs: RunInputs, wait_s: float) -> RunInputs:

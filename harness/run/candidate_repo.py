@@ -93,12 +93,13 @@ class CandidateRepo:
         self.check_written: Callable[[], None] | None = None
         """Raises when the work tree's filesystem lost writes (a capped root): a round is never committed then."""
 
-    def _git(self, *args: str, check: bool = True, work_tree: Path | None = None) -> str:
+    def _git(self, *args: str, check: bool = True, work_tree: Path | None = None, index: Path | None = None) -> str:
         config = [part for item in _SAFE_CONFIG for part in ("-c", item)]
+        env = _git_env(self.git_dir) | ({"GIT_INDEX_FILE": str(index)} if index is not None else {})
         proc = subprocess.run(
             ["git", *config, f"--git-dir={self.git_dir}", f"--work-tree={work_tree or self.stage}", *args],
             capture_output=True,
-            env=_git_env(self.git_dir),
+            env=env,
             stdin=subprocess.DEVNULL,
         )
         if check and proc.returncode != 0:
@@ -235,8 +236,13 @@ class CandidateRepo:
         """
         if not self._git("tag", "--list", f"round-{round}"):
             raise CandidateRepoError(f"git archive failed: round {round} has no snapshot (rounds: {self.rounds()})")
+        return self.export_ref(f"round-{round}", dest, label=f"round-{round}")
+
+    def export_ref(self, ref: str, dest: Path, *, label: str | None = None) -> Path:
+        """Write the tree of `ref` (a round's tag or a snapshot's ref) to `dest`, as `export` does."""
+        label = label or ref
         dest.mkdir(parents=True, exist_ok=True)
-        if not self._git("ls-tree", "--name-only", f"round-{round}"):
+        if not self._git("ls-tree", "--name-only", ref):
             return dest  # an empty tree: git's archive of it is not a tar stream tarfile reads
         proc = subprocess.Popen(
             [
@@ -245,7 +251,7 @@ class CandidateRepo:
                 f"--git-dir={self.git_dir}",
                 "archive",
                 "--format=tar",
-                f"round-{round}",
+                ref,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -280,13 +286,13 @@ class CandidateRepo:
             while proc.stdout.read(1 << 16):  # whatever git writes past the end marker
                 pass
         except tarfile.TarError as exc:
-            raise CandidateRepoError(f"git archive of round {round} is unreadable: {exc}") from None
+            raise CandidateRepoError(f"git archive of {label} is unreadable: {exc}") from None
         finally:
             # git dies of SIGPIPE when reading stops early: that is never the error to report
             proc.stdout.close()
             proc.wait()
         if proc.returncode != 0:
-            raise CandidateRepoError(f"git archive of round {round} failed (exit {proc.returncode})")
+            raise CandidateRepoError(f"git archive of {label} failed (exit {proc.returncode})")
         for member in links:
             name = member.name.rstrip("/")
             why = link_refusal(name, member.linkname, kinds)
@@ -298,17 +304,20 @@ class CandidateRepo:
             if why is not None:
                 refused[member.name] = why
         if refused:
-            self._audit(round, f"{len(refused)} entries not exported: {_summary(refused)}")
+            self._audit_target(label, f"{len(refused)} entries not exported: {_summary(refused)}")
         return dest
 
     def _audit(self, round: int, reason: str) -> None:
+        self._audit_target(f"round-{round}", reason)
+
+    def _audit_target(self, target: str, reason: str) -> None:
         if self.audit_log is None:
             return
         line = {
             "time": time.time(),
             "boundary": "snapshot",
             "action": "copy",
-            "target": f"round-{round}",
+            "target": target,
             "reason": reason,
         }
         self.audit_log.parent.mkdir(parents=True, exist_ok=True)

@@ -21,12 +21,16 @@ from ground.errors import TwinError
 from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
 from harness.models.config import ModelConfig, nest_model_settings
+from harness.run.final_choice import FinalRule, choice
+from harness.run.snapshots import Snapshot
 
 STATE_VERSION = 2
 """2: a round's `model_calls` and `tokens` are its own; the running totals are `model_calls_total` and
 `tokens_total` (1 had only `model_calls`, a running total; still read)."""
 CONFIG_VERSION = 2
 """2: the model's settings in one `model` table (1 kept them flat beside the run's; still read)."""
+MAX_ROUNDS = 20
+"""The most rounds a run may have."""
 Scaffold = Literal["twin", "base", "mini-swe-agent"]
 """Scaffold names; `harness.scaffolds.registry.SCAFFOLDS` maps each to its implementation."""
 Step = Literal["diagnose", "migrate", "verify"]
@@ -46,7 +50,7 @@ class RunConfig(BaseModel):
     scaffold: Scaffold = Field(
         default="twin", description="'twin' (the loop), 'base' (one agent) or 'mini-swe-agent' (its default agent)."
     )
-    rounds: int = Field(default=2, ge=1, le=20, description="Refinement rounds R.")
+    rounds: int = Field(default=2, ge=1, le=MAX_ROUNDS, description="Refinement rounds R.")
     seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
     budget: Budget = Field(default_factory=Budget, description="Token, dollar, call and time limits.")
     diagnoser_steps: int = Field(default=30, ge=1, description="Model calls per Diagnoser run.")
@@ -65,6 +69,20 @@ class RunConfig(BaseModel):
         default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
     )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
+    snapshot_every: int = Field(
+        default=8,
+        ge=0,
+        description="Commit the candidate as a snapshot every N model calls (and at each round's end), with "
+        "what was spent so far; 0: at round ends only.",
+    )
+    grade_snapshots: bool = Field(
+        default=False, description="Grade every snapshot after the run (reward as a curve over what was spent)."
+    )
+    final_rule: FinalRule = Field(
+        default="best-evidence",
+        description="How the final round is chosen: 'best-evidence' (best evidence score among verified rounds, "
+        "ties to the latest) or 'last-complete' (the latest round whose every step completed).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -135,6 +153,9 @@ class RoundState(BaseModel):
     )
     tokens_total: int = Field(default=0, description="Running total: the run's tokens at the same moment.")
     note: str = Field(default="", description="E.g. 'diagnosis invalid: derived from evidence'.")
+    agent_submitted: bool | None = Field(
+        default=None, description="A single-agent scaffold's round: whether its agent submitted (None: twin's)."
+    )
     evidence_score: int | None = Field(
         default=None, description="Established minus violated properties after verification."
     )
@@ -156,6 +177,9 @@ class RunState(BaseModel):
         default=None, description="Seconds grading took after the rounds (not in `spent.wall_s`); None: not graded."
     )
     audit_offset: int = Field(default=0, description="Bytes of audit.log already turned into evidence.")
+    snapshots: list[Snapshot] = Field(
+        default_factory=list, description="The candidate's snapshots while the run worked (`harness.run.snapshots`)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -197,18 +221,13 @@ class RunState(BaseModel):
         self.rounds.append(state)
         return state
 
-    def choice_with_rounds(self, rounds: int) -> int | None:
-        """The candidate a run limited to `rounds` rounds would deliver.
+    def choice_with_rounds(self, rounds: int, rule: FinalRule = "best-evidence") -> int | None:
+        """The candidate a run limited to `rounds` rounds would deliver under `rule` (`final_choice`).
 
-        The best verified round by evidence score (ties to the latest); without any
-        verified round, the latest committed one. Used for the final choice and for
-        the round ablation of a bench (one R-round run gives the 1..R-round results).
+        Used for the final choice and for the round ablation of a bench (one R-round run
+        gives the 1..R-round results).
         """
-        eligible = [r for r in self.rounds if r.round <= rounds and r.commit]
-        scored = [r for r in eligible if r.evidence_score is not None]
-        if scored:
-            return max(scored, key=lambda r: (r.evidence_score, r.round)).round
-        return max((r.round for r in eligible), default=None)
+        return choice(self, rounds, rule)
 
     @property
     def model_calls_total(self) -> int:

@@ -24,8 +24,11 @@ from ground.errors import TwinError
 from ground.untrusted_io import AgentFileError, read_regular_text, write_text_atomic
 from harness.run.directory import RunConfig, RunDir, RunState
 from harness.run.figures import shows_evidence, spent_line
+from harness.run.final_choice import settle
+from harness.run.snapshots import SnapshotGrade, curve_lines
 
-GRADES_VERSION = 1
+GRADES_VERSION = 2
+"""2: `snapshots`, the grades of the snapshots taken while the run worked (1 had none; still read)."""
 
 
 class RoundGrade(BaseModel):
@@ -70,6 +73,10 @@ class RunGrades(BaseModel):
     model: str
     final_round: int | None
     rounds: list[RoundGrade]
+    snapshots: list[SnapshotGrade] = Field(
+        default_factory=list,
+        description="Each snapshot's grade (`--grade-snapshots`): the run's reward as a curve over what it spent.",
+    )
 
     @property
     def final(self) -> RoundGrade | None:
@@ -173,7 +180,8 @@ def record_crash(session: Any, exc: BaseException) -> None:
 
     session.state.status = "failed"
     session.state.stop_reason = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-    session.state.final_round = session.state.choice_with_rounds(session.config.rounds)
+    config = session.config
+    settle(session.state, config.rounds, config.final_rule, evidence=shows_evidence(config.scaffold))
     session.save()
     with open(session.run.root / "crash.txt", "a", encoding="utf-8") as fh:
         fh.write("".join(traceback.format_exception(exc)))
@@ -216,6 +224,8 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
     if final is not None and final.components:
         lines += ["", f"## Grade of the final candidate (round {final.round})", ""]
         lines += [f"- {name}: {value}" for name, value in sorted(final.components.items())]
+    if grades is not None and grades.snapshots:
+        lines += ["", *curve_lines(grades.snapshots)]
     lines += _zero_reasons(s.run, grades)
     text = "\n".join(lines) + "\n"
     write_text_atomic(s.run.summary, text)
@@ -300,6 +310,13 @@ def closing_lines(run: RunDir, config: RunConfig, state: RunState) -> list[str]:
             lines.append(f"  round {g.round}: {grade}{same}{why}{where}")
         if any(g.reward is None for g in grades.rounds):
             lines.append(f"grade the rounds left ungraded again with: twin migrate --resume {run.root}")
+        if grades.snapshots:
+            best = max((g.reward for g in grades.snapshots if g.reward is not None), default=None)
+            lines.append(
+                f"snapshots: {len(grades.snapshots)} graded"
+                + (f", best reward {numbers.reward(best)}" if best is not None else "")
+                + " (the reward over what was spent: summary.md)"
+            )
     else:
         lines.append("not graded (--no-grade)")
     final = run.root / FINAL_DIR

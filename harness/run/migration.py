@@ -26,9 +26,11 @@ from ground.terminal import agent_console, styled
 from ground.trajectory import Trajectory
 from harness.models.replay import resume_position
 from harness.models.scripted import ScriptExhausted
+from harness.run import snapshots
 from harness.run.finish import earlier_grades, export_final, grade_rounds, record_crash, write_summary
 from harness.run.progress import Progress, RunView
 from harness.run.session import Session, open_session
+from harness.run.snapshot_grades import grade_snapshots
 from harness.run.task_gate import gate_model, saying_to_progress, stop_for_check, wait_for_check
 
 if TYPE_CHECKING:
@@ -105,6 +107,8 @@ def run_migration(
                 session.save()
                 try:
                     scaffolds[config.scaffold](session, progress).run()
+                    if session.state.rounds:  # the candidate as the run left it, with all it spent
+                        snapshots.take(session, "end", round=max(r.round for r in session.state.rounds))
                 except ModelStopped as exc:
                     session.state.status = "stopped"
                     session.state.stop_reason = f"stopped: {exc}"
@@ -135,7 +139,10 @@ def run_migration(
             grades = None
             if config.grade:  # a resumed run keeps its grades, but grades again the rounds twin failed to grade
                 grading_started = time.monotonic()
-                grades = grade_rounds(session, progress, earlier_grades(run))
+                earlier = earlier_grades(run)
+                grades = grade_rounds(session, progress, earlier)
+                if config.grade_snapshots:
+                    grades = grade_snapshots(session, progress, grades, earlier)
                 session.state.grading_s = time.monotonic() - grading_started
                 session.save()
             write_summary(session, grades)

@@ -26,6 +26,7 @@ from harness.models.budget import BudgetTracker
 from harness.models.config import API_KEY_ENV
 from harness.models.factory import make_model
 from harness.models.ledger import LedgerBudget, budget_for_run
+from harness.run import snapshots
 from harness.run.candidate_repo import CandidateRepo
 from harness.run.directory import RunConfig, RunDir, RunState, new_run_id
 from harness.run.progress import Progress
@@ -172,8 +173,15 @@ class Session:
             self.trajectory.set_context(step=step)
             spent = self.budget.spent
             progress.step(step, spent.tokens, spent.usd, estimated=spent.tokens_estimated > 0)
+            if snapshots.due(self.state.snapshots, spent.calls, self.config.snapshot_every):
+                snapshots.take(self, "calls", round=self.trajectory.context.round, role=role)
 
         return on_step
+
+    def snapshot_round(self, round: int) -> None:
+        """A snapshot at round `round`'s end (its tag), with what the run spent by then."""
+        if round in self.repo.rounds():
+            snapshots.take(self, "round", round=round)
 
     def save(self, round: int | None = None) -> None:
         """Write the state with what was spent so far, charged to `round` (default: the round the

@@ -18,7 +18,9 @@ and `cost_limit` 0, because twin's budget governs the run; the command time limi
 is twin's; commands run in `/app`. Its `{{system}} {{release}} {{version}}
 {{machine}}` are 'Linux', '', '' and the machine type: the sandbox is Linux, and
 the host's kernel strings would make a recording unreplayable on another machine.
-Like the base scaffold it runs R rounds, each a fresh agent on the same /app.
+Like the base scaffold it runs up to R rounds, each a fresh agent on the same /app, a new one only
+with something new to tell it (the base scaffold's rule: it did not submit, or twin's candidate-side
+checks found something violated after it did).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from ground.errors import TwinError
 from ground.model import Model
 from harness.run.progress import Progress
 from harness.run.session import Session
-from harness.scaffolds.base import BaseScaffold
+from harness.scaffolds.base import BaseScaffold, Reprompt
+from roles import prompting
 from roles.tools import MAX_COMMAND_BYTES, MAX_TOOL_CALLS_PER_REPLY, ToolError, ToolResult, check_text_argument
 
 ROLE = "agent"
@@ -252,8 +255,9 @@ class MiniSweAgentScaffold(BaseScaffold):
         self.timeout_s = bench.command_timeout_s
         self.on_step = session.step_observer(progress)
 
-    def work(self, t: int) -> str:
-        """One run of the package's agent on the task's instruction; returns its exit status."""
+    def work(self, t: int, reprompt: Reprompt) -> tuple[str, bool]:
+        """One run of the package's agent on the task's instruction (from round 2, with what is new: the base
+        scaffold's rule); returns its exit status and whether it submitted."""
         model = TwinModelAdapter(
             self.s.model, self.config["model"], lambda step, reply: self.on_step(ROLE, step, reply)
         )
@@ -271,8 +275,18 @@ class MiniSweAgentScaffold(BaseScaffold):
             "output_path": self.s.run.root / f"mini-swe-agent.round-{t}.traj.json",
         }
         agent = self.mini.DefaultAgent(model, env, **agent_config)
-        result = agent.run(self.s.task.instruction)
-        return f"mini-swe-agent exit: {result.get('exit_status', '?')}"
+        task = self.s.task.instruction
+        if t > 1:
+            task += "\n\n" + prompting.render(
+                "single_agent_round",
+                round=t,
+                candidate_dir=self.s.task.settings.candidate_mount,
+                step_limit=reprompt.step_limit,
+                failing=reprompt.failing,
+            )
+        result = agent.run(task)
+        status = result.get("exit_status", "?")
+        return f"mini-swe-agent exit: {status}", status == "Submitted"
 
     def _record(self, command: str, output: dict) -> None:
         ok = output["returncode"] == 0 and not output["exception_info"]

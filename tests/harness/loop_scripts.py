@@ -99,12 +99,26 @@ def twin_regress_in_round_two() -> list[dict]:
     ]
 
 
+LEGACY = "import torch\n"
+"""A module the migration left behind: twin's candidate-side import check finds it (torch is absent there)."""
+
+
 def base_two_rounds() -> list[dict]:
+    """Round 1 submits a bug and a module that imports torch; shown that failing check, round 2 fixes both."""
     return [
-        *migrate(OPS_BUGGY),
+        call("write_file", path="/app/calc/__init__.py", content=INIT),
+        call("write_file", path="/app/calc/ops.py", content=OPS_BUGGY),
+        call("write_file", path="/app/calc/legacy.py", content=LEGACY),
+        call("submit", summary="wrote calc"),
+        call("bash", command="rm /app/calc/legacy.py"),
         call("edit_file", path="/app/calc/ops.py", old="k + 1", new="k"),
         call("submit", summary="fixed"),
     ]
+
+
+def base_submits_once() -> list[dict]:
+    """The agent submits a clean candidate in round 1; the reply after it must never be asked for."""
+    return [*migrate(OPS_GOOD), call("submit", summary="asked again without a reason")]
 
 
 def write_script(path: Path, replies: list[dict]) -> str:

@@ -237,3 +237,66 @@ def test_a_model_reporting_no_usage_is_counted_estimated_in_the_summary_and_the_
     row = next(line for line in report.splitlines() if line.startswith("| ") and "| base |" in line and "~" in line)
     assert re.search(r"\| ~[1-9][\d,]* \|", row)
     assert "~ estimated" in report
+
+
+def test_a_negative_trial_budget_is_refused_in_one_line(tmp_path, capsys):
+    args = ["bench", "--tasks", str(plans.TINY_TASK), "--model", "scripted:x.json", "--trial-max-calls", "-1"]
+    assert main([*args, "--benches-dir", str(tmp_path / "benches"), "--skip-task-check"]) == 2
+    err = capsys.readouterr().err
+    assert "--trial-max-calls" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "benches").exists()
+
+
+@pytest.mark.heavy  # a whole bench, its snapshots graded
+def test_every_scaffold_runs_under_the_same_budget_and_reports_its_curve(tmp_path):
+    benches = tmp_path / "benches"
+    args = ["bench", "--tasks", str(plans.TINY_TASK), "--model", scripts(tmp_path), "--name", "m", "--seeds", "2"]
+    budget = ["--trial-max-calls", "9", "--trial-max-tokens", "5000", "--snapshot-every", "2"]
+    assert main([*args, *budget, "--benches-dir", str(benches), "--retry-backoff-s", "0", "--skip-task-check"]) == 0
+    results = BenchDir(benches / "m").load()
+    assert len(results.trials) == 4
+    for trial in results.trials.values():
+        run = RunDir(benches / "m" / "runs" / trial.trial_id)
+        budget_of = run.load_config().budget
+        assert (budget_of.max_calls, budget_of.max_tokens) == (9, 5000)  # the same numbers for both scaffolds
+        assert trial.status == "ok" and len(trial.curve) >= 3, trial.trial_id
+        assert trial.calls <= 9
+    report = (benches / "m" / "report.md").read_text()
+    assert "B = the bench's per-trial budget: tiny-calc 5,000" in report
+    assert "- twin − base · " in report and "n = 2" in report
+    assert (benches / "m" / "curve_tiny-calc.png").is_file()
+
+
+def test_a_bench_written_by_the_previous_results_version_resumes(tmp_path):
+    from harness.bench.schema import BenchResults, TrialResult, trials_of
+
+    cfg = config(tmp_path)
+    old = BenchResults(config=cfg.model_copy(update={"schema_version": 1}), schema_version=1)
+    for spec in trials_of(cfg):
+        old.trials[spec.trial_id] = TrialResult(
+            trial_id=spec.trial_id, task=spec.task_name, model=spec.model, scaffold=spec.scaffold, seed=0, status="ok"
+        )
+    bench = BenchDir(tmp_path / "benches" / "b")
+    bench.root.mkdir(parents=True)
+    bench.save(old)
+    results = run_bench(cfg, tmp_path / "benches")  # every trial finished: nothing runs
+    assert results.trials.keys() == old.trials.keys()
+    assert bench.load().schema_version == 2
+
+
+def test_under_a_matched_budget_only_twin_is_bounded_by_rounds(tmp_path):
+    from harness.bench.trials import trial_config
+    from harness.models.budget import Budget
+    from harness.run.directory import MAX_ROUNDS
+
+    def rounds(scaffold: str, **kw) -> int:
+        bench = config(tmp_path, **kw)
+        spec = TrialSpec(task=plans.TINY_TASK, model=bench.models[0], scaffold=scaffold, seed=0)
+        made = trial_config(spec, bench)
+        assert made.budget == bench.budget  # the same numbers for every scaffold
+        return made.rounds
+
+    matched = {"budget": Budget(max_tokens=10_000)}
+    assert rounds("twin", **matched) == 2
+    assert rounds("base", **matched) == rounds("mini-swe-agent", **matched) == MAX_ROUNDS
+    assert rounds("base") == 2  # no budget to bound it: the bench's rounds

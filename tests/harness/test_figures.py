@@ -92,7 +92,7 @@ def test_the_base_scaffold_shows_no_evidence_counters(tmp_path, capsys, monkeypa
     assert not re.search(r"established|violated", summary)
     header = next(line for line in summary.splitlines() if line.startswith("| round"))
     assert header == "| round | commit | model calls | tokens | reward |"
-    assert {r: cells[1] for r, cells in summary_rows(summary).items()} == {1: "3", 2: "2"}
+    assert {r: cells[1] for r, cells in summary_rows(summary).items()} == {1: "4", 2: "3"}
     state = run.load_state()
     assert state.grading_s is None and "grading" not in out[-1]
     assert f"wall time {figures.seconds(state.spent.wall_s)} (the rounds)" in out[-1]

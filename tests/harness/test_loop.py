@@ -95,7 +95,7 @@ def test_dollar_budget_stops_the_run(tmp_path):
 
 
 def test_base_scaffold_runs_continuation_rounds_without_evidence(tmp_path):
-    run = start(tmp_path, plans.base_two_rounds(), scaffold="base", base_steps=3)
+    run = start(tmp_path, plans.base_two_rounds(), scaffold="base", base_steps=4)
     run_migration(RunInputs.read(run), SCAFFOLDS)
     state = run.load_state()
     assert [r.done for r in state.rounds] == [["migrate"], ["migrate"]]

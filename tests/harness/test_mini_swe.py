@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 WRITE_CALC = (
     "mkdir -p /app/calc && printf '' > /app/calc/__init__.py && cat > /app/calc/ops.py <<'EOF'\n"
     + plans.OPS_BUGGY
-    + "EOF"
+    + "EOF\nprintf 'import torch\\n' > /app/calc/legacy.py"  # left behind: twin's import check finds it
 )
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -52,7 +52,7 @@ def mini_two_rounds() -> list:
         "no tool call in this reply",
         bash("ls /tests /solution; python3 -c 'import torch'"),
         bash(SUBMIT),
-        bash("sed -i 's/k + 1/k/' /app/calc/ops.py"),
+        bash("rm /app/calc/legacy.py && sed -i 's/k + 1/k/' /app/calc/ops.py"),
         bash(SUBMIT),
     ]
 
@@ -312,3 +312,25 @@ def test_a_reply_over_the_tool_call_cap_runs_none_of_its_commands(tmp_path):
     commands = [r["arguments"].get("command", "") for r in records(run, "tool_call")]
     assert not any(c.startswith("touch /app/n") for c in commands), commands
     assert any("calc/ops.py" in c for c in commands)
+
+
+def test_an_agent_that_submitted_with_nothing_failing_is_not_asked_again(tmp_path):
+    write_good = (
+        "mkdir -p /app/calc && printf '' > /app/calc/__init__.py && cat > /app/calc/ops.py <<'EOF'\n"
+        + plans.OPS_GOOD
+        + "EOF"
+    )
+    run = run_tiny(tmp_path, [bash(write_good), bash(SUBMIT), bash(SUBMIT)], grade=False)
+    state = run.load_state()
+    assert [r.round for r in state.rounds] == [1] and state.rounds[0].agent_submitted
+    assert state.stop_reason == "round 1: the agent submitted and twin's candidate-side checks found nothing violated"
+    assert len(records(run, "model_call")) == 2  # the third reply was never asked for
+
+
+def test_after_a_submit_the_next_round_is_told_the_failing_check(tmp_path):
+    run = run_tiny(tmp_path, mini_two_rounds(), grade=False)
+    tasks = [
+        c["request"]["messages"][1]["content"] for c in records(run, "model_call") if len(c["request"]["messages"]) == 2
+    ]
+    assert len(tasks) == 2
+    assert "calc.legacy" in tasks[1] and "Continue working on the task" not in tasks[1]

@@ -87,6 +87,7 @@ def test_report_numbers_match_the_results_and_plots_exist(bench):
     assert re.search(r"\| m \| base \| 1→2 \| 1 \| 2 \| 1 \|", text)
     assert "| base | jit | 2 | 4 |" in text
     assert "infra: infra_failed (rate limited)" in text
+    assert re.search(r"over 2 tasks: shown$", text, re.MULTILINE)  # both tasks' deltas are above 0
     for png in ("rewards_by_round", "paired_deltas", "round_transitions", "reward_vs_cost", "failures"):
         assert (bench.root / f"{png}.png").stat().st_size > 1000
 

@@ -25,7 +25,7 @@ FULL_DISK_TAIL = "Traceback (most recent call last):\nOSError: [Errno 28] No spa
 
 def start(tmp_path) -> RunDir:
     model = plans.write_script(tmp_path / "script.json", plans.base_two_rounds())
-    config = RunConfig.build(task=plans.TINY_TASK, model=model, rounds=2, scaffold="base", base_steps=3)
+    config = RunConfig.build(task=plans.TINY_TASK, model=model, rounds=2, scaffold="base", base_steps=4)
     return RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
 
 

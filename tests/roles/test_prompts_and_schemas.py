@@ -26,6 +26,8 @@ VARIABLES = dict(
     migrator_summary="MIGSUM",
     verifier_summary="VERSUM",
     changed_files=["CHANGED.py (+1 -0)"],
+    step_limit=7,
+    failing=["imports (imports): FAIL"],
 )
 
 

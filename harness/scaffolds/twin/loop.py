@@ -13,6 +13,7 @@ from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, candidate_latest, round_tally
 from ground.errors import BudgetExceeded
 from harness.run.audit import read_refusals
+from harness.run.final_choice import settle
 from harness.run.progress import Progress
 from harness.run.session import Session
 from harness.scaffolds.twin.objectives import all_shown, objective_statuses
@@ -76,6 +77,7 @@ class TwinLoop:
         try:
             for t in range(1, self.s.config.rounds + 1):
                 self.round(t)
+                self.s.snapshot_round(t)
                 self.guard(t)
             state.stop_reason = f"all {self.s.config.rounds} rounds done"
         except BudgetExceeded as exc:
@@ -326,6 +328,8 @@ class TwinLoop:
             if "diagnose" in rs.done and "migrate" not in rs.done:
                 rs.commit = self.s.repo.commit_round(rs.round, "migrator (stopped by budget)")
                 rs.note = "stopped by budget during migration; not verified"
+            if rs.commit:
+                self.s.snapshot_round(rs.round)
 
     def diagnosis(self, t: int) -> Diagnosis:
         records = self.store.diagnoses(round=t)
@@ -375,14 +379,6 @@ class TwinLoop:
         return counts[Outcome.ESTABLISHED.value] - counts[Outcome.VIOLATED.value]
 
     def choose_final(self) -> None:
-        """The final candidate is the best verified round by evidence; ties go to the latest."""
-        state = self.s.state
-        state.final_round = state.choice_with_rounds(self.s.config.rounds)
-        chosen = next((r for r in state.rounds if r.round == state.final_round), None)
-        if chosen is None or chosen.evidence_score is None:
-            state.final_choice = "no round was verified: the last committed round"
-        else:
-            state.final_choice = (
-                f"round {chosen.round}: best evidence score {chosen.evidence_score} "
-                "(established − violated; ties go to the latest)"
-            )
+        """The final candidate by the run's rule (`final_choice`: by default the best verified round by
+        evidence, ties to the latest), with every round's eligibility said."""
+        settle(self.s.state, self.s.config.rounds, self.s.config.final_rule)

@@ -1,0 +1,183 @@
+"""Snapshots while a run works: the candidate every K model calls and at each round's end, with what was spent.
+
+A run's reward is known at its round ends only; a user with a budget asks what each
+scaffold would have delivered at 1 M tokens. So, while the run works, the candidate is
+committed as a snapshot every `RunConfig.snapshot_every` model calls (after the call's
+reply, before its tool calls run: the tree holds the work of every earlier reply) and at
+each round's end, with the tokens, calls, dollars and wall time spent so far. A snapshot
+commit hangs off `refs/snapshots/<n>` in the candidate's git directory: the branch, the
+round tags and the work tree the agent sees stay as they were (`commit_snapshot`).
+A round's end reuses the round's own tag.
+
+After the run, `twin migrate --grade-snapshots` (and `twin bench` by default) grades them
+with the task's grader, once per distinct tree (`harness.run.snapshot_grades`): the result
+is the run's reward as a step curve over what it spent (`grades.json`, `snapshots`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ground.agent_tree import copy_tree, remove_tree
+from harness.run.candidate_repo import GIT_EXCLUDED, CandidateRepo, CandidateRepoError, git_refused
+
+SnapshotKind = Literal["calls", "round", "end"]
+
+
+class Snapshot(BaseModel):
+    """The candidate at one moment of a run, and what the run had spent by then."""
+
+    index: int = Field(description="Order of the snapshot in the run, from 1.")
+    kind: SnapshotKind = Field(
+        description="'calls': every K model calls; 'round': a round's end (its tag); 'end': the run's end."
+    )
+    round: int = Field(description="The round the run was in.")
+    role: str = Field(default="", description="The role whose model call was due ('' at a round's end).")
+    ref: str = Field(description="The git ref of the snapshot in the candidate's git directory.")
+    tree: str = Field(description="git's tree digest: equal digests are equal trees, graded once.")
+    calls: int = Field(description="Model calls spent so far.")
+    tokens: int = Field(description="Tokens (prompt and completion) spent so far.")
+    usd: float = Field(description="Dollars spent so far.")
+    wall_s: float = Field(description="Wall time of the rounds so far (docs/loop.md, 'Figures').")
+
+
+def due(snapshots: list[Snapshot], calls: int, every: int) -> bool:
+    """Whether a `calls` snapshot is due: `every` model calls since the last snapshot (0: never)."""
+    if every <= 0 or calls <= 0:
+        return False
+    last = max((s.calls for s in snapshots), default=0)
+    return calls - last >= every
+
+
+def take(session, kind: SnapshotKind, *, round: int, role: str = "") -> Snapshot | None:
+    """Commit the candidate as the session's next snapshot (a round's end: its tag), record it, save the state.
+
+    A snapshot at the same spending and tree as the last one is not taken twice. Returns
+    the snapshot, or None when none was taken.
+    """
+    state, repo = session.state, session.repo
+    if kind == "round" and any(s.kind == "round" and s.round == round for s in state.snapshots):
+        return None  # a resumed run passing a round it finished before: that round's end is taken
+    spent = session.budget.spent
+    try:
+        if kind == "round":
+            ref = f"refs/tags/round-{round}"
+            tree = tree_of(repo, ref)
+        else:
+            ref, tree = commit_snapshot(repo, len(state.snapshots) + 1, f"{kind}, round {round}, {spent.calls} calls")
+    except (CandidateRepoError, OSError) as exc:  # a point of the curve is lost, never the run
+        repo._audit_target(f"snapshot-{len(state.snapshots) + 1}", f"snapshot not taken: {str(exc)[:300]}")
+        return None
+    last = state.snapshots[-1] if state.snapshots else None
+    if last is not None and last.tree == tree and last.calls == spent.calls:
+        if kind != "round":
+            drop_snapshot(repo, ref)  # the same point as the last: no ref left behind for it
+        return None
+    snapshot = Snapshot(
+        index=len(state.snapshots) + 1,
+        kind=kind,
+        round=round,
+        role=role,
+        ref=ref,
+        tree=tree,
+        calls=spent.calls,
+        tokens=spent.tokens,
+        usd=spent.usd,
+        wall_s=spent.wall_s,
+    )
+    state.snapshots.append(snapshot)
+    session.save(round=round)
+    return snapshot
+
+
+# The candidate repository's git runs through its `_git` (its safe configuration and environment); the
+# snapshot commits live here, beside the snapshots, so that the repository keeps to the rounds.
+def commit_snapshot(repo: CandidateRepo, index: int, message: str) -> tuple[str, str]:
+    """Commit a checked copy of the work tree as snapshot `index`, off to the side; return (ref, tree).
+
+    The commit is reachable only from `refs/snapshots/<index>`: the branch, its index and the
+    round tags stay as they were, and the work tree is only read (as `commit_round` reads it:
+    a checked copy, never git on the agent's tree).
+    """
+    remove_tree(repo.stage)
+    scratch_index = repo.git_dir / "snapshot-index"
+    scratch_index.unlink(missing_ok=True)
+    try:
+        copy_tree(repo.work_tree, repo.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)
+        repo._git("add", "--all", "--force", ".", index=scratch_index)
+        tree = repo._git("write-tree", index=scratch_index)
+        sha = repo._git("commit-tree", tree, "-p", "HEAD", "-m", f"snapshot {index}: {message}")
+        ref = f"refs/snapshots/{index}"
+        repo._git("update-ref", ref, sha)
+    finally:
+        remove_tree(repo.stage)
+        scratch_index.unlink(missing_ok=True)
+    return ref, tree
+
+
+def drop_snapshot(repo: CandidateRepo, ref: str) -> None:
+    """Remove a snapshot's ref (`refs/snapshots/…` only): its commit is left to git's garbage."""
+    if not ref.startswith("refs/snapshots/"):
+        raise CandidateRepoError(f"not a snapshot ref: {ref}")
+    repo._git("update-ref", "-d", ref)
+
+
+def tree_of(repo: CandidateRepo, ref: str) -> str:
+    """The tree digest of a ref (a round's tag, a snapshot): equal digests, equal trees."""
+    return repo._git("rev-parse", f"{ref}^{{tree}}")
+
+
+class SnapshotGrade(BaseModel):
+    """The task grader's reward of one snapshot: a point of the run's reward curve."""
+
+    snapshot: Snapshot
+    reward: float | None = Field(
+        default=None,
+        description="The grader's reward; 0 when it failed on the candidate; None when twin's own machinery "
+        "failed or the snapshot could not be graded.",
+    )
+    error: str = Field(default="", description="Why the reward is 0 or missing.")
+    same_as: str = Field(
+        default="", description="Whose grade this reuses, the tree being the same: 'round 2', 'snapshot 3' or ''."
+    )
+
+
+AXES = ("tokens", "usd", "calls", "wall_s")
+"""What a reward curve can be read over: tokens, dollars, model calls, wall time."""
+
+
+def curve(grades: list[SnapshotGrade], axis: str = "tokens") -> list[tuple[float, float]]:
+    """The run's reward as a step curve over `axis`: (spent, reward) at each graded snapshot, by spending.
+
+    Between two points the reward is the earlier point's: what the run would have delivered had it
+    stopped there. An ungraded snapshot (reward None) is left out, never counted as 0.
+    """
+    if axis not in AXES:
+        raise ValueError(f"unknown axis {axis!r}: choose from {', '.join(AXES)}")
+    points = [(float(getattr(g.snapshot, axis)), g.reward) for g in grades if g.reward is not None]
+    return sorted(points, key=lambda p: p[0])
+
+
+def curve_lines(grades: list[SnapshotGrade]) -> list[str]:
+    """The run's reward curve as a markdown table (summary.md), one row per snapshot, by spending."""
+    if not grades:
+        return []
+    lines = [
+        "## Reward over what was spent (snapshots, graded after the run)",
+        "",
+        "A step curve: between two snapshots the reward is the earlier one's.",
+        "",
+        "| snapshot | kind | round | model calls | tokens | dollars | wall s | reward |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g in grades:
+        s = g.snapshot
+        reward = "not graded" if g.reward is None else f"{g.reward:.4f}"
+        if g.same_as:
+            reward += f" (same tree as {g.same_as})"
+        lines.append(
+            f"| {s.index} | {s.kind} | {s.round} | {s.calls} | {s.tokens:,} | {s.usd:.4f} | {s.wall_s:.1f} | {reward} |"
+        )
+    return lines

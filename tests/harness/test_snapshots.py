@@ -1,0 +1,152 @@
+"""Snapshots while a run works, graded after it: the reward as a step curve over what was spent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.run.directory import RunConfig, RunDir, RunState
+from harness.run.snapshots import Snapshot, SnapshotGrade, curve, due
+
+
+def snap(index: int, calls: int, tree: str = "t", kind: str = "calls") -> Snapshot:
+    return Snapshot(
+        index=index, kind=kind, round=1, ref=f"refs/snapshots/{index}", tree=tree, calls=calls,
+        tokens=100 * calls, usd=0.01 * calls, wall_s=2.0 * calls,
+    )  # fmt: skip
+
+
+def test_a_snapshot_is_due_every_k_calls_since_the_last():
+    assert not due([], 7, 8)
+    assert due([], 8, 8)
+    assert not due([snap(1, 8)], 15, 8)
+    assert due([snap(1, 8)], 16, 8)
+    assert due([snap(1, 8), snap(2, 9, kind="round")], 17, 8)  # counted from the last snapshot of any kind
+    assert not due([], 100, 0)  # 0: round ends only
+
+
+def test_the_curve_is_sorted_by_spending_and_leaves_ungraded_snapshots_out():
+    grades = [
+        SnapshotGrade(snapshot=snap(2, 4), reward=0.5),
+        SnapshotGrade(snapshot=snap(1, 2), reward=0.0),
+        SnapshotGrade(snapshot=snap(3, 6), reward=None, error="sandbox did not start"),
+    ]
+    assert curve(grades, "tokens") == [(200.0, 0.0), (400.0, 0.5)]
+    assert curve(grades, "calls") == [(2.0, 0.0), (4.0, 0.5)]
+    assert curve(grades, "usd")[1] == (pytest.approx(0.04), 0.5)
+    with pytest.raises(ValueError, match="unknown axis"):
+        curve(grades, "seconds")
+
+
+def light_session(tmp_path, calls: int):
+    """What `snapshots.take` reads of a session: its state, candidate repository and budget."""
+    from types import SimpleNamespace
+
+    from harness.models.budget import Spent
+    from harness.run.candidate_repo import CandidateRepo
+
+    repo = CandidateRepo(tmp_path / "candidate", tmp_path / "candidate.git", audit_log=tmp_path / "audit.log")
+    repo.init()
+    spent = Spent(calls=calls, tokens_in=10 * calls)
+    return SimpleNamespace(
+        state=RunState(run_id="r"), repo=repo, budget=SimpleNamespace(spent=spent), save=lambda round: None
+    )
+
+
+def test_a_snapshot_leaves_the_branch_the_tags_and_the_work_tree_alone(tmp_path):
+    from harness.run import snapshots
+
+    session = light_session(tmp_path, calls=8)
+    repo = session.repo
+    (repo.work_tree / "a.py").write_text("x = 1\n")
+    head = repo.head()
+    taken = snapshots.take(session, "calls", round=1, role="migrator")
+    assert taken is not None and (taken.calls, taken.tokens, taken.ref) == (8, 80, "refs/snapshots/1")
+    assert repo.head() == head and repo.rounds() == [0]
+    assert repo._git("show", f"{taken.ref}:a.py") == "x = 1"
+    assert (repo.work_tree / "a.py").read_text() == "x = 1\n"
+    assert snapshots.take(session, "end", round=1) is None  # the same tree and spending: not taken twice
+    assert repo._git("for-each-ref", "--format=%(refname)", "refs/snapshots/").split() == ["refs/snapshots/1"]
+
+
+def test_a_snapshot_that_cannot_be_committed_is_audited_and_the_run_goes_on(tmp_path, monkeypatch):
+    from harness.run import snapshots
+    from harness.run.candidate_repo import CandidateRepoError
+
+    def fail(*args, **kwargs):
+        raise CandidateRepoError("git add failed: disk full")
+
+    monkeypatch.setattr(snapshots, "commit_snapshot", fail)
+    session = light_session(tmp_path, calls=8)
+    assert snapshots.take(session, "calls", round=1) is None
+    assert session.state.snapshots == []
+    assert "snapshot not taken: git add failed: disk full" in (tmp_path / "audit.log").read_text()
+
+
+bwrap = pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="runs the real bwrap sandbox")
+
+
+@bwrap
+def test_a_run_snapshots_every_k_calls_and_grades_each_tree_once(tmp_path, capsys):
+    from harness.cli.app import main
+    from harness.run.candidate_repo import CandidateRepo
+    from harness.run.migration import run_migration
+    from harness.run.session import RunInputs
+    from harness.scaffolds.registry import SCAFFOLDS
+    from tests.harness import loop_scripts as plans
+
+    model = plans.write_script(tmp_path / "script.json", plans.twin_fix_in_round_two())
+    config = RunConfig.build(task=plans.TINY_TASK, model=model, rounds=2, snapshot_every=2, grade_snapshots=True)
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
+    state = run.load_state()
+    # 10 calls: one every 2 (round ends fall on the same calls and trees: not taken twice)
+    assert [s.calls for s in state.snapshots] == [2, 4, 6, 8, 10]
+    assert [s.round for s in state.snapshots] == [1, 1, 1, 2, 2]
+    grades = json.loads(run.grades.read_text())
+    assert grades["schema_version"] == 2
+    rewards = [(g["reward"], g["same_as"]) for g in grades["snapshots"]]
+    # the empty candidate (call 2: only the Diagnoser had answered), round 1's bug, round 2's fix
+    assert rewards == [(0.0, ""), (0.5, "round 1"), (0.5, "round 1"), (0.5, "round 1"), (1.0, "round 2")]
+    # the round tags and the branch are as a run without snapshots leaves them
+    repo = CandidateRepo(run.candidate, run.candidate_git)
+    assert repo.rounds() == [0, 1, 2]
+    assert repo.head() == state.rounds[1].commit
+    assert repo._git("rev-parse", "round-1") == state.rounds[0].commit
+    assert repo._git("for-each-ref", "--format=%(refname)", "refs/snapshots/").split() == [
+        f"refs/snapshots/{i}" for i in range(1, 6)
+    ]
+    summary = run.summary.read_text()
+    assert "## Reward over what was spent" in summary
+    assert "| 5 | calls | 2 | 10 | 1,200 | 0.0000 |" in summary
+    from harness.run.finish import closing_lines
+
+    assert "snapshots: 5 graded, best reward 1.0000 (the reward over what was spent: summary.md)" in closing_lines(
+        run, run.load_config(), state
+    )
+    assert main(["evidence", "show", str(run.root)]) == 0
+    assert "reward over what was spent" in capsys.readouterr().out
+
+
+@bwrap
+def test_resuming_a_finished_run_with_grade_snapshots_grades_them(tmp_path):
+    from harness.cli.app import main
+    from tests.harness import loop_scripts as plans
+
+    model = plans.write_script(tmp_path / "script.json", plans.base_two_rounds())
+    config = RunConfig.build(
+        task=plans.TINY_TASK, model=model, scaffold="base", rounds=1, base_steps=3, snapshot_every=1
+    )
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    assert main(["migrate", "--resume", str(run.root), "--skip-task-check"]) == 0
+    assert json.loads(run.grades.read_text())["snapshots"] == []
+    taken = [(s.kind, s.calls) for s in run.load_state().snapshots]
+    # at each call, the tree before its tool call ran; at the round's end, after the third call's
+    assert taken == [("calls", 1), ("calls", 2), ("calls", 3), ("round", 3)]
+    assert main(["migrate", "--resume", str(run.root), "--grade-snapshots"]) == 0
+    graded = json.loads(run.grades.read_text())["snapshots"]
+    assert [(g["snapshot"]["kind"], g["snapshot"]["calls"]) for g in graded] == taken
+    # nothing, one file of two, both files (ops buggy), the round's tree (graded as round 1)
+    assert [(g["reward"], g["same_as"]) for g in graded] == [(0.0, ""), (0.0, ""), (0.5, ""), (0.5, "round 1")]
+    assert run.load_config().grade_snapshots
