@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.grading.references import record_references
+from evidence_store import numbers
 from probes.probe_format import ProbeFileError, probe_names
 from task_model.distribution import fetch_wheel, materialize
 from task_model.distribution_install import (
@@ -336,7 +337,11 @@ def _grade_oracle(task: Task, sandbox: str) -> float:
     with oracle_copy(task) as candidate:
         grade = run_grader(task, candidate, sandbox=sandbox)
     if grade.error is not None or grade.reward < ORACLE_MIN:
-        why = grade.error or ", ".join(f"{k} {v['score']:.3f}" for k, v in grade.checks.items() if v["score"] < 1)
+        why = grade.error or ", ".join(
+            f"{k} {numbers.short_of_one(numbers.score(v['score']), v['score'])}"  # 0.9996 never reads 1.000
+            for k, v in grade.checks.items()
+            if v["score"] < 1
+        )
         raise TaskError(f"the oracle scores {grade.reward:.4f} < {ORACLE_MIN} ({why}); nothing written")
     return grade.reward
 

@@ -26,7 +26,7 @@ from ground.terminal import agent_console, styled
 from harness.cli import options
 from probes.context import SANDBOX_KINDS
 from probes.localize import localize_divergence
-from probes.services.families import probe_families
+from probes.services.families import is_service, probe_families
 from probes.services.probe_file import SearchBudget
 from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
 
@@ -54,6 +54,9 @@ def probe_command(
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print the results as JSON (one object) instead of a table."
+    ),
+    families: bool = typer.Option(
+        False, "--families", help="List the service probe families that apply (a service task's always are)."
     ),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
     device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
@@ -129,14 +132,14 @@ def probe_command(
         "keep": keep,
     }
     try:
-        violated = _run(console, loaded, candidate, probes, jobs, as_json, context_options)
+        violated = _run(console, loaded, candidate, probes, jobs, as_json, context_options, families)
     except (SandboxError, IsolationError) as exc:
         raise InfraFailure(str(exc)) from None
     if violated:
         raise typer.Exit(EXIT_VIOLATED)
 
 
-def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, context_options) -> bool:
+def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, context_options, families) -> bool:
     """Run the suite and report it; whether any property is violated."""
     shown = candidate.expanduser().resolve()
     with ExitStack() as stack:
@@ -148,7 +151,7 @@ def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, con
             suite = stack.enter_context(
                 run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
             )
-        return _report(console, suite.ctx, suite.results, as_json=as_json)
+        return _report(console, suite.ctx, suite.results, as_json=as_json, families=families)
 
 
 def _task_probe_files(task) -> list[Path]:
@@ -208,8 +211,12 @@ def _write_skeleton(path: Path, task_dir: Path, load) -> None:
     )
 
 
-def _report(console: Console, ctx, results: list, *, as_json: bool) -> bool:
-    """The results with the divergence they localize, as JSON or as a table (the context still open)."""
+def _report(console: Console, ctx, results: list, *, as_json: bool, families: bool = False) -> bool:
+    """The results with the divergence they localize, as JSON or as a table (the context still open).
+
+    Under the table, the service probe families are listed for a service task, or when asked
+    (`families`); JSON always carries them.
+    """
 
     found = localize_divergence(ctx, results)
     if found is not None:
@@ -229,14 +236,14 @@ def _report(console: Console, ctx, results: list, *, as_json: bool) -> bool:
         )
         return _any_violated(results)
     _print_table(console, ctx, results)
-    families = probe_families(ctx.task)
-    if families:
+    found = probe_families(ctx.task)
+    if found and (families or is_service(ctx.task, found)):
         console.print(
-            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in found.items()),
             markup=False,
             soft_wrap=True,
         )
-        for family, ran in _service_runs(families, results).items():
+        for family, ran in _service_runs(found, results).items():
             line = f"  {family}: {ran} propert{'y' if ran == 1 else 'ies'} examined"
             if not ran:
                 line = (
