@@ -25,6 +25,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.grading.check import slow_grade_warning
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
 from benchmark_adapter.grading.references import record_references
@@ -80,6 +81,7 @@ class NewTaskReport(BaseModel):
     probes: list[str] = Field(description="Property ids the grader checks.")
     oracle_reward: float | None = Field(default=None, description="Reward of the oracle (None: no oracle).")
     notes: list[str] = Field(default_factory=list, description="What the Dockerfile reader noted.")
+    warnings: list[str] = Field(default_factory=list, description="What the user should act on (a slow grade).")
 
 
 def new_task(
@@ -137,14 +139,16 @@ def new_task(
                 "name the output directory in it (or pass --output)"
             )
         spec = record_references(task, sandbox=sandbox, timeout_s=timeout_s)
-        oracle_reward = _grade_oracle(task, sandbox) if oracle is not None else None
+        oracle_reward, warnings = _grade_oracle(task, sandbox) if oracle is not None else (None, [])
         staging.rename(dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
     notes += [n for n in [interface_note(list(interface)), checkpoint_note(assets, checkpoint_from is not None)] if n]
-    return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
+    return NewTaskReport(
+        task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes, warnings=warnings
+    )
 
 
 def _validate(dest, source, probes, assets, instruction, interface, oracle, output) -> None:
@@ -333,7 +337,12 @@ def copy_grader_library(tests: Path) -> list[Path]:
     return written
 
 
-def _grade_oracle(task: Task, sandbox: str) -> float:
+def _grade_oracle(task: Task, sandbox: str) -> tuple[float, list[str]]:
+    """The oracle's reward, and a warning when its grade took over half the verifier's timeout.
+
+    Raises:
+        TaskError: the oracle scores below `ORACLE_MIN` (one line, what fell short).
+    """
     with oracle_copy(task) as candidate:
         grade = run_grader(task, candidate, sandbox=sandbox)
     if grade.error is not None or grade.reward < ORACLE_MIN:
@@ -343,7 +352,8 @@ def _grade_oracle(task: Task, sandbox: str) -> float:
             if v["score"] < 1
         )
         raise TaskError(f"the oracle scores {grade.reward:.4f} < {ORACLE_MIN} ({why}); nothing written")
-    return grade.reward
+    slow = slow_grade_warning(grade.duration_s, task.verifier_timeout_s)
+    return grade.reward, [slow] if slow else []
 
 
 def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
@@ -360,7 +370,7 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
     try:
         copy_grader_library(task.tests_dir)
         spec = record_references(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))
-        oracle_reward = _grade_oracle(task, sandbox) if task.solution_dir is not None else None
+        oracle_reward, warnings = _grade_oracle(task, sandbox) if task.solution_dir is not None else (None, [])
     except BaseException:
         shutil.rmtree(task.tests_dir / "refs", ignore_errors=True)
         shutil.move(backup / "refs", task.tests_dir / "refs")
@@ -375,4 +385,5 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
         probes=[p["id"] for p in spec["probes"]],
         oracle_reward=oracle_reward,
         notes=task.environment.notes if task.environment else [],
+        warnings=warnings,
     )

@@ -73,6 +73,8 @@ def new_command(
         )
     for note in report.notes:
         console.print(styled(f"note: {note}", "dim"))
+    for warning in report.warnings:
+        agent_console(stderr=True).print(warning, markup=False, highlight=False)
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
@@ -125,6 +127,9 @@ def check_command(
     with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects"):
         check = check_task(loaded, sandbox=sandbox, defects=seeded)
     print_check(console, check)
+    slow = check.time_warning(loaded.verifier_timeout_s)
+    if slow is not None:
+        agent_console(stderr=True).print(slow, markup=False, highlight=False)
     if not check.passed:
         raise TaskCheckFailed(check.failure_line())
 
