@@ -11,8 +11,10 @@ fi
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
 # Bundled tasks whose original is a registry distribution: fetched, hash-checked and laid out in twin's
-# cache now, and their runtime dependencies installed here with torch held at 2.13.0, so that no run
+# cache ($TWIN_CACHE_DIR; unset: /var/cache/twin as root, ~/.cache/twin otherwise) now, and their runtime dependencies installed here with torch held at 2.13.0, so that no run
 # changes the interpreter its reference side uses and no run needs the index.
+CACHE=$(.venv/bin/python -c 'from ground.host_dirs import cache_root; print(cache_root())')
+echo "twin's cache: $CACHE (TWIN_CACHE_DIR, exported before this script and every twin command, puts it elsewhere)"
 for toml in $(grep -l '^\[metadata\.twin\.original\]' tasks/*/task.toml tasks/*/*/task.toml 2>/dev/null); do
   .venv/bin/twin task fetch "$(dirname "$toml")"
 done

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.check import slow_grade_warning
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
+from benchmark_adapter.grading.interface_file import InterfaceEntry
 from benchmark_adapter.grading.references import record_references
 from evidence_store import numbers
 from probes.probe_format import ProbeFileError, probe_names
@@ -92,7 +93,7 @@ def new_task(
     probes: list[Path] = (),
     assets: Path | None = None,
     instruction: Path | None = None,
-    interface: list[str] = (),
+    interface: list[str] | list[InterfaceEntry] = (),
     oracle: Path | None = None,
     name: str | None = None,
     output: str = "/app/jax_repo",
@@ -107,10 +108,14 @@ def new_task(
     files `include` are the original, declared in task.toml and fetched by the Dockerfile
     (`task_model.distribution`), never copied into the task.
 
+    `interface` names what the port must keep: command-line names, or entries read from an
+    interface file (`interface_file.interface_entries`).
+
     Raises:
         TaskError: bad input (one line); nothing is written then.
     """
     dest = Path(dest).expanduser().resolve()
+    interface = [e if isinstance(e, InterfaceEntry) else InterfaceEntry(signature=e, kind="name") for e in interface]
     if refresh:
         return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
     original = None
@@ -140,12 +145,14 @@ def new_task(
             )
         spec = record_references(task, sandbox=sandbox, timeout_s=timeout_s)
         oracle_reward, warnings = _grade_oracle(task, sandbox) if oracle is not None else (None, [])
+        staging.chmod(0o755)  # a task directory like any other (mkdtemp made it 0700)
         staging.rename(dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
-    notes += [n for n in [interface_note(list(interface)), checkpoint_note(assets, checkpoint_from is not None)] if n]
+    named = [e.function or e.signature for e in interface]
+    notes += [n for n in [interface_note(named), checkpoint_note(assets, checkpoint_from is not None)] if n]
     return NewTaskReport(
         task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes, warnings=warnings
     )
@@ -172,7 +179,7 @@ def _validate(dest, source, probes, assets, instruction, interface, oracle, outp
     if assets is not None and not Path(assets).is_dir():
         raise TaskError(f"assets directory not found: {assets}")
     if (instruction is None) == (not interface):
-        raise TaskError("pass exactly one of --instruction FILE or --interface NAMES")
+        raise TaskError("pass exactly one of --instruction FILE or --interface NAMES (or a file of signatures)")
     if instruction is not None and not Path(instruction).is_file():
         raise TaskError(f"instruction file not found: {instruction}")
     if oracle is not None and not Path(oracle).is_dir():
@@ -213,7 +220,7 @@ def _write_task(
         assets_mount=f"{WORKDIR}/{ASSETS_NAME}" if assets else "",
         output=output,
         workdir=WORKDIR,
-        interface=list(interface),
+        interface_lines=[entry.markdown() for entry in interface],
         original_runs=_original_runs(original),
         torch_pin=f"=={pinned_constraint().split('==')[1]}" if original is not None else "",
     )
@@ -224,7 +231,7 @@ def _write_task(
         f'version = "1.0"\n\n[task]\nname = "{name}"\n\n[metadata]\ncategory = "ml-migration"\n'
         'tags = ["pytorch", "jax", "generated"]\n\n[verifier]\ntimeout_sec = 900.0\n\n'
         "[agent]\ntimeout_sec = 3600.0\n\n[environment]\ncpus = 2\nmemory_mb = 4096\nallow_internet = false\n"
-        + twin_metadata([Path(p).name for p in probes], interface)
+        + twin_metadata([Path(p).name for p in probes], [e.function for e in interface if e.function])
         + ("\n" + declaration_toml(original) if original is not None else "")
     )
     tests = root / "tests"

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from benchmark_adapter.grading.authoring import new_task
 from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_task, default_defects
+from benchmark_adapter.grading.interface_file import interface_entries
 from benchmark_adapter.grading.pending_check import PendingCheck, start_task_check
 from evidence_store import numbers
 from ground.errors import TwinError
@@ -34,7 +35,10 @@ def new_command(
     assets: Path = typer.Option(None, "--assets", help="Checkpoints and data given with the task."),
     instruction: Path = typer.Option(None, "--instruction", help="The instruction (markdown) the agent gets."),
     interface: list[str] = typer.Option(
-        None, "--interface", help="Instead of --instruction: a name (or signature) the port must keep; repeatable."
+        None,
+        "--interface",
+        help="Instead of --instruction: a name (or signature) the port must keep, or a file of signatures with "
+        "one-line descriptions (docs/tasks.md); repeatable.",
     ),
     oracle: Path = typer.Option(None, "--oracle", help="A reference JAX solution; it must score at least 0.97."),
     name: str = typer.Option(None, "--name", help="Task name (default: the directory's name)."),
@@ -53,7 +57,7 @@ def new_command(
     if refresh and any(v for v in given):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = agent_console()
-    names = [n.strip() for n in interface or [] if n.strip()]
+    names = interface_entries(list(interface or []))
     with console.status("recording references from the original" + (" and grading the oracle" if oracle else "")):
         report = new_task(
             dest,

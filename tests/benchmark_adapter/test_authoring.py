@@ -72,6 +72,7 @@ def made(tmp_path_factory):
 def test_made_task_is_published_self_contained_and_its_oracle_scores(made):
     report, task = made
     assert report.oracle_reward is not None and report.oracle_reward >= 0.97
+    assert task.root.stat().st_mode & 0o777 == 0o755  # a task directory like any other
     assert task.environment is not None and task.settings.candidate_mount == "/app/jax_repo"
     assert (task.settings.source_mount, task.settings.assets_mount) == ("/app/torch_orig", "/app/checkpoint")
     assert oracle_candidate(task) == task.root / "solution" / "jax_repo"

@@ -86,6 +86,7 @@ def test_twin_task_new_from_a_distribution(local_index, tmp_path, capsys):
             "--assets", str(TINY / "environment" / "checkpoint"),
             "--instruction", str(TINY / "instruction.md"), "--sandbox", "none"]  # fmt: skip
     assert main(args) == 0, capsys.readouterr().err
+    assert dest.stat().st_mode & 0o777 == 0o755  # a task directory like any other
     declared = tomllib.loads((dest / "task.toml").read_text())["metadata"]["twin"]["original"]
     assert declared["distribution"] == "tinynet" and declared["files"] == ["tiny_net"] and declared["mount"] == MOUNT
     assert not (dest / "environment" / "torch_orig").exists()
