@@ -20,6 +20,7 @@ import ast
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -28,7 +29,7 @@ from pydantic import BaseModel, Field
 from benchmark_adapter.grading.check import slow_grade_warning
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
-from benchmark_adapter.grading.interface_file import InterfaceEntry
+from benchmark_adapter.grading.interface_file import InterfaceEntry, interface_note, twin_metadata
 from benchmark_adapter.grading.references import record_references
 from evidence_store import numbers
 from probes.probe_format import ProbeFileError, probe_names
@@ -41,6 +42,7 @@ from task_model.distribution_install import (
     pinned_constraint,
     runtime_requirements,
 )
+from task_model.import_closure import wheel_selection
 from task_model.layout import copy_without_history
 from task_model.loader import load_task
 from task_model.model import Task, TaskError
@@ -90,6 +92,8 @@ def new_task(
     *,
     source: Path | str | None = None,
     include: list[str] = (),
+    include_closure: list[str] = (),
+    exclude: list[str] = (),
     probes: list[Path] = (),
     assets: Path | None = None,
     instruction: Path | None = None,
@@ -101,12 +105,15 @@ def new_task(
     refresh: bool = False,
     sandbox: str = "auto",
     timeout_s: float = 600.0,
+    say: Callable[[str], None] = lambda line: None,
 ) -> NewTaskReport:
     """Make (or, with `refresh`, re-record the references of) a task; see the module docstring.
 
     `source` is a directory, or `pypi:NAME==VERSION`: a distribution of the package index whose
     files `include` are the original, declared in task.toml and fetched by the Dockerfile
-    (`task_model.distribution`), never copied into the task.
+    (`task_model.distribution`), never copied into the task; `include_closure` adds the static
+    import closure of those modules (`task_model.import_closure`, its size said to `say`), and
+    `exclude` takes files or directories out again.
 
     `interface` names what the port must keep: command-line names, or entries read from an
     interface file (`interface_file.interface_entries`).
@@ -120,10 +127,11 @@ def new_task(
         return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
     original = None
     if str(source or "").startswith("pypi:"):
-        original = declare_from_index(str(source), list(include))
+        select = wheel_selection(list(include_closure), list(include), list(exclude), say)
+        original = declare_from_index(str(source), list(include), select=select)
         source = materialize(original)
-    elif include:
-        raise TaskError("--include applies to --source pypi:NAME==VERSION only")
+    elif include or include_closure or exclude:
+        raise TaskError("--include applies to --source pypi:NAME==VERSION only, as --include-closure and --exclude do")
     _validate(dest, source, probes, assets, instruction, interface, oracle, output)
     if checkpoint_from is not None and not (
         Path(checkpoint_from).is_file() and Path(checkpoint_from).suffix in PICKLED_SUFFIXES
@@ -256,47 +264,6 @@ def _original_runs(original: OriginalDistribution | None) -> list[str]:
     if original.dependencies:
         runs += dockerfile_dependency_runs(runtime_requirements(fetch_wheel(original)), pinned_constraint())
     return runs
-
-
-def twin_metadata(probe_names: list[str], interface: list[str]) -> str:
-    """task.toml's `[metadata.twin]`: the probe files `twin probe` runs, and the interface to fill in.
-
-    The probe files listed are the grader's own copies in `tests/probes/` (one copy, hidden from
-    the agent with the rest of `tests/`). An interface check needs its arguments, which a name
-    does not give: each `module:function` name becomes a commented entry to complete
-    (tasks/README.md), the others are in the instruction only.
-    """
-    files = ", ".join(json.dumps(f"tests/probes/{name}") for name in probe_names)
-    text = f"\n[metadata.twin]\n# run by `twin probe` unless --no-task-probes\nprobe_files = [{files}]\n"
-    functions = [n for n in interface if _is_function(n)]
-    if functions:
-        text += (
-            "\n# Interface checks need each function's arguments (tasks/README.md); complete and uncomment:\n"
-            + "".join(
-                f'# [[metadata.twin.interface.jit]]\n# function = "{n}"\n# args = []\n' for n in functions
-            )
-        )
-    return text
-
-
-def interface_note(interface: list[str]) -> str | None:
-    """Why `--interface` names alone start no interface check, and what to do (None: no names)."""
-    if not interface:
-        return None
-    if any(_is_function(n) for n in interface):
-        return (
-            "interface checks need arguments: complete the commented [metadata.twin.interface] entries "
-            "in task.toml (tasks/README.md)"
-        )
-    return (
-        "the --interface names are in the instruction only; name functions as module:function to get "
-        "[metadata.twin.interface] entries to complete in task.toml"
-    )
-
-
-def _is_function(name: str) -> bool:
-    module, _, function = name.partition(":")
-    return bool(module) and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()
 
 
 def grader_library(tests: Path) -> dict[Path, str]:

@@ -22,6 +22,7 @@ The file is task text: it goes into the instruction as data, every signature in 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -150,3 +151,37 @@ def interface_entries(values: list[str]) -> list[InterfaceEntry]:
         path = Path(value).expanduser()
         entries += read_interface_file(path) if path.is_file() else named_entries([value])
     return entries
+
+
+def twin_metadata(probe_names: list[str], interface: list[str]) -> str:
+    """task.toml's `[metadata.twin]`: the probe files `twin probe` runs, and the interface to fill in.
+
+    The probe files listed are the grader's own copies in `tests/probes/` (one copy, hidden from
+    the agent with the rest of `tests/`). An interface check needs its arguments, which a name
+    does not give: each `module:function` name becomes a commented entry to complete
+    (tasks/README.md), the others are in the instruction only.
+    """
+    files = ", ".join(json.dumps(f"tests/probes/{name}") for name in probe_names)
+    text = f"\n[metadata.twin]\n# run by `twin probe` unless --no-task-probes\nprobe_files = [{files}]\n"
+    functions = [n for n in interface if _is_function(n)]
+    if functions:
+        text += (
+            "\n# Interface checks need each function's arguments (tasks/README.md); complete and uncomment:\n"
+            + "".join(f'# [[metadata.twin.interface.jit]]\n# function = "{n}"\n# args = []\n' for n in functions)
+        )
+    return text
+
+
+def interface_note(interface: list[str]) -> str | None:
+    """Why `--interface` names alone start no interface check, and what to do (None: no names)."""
+    if not interface:
+        return None
+    if any(_is_function(n) for n in interface):
+        return (
+            "interface checks need arguments: complete the commented [metadata.twin.interface] entries "
+            "in task.toml (tasks/README.md)"
+        )
+    return (
+        "the --interface names are in the instruction only; name functions as module:function to get "
+        "[metadata.twin.interface] entries to complete in task.toml"
+    )

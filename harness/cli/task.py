@@ -29,6 +29,14 @@ def new_command(
     include: list[str] = typer.Option(
         None, "--include", help="With --source pypi:…: a file or directory of the wheel, part of the original."
     ),
+    include_closure: list[str] = typer.Option(
+        None,
+        "--include-closure",
+        help="With --source pypi:…: a module whose static import closure is part of the original (repeatable).",
+    ),
+    exclude: list[str] = typer.Option(
+        None, "--exclude", help="With --source pypi:…: a file or directory of the wheel to leave out (repeatable)."
+    ),
     probe: list[Path] = typer.Option(
         None, "--probe", help="Probe file (repeatable; format in probes/README.md): the behaviour to preserve."
     ),
@@ -53,7 +61,8 @@ def new_command(
     timeout_s: float = typer.Option(600.0, "--timeout-s", help="Time limit of one probe file's side."),
 ) -> None:
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
-    given = (source, include, probe, assets, instruction, interface, oracle, name, checkpoint_from)
+    given = (source, include, include_closure, exclude, probe, assets, instruction, interface, oracle, name)
+    given += (checkpoint_from,)
     if refresh and any(v for v in given):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = agent_console()
@@ -63,6 +72,8 @@ def new_command(
             dest,
             source=source if source is None or source.startswith("pypi:") else Path(source),
             include=list(include or []),
+            include_closure=list(include_closure or []),
+            exclude=list(exclude or []),
             probes=list(probe or []),
             assets=assets,
             instruction=instruction,
@@ -74,6 +85,7 @@ def new_command(
             refresh=refresh,
             sandbox=sandbox,
             timeout_s=timeout_s,
+            say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
         )
     for note in report.notes:
         console.print(styled(f"note: {note}", "dim"))

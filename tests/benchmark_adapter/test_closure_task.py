@@ -1,0 +1,116 @@
+"""`twin task new --include-closure`: a task whose original is a module's import closure in a distribution."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from harness.cli.app import main
+from task_model.distribution import materialize
+from task_model.distribution_install import declare_from_index
+from task_model.import_closure import wheel_selection
+from tests.fakes.deep_package import FILES, VISION_CLOSURE
+from tests.fakes.wheels import build_wheel
+
+PROBE = '''\
+"""deeppkg's vision model against the original."""
+
+PROBES = {"vision": {"level": 1, "component": "deeppkg.models.vision.VisionNet", "description": "The block's output."}}
+
+
+def inputs_vision(env):
+    return {"x": env.rng.standard_normal((2, 3, 8)).astype("float32")}
+
+
+def reference_vision(env):
+    import torch
+    from deeppkg.models.vision import VisionNet
+
+    torch.manual_seed(0)
+    dtype = getattr(torch, env.dtype)
+    model = VisionNet(8).to(dtype)
+    with torch.no_grad():
+        return {"y": model(torch.tensor(env.inputs["x"], dtype=dtype))}
+
+
+def candidate_vision(env):
+    raise NotImplementedError("the port's side")
+'''
+INTERFACE = """\
+deeppkg.models.vision  # the vision model
+  class VisionNet(dim=8, hidden=16)  # attention and an MLP over [batch, tokens, dim]
+    forward(x) -> y [batch, tokens, dim]  # the block
+  vision_tiny(**kwargs) -> VisionNet  # the registered configuration
+"""
+
+
+def test_task_new_lays_out_the_closure_says_its_size_and_records_from_it(local_index, tmp_path, capsys):
+    build_wheel(local_index, FILES, name="deeppkg", version="1.0")
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "interface.txt").write_text(INTERFACE)
+    dest = tmp_path / "vision"
+    args = ["task", "new", str(dest), "--source", "pypi:deeppkg==1.0", "--include-closure", "deeppkg.models.vision",
+            "--probe", str(tmp_path / "probe.py"), "--interface", str(tmp_path / "interface.txt"),
+            "--sandbox", "none"]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    lines = sum(FILES[p].count("\n") for p in VISION_CLOSURE)
+    assert f"closure of deeppkg.models.vision: {len(VISION_CLOSURE)} modules, {lines:,} lines," in out
+    assert "T2J tasks: about 4,000 lines" in out and "warning" not in out
+    declared = tomllib.loads((dest / "task.toml").read_text())["metadata"]["twin"]["original"]
+    assert declared["files"] == VISION_CLOSURE  # the reference side imported it: nothing it needs is missing
+    assert (dest / "tests" / "refs").is_dir()
+    instruction = (dest / "instruction.md").read_text()
+    assert "    - `class VisionNet(dim=8, hidden=16)`: attention and an MLP over [batch, tokens, dim]" in instruction
+    assert '# function = "deeppkg.models.vision:vision_tiny"' in (dest / "task.toml").read_text()
+
+
+def test_excluded_files_leave_the_declaration_and_a_wrong_module_is_one_line(local_index, tmp_path, capsys):
+    wheel = build_wheel(local_index, FILES, name="deeppkg", version="1.0")
+    said: list[str] = []
+    select = wheel_selection(["deeppkg.layers.norm"], [], ["deeppkg/models/zoo.py"], said.append)
+    original = declare_from_index("pypi:deeppkg==1.0", [], select=select)
+    assert "deeppkg/models/zoo.py" not in original.files and "deeppkg/utils/helpers.py" in original.files
+    laid_out = materialize(original)
+    assert sorted(str(p.relative_to(laid_out)) for p in laid_out.rglob("*.py")) == sorted(original.files)
+    assert said[0].startswith("closure of deeppkg.layers.norm:")
+    assert wheel.is_file()
+    (tmp_path / "probe.py").write_text(PROBE)
+    args = ["task", "new", str(tmp_path / "t"), "--source", "pypi:deeppkg==1.0", "--include-closure", "deeppkg.nope",
+            "--probe", str(tmp_path / "probe.py"), "--interface", "f"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--include-closure deeppkg.nope: deeppkg-1.0-py3-none-any.whl has no such module")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "t").exists()
+    source = ["--source", str(tmp_path), "--include-closure", "deeppkg.models"]
+    assert (
+        main(["task", "new", str(tmp_path / "t"), *source, "--probe", str(tmp_path / "probe.py"), "--interface", "f"])
+        == 2
+    )
+    assert "as --include-closure and --exclude do" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_timms_vision_transformer_closure_is_laid_out_and_sized(tmp_path, monkeypatch, capsys):
+    """The package index's timm 1.0.31 (skipped without an index that serves it)."""
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
+    probe = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(tmp_path / "w"),
+         "timm==1.0.31"], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip("no package index serves timm 1.0.31 here")
+    shutil.rmtree(tmp_path / "w")
+    said: list[str] = []
+    select = wheel_selection(["timm.models.vision_transformer"], [], [], said.append)
+    original = declare_from_index("pypi:timm==1.0.31", [], select=select)
+    laid_out = materialize(original)
+    assert (laid_out / "timm" / "__init__.py").is_file() and (
+        laid_out / "timm" / "models" / "vision_transformer.py"
+    ).is_file()
+    assert said[0].startswith("closure of timm.models.vision_transformer: ") and "T2J tasks" in said[0]
+    assert said[1].startswith("warning: the closure is ") and "timm.models (timm/models/__init__.py" in said[2]
