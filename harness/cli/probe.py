@@ -46,6 +46,12 @@ def probe_command(
     init: Path = typer.Option(
         None, "--init", help="Write a probe-file skeleton from the task's original to this new file, and stop."
     ),
+    init_module: list[str] = typer.Option(
+        None, "--module", help="With --init: probes for this module's components only (repeatable)."
+    ),
+    init_class: list[str] = typer.Option(
+        None, "--class", help="With --init --module: probes for this class only (repeatable)."
+    ),
     builtin: bool = typer.Option(
         True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
     ),
@@ -87,9 +93,14 @@ def probe_command(
 
     Exit status: 0 all established, 1 any violated, 2 usage or task error, 3 infrastructure.
     """
+    if (init_module or init_class) and init is None:
+        raise TwinError("--module and --class aim --init FILE: give --init too")
+    if init_class and not init_module:
+        raise TwinError("--class needs --module (the module that defines it)")
     if init is not None:
         _write_skeleton(init, task, lambda: options.load_task_option(
-            task, "none", settings, original_dir, assets_dir, output_dir))  # fmt: skip
+            task, "none", settings, original_dir, assets_dir, output_dir),
+            list(init_module or []), list(init_class or []))  # fmt: skip
         return
     if candidate is None:
         raise TwinError("--candidate DIR is required (or --init FILE to write a probe-file skeleton)")
@@ -186,13 +197,15 @@ def kept_workdir(*, isolated: bool) -> Path:
     return path
 
 
-def _write_skeleton(path: Path, task_dir: Path, load) -> None:
+def _write_skeleton(path: Path, task_dir: Path, load, modules: list[str], classes: list[str]) -> None:
     """`--init`: a probe-file skeleton of the original, written to a new file.
 
     `--task` names a task, or (before there is one: `twin task new` needs a probe file) the
-    original repository itself, any directory without a task.toml.
+    original repository itself, any directory without a task.toml. `modules` (and `classes`)
+    aim it: only their components, most depended on first (`probes.skeleton_focus`).
     """
     from probes.skeleton import probe_skeleton
+    from probes.skeleton_focus import FocusError, focused_components
 
     task_dir = task_dir.expanduser()
     if task_dir.is_dir() and not (task_dir / "task.toml").exists():
@@ -205,7 +218,11 @@ def _write_skeleton(path: Path, task_dir: Path, load) -> None:
         raise TwinError(f"{path} exists; --init writes a new file")
     if not path.parent.is_dir():
         raise TwinError(f"directory of {path} does not exist")
-    path.write_text(probe_skeleton(source, mount))
+    try:
+        components = focused_components(source, modules, classes) if modules else None
+    except FocusError as exc:
+        raise TwinError(str(exc)) from None
+    path.write_text(probe_skeleton(source, mount, components))
     agent_console().print(
         f"wrote {path}: fill in each probe (probes/README.md), then twin probe --probe {path}", soft_wrap=True
     )
