@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ground.boundary import Mount
+from ground.linked_tree import link_or_copy
 from ground.tree_digest import content_digest
 
 _STALE_S = 24 * 3600.0
@@ -234,6 +235,9 @@ def readable_mounts(
 def interpreter_copy(root: Path, *, cache: Path) -> Path:
     """A cached copy of an interpreter prefix under `cache/roots` (world-readable, as installed).
 
+    Its files are hard links to the prefix's own where the cache is on the same filesystem (the
+    same files, with their modes: nothing here changes one); it is only ever mounted read-only.
+
     A base interpreter's own site-packages is left out when the running interpreter is a
     virtual environment that does not use it.
 
@@ -256,7 +260,8 @@ def interpreter_copy(root: Path, *, cache: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
     try:
-        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
+        # hard links where they can be made: a second view of the prefix, not a copy of it (`linked_tree`)
+        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore, copy_function=link_or_copy)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)  # a partial copy (a full disk) nobody would reuse
         raise
