@@ -40,6 +40,7 @@ from pathlib import Path
 from ground.boundary import Mount
 from ground.linked_tree import link_or_copy
 from ground.tree_digest import content_digest
+from ground.waiting import waiting_for
 
 _STALE_S = 24 * 3600.0
 _MAX_ENTRIES = 200_000
@@ -261,7 +262,8 @@ def interpreter_copy(root: Path, *, cache: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
     try:
         # hard links where they can be made: a second view of the prefix, not a copy of it (`linked_tree`)
-        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore, copy_function=link_or_copy)
+        with waiting_for(f"{root} laid out where the sandbox uid can reach it (under {target.parent})"):
+            shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore, copy_function=link_or_copy)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)  # a partial copy (a full disk) nobody would reuse
         raise
