@@ -40,6 +40,33 @@ def reference_vision(env):
 def candidate_vision(env):
     raise NotImplementedError("the port's side")
 '''
+NORM_PROBE = '''\
+"""deeppkg's norm against the original."""
+
+PROBES = {"norm": {"level": 1, "component": "deeppkg.layers.norm.Norm", "description": "The normalised rows."}}
+
+
+def inputs_norm(env):
+    return {"x": env.rng.standard_normal((4, 8)).astype("float32")}
+
+
+def reference_norm(env):
+    import torch
+    from deeppkg.layers.norm import Norm
+
+    dtype = getattr(torch, env.dtype)
+    with torch.no_grad():
+        return {"y": Norm(8).to(dtype)(torch.tensor(env.inputs["x"], dtype=dtype))}
+
+
+def candidate_norm(env):
+    import numpy
+    from norm_port import norm
+
+    return {"y": norm(numpy.asarray(env.inputs["x"]))}
+'''
+# a port whose epsilon is 1e-4, not the original's 1e-6: off by about 5e-05, a similarity that reads 1.0
+NORM_PORT = "import numpy\n\n\ndef norm(x):\n    return x / numpy.sqrt((x * x).mean(-1, keepdims=True) + 1e-4)\n"
 INTERFACE = """\
 deeppkg.models.vision  # the vision model
   class VisionNet(dim=8, hidden=16)  # attention and an MLP over [batch, tokens, dim]
@@ -114,3 +141,26 @@ def test_timms_vision_transformer_closure_is_laid_out_and_sized(tmp_path, monkey
     ).is_file()
     assert said[0].startswith("closure of timm.models.vision_transformer: ") and "T2J tasks" in said[0]
     assert said[1].startswith("warning: the closure is ") and "timm.models (timm/models/__init__.py" in said[2]
+
+
+@pytest.mark.heavy  # makes a task, then grades a port in the generated grader's nested sandbox
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the generated grader needs bwrap")
+def test_a_port_a_little_off_reads_as_failing_with_how_far_never_a_score_of_one(local_index, tmp_path, capsys):
+    from benchmark_adapter.grading.grader import run_grader
+    from task_model.loader import load_task
+
+    build_wheel(local_index, FILES, name="deeppkg", version="1.0")
+    (tmp_path / "norm.py").write_text(NORM_PROBE)
+    dest = tmp_path / "norm"
+    args = ["task", "new", str(dest), "--source", "pypi:deeppkg==1.0", "--include-closure", "deeppkg.layers.norm",
+            "--probe", str(tmp_path / "norm.py"), "--interface", "norm_port:norm(x)", "--sandbox", "none"]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    port = tmp_path / "port"
+    port.mkdir()
+    (port / "norm_port.py").write_text(NORM_PORT)
+    grade = run_grader(load_task(dest), port, sandbox="bwrap")
+    (check,) = [c for name, c in grade.checks.items() if "norm" in name]
+    detail = check["detail"]
+    assert check["score"] < 1 and "y: tensor fails: distance " in detail, detail
+    times = float(detail.split("(")[1].split("× the tolerance")[0])
+    assert times > 1 and " score " not in detail, detail  # how far out, never a similarity that rounds to 1
