@@ -96,7 +96,7 @@ def is_service(task, families: dict[str, str]) -> bool:
     `python`); listing those families, with nothing run for them, would read as a gap in a
     model task's probing.
     """
-    return task.settings.probes is not None or "http" in families
+    return "http" in families or task.settings.probes is not None
 
 
 def find_app(root: Path) -> tuple[str, str, str] | None:
