@@ -32,7 +32,7 @@ def focused_components(source: Path, modules: list[str], classes: list[str] = ()
     """
     source = Path(source)
     sources = tree_sources(source)
-    known = read_modules(sources)
+    known = read_modules(sources, count_torch=False)
     files: list[Path] = []
     for module in modules:
         if module not in known:
@@ -63,12 +63,12 @@ def _module_files(source: Path, known: Mapping[str, ModuleFile], module: str) ->
 
 def _dependents(found: list[Component], sources: Mapping[str, str], known: Mapping[str, ModuleFile]) -> dict:
     """For each component, the top-level definitions that name it where its module is importable from."""
-    sites = _named_sites(sources, known)
     targets = {name: {t for t, _ in m.imports} for name, m in known.items()}
     users: dict[str, list[str]] = {}  # a component's module -> the modules it can be used from
     for module in {c.module for c in found}:
         exporters = {module} | {p for p in known if module.startswith(p + ".") and module in targets[p]}
         users[module] = [name for name in known if name == module or exporters & targets[name]]
+    sites = _named_sites(sources, {name: known[name] for names in users.values() for name in names})
     scores = {}
     for component in found:
         scores[component.dotted] = sum(
@@ -80,7 +80,10 @@ def _dependents(found: list[Component], sources: Mapping[str, str], known: Mappi
 
 
 def _named_sites(sources: Mapping[str, str], known: Mapping[str, ModuleFile]) -> dict[str, dict[str, set[str]]]:
-    """module -> top-level definition (or `<module>` for the rest of its body) -> the names it uses."""
+    """module -> top-level definition (or `<module>` for the rest of its body) -> the names it uses.
+
+    Only the modules `known` are read (those a component can be used from).
+    """
     sites: dict[str, dict[str, set[str]]] = {}
     for name, module in known.items():
         try:

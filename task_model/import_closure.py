@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
@@ -134,17 +134,34 @@ def tree_sources(root: Path) -> dict[str, str]:
     return found
 
 
-def read_modules(sources: Mapping[str, str]) -> dict[str, ModuleFile]:
-    """Each module of `sources` (path -> text), its imports resolved against the others."""
+def read_modules(sources: Mapping[str, str], *, count_torch: bool = True) -> dict[str, ModuleFile]:
+    """Each module of `sources` (path -> text), its imports resolved against the others.
+
+    Args:
+        count_torch: also count each module's lines using torch (a walk of every expression).
+    """
     names = {name: path for path in sources if (name := module_name(path)) is not None}
     modules = {}
     for name, path in names.items():
         text = sources[path]
-        modules[name] = _read_module(name, path, text, names)
+        modules[name] = _read_module(name, path, text, names, count_torch)
     return modules
 
 
-def _read_module(name: str, path: str, text: str, known: Mapping[str, str]) -> ModuleFile:
+def statements(tree: ast.AST) -> Iterator[ast.stmt]:
+    """Every statement of `tree`, nested ones included, without visiting expressions (an import is one)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                stack += children
+        if isinstance(node, ast.stmt):
+            yield node
+
+
+def _read_module(name: str, path: str, text: str, known: Mapping[str, str], count_torch: bool) -> ModuleFile:
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     module = ModuleFile(name=name, path=path, lines=lines)
     if len(text) > MAX_MODULE_BYTES:
@@ -155,7 +172,7 @@ def _read_module(name: str, path: str, text: str, known: Mapping[str, str]) -> M
         return module  # the original's, not ours to judge: counted, its imports unknown
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
     imports, external, torch_names = [], set(), set()
-    for node in ast.walk(tree):
+    for node in statements(tree):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -178,7 +195,7 @@ def _read_module(name: str, path: str, text: str, known: Mapping[str, str]) -> M
                 imports.append((resolved, node.lineno))
     module.imports = sorted(set(imports), key=lambda item: (item[1], item[0]))
     module.external = sorted(external)
-    module.torch_lines = _lines_naming(tree, torch_names) if torch_names else 0
+    module.torch_lines = _lines_naming(tree, torch_names) if torch_names and count_torch else 0
     return module
 
 
