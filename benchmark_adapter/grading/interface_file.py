@@ -35,6 +35,8 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_LINE_CHARS = 400
 """A description is one line; a longer line is refused rather than cut."""
 
+FILE_SUFFIXES = (".txt", ".md", ".pyi", ".toml")
+"""A `--interface` value ending so that names no file is a missing file, not a name."""
 Kind = Literal["module", "class", "method", "function", "name"]
 _MODULE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*")
 
@@ -149,6 +151,8 @@ def interface_entries(values: list[str]) -> list[InterfaceEntry]:
         if not value.strip():
             continue
         path = Path(value).expanduser()
+        if not path.is_file() and path.suffix in FILE_SUFFIXES:
+            raise TaskError(f"interface file not found: {value}")
         entries += read_interface_file(path) if path.is_file() else named_entries([value])
     return entries
 

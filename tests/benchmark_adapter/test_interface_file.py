@@ -86,3 +86,8 @@ def test_a_file_that_is_not_text_is_refused(tmp_path):
     path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(TaskError, match="not UTF-8"):
         read_interface_file(path)
+
+
+def test_a_missing_file_is_not_taken_for_a_name(tmp_path):
+    with pytest.raises(TaskError, match="interface file not found: .*missing.txt"):
+        interface_entries([str(tmp_path / "missing.txt")])
