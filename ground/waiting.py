@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ground.terminal import shown
 
@@ -65,3 +66,17 @@ def waiting_for(
         watcher.join()
         if said.is_set():
             say(f"twin: done: {shown(what)} after {time.monotonic() - started:.0f} s")
+
+
+@contextmanager
+def status_or_waiting(console: Any, what: str) -> Iterator[None]:
+    """On a terminal, `console`'s spinner saying `what`; piped (a CI log, a file), `waiting_for(what)`'s lines.
+
+    A spinner is drawn only on a terminal: piped, a command that grades for minutes would say nothing.
+    """
+    if console.is_terminal:
+        with console.status(what):
+            yield
+    else:
+        with waiting_for(what):
+            yield

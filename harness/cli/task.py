@@ -14,6 +14,7 @@ from benchmark_adapter.grading.pending_check import PendingCheck, start_task_che
 from evidence_store import numbers
 from ground.errors import TwinError
 from ground.terminal import agent_console, styled
+from ground.waiting import status_or_waiting
 from harness.cli import options
 from harness.cli.grade import grade_output_tail
 
@@ -67,7 +68,8 @@ def new_command(
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = agent_console()
     names = interface_entries(list(interface or []))
-    with console.status("recording references from the original" + (" and grading the oracle" if oracle else "")):
+    doing = "recording references from the original" + (" and grading the oracle" if oracle else "")
+    with status_or_waiting(console, doing):
         report = new_task(
             dest,
             source=source if source is None or source.startswith("pypi:") else Path(source),
@@ -140,7 +142,7 @@ def check_command(
     path = None if no_defects else defects or default_defects(loaded)
     seeded = load_defects(path) if path is not None else []
     console = agent_console()
-    with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects"):
+    with status_or_waiting(console, f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects"):
         check = check_task(loaded, sandbox=sandbox, defects=seeded)
     print_check(console, check)
     slow = check.time_warning(loaded.verifier_timeout_s)

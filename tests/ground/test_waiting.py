@@ -28,3 +28,20 @@ def test_by_default_it_goes_to_stderr_piped_or_not(capfd):
         time.sleep(0.2)
     err = capfd.readouterr().err
     assert "twin: waiting for the build (" in err and "twin: done: the build after" in err
+
+
+def test_piped_a_status_becomes_waiting_lines_and_on_a_terminal_a_spinner(capfd, monkeypatch):
+    from io import StringIO
+
+    from ground import waiting
+    from ground.terminal import agent_console
+    from ground.waiting import status_or_waiting
+
+    monkeypatch.setattr(waiting, "NOTICE_S", 0.05)
+    with status_or_waiting(agent_console(file=StringIO()), "grading the oracle"):
+        time.sleep(0.2)
+    assert "twin: waiting for grading the oracle (" in capfd.readouterr().err
+    terminal = agent_console(file=StringIO(), force_terminal=True)
+    with status_or_waiting(terminal, "grading the oracle"):
+        time.sleep(0.2)
+    assert "twin: waiting" not in capfd.readouterr().err  # the spinner says it
