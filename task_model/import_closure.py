@@ -322,15 +322,19 @@ def wheel_selection(
 ) -> Callable[[Path], list[str]] | None:
     """What `twin task new` declares of a wheel: `include`, the closure of `roots`, less `exclude`.
 
-    The closure's size is said (`say`) as soon as it is known, with the warning of a large one.
-    None where neither `roots` nor `exclude` is given (the includes are declared as they are).
+    The closure's size is said (`say`) as soon as it is known, with the warning of a large one;
+    the declared files' size too where it differs (includes alone, or files added or taken
+    out), with a warning above `LARGE_LINES`. None where nothing is given.
     """
-    if not roots and not exclude:
+    if not roots and not include and not exclude:
         return None
 
     def select(wheel: Path) -> list[str]:
         with zipfile.ZipFile(wheel) as archive:
             names = [n for n in archive.namelist() if not n.endswith("/")]
+        for wanted in include:
+            if not any(_under(n, [wanted]) for n in names):
+                raise TaskError(f"--include {wanted}: {wheel.name} has no such file or directory")
         files: list[str] = []
         if roots:
             try:
@@ -341,8 +345,26 @@ def wheel_selection(
                 say(line)
             files = closure.files
         try:
-            return choose_files(names, include, files, exclude)
+            chosen = choose_files(names, include, files, exclude)
         except ValueError as exc:
             raise TaskError(str(exc)) from None
+        if include or exclude or not roots:
+            for line in _declared_size(wheel, chosen, after_closure=bool(roots)):
+                say(line)
+        return chosen
 
     return select
+
+
+def _declared_size(wheel: Path, chosen: list[str], *, after_closure: bool) -> list[str]:
+    """The declared files' size beside T2J's scale, and a warning above `LARGE_LINES`."""
+    modules = read_modules({p: t for p, t in wheel_sources(wheel).items() if _under(p, chosen)})
+    lines = sum(m.lines for m in modules.values())
+    torch = sum(m.torch_lines for m in modules.values())
+    said = [f"declared: {len(modules)} modules, {lines:,} lines, {torch:,} using torch ({T2J_SCALE})"]
+    if lines > LARGE_LINES and not after_closure:
+        said.append(
+            f"warning: the original is {lines:,} lines, over {LARGE_LINES:,}: a port of it is far beyond a task's "
+            "scale; --include-closure MODULE declares only what a module needs to import"
+        )
+    return said

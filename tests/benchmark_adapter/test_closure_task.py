@@ -13,7 +13,8 @@ from harness.cli.app import main
 from task_model.distribution import materialize
 from task_model.distribution_install import declare_from_index
 from task_model.import_closure import wheel_selection
-from tests.fakes.deep_package import FILES, VISION_CLOSURE
+from task_model.model import TaskError
+from tests.fakes.deep_package import FILES, VISION_CLOSURE, ZOO_MODELS
 from tests.fakes.wheels import build_wheel
 
 PROBE = '''\
@@ -164,3 +165,23 @@ def test_a_port_a_little_off_reads_as_failing_with_how_far_never_a_score_of_one(
     assert check["score"] < 1 and "y: tensor fails: distance " in detail, detail
     times = float(detail.split("(")[1].split("× the tolerance")[0])
     assert times > 1 and " score " not in detail, detail  # how far out, never a similarity that rounds to 1
+
+
+def test_includes_alone_are_sized_and_a_large_set_is_warned_of(local_index, monkeypatch):
+    from task_model import import_closure
+
+    wheel = build_wheel(local_index, FILES, name="deeppkg", version="1.0")
+    monkeypatch.setattr(import_closure, "LARGE_LINES", 100)
+    said: list[str] = []
+    chosen = wheel_selection([], ["deeppkg/models"], [], said.append)(wheel)
+    models = [p for p in FILES if p.startswith("deeppkg/models/")]
+    lines = sum(FILES[p].count("\n") for p in models)
+    assert chosen == ["deeppkg/models"]
+    torch_lines = 2 + 3 * ZOO_MODELS  # VisionNet(nn.Module), torch.mean; per zoo model nn.Module, nn.Linear, torch.tanh
+    assert said[0] == (
+        f"declared: {len(models)} modules, {lines:,} lines, {torch_lines} using torch "
+        "(T2J tasks: about 4,000 lines in 15-20 modules)"
+    )
+    assert said[1].startswith(f"warning: the original is {lines:,} lines, over 100:") and "--include-closure" in said[1]
+    with pytest.raises(TaskError, match="--include deeppkg/nope: deeppkg-1.0-py3-none-any.whl has no such file"):
+        wheel_selection([], ["deeppkg/nope"], [], said.append)(wheel)
