@@ -141,9 +141,10 @@ def readable_view(
     try:
         copy = staging / "t"
         copy.mkdir()
-        for name, st in entries:
-            _copy_entry(root / name, copy / name, st, gid)
-        _close_to_others(copy, 0o750, gid)
+        with waiting_for(f"a copy of {root} the sandbox uid can read (under {views})"):
+            for name, st in entries:
+                _copy_entry(root / name, copy / name, st, gid)
+            _close_to_others(copy, 0o750, gid)
         try:
             copy.rename(target)
         except OSError:
