@@ -13,6 +13,7 @@ from harness.cli.app import main
 from task_model.distribution import materialize
 from task_model.distribution_install import declare_from_index
 from task_model.import_closure import wheel_selection
+from task_model.loader import load_task
 from task_model.model import TaskError
 from tests.fakes.deep_package import FILES, VISION_CLOSURE, ZOO_MODELS
 from tests.fakes.wheels import build_wheel
@@ -68,6 +69,23 @@ def candidate_norm(env):
 '''
 # a port whose epsilon is 1e-4, not the original's 1e-6: off by about 5e-05, a similarity that reads 1.0
 NORM_PORT = "import numpy\n\n\ndef norm(x):\n    return x / numpy.sqrt((x * x).mean(-1, keepdims=True) + 1e-4)\n"
+TORCH_ONLY_PROBE = '''\
+PROBES = {"tanh": {"level": 1, "component": "torch.tanh", "description": "A placeholder: the layout is tested."}}
+
+
+def inputs_tanh(env):
+    return {"x": env.rng.standard_normal((2, 3)).astype("float32")}
+
+
+def reference_tanh(env):
+    import torch
+
+    return {"y": torch.tanh(torch.tensor(env.inputs["x"], dtype=getattr(torch, env.dtype)))}
+
+
+def candidate_tanh(env):
+    raise NotImplementedError
+'''
 INTERFACE = """\
 deeppkg.models.vision  # the vision model
   class VisionNet(dim=8, hidden=16)  # attention and an MLP over [batch, tokens, dim]
@@ -124,7 +142,9 @@ def test_excluded_files_leave_the_declaration_and_a_wrong_module_is_one_line(loc
 
 @pytest.mark.slow
 def test_timms_vision_transformer_closure_is_laid_out_and_sized(tmp_path, monkeypatch, capsys):
-    """The package index's timm 1.0.31 (skipped without an index that serves it)."""
+    """`twin task new --source pypi:timm==1.0.31 --include-closure timm.models.vision_transformer`, from the
+    package index (skipped without one that serves it). The probe here runs torch alone: importing timm
+    itself needs its companion torchvision in the reference environment, which is not what this tests."""
     monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
     probe = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(tmp_path / "w"),
@@ -133,15 +153,23 @@ def test_timms_vision_transformer_closure_is_laid_out_and_sized(tmp_path, monkey
     if probe.returncode != 0:
         pytest.skip("no package index serves timm 1.0.31 here")
     shutil.rmtree(tmp_path / "w")
-    said: list[str] = []
-    select = wheel_selection(["timm.models.vision_transformer"], [], [], said.append)
-    original = declare_from_index("pypi:timm==1.0.31", [], select=select)
-    laid_out = materialize(original)
-    assert (laid_out / "timm" / "__init__.py").is_file() and (
-        laid_out / "timm" / "models" / "vision_transformer.py"
-    ).is_file()
-    assert said[0].startswith("closure of timm.models.vision_transformer: ") and "T2J tasks" in said[0]
-    assert said[1].startswith("warning: the closure is ") and "timm.models (timm/models/__init__.py" in said[2]
+    (tmp_path / "probe.py").write_text(TORCH_ONLY_PROBE)
+    dest = tmp_path / "vit"
+    args = ["task", "new", str(dest), "--source", "pypi:timm==1.0.31",
+            "--include-closure", "timm.models.vision_transformer", "--probe", str(tmp_path / "probe.py"),
+            "--interface", "timm.models.vision_transformer:vit_tiny_patch16_224", "--sandbox", "none"]  # fmt: skip
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert "closure of timm.models.vision_transformer: " in out and "(T2J tasks: about 4,000 lines" in out
+    assert "warning: the closure is " in out and "timm.models (timm/models/__init__.py" in out
+    if code != 0 and "torchvision is not installed in twin's environment" in err:
+        pytest.skip("the closure was sized; the task needs timm's companion torchvision in twin's environment")
+    assert code == 0, err
+    files = tomllib.loads((dest / "task.toml").read_text())["metadata"]["twin"]["original"]["files"]
+    assert {"timm/__init__.py", "timm/models/__init__.py", "timm/models/vision_transformer.py"} <= set(files)
+    laid_out = load_task(dest).source_dir
+    assert (laid_out / "timm" / "models" / "vision_transformer.py").is_file()
+    assert sorted(str(p.relative_to(laid_out)) for p in laid_out.rglob("*.py")) == sorted(files)
 
 
 @pytest.mark.heavy  # makes a task, then grades a port in the generated grader's nested sandbox
