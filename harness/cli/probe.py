@@ -253,14 +253,14 @@ def _report(console: Console, ctx, results: list, *, as_json: bool, families: bo
         )
         return _any_violated(results)
     _print_table(console, ctx, results)
-    found = probe_families(ctx.task)
-    if found and (families or is_service(ctx.task, found)):
+    applying = probe_families(ctx.task)
+    if applying and (families or is_service(ctx.task, applying)):
         console.print(
-            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in found.items()),
+            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in applying.items()),
             markup=False,
             soft_wrap=True,
         )
-        for family, ran in _service_runs(found, results).items():
+        for family, ran in _service_runs(applying, results).items():
             line = f"  {family}: {ran} propert{'y' if ran == 1 else 'ies'} examined"
             if not ran:
                 line = (
