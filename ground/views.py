@@ -38,7 +38,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ground.boundary import Mount
+from ground.linked_tree import link_or_copy
 from ground.tree_digest import content_digest
+from ground.waiting import waiting_for
 
 _STALE_S = 24 * 3600.0
 _MAX_ENTRIES = 200_000
@@ -139,9 +141,10 @@ def readable_view(
     try:
         copy = staging / "t"
         copy.mkdir()
-        for name, st in entries:
-            _copy_entry(root / name, copy / name, st, gid)
-        _close_to_others(copy, 0o750, gid)
+        with waiting_for(f"a copy of {root} the sandbox uid can read (under {views})"):
+            for name, st in entries:
+                _copy_entry(root / name, copy / name, st, gid)
+            _close_to_others(copy, 0o750, gid)
         try:
             copy.rename(target)
         except OSError:
@@ -234,6 +237,9 @@ def readable_mounts(
 def interpreter_copy(root: Path, *, cache: Path) -> Path:
     """A cached copy of an interpreter prefix under `cache/roots` (world-readable, as installed).
 
+    Its files are hard links to the prefix's own where the cache is on the same filesystem (the
+    same files, with their modes: nothing here changes one); it is only ever mounted read-only.
+
     A base interpreter's own site-packages is left out when the running interpreter is a
     virtual environment that does not use it.
 
@@ -256,7 +262,9 @@ def interpreter_copy(root: Path, *, cache: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=target.parent))
     try:
-        shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore)
+        # hard links where they can be made: a second view of the prefix, not a copy of it (`linked_tree`)
+        with waiting_for(f"{root} laid out where the sandbox uid can reach it (under {target.parent})"):
+            shutil.copytree(root, staging / "t", symlinks=True, ignore=ignore, copy_function=link_or_copy)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)  # a partial copy (a full disk) nobody would reuse
         raise

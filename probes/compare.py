@@ -125,10 +125,12 @@ def _failing_line(leaf: LeafScore) -> str:
     if leaf.difference is not None:
         difference, band = numbers.tolerance(leaf.difference), numbers.tolerance(leaf.tolerance)
         return f"{name}: banded, largest difference {difference} > band {band}"
-    return (
-        f"{name}: {leaf.measure} score {numbers.score(leaf.score)} "
-        f"(distance {numbers.distance(1 - leaf.score)} > tolerance {numbers.tolerance(leaf.tolerance)})"
-    )
+    distance = 1 - leaf.score
+    text = f"{name}: {leaf.measure} fails: distance {numbers.distance(distance)}"
+    text += f" > tolerance {numbers.tolerance(leaf.tolerance)}"
+    if leaf.tolerance > 0:  # how far out, never a score that rounds to 1 beside a failure
+        text += f" ({numbers.significant(distance / leaf.tolerance, 3)}× the tolerance)"
+    return text
 
 
 def _largest_difference(ref: np.ndarray, cand: Any) -> float | None:

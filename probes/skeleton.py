@@ -47,13 +47,22 @@ def public_components(source: Path) -> list[Component]:
 
     A file that does not parse is skipped (it is the original's, not ours to judge).
     """
-    found = []
+    files = []
     for path in sorted(python_files(source)):
         rel = path.relative_to(source)
         if any(part.startswith((".", "_")) and part != "__init__.py" for part in rel.parts):
             continue
         if SKIPPED_PARTS & set(rel.parts) or rel.name.startswith("test_"):
             continue
+        files.append(path)
+    return components_of_files(source, files)
+
+
+def components_of_files(source: Path, files: list[Path]) -> list[Component]:
+    """The public classes and functions of `files` (under `source`), in the order given."""
+    found = []
+    for path in files:
+        rel = path.relative_to(source)
         try:
             tree = cst.parse_module(path.read_text(errors="replace"))
         except (cst.ParserSyntaxError, ValueError, OSError):
@@ -86,9 +95,14 @@ def _components(tree: cst.Module, module: str) -> list[Component]:
     return found
 
 
-def probe_skeleton(source: Path, source_mount: str = "/source") -> str:
-    """The text of a probe file with one probe per public component of `source` (module docstring)."""
-    components = public_components(Path(source))
+def probe_skeleton(source: Path, source_mount: str = "/source", components: list[Component] | None = None) -> str:
+    """The text of a probe file with one probe per public component of `source` (module docstring).
+
+    Args:
+        components: the components to write probes for, in this order (default: every public
+            one of `source`, in file order; `probes.skeleton_focus` aims them at modules).
+    """
+    components = public_components(Path(source)) if components is None else components
     chosen, rest = components[:MAX_PROBES], components[MAX_PROBES:]
     lines = [
         f'"""Probes of the original in {source_mount}: a skeleton written by `twin probe --init`.',

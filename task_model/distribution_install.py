@@ -18,6 +18,7 @@ import sys
 import tempfile
 import tomllib
 import zipfile
+from collections.abc import Callable
 from email.parser import Parser
 from pathlib import Path
 
@@ -148,11 +149,18 @@ PUBLISHED_MOUNT = "/app/torch_orig"
 """Where a published task made from a distribution has its Dockerfile lay the original out."""
 
 
-def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLISHED_MOUNT) -> OriginalDistribution:
+def declare_from_index(
+    spec: str,
+    files: list[str],
+    *,
+    mount: str | None = PUBLISHED_MOUNT,
+    select: Callable[[Path], list[str]] | None = None,
+) -> OriginalDistribution:
     """The declaration of `pypi:NAME==VERSION`'s files `files`, its wheel fetched and kept in the cache.
 
     The sha256 declared is the one of the wheel the index serves now; from then on only that
-    file is accepted.
+    file is accepted. `select`, given the downloaded wheel, returns the files instead (an
+    import closure, `twin task new --include-closure`).
 
     Raises:
         DistributionError: `spec` is not `pypi:NAME==VERSION`, the index does not serve it, or a
@@ -161,10 +169,15 @@ def declare_from_index(spec: str, files: list[str], *, mount: str | None = PUBLI
     match = re.fullmatch(r"pypi:([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][A-Za-z0-9.+!-]*)", spec.strip())
     if match is None:
         raise DistributionError(f"--source {spec!r}: a distribution is given as pypi:NAME==VERSION (one exact version)")
-    if not files:
-        raise DistributionError("--source pypi:… needs at least one --include PATH (a file or directory of the wheel)")
+    if not files and select is None:
+        raise DistributionError(
+            "--source pypi:… needs at least one --include PATH (a file or directory of the wheel) "
+            "or --include-closure MODULE"
+        )
     with tempfile.TemporaryDirectory(prefix="twin-download-") as tmp:
         wheel = download(f"{match[1]}=={match[2]}", Path(tmp))
+        if select is not None:
+            files = select(wheel)
         fields = wheel_metadata(wheel)
         stated = (fields.get("License-Expression") or fields.get("License") or [""])[0].strip()
         licence = stated.splitlines()[0].strip() if stated else ""

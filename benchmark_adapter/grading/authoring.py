@@ -20,14 +20,18 @@ import ast
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
+from benchmark_adapter.grading.check import slow_grade_warning
 from benchmark_adapter.grading.checkpoint import PICKLED_SUFFIXES, checkpoint_note, convert_checkpoint
 from benchmark_adapter.grading.grader import oracle_copy, readable_to_all, run_grader
+from benchmark_adapter.grading.interface_file import InterfaceEntry, interface_note, twin_metadata
 from benchmark_adapter.grading.references import record_references
+from evidence_store import numbers
 from probes.probe_format import ProbeFileError, probe_names
 from task_model.distribution import materialize
 from task_model.distribution_install import (
@@ -36,6 +40,7 @@ from task_model.distribution_install import (
     dockerfile_fetch_run,
     pinned_constraint,
 )
+from task_model.import_closure import wheel_selection
 from task_model.layout import copy_without_history
 from task_model.loader import load_task
 from task_model.model import Task, TaskError
@@ -80,6 +85,7 @@ class NewTaskReport(BaseModel):
     probes: list[str] = Field(description="Property ids the grader checks.")
     oracle_reward: float | None = Field(default=None, description="Reward of the oracle (None: no oracle).")
     notes: list[str] = Field(default_factory=list, description="What the Dockerfile reader noted.")
+    warnings: list[str] = Field(default_factory=list, description="What the user should act on (a slow grade).")
 
 
 def new_task(
@@ -87,10 +93,12 @@ def new_task(
     *,
     source: Path | str | None = None,
     include: list[str] = (),
+    include_closure: list[str] = (),
+    exclude: list[str] = (),
     probes: list[Path] = (),
     assets: Path | None = None,
     instruction: Path | None = None,
-    interface: list[str] = (),
+    interface: list[str] | list[InterfaceEntry] = (),
     oracle: Path | None = None,
     name: str | None = None,
     output: str = "/app/jax_repo",
@@ -98,27 +106,35 @@ def new_task(
     refresh: bool = False,
     sandbox: str = "auto",
     timeout_s: float = 600.0,
+    say: Callable[[str], None] = lambda line: None,
 ) -> NewTaskReport:
     """Make (or, with `refresh`, re-record the references of) a task; see the module docstring.
 
     `source` is a directory, or `pypi:NAME==VERSION`: a distribution of the package index whose
     files `include` are the original, declared in task.toml and fetched by the Dockerfile
-    (`task_model.distribution`), never copied into the task.
+    (`task_model.distribution`), never copied into the task; `include_closure` adds the static
+    import closure of those modules (`task_model.import_closure`, its size said to `say`), and
+    `exclude` takes files or directories out again.
+
+    `interface` names what the port must keep: command-line names, or entries read from an
+    interface file (`interface_file.interface_entries`).
 
     Raises:
         TaskError: bad input (one line); nothing is written then.
     """
     dest = Path(dest).expanduser().resolve()
+    interface = [e if isinstance(e, InterfaceEntry) else InterfaceEntry(signature=e, kind="name") for e in interface]
     if refresh:
         return _refresh(dest, sandbox=sandbox, timeout_s=timeout_s)
     original = None
     if str(source or "").startswith("pypi:"):
-        original = declare_from_index(str(source), list(include))
+        select = wheel_selection(list(include_closure), list(include), list(exclude), say)
+        original = declare_from_index(str(source), list(include), select=select)
         if original.dependencies:
             build_reference_env(original)  # the references are recorded with it; the Dockerfile installs its lock
         source = materialize(original)
-    elif include:
-        raise TaskError("--include applies to --source pypi:NAME==VERSION only")
+    elif include or include_closure or exclude:
+        raise TaskError("--include applies to --source pypi:NAME==VERSION only, as --include-closure and --exclude do")
     _validate(dest, source, probes, assets, instruction, interface, oracle, output)
     if checkpoint_from is not None and not (
         Path(checkpoint_from).is_file() and Path(checkpoint_from).suffix in PICKLED_SUFFIXES
@@ -139,14 +155,18 @@ def new_task(
                 "name the output directory in it (or pass --output)"
             )
         spec = record_references(task, sandbox=sandbox, timeout_s=timeout_s)
-        oracle_reward = _grade_oracle(task, sandbox) if oracle is not None else None
+        oracle_reward, warnings = _grade_oracle(task, sandbox) if oracle is not None else (None, [])
+        staging.chmod(0o755)  # a task directory like any other (mkdtemp made it 0700)
         staging.rename(dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     notes = task.environment.notes if task.environment else []
-    notes += [n for n in [interface_note(list(interface)), checkpoint_note(assets, checkpoint_from is not None)] if n]
-    return NewTaskReport(task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes)
+    named = [e.function or e.signature for e in interface]
+    notes += [n for n in [interface_note(named), checkpoint_note(assets, checkpoint_from is not None)] if n]
+    return NewTaskReport(
+        task=dest, probes=[p["id"] for p in spec["probes"]], oracle_reward=oracle_reward, notes=notes, warnings=warnings
+    )
 
 
 def _validate(dest, source, probes, assets, instruction, interface, oracle, output) -> None:
@@ -170,7 +190,7 @@ def _validate(dest, source, probes, assets, instruction, interface, oracle, outp
     if assets is not None and not Path(assets).is_dir():
         raise TaskError(f"assets directory not found: {assets}")
     if (instruction is None) == (not interface):
-        raise TaskError("pass exactly one of --instruction FILE or --interface NAMES")
+        raise TaskError("pass exactly one of --instruction FILE or --interface NAMES (or a file of signatures)")
     if instruction is not None and not Path(instruction).is_file():
         raise TaskError(f"instruction file not found: {instruction}")
     if oracle is not None and not Path(oracle).is_dir():
@@ -211,7 +231,7 @@ def _write_task(
         assets_mount=f"{WORKDIR}/{ASSETS_NAME}" if assets else "",
         output=output,
         workdir=WORKDIR,
-        interface=list(interface),
+        interface_lines=[entry.markdown() for entry in interface],
         original_runs=_original_runs(original),
         torch_pin=f"=={pinned_constraint().split('==')[1]}" if original is not None else "",
     )
@@ -222,7 +242,7 @@ def _write_task(
         f'version = "1.0"\n\n[task]\nname = "{name}"\n\n[metadata]\ncategory = "ml-migration"\n'
         'tags = ["pytorch", "jax", "generated"]\n\n[verifier]\ntimeout_sec = 900.0\n\n'
         "[agent]\ntimeout_sec = 3600.0\n\n[environment]\ncpus = 2\nmemory_mb = 4096\nallow_internet = false\n"
-        + twin_metadata([Path(p).name for p in probes], interface)
+        + twin_metadata([Path(p).name for p in probes], [e.function for e in interface if e.function])
         + ("\n" + declaration_toml(original) if original is not None else "")
     )
     tests = root / "tests"
@@ -247,47 +267,6 @@ def _original_runs(original: OriginalDistribution | None) -> list[str]:
     if original.dependencies:
         runs += dockerfile_lock_run(build_reference_env(original).lock, held_torch()[0])
     return runs
-
-
-def twin_metadata(probe_names: list[str], interface: list[str]) -> str:
-    """task.toml's `[metadata.twin]`: the probe files `twin probe` runs, and the interface to fill in.
-
-    The probe files listed are the grader's own copies in `tests/probes/` (one copy, hidden from
-    the agent with the rest of `tests/`). An interface check needs its arguments, which a name
-    does not give: each `module:function` name becomes a commented entry to complete
-    (tasks/README.md), the others are in the instruction only.
-    """
-    files = ", ".join(json.dumps(f"tests/probes/{name}") for name in probe_names)
-    text = f"\n[metadata.twin]\n# run by `twin probe` unless --no-task-probes\nprobe_files = [{files}]\n"
-    functions = [n for n in interface if _is_function(n)]
-    if functions:
-        text += (
-            "\n# Interface checks need each function's arguments (tasks/README.md); complete and uncomment:\n"
-            + "".join(
-                f'# [[metadata.twin.interface.jit]]\n# function = "{n}"\n# args = []\n' for n in functions
-            )
-        )
-    return text
-
-
-def interface_note(interface: list[str]) -> str | None:
-    """Why `--interface` names alone start no interface check, and what to do (None: no names)."""
-    if not interface:
-        return None
-    if any(_is_function(n) for n in interface):
-        return (
-            "interface checks need arguments: complete the commented [metadata.twin.interface] entries "
-            "in task.toml (tasks/README.md)"
-        )
-    return (
-        "the --interface names are in the instruction only; name functions as module:function to get "
-        "[metadata.twin.interface] entries to complete in task.toml"
-    )
-
-
-def _is_function(name: str) -> bool:
-    module, _, function = name.partition(":")
-    return bool(module) and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()
 
 
 def grader_library(tests: Path) -> dict[Path, str]:
@@ -335,13 +314,23 @@ def copy_grader_library(tests: Path) -> list[Path]:
     return written
 
 
-def _grade_oracle(task: Task, sandbox: str) -> float:
+def _grade_oracle(task: Task, sandbox: str) -> tuple[float, list[str]]:
+    """The oracle's reward, and a warning when its grade took over half the verifier's timeout.
+
+    Raises:
+        TaskError: the oracle scores below `ORACLE_MIN` (one line, what fell short).
+    """
     with oracle_copy(task) as candidate:
         grade = run_grader(task, candidate, sandbox=sandbox)
     if grade.error is not None or grade.reward < ORACLE_MIN:
-        why = grade.error or ", ".join(f"{k} {v['score']:.3f}" for k, v in grade.checks.items() if v["score"] < 1)
+        why = grade.error or ", ".join(
+            f"{k} {numbers.short_of_one(numbers.score(v['score']), v['score'])}"  # 0.9996 never reads 1.000
+            for k, v in grade.checks.items()
+            if v["score"] < 1
+        )
         raise TaskError(f"the oracle scores {grade.reward:.4f} < {ORACLE_MIN} ({why}); nothing written")
-    return grade.reward
+    slow = slow_grade_warning(grade.duration_s, task.verifier_timeout_s)
+    return grade.reward, [slow] if slow else []
 
 
 def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
@@ -358,7 +347,7 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
     try:
         copy_grader_library(task.tests_dir)
         spec = record_references(task, sandbox=sandbox, timeout_s=float(old.get("timeout_s", timeout_s)))
-        oracle_reward = _grade_oracle(task, sandbox) if task.solution_dir is not None else None
+        oracle_reward, warnings = _grade_oracle(task, sandbox) if task.solution_dir is not None else (None, [])
     except BaseException:
         shutil.rmtree(task.tests_dir / "refs", ignore_errors=True)
         shutil.move(backup / "refs", task.tests_dir / "refs")
@@ -373,4 +362,5 @@ def _refresh(dest: Path, *, sandbox: str, timeout_s: float) -> NewTaskReport:
         probes=[p["id"] for p in spec["probes"]],
         oracle_reward=oracle_reward,
         notes=task.environment.notes if task.environment else [],
+        warnings=warnings,
     )

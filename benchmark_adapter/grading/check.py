@@ -55,6 +55,7 @@ class CheckRow(BaseModel):
     passed: bool = Field(description="Whether the reward is what was expected, with no error.")
     error: str | None = Field(default=None, description="The grade's error field, or why no grade was made.")
     output_tail: str = Field(default="", description="The grader's last output lines.")
+    duration_s: float | None = Field(default=None, description="Wall time of its grade (None: no grade was made).")
 
 
 class TaskCheck(BaseModel):
@@ -70,6 +71,12 @@ class TaskCheck(BaseModel):
     def passed(self) -> bool:
         return all(row.passed for row in self.rows)
 
+    def time_warning(self, verifier_timeout_s: float) -> str | None:
+        """A warning when the oracle's grade took over half the verifier's timeout (None: it did not)."""
+        oracle = next((row for row in self.rows if row.name == "oracle"), None)
+        seconds = None if oracle is None else oracle.duration_s
+        return None if seconds is None else slow_grade_warning(seconds, verifier_timeout_s)
+
     def failure_line(self) -> str:
         """One line naming what failed, with the first failing row's error."""
         failed = [row for row in self.rows if not row.passed]
@@ -80,6 +87,22 @@ class TaskCheck(BaseModel):
         why = f": {' '.join(first.error.split())[:400]}" if first.error else ""  # one line, whatever the grader said
         names = ", ".join(row.name for row in failed)
         return f"task {self.task}: check failed ({names}): {first.name} got {got}, expected {first.expected}{why}"
+
+
+SLOW_SHARE = 0.5
+"""The share of the verifier's timeout an oracle's grade may take before twin warns: a slower machine,
+or a candidate a little slower than the oracle, would then be cut off and score 0."""
+
+
+def slow_grade_warning(seconds: float, verifier_timeout_s: float) -> str | None:
+    """`warning: …` when a grade of `seconds` takes over `SLOW_SHARE` of the verifier's timeout, else None."""
+    if verifier_timeout_s <= 0 or seconds <= SLOW_SHARE * verifier_timeout_s:
+        return None
+    return (
+        f"warning: the oracle's grade took {seconds:.0f} s, {seconds / verifier_timeout_s:.0%} of the verifier's "
+        f"timeout ({verifier_timeout_s:.0f} s, [verifier] timeout_sec in task.toml): a slower machine or candidate "
+        "would be cut off and score 0; raise the timeout or make the probes cheaper"
+    )
 
 
 def task_content_hash(task: Task) -> str | None:
@@ -234,6 +257,7 @@ def _row(name: str, expected: str, run: Callable[[], Grade], ok: Callable[[float
         passed=ok(result.reward) and error is None,
         error=result.error,
         output_tail=result.log_tail[-2000:],
+        duration_s=result.duration_s,
     )
 
 

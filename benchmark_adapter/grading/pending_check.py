@@ -22,6 +22,7 @@ from benchmark_adapter.grading.check import (
     check_task,
     passed_before,
     remember_pass,
+    slow_grade_warning,
     task_content_hash,
 )
 from task_model.model import Task
@@ -76,6 +77,13 @@ class PendingCheck:
         verdict = "ok" if row.passed else "FAILED"
         name = self.task.name
         self._say(f"task check of {name}: {row.name} {got} (expected {row.expected}) {verdict}, {elapsed_s:.0f} s")
+        slow = (
+            None
+            if row.name != "oracle" or row.duration_s is None
+            else slow_grade_warning(row.duration_s, self.task.verifier_timeout_s)
+        )
+        if slow is not None:
+            self._say(slow)
 
     @contextlib.contextmanager
     def saying_to(self, say: Say) -> Iterator[None]:

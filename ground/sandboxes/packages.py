@@ -4,7 +4,9 @@ Hiding a package by mounting an empty directory over it does not work: Python th
 imports it as an empty namespace package. A hidden package's directory, its modules,
 its distribution metadata and the other top-level names of the same distribution
 (`torch` ships `functorch` and `torchgen`) must not be there at all. The sandbox
-therefore mounts, over site-packages, a separate copy of it without them.
+therefore mounts, over site-packages, a separate tree of it without them: hard links to the
+environment's own files where the cache is on the same filesystem (`ground.linked_tree`),
+a copy elsewhere.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
+from ground import linked_tree
 from ground.boundary import Mount
 from ground.isolation import cache_root
 from ground.sandboxes import site_copies
+from ground.waiting import waiting_for
 
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -106,16 +110,20 @@ def hidden_entries(site_dir: Path, packages: tuple[str, ...]) -> frozenset[str]:
 
 
 def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
-    """A separate copy of `site_dir` without `drop` (built once, then reused).
+    """A separate tree of `site_dir` without `drop` (built once, then reused).
 
-    A copy, not hard links: a write through the copy must never reach the live
-    environment, and nothing in it may be writable by the sandbox uid (the files keep
-    their owner, root when twin runs as root, and lose group and other write bits).
-    Mounting one such directory over site-packages costs one mount, where binding each
-    kept entry back costs hundreds. The key covers the directory's modification time,
-    so installing or removing a package builds a fresh copy. This process holds the copy
-    until it exits; building one collects the stale others (`site_copies`). Returns None
-    where the copy cannot be made; the sandbox then refuses to start.
+    Its files are hard links to the environment's own where the cache is on the same
+    filesystem, so a first run on a new cache lays out a directory tree, not gigabytes
+    (`ground.linked_tree`; a copy where links cannot be made). It is only ever mounted
+    read-only, so nothing writes through it to the live environment; its directories are
+    twin's and lose group and other write, its files keep the environment's modes (the
+    sandbox uid reads what it could read there). Mounting one such directory over
+    site-packages costs one mount, where binding each kept entry back costs hundreds. The
+    key covers the directory's modification time, so installing or removing a package
+    builds a fresh tree. This process holds the tree until it exits; building one collects
+    the stale others (`site_copies`). A build, or a wait for another process's, that lasts
+    over 2 s says so on stderr. Returns None where the tree cannot be made; the sandbox then
+    refuses to start.
     """
     root = cache_root() / "site-packages"
     st = site_dir.stat()
@@ -129,7 +137,9 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
         site_copies.hold(root, key)  # before looking: a copy in use is never collected
         if target.is_dir():
             return target
-        with site_copies.building(root, key):  # a second process waits, then finds it built
+        hidden = ", ".join(sorted(drop)[:3]) + (", …" if len(drop) > 3 else "")
+        what = f"{site_dir} laid out without {hidden} (the sandboxes' site-packages, under {root})"
+        with waiting_for(what), site_copies.building(root, key):  # a second process waits, then finds it built
             if not target.is_dir():
                 staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
                 _copy_without(site_dir, drop, staging)
@@ -147,14 +157,7 @@ def pruned_site_dir(site_dir: Path, drop: frozenset[str]) -> Path | None:
     return target if target.is_dir() else None
 
 
-def _copy_without(site_dir: Path, drop: frozenset[str], staging: Path) -> None:
-    """Copy `site_dir` less `drop` into `staging`, nothing in it writable but by its owner."""
-    kept = [str(site_dir / e) for e in sorted(os.listdir(site_dir)) if e not in drop]
-    if kept:  # a reflink where the filesystem has them: the copy then costs no space
-        subprocess.run(
-            ["cp", "-a", "--no-preserve=links", "--reflink=auto", "--", *kept, str(staging)],
-            check=True,
-            capture_output=True,
-        )
-    subprocess.run(["chmod", "-R", "go-w", "--", str(staging)], check=True, capture_output=True)
-    staging.chmod(0o755)
+def _copy_without(site_dir: Path, drop: frozenset[str], staging: Path) -> str:
+    """Lay `site_dir` less `drop` out in `staging` (`linked_tree.lay_out`): `linked` or `copied`."""
+    kept = [site_dir / e for e in sorted(os.listdir(site_dir)) if e not in drop]
+    return linked_tree.lay_out(kept, staging)

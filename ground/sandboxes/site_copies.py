@@ -1,8 +1,9 @@
 """The pruned copies of site-packages under the cache: held while in use, the stale ones collected.
 
 Each distinct interpreter environment (its directory, its modification time, the packages
-hidden) gets a copy of its own (`packages.pruned_site_dir`): a few GiB for a
-machine-learning venv, and every `pip install` makes a new one. A process that uses a
+hidden) gets a copy of its own (`packages.pruned_site_dir`): hard links to the environment's
+files where they can be made (a directory tree: what it holds of its own is its directories),
+else a few GiB for a machine-learning venv; every `pip install` makes a new one. A process that uses a
 copy holds a shared `flock` on `<key>.lock` beside it until it exits (the lock file's
 modification time is the copy's last use); one that builds a copy holds `<key>.build`
 exclusively meanwhile, so a second waits for the copy rather than making its own. Each
@@ -163,13 +164,17 @@ def _size(root: Path, key: str) -> int:
 
 
 def _measure(tree: Path) -> int:
+    """The blocks a tree holds of its own: a file hard-linked elsewhere too (the environment's own,
+    `ground.linked_tree`) is freed only when its last link goes, so it does not count."""
     total = 0
     for folder, dirs, files in os.walk(tree):
         for name in dirs + files:
             try:
-                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                st = os.lstat(os.path.join(folder, name))
             except OSError:
-                pass
+                continue
+            if name in dirs or st.st_nlink == 1:
+                total += st.st_blocks * 512
     return total
 
 

@@ -26,7 +26,7 @@ from ground.terminal import agent_console, styled
 from harness.cli import options
 from probes.context import SANDBOX_KINDS
 from probes.localize import localize_divergence
-from probes.services.families import probe_families
+from probes.services.families import is_service, probe_families
 from probes.services.probe_file import SearchBudget
 from probes.suite import builtin_checks, load_probe_file, run_suite, task_probes
 
@@ -46,6 +46,12 @@ def probe_command(
     init: Path = typer.Option(
         None, "--init", help="Write a probe-file skeleton from the task's original to this new file, and stop."
     ),
+    init_module: list[str] = typer.Option(
+        None, "--module", help="With --init: probes for this module's components only (repeatable)."
+    ),
+    init_class: list[str] = typer.Option(
+        None, "--class", help="With --init --module: probes for this class only (repeatable)."
+    ),
     builtin: bool = typer.Option(
         True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
     ),
@@ -54,6 +60,9 @@ def probe_command(
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print the results as JSON (one object) instead of a table."
+    ),
+    families: bool = typer.Option(
+        False, "--families", help="List the service probe families that apply (a service task's always are)."
     ),
     sandbox: str = typer.Option("auto", "--sandbox", help="bwrap, none or auto."),
     device: str = typer.Option("cpu", "--device", help="cpu or gpu (both sides)."),
@@ -84,9 +93,14 @@ def probe_command(
 
     Exit status: 0 all established, 1 any violated, 2 usage or task error, 3 infrastructure.
     """
+    if (init_module or init_class) and init is None:
+        raise TwinError("--module and --class aim --init FILE: give --init too")
+    if init_class and not init_module:
+        raise TwinError("--class needs --module (the module that defines it)")
     if init is not None:
         _write_skeleton(init, task, lambda: options.load_task_option(
-            task, "none", settings, original_dir, assets_dir, output_dir))  # fmt: skip
+            task, "none", settings, original_dir, assets_dir, output_dir),
+            list(init_module or []), list(init_class or []))  # fmt: skip
         return
     if candidate is None:
         raise TwinError("--candidate DIR is required (or --init FILE to write a probe-file skeleton)")
@@ -129,14 +143,14 @@ def probe_command(
         "keep": keep,
     }
     try:
-        violated = _run(console, loaded, candidate, probes, jobs, as_json, context_options)
+        violated = _run(console, loaded, candidate, probes, jobs, as_json, context_options, families)
     except (SandboxError, IsolationError) as exc:
         raise InfraFailure(str(exc)) from None
     if violated:
         raise typer.Exit(EXIT_VIOLATED)
 
 
-def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, context_options) -> bool:
+def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, context_options, families) -> bool:
     """Run the suite and report it; whether any property is violated."""
     shown = candidate.expanduser().resolve()
     with ExitStack() as stack:
@@ -148,7 +162,7 @@ def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, con
             suite = stack.enter_context(
                 run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
             )
-        return _report(console, suite.ctx, suite.results, as_json=as_json)
+        return _report(console, suite.ctx, suite.results, as_json=as_json, families=families)
 
 
 def _task_probe_files(task) -> list[Path]:
@@ -183,13 +197,15 @@ def kept_workdir(*, isolated: bool) -> Path:
     return path
 
 
-def _write_skeleton(path: Path, task_dir: Path, load) -> None:
+def _write_skeleton(path: Path, task_dir: Path, load, modules: list[str], classes: list[str]) -> None:
     """`--init`: a probe-file skeleton of the original, written to a new file.
 
     `--task` names a task, or (before there is one: `twin task new` needs a probe file) the
-    original repository itself, any directory without a task.toml.
+    original repository itself, any directory without a task.toml. `modules` (and `classes`)
+    aim it: only their components, most depended on first (`probes.skeleton_focus`).
     """
     from probes.skeleton import probe_skeleton
+    from probes.skeleton_focus import FocusError, focused_components
 
     task_dir = task_dir.expanduser()
     if task_dir.is_dir() and not (task_dir / "task.toml").exists():
@@ -202,14 +218,22 @@ def _write_skeleton(path: Path, task_dir: Path, load) -> None:
         raise TwinError(f"{path} exists; --init writes a new file")
     if not path.parent.is_dir():
         raise TwinError(f"directory of {path} does not exist")
-    path.write_text(probe_skeleton(source, mount))
+    try:
+        components = focused_components(source, modules, classes) if modules else None
+    except FocusError as exc:
+        raise TwinError(str(exc)) from None
+    path.write_text(probe_skeleton(source, mount, components))
     agent_console().print(
         f"wrote {path}: fill in each probe (probes/README.md), then twin probe --probe {path}", soft_wrap=True
     )
 
 
-def _report(console: Console, ctx, results: list, *, as_json: bool) -> bool:
-    """The results with the divergence they localize, as JSON or as a table (the context still open)."""
+def _report(console: Console, ctx, results: list, *, as_json: bool, families: bool = False) -> bool:
+    """The results with the divergence they localize, as JSON or as a table (the context still open).
+
+    Under the table, the service probe families are listed for a service task, or when asked
+    (`families`); JSON always carries them.
+    """
 
     found = localize_divergence(ctx, results)
     if found is not None:
@@ -229,14 +253,14 @@ def _report(console: Console, ctx, results: list, *, as_json: bool) -> bool:
         )
         return _any_violated(results)
     _print_table(console, ctx, results)
-    families = probe_families(ctx.task)
-    if families:
+    applying = probe_families(ctx.task)
+    if applying and (families or is_service(ctx.task, applying)):
         console.print(
-            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in families.items()),
+            "service probe families: " + "; ".join(f"{k} ({why})" for k, why in applying.items()),
             markup=False,
             soft_wrap=True,
         )
-        for family, ran in _service_runs(families, results).items():
+        for family, ran in _service_runs(applying, results).items():
             line = f"  {family}: {ran} propert{'y' if ran == 1 else 'ies'} examined"
             if not ran:
                 line = (

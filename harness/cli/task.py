@@ -9,10 +9,12 @@ from rich.table import Table
 
 from benchmark_adapter.grading.authoring import new_task
 from benchmark_adapter.grading.check import TaskCheck, TaskCheckFailed, check_task, default_defects
+from benchmark_adapter.grading.interface_file import interface_entries
 from benchmark_adapter.grading.pending_check import PendingCheck, start_task_check
 from evidence_store import numbers
 from ground.errors import TwinError
 from ground.terminal import agent_console, styled
+from ground.waiting import status_or_waiting
 from harness.cli import options
 from harness.cli.grade import grade_output_tail
 
@@ -28,13 +30,24 @@ def new_command(
     include: list[str] = typer.Option(
         None, "--include", help="With --source pypi:…: a file or directory of the wheel, part of the original."
     ),
+    include_closure: list[str] = typer.Option(
+        None,
+        "--include-closure",
+        help="With --source pypi:…: a module whose static import closure is part of the original (repeatable).",
+    ),
+    exclude: list[str] = typer.Option(
+        None, "--exclude", help="With --source pypi:…: a file or directory of the wheel to leave out (repeatable)."
+    ),
     probe: list[Path] = typer.Option(
         None, "--probe", help="Probe file (repeatable; format in probes/README.md): the behaviour to preserve."
     ),
     assets: Path = typer.Option(None, "--assets", help="Checkpoints and data given with the task."),
     instruction: Path = typer.Option(None, "--instruction", help="The instruction (markdown) the agent gets."),
     interface: list[str] = typer.Option(
-        None, "--interface", help="Instead of --instruction: a name (or signature) the port must keep; repeatable."
+        None,
+        "--interface",
+        help="Instead of --instruction: a name (or signature) the port must keep, or a file of signatures with "
+        "one-line descriptions (docs/tasks.md); repeatable.",
     ),
     oracle: Path = typer.Option(None, "--oracle", help="A reference JAX solution; it must score at least 0.97."),
     name: str = typer.Option(None, "--name", help="Task name (default: the directory's name)."),
@@ -49,16 +62,20 @@ def new_command(
     timeout_s: float = typer.Option(600.0, "--timeout-s", help="Time limit of one probe file's side."),
 ) -> None:
     """Make a task whose grader checks the probes' behaviour against references recorded from the original."""
-    given = (source, include, probe, assets, instruction, interface, oracle, name, checkpoint_from)
+    given = (source, include, include_closure, exclude, probe, assets, instruction, interface, oracle, name)
+    given += (checkpoint_from,)
     if refresh and any(v for v in given):
         raise TwinError("--refresh takes only the task directory: it re-records from what the task holds")
     console = agent_console()
-    names = [n.strip() for n in interface or [] if n.strip()]
-    with console.status("recording references from the original" + (" and grading the oracle" if oracle else "")):
+    names = interface_entries(list(interface or []))
+    doing = "recording references from the original" + (" and grading the oracle" if oracle else "")
+    with status_or_waiting(console, doing):
         report = new_task(
             dest,
             source=source if source is None or source.startswith("pypi:") else Path(source),
             include=list(include or []),
+            include_closure=list(include_closure or []),
+            exclude=list(exclude or []),
             probes=list(probe or []),
             assets=assets,
             instruction=instruction,
@@ -70,9 +87,12 @@ def new_command(
             refresh=refresh,
             sandbox=sandbox,
             timeout_s=timeout_s,
+            say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
         )
     for note in report.notes:
         console.print(styled(f"note: {note}", "dim"))
+    for warning in report.warnings:
+        agent_console(stderr=True).print(warning, markup=False, highlight=False)
     oracle_line = "" if report.oracle_reward is None else f"; oracle reward {report.oracle_reward:.4f}"
     verb = "re-recorded" if refresh else "wrote"
     console.print(f"{verb} {report.task}: {len(report.probes)} checks{oracle_line}", highlight=False)
@@ -150,9 +170,13 @@ def check_command(
     path = None if no_defects else defects or default_defects(loaded)
     seeded = load_defects(path) if path is not None else []
     console = agent_console()
-    with console.status(f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects, references"):
+    what = f"checking {loaded.name}: oracle, empty candidate, {len(seeded)} defects, references"
+    with status_or_waiting(console, what):
         check = check_task(loaded, sandbox=sandbox, defects=seeded, reference_sample=reference_sample)
     print_check(console, check)
+    slow = check.time_warning(loaded.verifier_timeout_s)
+    if slow is not None:
+        agent_console(stderr=True).print(slow, markup=False, highlight=False)
     if not check.passed:
         raise TaskCheckFailed(check.failure_line())
 

@@ -89,6 +89,16 @@ def probe_families(task) -> dict[str, str]:
     return infer_families(task.source_dir)
 
 
+def is_service(task, families: dict[str, str]) -> bool:
+    """Whether `task` is a service: it declares its families, or its original serves HTTP.
+
+    A model's original also has a command-line entry point and public functions (`process`,
+    `python`); listing those families, with nothing run for them, would read as a gap in a
+    model task's probing.
+    """
+    return "http" in families or task.settings.probes is not None
+
+
 def find_app(root: Path) -> tuple[str, str, str] | None:
     """(module, variable, 'wsgi'|'asgi') of the module-level web application object under `root`."""
     for path, tree in _parsed(root):

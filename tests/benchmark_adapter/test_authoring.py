@@ -72,6 +72,7 @@ def made(tmp_path_factory):
 def test_made_task_is_published_self_contained_and_its_oracle_scores(made):
     report, task = made
     assert report.oracle_reward is not None and report.oracle_reward >= 0.97
+    assert task.root.stat().st_mode & 0o777 == 0o755  # a task directory like any other
     assert task.environment is not None and task.settings.candidate_mount == "/app/jax_repo"
     assert (task.settings.source_mount, task.settings.assets_mount) == ("/app/torch_orig", "/app/checkpoint")
     assert oracle_candidate(task) == task.root / "solution" / "jax_repo"
@@ -304,3 +305,21 @@ def test_the_grader_library_names_none_of_twins_packages(tmp_path, monkeypatch):
     monkeypatch.setitem(authoring.GRADER_FILES, "planted.py", planted)
     with pytest.raises(TaskError, match="planted.py imports evidence_store.views"):
         authoring.grader_library(tmp_path)
+
+
+@pytest.mark.parametrize(("seconds", "warned"), [(500.0, True), (300.0, False)])
+def test_task_new_warns_when_its_oracles_grade_takes_over_half_the_verifiers_timeout(monkeypatch, seconds, warned):
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from benchmark_adapter.grading import authoring
+    from benchmark_adapter.grading.grader import Grade
+
+    grade = Grade(task="t", candidate="c", reward=1.0, returncode=0, duration_s=seconds, sandbox="none")
+    monkeypatch.setattr(authoring, "oracle_copy", lambda task: nullcontext(Path("/nowhere")))
+    monkeypatch.setattr(authoring, "run_grader", lambda *a, **k: grade)
+    reward, warnings = authoring._grade_oracle(SimpleNamespace(verifier_timeout_s=900.0), "none")
+    assert reward == 1.0
+    assert warnings == (["warning: the oracle's grade took 500 s, 56% of the verifier's timeout (900 s, "
+                         "[verifier] timeout_sec in task.toml): a slower machine or candidate would be cut off "
+                         "and score 0; raise the timeout or make the probes cheaper"] if warned else [])  # fmt: skip

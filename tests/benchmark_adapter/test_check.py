@@ -254,3 +254,27 @@ def test_the_check_a_bench_waits_for_stops_before_any_model_call_saying_each_row
         check_before_run(load_task(broken_copy(tmp_path)), "bwrap", skip=False)
     err = capsys.readouterr().err
     assert "task check of broken: oracle reward 0.0000 (expected >= 0.97) FAILED" in err
+
+
+def _timed(reward: float, seconds: float) -> Grade:
+    return Grade(task="t", candidate="c", reward=reward, returncode=0, duration_s=seconds, sandbox="none")
+
+
+def test_a_grade_over_half_the_verifiers_timeout_is_warned_of_with_its_figure():
+    assert check_module.slow_grade_warning(30.0, 60.0) is None  # half is not over half
+    warning = check_module.slow_grade_warning(51.0, 60.0)
+    assert warning.startswith("warning: the oracle's grade took 51 s, 85% of the verifier's timeout (60 s")
+
+
+@pytest.mark.parametrize(("oracle_s", "warned"), [(40.0, True), (20.0, False)])
+def test_the_check_warns_when_its_oracle_took_over_half_the_timeout(tmp_path, capsys, monkeypatch, oracle_s, warned):
+    task = make_task(tmp_path)  # [verifier] timeout_sec = 60
+    grades = iter([_timed(1.0, oracle_s), _timed(0.0, 50.0)])  # the empty candidate's time is not the oracle's
+    real = check_module.check_task
+    monkeypatch.setattr(
+        "harness.cli.task.check_task", lambda t, **k: real(t, grade_fn=lambda *_: next(grades), parallel=False)
+    )
+    assert main(["task", "check", str(task), "--sandbox", "none"]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: the oracle's grade took 40 s, 67% of the verifier's timeout (60 s" in err) == warned
+    assert ("warning" in err) == warned

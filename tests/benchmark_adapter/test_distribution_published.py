@@ -86,6 +86,7 @@ def test_twin_task_new_from_a_distribution(local_index, tmp_path, capsys):
             "--assets", str(TINY / "environment" / "checkpoint"),
             "--instruction", str(TINY / "instruction.md"), "--sandbox", "none"]  # fmt: skip
     assert main(args) == 0, capsys.readouterr().err
+    assert dest.stat().st_mode & 0o777 == 0o755  # a task directory like any other
     declared = tomllib.loads((dest / "task.toml").read_text())["metadata"]["twin"]["original"]
     assert declared["distribution"] == "tinynet" and declared["files"] == ["tiny_net"] and declared["mount"] == MOUNT
     assert not (dest / "environment" / "torch_orig").exists()
@@ -93,6 +94,7 @@ def test_twin_task_new_from_a_distribution(local_index, tmp_path, capsys):
     assert "sha256sum -c" in (dest / "environment" / "Dockerfile").read_text()
     assert load_task(dest).source_dir.joinpath("tiny_net", "model.py").read_text() == files["tiny_net/model.py"]
     assert (dest / "tests" / "refs").is_dir()
+    capsys.readouterr()  # what making it said (a wait over 2 s says what it waits for)
     shutil.rmtree(tmp_path / "cache")  # a fresh machine without the index: one line, non-zero
     (local_index / "tinynet-0.1-py3-none-any.whl").unlink()
     assert main(["task", "check", str(dest), "--no-defects", "--sandbox", "none"]) == 2

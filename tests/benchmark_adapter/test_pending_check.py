@@ -150,3 +150,16 @@ def test_the_model_answers_while_the_check_runs(task, monkeypatch, tmp_path):
     assert CheckedModel(Model(), pending).query([]) == "reply" and not pending.done
     release.set()
     pending.wait()
+
+
+def test_a_slow_oracle_is_warned_of_beside_the_run(task, monkeypatch, tmp_path):
+    lines: list[str] = []
+
+    def grade(t, candidate):
+        seconds = 5.0 if _is_empty(candidate) else 45.0  # the task's verifier allows 60 s
+        return Grade(task="t", candidate="c", reward=0.0 if _is_empty(candidate) else 1.0, returncode=0,
+                     duration_s=seconds, sandbox="none")  # fmt: skip
+
+    check = _pending(task, monkeypatch, tmp_path, grade, lines).wait(lambda _line: None)
+    assert check.passed
+    assert [ln for ln in lines if ln.startswith("warning")] == [check_module.slow_grade_warning(45.0, 60.0)]

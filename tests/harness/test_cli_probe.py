@@ -136,8 +136,16 @@ def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
     assert any(line == f"probe files and outputs: {tmp_path / 'w'}" for line in lines)
 
 
+def test_a_model_tasks_families_are_listed_only_when_asked(tmp_path):
+    proc = _cli("--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path / "a"))
+    assert proc.returncode == 0, proc.stderr
+    assert "service probe families" not in proc.stdout and "nothing run" not in proc.stdout
+
+
 def test_a_family_nothing_was_run_for_says_so(tmp_path):
-    proc = _cli("--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path))
+    proc = _cli(
+        "--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path), "--families"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "; python (its modules define public functions" in proc.stdout
     assert "  python: nothing run: no request or request space stated for it" in proc.stdout

@@ -214,3 +214,25 @@ def test_a_banded_output_keeps_its_largest_difference_in_the_bands_units():
     assert out.failing() == [f"val: banded, largest difference 0.5 > band {numbers.tolerance(leaf.tolerance)}"]
     mismatched = compare_outputs(ref, side(val=np.array([2.0])), noise, {"val": "banded"})
     assert all(leaf.difference is None for leaf in mismatched.leaves)
+
+
+def test_a_failing_output_reads_as_a_failure_with_how_far_out_never_a_score():
+    ref = side(y=X)
+    noise = side(y=X.astype(np.float64) * (1 + 1e-9))
+    close = compare_outputs(ref, side(y=X * (1 + 2e-4)), noise)
+    (leaf,) = close.leaves
+    assert not leaf.ok and leaf.score > 0.9995  # three digits would read 1.0
+    (line,) = close.failing()
+    distance, tolerance = 1 - leaf.score, leaf.tolerance
+    assert line == (
+        f"y: {leaf.measure} fails: distance {numbers.distance(distance)} > tolerance {numbers.tolerance(tolerance)}"
+        f" ({numbers.significant(distance / tolerance, 3)}× the tolerance)"
+    )
+    assert "score" not in line and float(line.split("(")[1].split("×")[0]) > 1
+
+
+def test_a_failure_against_a_zero_tolerance_has_no_ratio():
+    from probes.compare import LeafScore, _failing_line
+
+    leaf = LeafScore(path="n", measure="exact", score=0.0, noise=0.0, tolerance=0.0, ok=False)
+    assert _failing_line(leaf) == "n: exact fails: distance 1.0 > tolerance 0.0"

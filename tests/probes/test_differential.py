@@ -58,7 +58,7 @@ def test_wrong_candidate_is_violated(wrong_results):
     result = wrong_results["np.affine"]
     assert result.outcome is Outcome.VIOLATED
     assert result.score < 0.9
-    assert "y: tensor score" in result.observations["message"]
+    assert "y: tensor fails: distance" in result.observations["message"]
     assert wrong_results["np.net"].outcome is Outcome.VIOLATED
 
 

@@ -210,19 +210,25 @@ def test_code_run_by_the_grader_cannot_forge_a_later_grade(tmp_path):
     assert not any((p / "numpy" / "twin_forged.py").exists() for p in live)
 
 
-def test_pruned_site_packages_is_a_separate_copy(tmp_path):
-    """No file of the copy shares an inode with the live environment, and root owns it."""
+def test_pruned_site_packages_is_a_separate_tree_nothing_can_be_planted_in(tmp_path):
+    """The tree mounted over site-packages is twin's own directories, closed to writes, without torch;
+    each file is the live environment's own (a hard link, its mode untouched) or a copy without
+    group or other write. Writing through it is what the forging test above tries, and fails."""
     from ground.sandboxes.packages import hidden_entries, pruned_site_dir, site_dirs
 
     site_dir = next(d for d in site_dirs() if (d / "numpy").is_dir())
     pruned = pruned_site_dir(site_dir, hidden_entries(site_dir, ("torch",)))
-    assert pruned is not None
+    assert pruned is not None and pruned != site_dir and not (pruned / "torch").exists()
+    for folder in (pruned, pruned / "numpy", pruned / "numpy" / "core"):
+        if folder.is_dir():
+            assert not os.stat(folder).st_mode & 0o022 and os.stat(folder).st_ino != os.stat(site_dir).st_ino
+            if os.geteuid() == 0:
+                assert os.stat(folder).st_uid == 0
     copy, live = pruned / "numpy" / "__init__.py", site_dir / "numpy" / "__init__.py"
-    assert os.stat(copy).st_ino != os.stat(live).st_ino
-    assert os.stat(copy).st_nlink == 1
-    assert not os.stat(copy).st_mode & 0o022
-    if os.geteuid() == 0:
-        assert os.stat(copy).st_uid == 0 and os.stat(pruned).st_uid == 0
+    if os.stat(copy).st_ino == os.stat(live).st_ino:  # a hard link: the environment's file, as it is
+        assert os.stat(copy).st_mode == os.stat(live).st_mode
+    else:
+        assert os.stat(copy).st_nlink == 1 and not os.stat(copy).st_mode & 0o022
 
 
 def test_bundled_grader_library_fails_closed_without_its_sandbox(monkeypatch):

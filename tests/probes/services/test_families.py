@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from probes.context import make_context
-from probes.services.families import find_app, infer_families, probe_families, sides_for
+from probes.services.families import find_app, infer_families, is_service, probe_families, sides_for
 from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[3]
@@ -35,6 +35,13 @@ def test_families_are_inferred_from_the_source(tmp_path, files, expected):
 
 def test_an_ml_repository_with_a_train_script_is_a_process_and_a_library():
     assert set(probe_families(load_task(MLP))) == {"process", "python"}
+
+
+def test_a_service_declares_its_families_or_serves_http_and_a_model_task_is_none():
+    bookshop, mlp = load_task(BOOKSHOP), load_task(MLP)
+    assert is_service(bookshop, probe_families(bookshop))
+    assert not is_service(mlp, probe_families(mlp))
+    assert is_service(mlp, {"http": "app.py imports flask"})
 
 
 def test_the_application_object_is_found_in_either_framework():
