@@ -14,11 +14,12 @@ a sandbox lives on a filesystem of its own, of the cap's size:
 
 The tree is copied in when the filesystem is mounted and out, to a plain directory at
 the same path, when it is released (write errors checked, the copy flushed before it
-replaces anything): between runs, and for whatever reads a run after it, the root is an
-ordinary directory. Every step is recorded under `stage_root()/quota/` with its owner's
-process tag, so that `recover_capped()` (run when twin starts) finishes what a killed
-twin left, from the step it had reached, and an interpreter that exits without closing
-its sandboxes releases them at exit.
+replaces anything). A copy never carries a setuid or setgid bit nor a file capability (`_COPY`),
+and a tree too large for `settle_writable` to walk whole is not copied out at all. Between
+runs, and for whatever reads a run after it, the root is an ordinary directory. Every step
+is recorded under `stage_root()/quota/` with its owner's process tag, so that
+`recover_capped()` (run when twin starts) finishes what a killed twin left, from the step it
+had reached, and an interpreter that exits without closing its sandboxes releases them at exit.
 
 Where twin cannot mount (not root, no loop device, no `mkfs.ext4`), `CappedRoot.mount`
 returns None, logs why once, and the watched cap is all there is.
@@ -42,6 +43,7 @@ from ground.isolation import stage_root
 from ground.sandbox import SandboxError
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
 from ground.sandboxes.owner import own_tag, owner_alive
+from ground.sandboxes.privilege import MAX_SETTLED, settle_writable
 from ground.untrusted_io import write_atomic
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,9 @@ EXT4 = "ext4"
 TMPFS = "tmpfs"
 MAX_INODES = 200_000
 _TOOLS = "/usr/sbin:/usr/bin:/sbin:/bin"
-_COPY = ("cp", "-dR", "--preserve=mode,ownership,timestamps,links", "--")
+# Modes come over by the umask of 0 (`_run`), never by --preserve=mode: cp then leaves out setuid and
+# setgid bits, and it copies no extended attribute (no file capability), whatever the walks did.
+_COPY = ("cp", "-dR", "--preserve=ownership,timestamps,links", "--")
 _ACTIVE: dict[str, CappedRoot] = {}
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()
@@ -268,7 +272,7 @@ def recover_capped() -> list[Path]:
         origin = _read(record, "origin")
         try:
             _recover(record)
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
             log.warning("cannot release the capped root %s a killed twin left: %s", origin, _why(exc))
             continue
         if origin:
@@ -311,6 +315,11 @@ def _recover(record: Path) -> None:
             discard_tree(out)
             if os.path.ismount(path):
                 sync_filesystem(path)  # a write error met now: nothing is copied, nothing replaced
+                if not settle_writable(path):  # fail closed: what a cut-short walk left is never copied out
+                    raise SandboxError(
+                        f"{path} holds more than {MAX_SETTLED} names: not copied out of its capped filesystem "
+                        f"(left mounted); remove names from it, or unmount it and delete it"
+                    )
                 os.mkdir(out, 0o700)
                 try:
                     _run(*_COPY, f"{path}/.", f"{out}/")
@@ -357,7 +366,7 @@ def _quota_dir() -> Path:
 
 
 def _run(*argv: str) -> None:
-    subprocess.run(list(argv), check=True, capture_output=True, env=_env())
+    subprocess.run(list(argv), check=True, capture_output=True, env=_env(), umask=0)
 
 
 def _env() -> dict[str, str]:

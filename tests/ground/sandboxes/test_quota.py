@@ -367,3 +367,69 @@ def test_only_a_candidates_copy_out_is_flushed_to_the_host(tmp_path, monkeypatch
     CappedRoot.mount(root, 16, kind).release()
     assert (str(quota._sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
     assert_same_tree(root)
+
+
+# ---- the copy out: no setuid, setgid or capability reaches the host; a tree too large to settle stays --
+SETID = stat.S_ISUID | stat.S_ISGID
+
+
+def plant_privileges(root: Path) -> None:
+    """What a sandbox could leave behind after the last settle: setid files owned by it, a capability."""
+    for name, mode in (("suid", 0o4755), ("sgid", 0o2750), ("both", 0o6711)):
+        (root / name).write_text("#!/bin/sh\nid\n")
+        os.chown(root / name, 65534, 65534)
+        os.chmod(root / name, mode)
+    (root / "d").mkdir()
+    os.chmod(root / "d", 0o2775)
+    (root / "cap").write_text("x")
+    subprocess.run(["setcap", "cap_net_raw+ep", str(root / "cap")], check=True, capture_output=True)
+
+
+@requires_mount
+@pytest.mark.skipif(subprocess.run(["which", "setcap"], capture_output=True).returncode != 0, reason="no setcap")
+@pytest.mark.parametrize("how", ["release", "recovery"])
+def test_the_copy_out_carries_no_setid_bit_and_no_capability(tmp_path, how):
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    assert capped is not None
+    plant_privileges(root)
+    if how == "release":
+        capped.release()
+    else:
+        forget(capped)
+        assert root in recover_capped()
+    assert not os.path.ismount(root)
+    assert_same_tree(root)
+    modes = {name: os.stat(root / name).st_mode for name in ("suid", "sgid", "both", "d", "cap")}
+    assert all(not mode & SETID for mode in modes.values()), {n: oct(m) for n, m in modes.items()}
+    assert {n: stat.S_IMODE(m) for n, m in modes.items() if n != "cap"} == {
+        "suid": 0o755, "sgid": 0o750, "both": 0o711, "d": 0o775,
+    }  # fmt: skip
+    assert os.stat(root / "suid").st_uid == 65534
+    with pytest.raises(OSError):
+        os.getxattr(root / "cap", "security.capability", follow_symlinks=False)
+
+
+@requires_mount
+def test_a_tree_too_large_to_settle_is_not_copied_out(tmp_path, monkeypatch):
+    from ground.sandbox import SandboxError
+    from ground.sandboxes import privilege
+
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    assert capped is not None
+    for i in range(20):
+        os.link(root / "pkg" / "model.py", root / f"alias{i}")
+    os.chmod(root / "pkg" / "model.py", 0o4755)  # each name is the same setuid file
+    monkeypatch.setattr(privilege, "MAX_SETTLED", 10)
+    with pytest.raises(SandboxError, match="not copied out"):
+        capped.release()
+    assert os.path.ismount(root) and quota.is_capped(root)  # left mounted (nosuid), nothing replaced
+    assert leftovers(root) == []
+    forget(capped)
+    assert recover_capped() == []  # a later start refuses it the same way
+    assert os.path.ismount(root)
+    monkeypatch.setattr(privilege, "MAX_SETTLED", 1000)
+    assert root in recover_capped()
+    assert not os.path.ismount(root)
+    assert not os.stat(root / "alias3").st_mode & SETID
