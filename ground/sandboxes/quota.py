@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ground.agent_tree import discard_tree
 from ground.boundary import Boundary
+from ground.host_dirs import IsolationError, is_ours, read_ours, trusted_subdir
 from ground.isolation import stage_root
 from ground.sandbox import SandboxError
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
@@ -254,11 +255,17 @@ def usage(path: Path) -> tuple[int, int, int, bool]:
 
 
 def recover_capped() -> list[Path]:
-    """Release the capped roots of processes that are gone (a killed twin); run when twin starts."""
+    """Release the capped roots of processes that are gone (a killed twin); run when twin starts.
+
+    Only records twin wrote are acted on: the records' folder and each record must be this
+    user's alone (`host_dirs.trusted_subdir`, `is_ours`); a stage another user could have made
+    is left alone here (the next sandbox refuses it in one line).
+    """
     try:
         base = _quota_dir()
-        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
-    except OSError:
+        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and is_ours(Path(e.path))]
+    except (OSError, IsolationError) as exc:
+        log.warning("capped roots a killed twin left are not looked for: %s", exc)
         return []
     for entry in entries:  # a record a killed twin never finished writing holds nothing to release
         draft = Path(entry.path)
@@ -308,7 +315,7 @@ def _recover(record: Path) -> None:
         discard_tree(_sibling(path, "in"))
         out = _sibling(path, "out")
         if state == "mounted":
-            if not os.path.ismount(path) and image.is_file():  # a reboot took the mount: mount it again
+            if not os.path.ismount(path) and image.is_file() and is_ours(image):  # a reboot took the mount
                 subprocess.run(["e2fsck", "-p", str(image)], capture_output=True, check=False, env=_env())
                 path.mkdir(exist_ok=True)
                 _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
@@ -360,9 +367,8 @@ def _sibling(path: Path, step: str) -> Path:
 
 
 def _quota_dir() -> Path:
-    base = stage_root() / "quota"
-    base.mkdir(mode=0o700, exist_ok=True)
-    return base
+    """The records' folder: root's alone (0700), checked at each use, never a link followed."""
+    return trusted_subdir(stage_root(), "quota")
 
 
 def _run(*argv: str) -> None:
@@ -385,10 +391,7 @@ def _write(record: Path, name: str, text: str) -> None:
 
 
 def _read(record: Path, name: str) -> str:
-    try:
-        return (record / name).read_text().strip()
-    except OSError:
-        return ""
+    return read_ours(record / name)
 
 
 def _age_s(path: Path) -> float:

@@ -433,3 +433,52 @@ def test_a_tree_too_large_to_settle_is_not_copied_out(tmp_path, monkeypatch):
     assert root in recover_capped()
     assert not os.path.ismount(root)
     assert not os.stat(root / "alias3").st_mode & SETID
+
+
+# ---- recovery acts only on records twin wrote: a planted record never mounts another user's image --
+def _as_other(*argv: str) -> None:
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    subprocess.run([*prefix, *argv], check=True, capture_output=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+@requires_mount
+@pytest.mark.parametrize("planted", ["stage", "record"])
+def test_a_record_another_user_planted_is_never_acted_on(planted):
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="twin-quota-plant-", dir="/tmp"))  # reachable by the other user
+    try:
+        os.chmod(top, 0o755)
+        public = top / "vartmp"
+        public.mkdir(mode=0o1777)
+        os.chmod(public, 0o1777)
+        target = top / "victim" / "target"
+        target.mkdir(parents=True)
+        (target / "root.txt").write_text("root's\n")
+        stage = public / "twin-stage"
+        if planted == "stage":  # the whole stage made by the other user before root's first twin
+            _as_other("mkdir", "-m", "0711", str(stage))
+            _as_other("mkdir", "-m", "0700", str(stage / "quota"))
+        else:  # root's stage and records folder; one record folder (as if) left by another user
+            stage.mkdir(mode=0o711)
+            (stage / "quota").mkdir(mode=0o700)
+            os.chmod(stage / "quota", 0o777)
+        record = stage / "quota" / "q1"
+        _as_other("mkdir", str(record))
+        _as_other("mkdir", str(record / "content"))
+        _as_other("sh", "-c", f"echo attacker > {record}/content/root.txt")
+        _as_other("mkfs.ext4", "-q", "-F", "-d", str(record / "content"), str(record / "image.ext4"), "8M")
+        for name, text in (("owner", "999999999 1"), ("origin", str(target)), ("kind", EXT4), ("state", "mounted")):
+            _as_other("sh", "-c", f"printf '%s' '{text}' > {record}/{name}")
+        if planted == "record":
+            os.chmod(stage / "quota", 0o700)
+        with pytest.MonkeyPatch.context() as patch:  # (as `own_stage`: undone before it is)
+            patch.setenv("TWIN_STAGE_DIR", str(stage))
+            assert recover_capped() == []
+        assert not os.path.ismount(target)
+        assert (target / "root.txt").read_text() == "root's\n"
+        assert (record / "state").read_text() == "mounted"  # left as it was: not twin's to act on
+    finally:
+        subprocess.run(["umount", str(target)], capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
