@@ -105,23 +105,29 @@ def open_trusted_dir(path: Path, *, mode: int = 0o700) -> int:
                 child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
                 why = "is a link or not a folder" if exc.errno in (errno.ENOTDIR, errno.ELOOP) else exc.strerror
-                raise IsolationError(f"{here} {why}: {_fix(here, final)}") from None
+                raise IsolationError(f"{here} {why}: {_fix(here, final, why)}") from None
             os.close(fd)
             fd = child
             why = untrusted(os.fstat(fd), above=not final)
             if why is not None:
-                raise IsolationError(f"{here} {why}: {_fix(here, final)}")
+                raise IsolationError(f"{here} {why}: {_fix(here, final, why)}")
         return fd
     except BaseException:
         os.close(fd)
         raise
 
 
-def _fix(path: Path, final: bool) -> str:
-    """What to do about an untrusted folder: twin's own is removed (twin makes it again), one above is avoided."""
-    if final:
-        return f"another user could have made or changed it; remove {path} (twin makes it anew) or set TWIN_STAGE_DIR"
-    return "another user could change what lies below it; set TWIN_STAGE_DIR to a folder only root or you can write"
+def _fix(path: Path, final: bool, why: str = "") -> str:
+    """What to do about an untrusted folder: twin's own is removed (twin makes it anew) or closed,
+    one above it is avoided."""
+    if not final:
+        return "another user could change what lies below it; set TWIN_STAGE_DIR to a folder only root or you can write"
+    if why.startswith("can be written"):
+        return (
+            "another user could change what lies in it; set TWIN_STAGE_DIR to a folder of twin's own "
+            f"(twin makes it, 0711), or chmod go-w {path} if it is one"
+        )
+    return f"another user could have made or changed it; remove {path} (twin makes it anew) or set TWIN_STAGE_DIR"
 
 
 def untrusted(st: os.stat_result, *, above: bool = False) -> str | None:
@@ -157,7 +163,7 @@ def trusted_subdir(parent: Path, name: str) -> Path:
     finally:
         os.close(fd)
     if stat.S_IMODE(st.st_mode) & 0o077:
-        raise IsolationError(f"{path} is open to group or others: {_fix(path, True)}")
+        raise IsolationError(f"{path} is open to group or others: chmod 0700 {path}, or remove it (twin makes it anew)")
     return path
 
 
