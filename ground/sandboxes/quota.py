@@ -34,18 +34,17 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from ground.agent_tree import discard_tree
 from ground.boundary import Boundary
-from ground.host_dirs import IsolationError, is_ours, read_ours, trusted_subdir
+from ground.host_dirs import IsolationError, is_ours
 from ground.isolation import stage_root
 from ground.sandbox import SandboxError
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
-from ground.sandboxes.owner import own_tag, owner_alive
+from ground.sandboxes.owner import own_tag
 from ground.sandboxes.privilege import MAX_SETTLED, settle_writable
-from ground.untrusted_io import write_atomic
+from ground.sandboxes.quota_records import DRAFT, age_s, owner_running, read_field, records_dir, write_field
 
 log = logging.getLogger(__name__)
 EXT4 = "ext4"
@@ -58,7 +57,6 @@ _COPY = ("cp", "-dR", "--preserve=ownership,timestamps,links", "--")
 _ACTIVE: dict[str, CappedRoot] = {}
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()
-_DRAFT = ".draft-"
 
 
 class CappedRoot:
@@ -89,11 +87,11 @@ class CappedRoot:
             return None
         # the record is written whole under a name recover_capped() does not read, then renamed:
         # another twin starting meanwhile never sees a record without its owner
-        draft = Path(tempfile.mkdtemp(prefix=_DRAFT, dir=_quota_dir()))
-        _write(draft, "owner", own_tag())
-        _write(draft, "origin", str(path))
-        _write(draft, "kind", kind)
-        record = draft.with_name("q" + draft.name.removeprefix(_DRAFT))
+        draft = Path(tempfile.mkdtemp(prefix=DRAFT, dir=records_dir()))
+        write_field(draft, "owner", own_tag())
+        write_field(draft, "origin", str(path))
+        write_field(draft, "kind", kind)
+        record = draft.with_name("q" + draft.name.removeprefix(DRAFT))
         os.rename(draft, record)
         root = cls(path, record, kind, cap_mb)
         try:
@@ -111,7 +109,7 @@ class CappedRoot:
 
     def _mount_in(self) -> None:
         aside = _sibling(self.path, "in")
-        _write(self.record, "state", "in")
+        write_field(self.record, "state", "in")
         st = os.lstat(self.path)
         os.rename(self.path, aside)
         os.mkdir(self.path, 0o700)
@@ -131,7 +129,7 @@ class CappedRoot:
         _run(*_COPY, f"{aside}/.", f"{self.path}/")
         os.fchown(self._fd, st.st_uid, st.st_gid)  # the mounted root by its descriptor, never a path
         os.fchmod(self._fd, st.st_mode & 0o7777)
-        _write(self.record, "state", "mounted")
+        write_field(self.record, "state", "mounted")
         discard_tree(aside)
 
     def check_written(self) -> None:
@@ -262,21 +260,21 @@ def recover_capped() -> list[Path]:
     is left alone here (the next sandbox refuses it in one line).
     """
     try:
-        base = _quota_dir()
+        base = records_dir()
         entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and is_ours(Path(e.path))]
     except (OSError, IsolationError) as exc:
         log.warning("capped roots a killed twin left are not looked for: %s", exc)
         return []
     for entry in entries:  # a record a killed twin never finished writing holds nothing to release
         draft = Path(entry.path)
-        if entry.name.startswith(_DRAFT) and not _owner_alive(draft) and _age_s(draft) > 600:
+        if entry.name.startswith(DRAFT) and not owner_running(draft) and age_s(draft) > 600:
             discard_tree(draft)
     records = [Path(e.path) for e in entries if e.name.startswith("q")]
     done = []
     for record in records:
-        if _owner_alive(record):
+        if owner_running(record):
             continue
-        origin = _read(record, "origin")
+        origin = read_field(record, "origin")
         try:
             _recover(record)
         except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
@@ -295,7 +293,7 @@ def _recover(record: Path) -> None:
     `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
     it goes at once where the folder that held the root is gone (its scratch was removed).
     """
-    origin = _read(record, "origin")
+    origin = read_field(record, "origin")
     if not origin:
         discard_tree(record)
         return
@@ -303,7 +301,7 @@ def _recover(record: Path) -> None:
     if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
         discard_tree(record)
         return
-    state = _read(record, "state")
+    state = read_field(record, "state")
     image = record / "image.ext4"
     if state == "in":
         _unmount(path)
@@ -330,7 +328,7 @@ def _recover(record: Path) -> None:
                 os.mkdir(out, 0o700)
                 try:
                     _run(*_COPY, f"{path}/.", f"{out}/")
-                    if _read(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
+                    if read_field(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
                         sync_filesystem(out)  # (not per scratch tmpfs: a syncfs flushes the whole host filesystem)
                 except (OSError, subprocess.CalledProcessError):
                     discard_tree(out)  # a partial copy (the host full) is never swapped in
@@ -342,7 +340,7 @@ def _recover(record: Path) -> None:
                     os.fchmod(out_fd, st.st_mode & 0o7777)
                 finally:
                     os.close(out_fd)
-            _write(record, "state", "out")
+            write_field(record, "state", "out")
         _unmount(path)
         if out.is_dir():
             discard_tree(path)
@@ -366,11 +364,6 @@ def _sibling(path: Path, step: str) -> Path:
     return path.with_name(f".{path.name}.twin-{step}")
 
 
-def _quota_dir() -> Path:
-    """The records' folder: root's alone (0700), checked at each use, never a link followed."""
-    return trusted_subdir(stage_root(), "quota")
-
-
 def _run(*argv: str) -> None:
     subprocess.run(list(argv), check=True, capture_output=True, env=_env(), umask=0)
 
@@ -384,25 +377,6 @@ def _why(exc: BaseException) -> str:
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
         return f"{exc.cmd[0]}: {detail[-1] if detail else f'exit {exc.returncode}'}"
     return str(exc)
-
-
-def _write(record: Path, name: str, text: str) -> None:
-    write_atomic(record, name, text.encode())
-
-
-def _read(record: Path, name: str) -> str:
-    return read_ours(record / name)
-
-
-def _age_s(path: Path) -> float:
-    try:
-        return time.time() - os.lstat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
-def _owner_alive(record: Path) -> bool:
-    return owner_alive(_read(record, "owner"))
 
 
 def _warn_once(key: str, message: str) -> None:

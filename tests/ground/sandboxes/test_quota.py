@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.sandboxes import quota
+from ground.sandboxes import quota, quota_records
 from ground.sandboxes.disk import DiskWatch
 from ground.sandboxes.quota import EXT4, TMPFS, CappedRoot, recover_capped, unavailable
 
@@ -124,7 +124,8 @@ def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         CappedRoot.mount(root, 16, EXT4)
     monkeypatch.undo()
-    record = next(p for p in quota._quota_dir().iterdir() if quota._read(p, "origin") == str(root))
+    records = quota_records.records_dir().iterdir()
+    record = next(p for p in records if quota_records.read_field(p, "origin") == str(root))
     (record / "owner").write_text("999999999 1")
     assert os.path.ismount(root)  # mounted, empty, the tree aside
     assert root in recover_capped()
@@ -135,11 +136,11 @@ def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("state", ["in", "mounted", "out"])
 def test_a_dead_owners_record_whose_folder_is_gone_is_dropped_without_a_warning(tmp_path, caplog, state):
-    record = quota._quota_dir() / "qgone"
+    record = quota_records.records_dir() / "qgone"
     record.mkdir()
     gone = tmp_path / "removed-scratch" / "work"
     for name, text in (("owner", "999999999 1"), ("origin", str(gone)), ("kind", TMPFS), ("state", state)):
-        quota._write(record, name, text)
+        quota_records.write_field(record, name, text)
     with caplog.at_level("WARNING", logger=quota.log.name):
         recover_capped()
     assert not record.exists() and not gone.parent.exists() and caplog.records == []
@@ -154,7 +155,7 @@ def test_a_killed_owner_after_the_copy_out_is_swapped_in(tmp_path):
     out = root.with_name(f".{root.name}.twin-out")
     os.mkdir(out)
     quota._run(*quota._COPY, f"{root}/.", f"{out}/")
-    quota._write(capped.record, "state", "out")
+    quota_records.write_field(capped.record, "state", "out")
     assert root in recover_capped()
     assert not os.path.ismount(root)
     assert (root / "late.txt").read_text() == "late\n"
