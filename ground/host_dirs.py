@@ -96,16 +96,12 @@ def open_trusted_dir(path: Path, *, mode: int = 0o700) -> int:
             final = depth == len(parts) - 1
             here = Path("/", *parts[: depth + 1])
             try:
-                os.mkdir(name, mode if final else 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
+                child = _open_below(fd, name, mode if final else 0o755)
             except OSError as exc:
-                raise IsolationError(f"cannot make {here}: {exc.strerror}") from None
-            try:
-                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                why = "is a link or not a folder" if exc.errno in (errno.ENOTDIR, errno.ELOOP) else exc.strerror
-                raise IsolationError(f"{here} {why}: {_fix(here, final, why)}") from None
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    why = f"cannot open or make {here} ({exc.strerror}): set TWIN_STAGE_DIR to a folder you can write"
+                    raise IsolationError(why) from None
+                raise IsolationError(f"{here} is a link or not a folder: {_fix(here, final)}") from None
             os.close(fd)
             fd = child
             why = untrusted(os.fstat(fd), above=not final)
@@ -115,6 +111,19 @@ def open_trusted_dir(path: Path, *, mode: int = 0o700) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _open_below(dir_fd: int, name: str, mode: int) -> int:
+    """The folder `name` under `dir_fd`, never through a link; made with `mode` where missing."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        try:
+            os.mkdir(name, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            pass  # made meanwhile: opened and checked like any other
+        return os.open(name, flags, dir_fd=dir_fd)
 
 
 def _fix(path: Path, final: bool, why: str = "") -> str:
