@@ -101,7 +101,7 @@ class ModelReply(BaseModel):
         default_factory=Usage, description="Token counts reported by the provider."
     )
     cost_usd: float = Field(
-        default=0.0, description="Price in dollars; 0.0 where unknown, cached, replayed or local."
+        default=0.0, ge=0.0, description="Price in dollars; 0.0 where unknown, cached, replayed or local."
     )
     latency_s: float = Field(default=0.0, description="Wall time of the call, retries included.")
     cached: bool = Field(default=False, description="Served from the on-disk response cache.")
