@@ -140,6 +140,17 @@ class CappedRoot:
             why = f"the capped filesystem of {self.path} lost writes ({exc.strerror}): is the host out of disk?"
             raise SandboxError(why) from None
 
+    def _follow_a_move(self) -> None:
+        """Where a folder above the root was renamed meanwhile (a scratch tree set aside for removal
+        while a stopped run's sandbox still used it), release the root where it is now: by its
+        recorded path, the mount would be left behind."""
+        try:
+            now = os.readlink(f"/proc/self/fd/{self._fd}") if self._fd is not None else str(self.path)
+        except OSError:
+            return
+        if now != str(self.path) and os.path.isabs(now) and os.path.ismount(now):
+            write_field(self.record, "origin", now)
+
     def _close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
@@ -160,6 +171,7 @@ class CappedRoot:
             del _ACTIVE[str(self.path)]
         try:
             self.check_written()
+            self._follow_a_move()
             self._close()  # before the unmount: a held descriptor keeps the filesystem busy
             _recover(self.record)
         except BaseException:

@@ -110,3 +110,43 @@ def test_a_signalled_run_releases_its_mount_is_saved_stopped_and_resumes(tmp_pat
     state = run.load_state()
     assert state.status == "finished" and state.final_round == 2
     assert _mounts_under(tmp_path) == []
+
+
+GROUP_LEADER = """
+import subprocess, sys, time
+from harness.cli.stop_signals import stopping_on_signals
+from ground.errors import StopSignal
+child = subprocess.Popen(["sleep", "30"])  # in this process's group, as a bench's trial is
+with open(sys.argv[1], "w") as pid:
+    pid.write(str(child.pid))
+try:
+    with stopping_on_signals():
+        time.sleep(30)
+except StopSignal as stop:
+    print(stop.name, child.wait(timeout=10))
+"""
+
+
+@pytest.mark.parametrize("leader", [True, False], ids=["own-group", "parent-s-group"])
+def test_a_twin_leading_its_group_passes_the_stop_on_to_it_and_only_then(tmp_path, leader):
+    pid_file = tmp_path / "child.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GROUP_LEADER, str(pid_file)], cwd=REPO, start_new_session=leader, stdout=subprocess.PIPE
+    )
+    try:
+        deadline = time.time() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the handlers are set
+        proc.send_signal(signal.SIGTERM)
+        if leader:
+            out, _ = proc.communicate(timeout=20)
+            assert out.decode().split() == ["SIGTERM", str(-signal.SIGTERM)]  # the child got it too
+        else:
+            time.sleep(0.5)
+            os.kill(int(pid_file.read_text()), 0)  # the child runs on: the group is not this twin's
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        subprocess.run(["kill", "-9", pid_file.read_text()], capture_output=True)

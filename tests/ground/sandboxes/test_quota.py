@@ -483,3 +483,19 @@ def test_a_record_another_user_planted_is_never_acted_on(planted):
     finally:
         subprocess.run(["umount", str(target)], capture_output=True)
         shutil.rmtree(top, ignore_errors=True)
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_root_whose_folder_was_moved_away_is_released_where_it_is_now(tmp_path, kind):
+    """A scratch tree renamed aside for removal while its sandbox still ran (a stopped run)."""
+    (tmp_path / "scratch").mkdir()
+    root = make_tree(tmp_path / "scratch" / "work")
+    capped = CappedRoot.mount(root, 16, kind)
+    assert capped is not None
+    (root / "late.txt").write_text("late\n")
+    os.rename(tmp_path / "scratch", tmp_path / ".removing")
+    capped.release()
+    moved = tmp_path / ".removing" / "work"
+    assert not os.path.ismount(moved) and (moved / "late.txt").read_text() == "late\n"
+    assert not capped.record.exists()
