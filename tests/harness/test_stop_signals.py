@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,12 +71,35 @@ def _left_in_session(session: int) -> list[int]:
     return left
 
 
+@pytest.fixture
+def stage(monkeypatch):
+    """The run's capped-filesystem records and images: a stage of the test's own, where the sandbox
+    uid can reach it (not under pytest's 0700 folder)."""
+    path = Path(tempfile.mkdtemp(prefix="twin-stop-stage-", dir="/tmp"))
+    os.chmod(path, 0o711)
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _sleeping(run: RunDir) -> list[int]:
+    """The Migrator's `sleep 15`, once it runs (asked for in the trajectory, a process of that name)."""
+    if not (run.trajectory.exists() and '"sleep 15"' in run.trajectory.read_text()):
+        return []
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry / "cmdline").read_bytes() == b"sleep\x0015\x00":
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 @pytest.mark.heavy  # a run stopped by a signal mid-command, then resumed
 @pytest.mark.skipif(unavailable(EXT4) is not None, reason=f"no capped candidate here: {unavailable(EXT4)}")
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_signalled_run_releases_its_mount_is_saved_stopped_and_resumes(tmp_path, monkeypatch, number):
-    stage = tmp_path / "stage"  # the run's capped-filesystem records and images: this test's own
-    monkeypatch.setenv("TWIN_STAGE_DIR", str(stage))
+def test_a_signalled_run_releases_its_mount_is_saved_stopped_and_resumes(tmp_path, stage, number):
     model = plans.write_script(tmp_path / "script.json", plans.twin_with_slow_migration(15))
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "harness.cli.app", "migrate", "--task", str(plans.TINY_TASK), "--model", model]
@@ -85,11 +110,9 @@ def test_a_signalled_run_releases_its_mount_is_saved_stopped_and_resumes(tmp_pat
     run = RunDir(runs / "s")
     try:
         deadline = time.time() + 180
-        while time.time() < deadline:  # signal while the Migrator's slow command runs in its sandbox
-            if run.trajectory.exists() and '"sleep 15"' in run.trajectory.read_text():
-                break
+        while time.time() < deadline and not _sleeping(run):  # signal while the slow command runs in its sandbox
             time.sleep(0.2)
-        time.sleep(1)
+        assert _sleeping(run), "the Migrator's slow command runs"
         assert os.path.ismount(run.candidate) and _loops_under(stage), "the candidate is capped while it runs"
         proc.send_signal(number)  # to twin alone, as a scheduler or a closed terminal does
         _, err = proc.communicate(timeout=60)
