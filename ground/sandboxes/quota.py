@@ -41,10 +41,10 @@ from ground.boundary import Boundary
 from ground.host_dirs import IsolationError, is_ours
 from ground.isolation import stage_root
 from ground.sandbox import SandboxError
+from ground.sandboxes import quota_records as records
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
 from ground.sandboxes.owner import own_tag
 from ground.sandboxes.privilege import MAX_SETTLED, settle_writable
-from ground.sandboxes.quota_records import DRAFT, age_s, owner_running, read_field, records_dir, write_field
 
 log = logging.getLogger(__name__)
 EXT4 = "ext4"
@@ -87,11 +87,11 @@ class CappedRoot:
             return None
         # the record is written whole under a name recover_capped() does not read, then renamed:
         # another twin starting meanwhile never sees a record without its owner
-        draft = Path(tempfile.mkdtemp(prefix=DRAFT, dir=records_dir()))
-        write_field(draft, "owner", own_tag())
-        write_field(draft, "origin", str(path))
-        write_field(draft, "kind", kind)
-        record = draft.with_name("q" + draft.name.removeprefix(DRAFT))
+        draft = Path(tempfile.mkdtemp(prefix=records.DRAFT, dir=records.records_dir()))
+        records.write_field(draft, "owner", own_tag())
+        records.write_field(draft, "origin", str(path))
+        records.write_field(draft, "kind", kind)
+        record = draft.with_name("q" + draft.name.removeprefix(records.DRAFT))
         os.rename(draft, record)
         root = cls(path, record, kind, cap_mb)
         try:
@@ -109,7 +109,7 @@ class CappedRoot:
 
     def _mount_in(self) -> None:
         aside = _sibling(self.path, "in")
-        write_field(self.record, "state", "in")
+        records.write_field(self.record, "state", "in")
         st = os.lstat(self.path)
         os.rename(self.path, aside)
         os.mkdir(self.path, 0o700)
@@ -124,12 +124,12 @@ class CappedRoot:
             os.rmdir(self.path / "lost+found")
         else:
             options = f"size={self.cap_mb}m,nr_inodes={MAX_INODES},mode=0700,nosuid,nodev"
-            _run("mount", "-t", "tmpfs", "-o", options, "twin-capped", str(self.path))
+            _run("mount", "-t", "tmpfs", "-o", options, records.tmpfs_source(self.record), str(self.path))
         self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         _run(*_COPY, f"{aside}/.", f"{self.path}/")
         os.fchown(self._fd, st.st_uid, st.st_gid)  # the mounted root by its descriptor, never a path
         os.fchmod(self._fd, st.st_mode & 0o7777)
-        write_field(self.record, "state", "mounted")
+        records.write_field(self.record, "state", "mounted")
         discard_tree(aside)
 
     def check_written(self) -> None:
@@ -149,7 +149,7 @@ class CappedRoot:
         except OSError:
             return
         if now != str(self.path) and os.path.isabs(now) and os.path.ismount(now):
-            write_field(self.record, "origin", now)
+            records.write_field(self.record, "origin", now)
 
     def _close(self) -> None:
         if self._fd is not None:
@@ -272,21 +272,20 @@ def recover_capped() -> list[Path]:
     is left alone here (the next sandbox refuses it in one line).
     """
     try:
-        base = records_dir()
+        base = records.records_dir()
         entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and is_ours(Path(e.path))]
     except (OSError, IsolationError) as exc:
         log.warning("capped roots a killed twin left are not looked for: %s", exc)
         return []
     for entry in entries:  # a record a killed twin never finished writing holds nothing to release
         draft = Path(entry.path)
-        if entry.name.startswith(DRAFT) and not owner_running(draft) and age_s(draft) > 600:
+        if entry.name.startswith(records.DRAFT) and not records.owner_running(draft) and records.age_s(draft) > 600:
             discard_tree(draft)
-    records = [Path(e.path) for e in entries if e.name.startswith("q")]
     done = []
-    for record in records:
-        if owner_running(record):
+    for record in [Path(e.path) for e in entries if e.name.startswith("q")]:
+        if records.owner_running(record):
             continue
-        origin = read_field(record, "origin")
+        origin = records.read_field(record, "origin")
         try:
             _recover(record)
         except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
@@ -305,15 +304,17 @@ def _recover(record: Path) -> None:
     `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
     it goes at once where the folder that held the root is gone (its scratch was removed).
     """
-    origin = read_field(record, "origin")
+    origin = records.read_field(record, "origin")
     if not origin:
         discard_tree(record)
         return
     path = Path(origin)
     if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
+        for point in records.mounted_at(record):  # but its filesystem may still be mounted where it was moved
+            _unmount(point)
         discard_tree(record)
         return
-    state = read_field(record, "state")
+    state = records.read_field(record, "state")
     image = record / "image.ext4"
     if state == "in":
         _unmount(path)
@@ -340,8 +341,9 @@ def _recover(record: Path) -> None:
                 os.mkdir(out, 0o700)
                 try:
                     _run(*_COPY, f"{path}/.", f"{out}/")
-                    if read_field(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
-                        sync_filesystem(out)  # (not per scratch tmpfs: a syncfs flushes the whole host filesystem)
+                    # a candidate: on the host disk before it replaces anything (not per scratch tmpfs: a
+                    if records.read_field(record, "kind") == EXT4:  # syncfs flushes the whole host filesystem)
+                        sync_filesystem(out)
                 except (OSError, subprocess.CalledProcessError):
                     discard_tree(out)  # a partial copy (the host full) is never swapped in
                     raise
@@ -352,7 +354,7 @@ def _recover(record: Path) -> None:
                     os.fchmod(out_fd, st.st_mode & 0o7777)
                 finally:
                     os.close(out_fd)
-            write_field(record, "state", "out")
+            records.write_field(record, "state", "out")
         _unmount(path)
         if out.is_dir():
             discard_tree(path)

@@ -11,6 +11,7 @@ folder and field read (`host_dirs.is_ours`, `read_ours`); anything else reads as
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -53,3 +54,37 @@ def age_s(path: Path) -> float:
 def owner_running(record: Path) -> bool:
     """Whether the process that wrote `record` still runs."""
     return owner_alive(read_field(record, "owner"))
+
+
+def tmpfs_source(record: Path) -> str:
+    """The source name of `record`'s tmpfs in the mount table: how it is found wherever it was moved."""
+    return f"twin-capped-{record.name}"
+
+
+def mounted_at(record: Path) -> list[Path]:
+    """Where `record`'s filesystem is mounted now, whatever its folder was renamed to since.
+
+    Its tmpfs by its source name (`tmpfs_source`), its ext4 image by the loop device whose
+    backing file it is. For a root whose recorded folder is gone (a scratch tree set aside
+    for removal while still mounted): unmounted where it is, it is not left behind.
+    """
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    image = str(record / "image.ext4")
+    found = []
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        point, source = fields[4], fields[fields.index("-", 6) + 2]
+        if source.startswith("/dev/loop"):
+            try:
+                source = Path(f"/sys/block/{source[5:]}/loop/backing_file").read_text().strip()
+            except OSError:
+                continue
+            source = "image" if source == image else source
+        if source in (tmpfs_source(record), "image"):
+            found.append(Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)))
+    return found

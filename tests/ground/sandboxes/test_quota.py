@@ -499,3 +499,21 @@ def test_a_root_whose_folder_was_moved_away_is_released_where_it_is_now(tmp_path
     moved = tmp_path / ".removing" / "work"
     assert not os.path.ismount(moved) and (moved / "late.txt").read_text() == "late\n"
     assert not capped.record.exists()
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_killed_owners_root_moved_away_is_unmounted_where_it_is_now(tmp_path, kind):
+    """A dead twin's scratch, set aside for removal while mounted: the next start finds its filesystem by
+    its record (the tmpfs by its source name, the image by its loop device) and unmounts it."""
+    (tmp_path / "scratch").mkdir()
+    root = make_tree(tmp_path / "scratch" / "work")
+    capped = CappedRoot.mount(root, 16, kind)
+    assert capped is not None
+    forget(capped)
+    capped._close()
+    os.rename(tmp_path / "scratch", tmp_path / ".removing")
+    moved = tmp_path / ".removing" / "work"
+    assert os.path.ismount(moved)
+    recover_capped()
+    assert not os.path.ismount(moved) and not capped.record.exists()
