@@ -26,6 +26,21 @@ class Interrupted(TwinError):
     exit_code = 130
 
 
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM (a scheduler, `kill PID`) or SIGHUP (the terminal closed) asked twin to stop.
+
+    A `KeyboardInterrupt`, so that it takes Ctrl-C's path everywhere: sandboxes killed, mounts
+    released, the run saved as stopped and resumable.
+
+    Args:
+        name: the signal's name (`SIGTERM`, `SIGHUP`).
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 class InfraFailure(TwinError):
     """The run failed for infrastructure reasons (model provider, sandbox): not the agent's doing.
 

@@ -64,15 +64,17 @@ class ToolCall(BaseModel):
 
 
 class Usage(BaseModel):
-    """Tokens of one call."""
+    """Tokens of one call; no count is below zero (a negative one would give a budget back)."""
 
-    prompt_tokens: int = Field(default=0, description="Tokens sent (the whole prompt, cached part included).")
-    completion_tokens: int = Field(default=0, description="Tokens generated.")
+    prompt_tokens: int = Field(default=0, ge=0, description="Tokens sent (the whole prompt, cached part included).")
+    completion_tokens: int = Field(default=0, ge=0, description="Tokens generated.")
     cached_tokens: int = Field(
-        default=0, description="Prompt tokens the provider read from its prompt cache (billed at a discount)."
+        default=0, ge=0, description="Prompt tokens the provider read from its prompt cache (billed at a discount)."
     )
     cache_write_tokens: int = Field(
-        default=0, description="Prompt tokens the provider wrote to its prompt cache (Anthropic bills them extra)."
+        default=0,
+        ge=0,
+        description="Prompt tokens the provider wrote to its prompt cache (Anthropic bills them extra).",
     )
     estimated: bool = Field(
         default=False,
@@ -99,7 +101,7 @@ class ModelReply(BaseModel):
         default_factory=Usage, description="Token counts reported by the provider."
     )
     cost_usd: float = Field(
-        default=0.0, description="Price in dollars; 0.0 where unknown, cached, replayed or local."
+        default=0.0, ge=0.0, description="Price in dollars; 0.0 where unknown, cached, replayed or local."
     )
     latency_s: float = Field(default=0.0, description="Wall time of the call, retries included.")
     cached: bool = Field(default=False, description="Served from the on-disk response cache.")

@@ -2,16 +2,24 @@
 
 twin keeps work keyed by what a tree holds: a readable view of a task's folder is reused while
 the folder holds the same (`ground.views`), and a task that passed its check is not
-checked again while the task holds the same (`benchmark_adapter.grading.check`). A key made of
+checked again while the task holds the same (`benchmark_adapter.grading.check`), and a probe's
+reference run is re-used while the original and its assets hold the same
+(`probes.reference_cache`). A key made of
 sizes and modification times can be kept while the content changes (both can be set back), and
 a key that skips what the sandbox runs (byte code in `__pycache__`, a linked folder's files) is
-no key at all; so both use this digest:
+no key at all; so all three use this digest:
 
 - every entry's path relative to the root, its kind and permission bits;
-- every regular file's bytes, whatever its size or name (`__pycache__` included);
+- every folder's sorted list of names, each with the kind of entry it names (as `lstat` sees it);
+- every regular file's length and bytes, whatever its size or name (`__pycache__` included);
 - a symbolic link is resolved as the sandbox resolves it on the host's files: its text, and
   in its place what it points to (a file's bytes, a folder's entries); a link to a folder it
   sits in is marked a loop, never followed again; a dangling one is marked so.
+
+Every piece goes into the hash as one field with its length before it, so the stream reads back
+one way only: a file's bytes cannot pass for the next entry's header, nor a folder's missing
+name for an empty file (`KEY_VERSION` names this encoding; a key made by an earlier one never
+matches).
 
 Nothing is skipped but the `hidden` paths (those a sandbox never shows).
 """
@@ -26,6 +34,8 @@ from pathlib import Path
 
 MAX_ENTRIES = 200_000
 _CHUNK = 1 << 20
+KEY_VERSION = b"tree-v2"
+"""The encoding's name, the digest's first field: a new encoding gets a new one."""
 
 
 def content_digest(root: Path, *, hidden: Sequence[Path] = (), max_entries: int = MAX_ENTRIES) -> str | None:
@@ -36,7 +46,9 @@ def content_digest(root: Path, *, hidden: Sequence[Path] = (), max_entries: int 
         root: a folder or a single file.
         hidden: paths (resolved) left out, with everything under them.
     """
-    digest = hashlib.sha256(b"tree-v1")
+    digest = hashlib.sha256()
+    field = _Fields(digest)
+    field(KEY_VERSION)
     skip = {Path(os.path.realpath(h)) for h in hidden}
     count = 0
     # (path as found, path relative to the root, resolved folders above it)
@@ -48,47 +60,79 @@ def content_digest(root: Path, *, hidden: Sequence[Path] = (), max_entries: int 
         count += 1
         if count > max_entries:
             return None
-        digest.update(f"\0{rel}\0".encode("utf-8", "surrogateescape"))
+        field(b"entry", os.fsencode(rel))
         try:
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
-                digest.update(b"L" + os.fsencode(os.readlink(path)) + b"\0")
+                field(b"link", os.fsencode(os.readlink(path)))
                 st = os.stat(path)
         except OSError:
-            digest.update(b"dangling")
+            field(b"dangling")
             continue
-        digest.update(f"{stat.S_IFMT(st.st_mode)}:{stat.S_IMODE(st.st_mode):o}\0".encode())
+        field(b"mode", f"{stat.S_IFMT(st.st_mode)}:{stat.S_IMODE(st.st_mode):o}".encode())
         if stat.S_ISREG(st.st_mode):
-            _file_bytes(path, digest)
+            field(b"bytes", *_file_bytes(path))
         elif stat.S_ISDIR(st.st_mode):
             real = os.path.realpath(path)
             if real in above:
-                digest.update(b"loop")
+                field(b"loop")
                 continue
             try:
-                names = sorted(os.listdir(path), reverse=True)
+                names = sorted(os.listdir(path))
             except OSError:
-                digest.update(b"unreadable")
+                field(b"unreadable")
                 continue
+            names = [name for name in names if Path(os.path.realpath(path / name)) not in skip]
+            field(b"names", *(part for name in names for part in (os.fsencode(name), _kind(path / name))))
             inner = above | {real}
-            stack.extend((path / name, name if rel == "." else f"{rel}/{name}", inner) for name in names)
+            stack.extend((path / name, name if rel == "." else f"{rel}/{name}", inner) for name in reversed(names))
     return digest.hexdigest()
 
 
-def _file_bytes(path: Path, digest) -> None:
+class _Fields:
+    """Feeds a hash with fields, each with its length before it (8 bytes, big-endian)."""
+
+    def __init__(self, digest) -> None:
+        self.digest = digest
+
+    def __call__(self, *parts: bytes) -> None:
+        self.digest.update(len(parts).to_bytes(8, "big"))
+        for part in parts:
+            self.digest.update(len(part).to_bytes(8, "big") + part)
+
+
+def _kind(path: Path) -> bytes:
+    """The kind of entry `path` is, not following a link (`l`, `d`, `f` or the raw type bits)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return b"gone"
+    if stat.S_ISLNK(mode):
+        return b"l"
+    if stat.S_ISDIR(mode):
+        return b"d"
+    if stat.S_ISREG(mode):
+        return b"f"
+    return f"{stat.S_IFMT(mode):o}".encode()
+
+
+def _file_bytes(path: Path) -> tuple[bytes, bytes]:
+    """What a regular file holds as two fields: its length and the sha256 of its bytes (or why neither)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # swapped for a FIFO meanwhile: never blocks
     except OSError:
-        digest.update(b"unreadable")
-        return
+        return b"unreadable", b""
+    inner = hashlib.sha256()
+    length = 0
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            digest.update(b"not-regular")
-            return
+            return b"not-regular", b""
         os.set_blocking(fd, True)
         while chunk := os.read(fd, _CHUNK):
-            digest.update(chunk)
+            inner.update(chunk)
+            length += len(chunk)
     except OSError:
-        digest.update(b"unreadable")
+        return b"unreadable", b""
     finally:
         os.close(fd)
+    return str(length).encode(), inner.digest()

@@ -7,9 +7,11 @@ its outputs (`ProbeContext.reference_cache`). Without a cache the reference just
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
+from ground.tree_digest import content_digest
 from probes.context import ProbeContext
 from probes.probe_format import ProbeFile
 from probes.sides import _read_run, run_side, slot
@@ -17,18 +19,11 @@ from probes.sides import _read_run, run_side, slot
 REFERENCE_OUTS = ("ref", "ref64", "ref2")
 
 
-def _tree_digest(root: Path | None) -> str:
+def _tree_digest(root: Path | None) -> str | None:
+    """`root`'s content (`ground.tree_digest`); "-" for no folder, None where it is too large to key."""
     if root is None or not root.is_dir():
         return "-"
-    from ground.agent_tree import walk
-
-    h = hashlib.sha1()
-    found = walk(root, skip_dirs={"__pycache__"})
-    for entry in found.files():
-        if "__pycache__" not in entry.rel.split("/"):
-            h.update(f"{entry.rel}:{entry.st.st_size}:{entry.st.st_mtime_ns}".encode())
-    h.update(f"incomplete:{found.incomplete}".encode())
-    return h.hexdigest()
+    return content_digest(root)
 
 
 RESEED_OFFSET = 1
@@ -57,23 +52,14 @@ def reference_runs(
 
     The reference does not depend on the candidate: a defect sweep or a later round
     re-uses it. The cache key covers the probe file, the names, seed, dtype, precision,
-    device, and the original's and the assets' files.
+    device, and the original's and the assets' content (`ground.tree_digest`: every file's
+    bytes, so an edit that keeps sizes and times is a new key).
     """
-    key = hashlib.sha1(
-        "|".join(
-            [
-                file.data.decode(errors="replace"),
-                ",".join(names),
-                str(ctx.seed),
-                ctx.dtype,
-                ctx.precision,
-                ctx.device,
-                _tree_digest(ctx.source),
-                _tree_digest(ctx.assets),
-            ]
-        ).encode()
-    ).hexdigest()[:16]
-    cached = ctx.reference_cache / key if ctx.reference_cache is not None else None
+    trees = [_tree_digest(ctx.source), _tree_digest(ctx.assets)]
+    fields = [file.data.hex(), names, ctx.seed, ctx.dtype, ctx.precision, ctx.device, trees]
+    key = hashlib.sha256(json.dumps(["reference-v2", *fields]).encode()).hexdigest()[:16]
+    # a tree too large to key (None): the reference runs, and nothing is kept by that key
+    cached = ctx.reference_cache / key if ctx.reference_cache is not None and None not in trees else None
     if cached is None or not (cached / "done").is_file():
         reference = dict(
             zip(
@@ -116,9 +102,7 @@ def reference_runs(
     for name in names:
         for part in ("inputs", *REFERENCE_OUTS):
             if (cached / slot(name) / part).is_dir():
-                shutil.copytree(
-                    cached / slot(name) / part, root / slot(name) / part, symlinks=True, dirs_exist_ok=True
-                )
+                shutil.copytree(cached / slot(name) / part, root / slot(name) / part, symlinks=True, dirs_exist_ok=True)
                 if part != "inputs":
                     reference[(name, part)] = _read_run(root / slot(name) / part, None, "(cached)", side="reference")
     return reference

@@ -36,6 +36,7 @@ from pathlib import Path
 from ground.agent_tree import discard_tree
 from ground.boundary import Boundary, Mount
 from ground.errors import TwinError
+from ground.host_dirs import IsolationError, is_ours, read_ours
 from ground.isolation import cache_root, stage_root
 from ground.sandbox import ExecResult, SandboxError
 from ground.sandboxes.disk import DISK_RETURNCODE
@@ -203,7 +204,7 @@ def recover_presented() -> list[Path]:
     """
     try:
         return recover_slots(stage_root())
-    except OSError:  # no staging directory can be made here: nothing was ever presented
+    except (OSError, IsolationError):  # none can be made here, or another user's: nothing of twin's to move
         return []
 
 
@@ -276,7 +277,12 @@ def _move_back(path: Path, origin: Path) -> None:
 
 
 def recover_slots(base: Path) -> list[Path]:
-    """Move back the writable roots that slots of dead processes still hold; remove those slots."""
+    """Move back the writable roots that slots of dead processes still hold; remove those slots.
+
+    Only slots twin made are acted on: a slot folder, its owner record and each `.origin`
+    record must be this user's alone (`host_dirs.is_ours`, `read_ours`); anything else in
+    the stage is left as it is.
+    """
     recovered: list[Path] = []
     try:
         entries = [e for e in os.scandir(base) if e.name.startswith("p") and e.is_dir(follow_symlinks=False)]
@@ -284,10 +290,13 @@ def recover_slots(base: Path) -> list[Path]:
         return recovered
     for entry in entries:
         folder = Path(entry.path)
-        if not (folder / _OWNER).exists() or _owner_alive(folder):
+        if not is_ours(folder) or not read_ours(folder / _OWNER) or _owner_alive(folder):
             continue
         for record in folder.glob("*.origin"):
-            origin = Path(record.read_text())
+            text = read_ours(record)
+            if not text.startswith("/"):
+                continue
+            origin = Path(text)
             path = folder / record.name.removesuffix(".origin")
             ours = os.path.islink(origin) and os.readlink(origin) == str(path)
             if ours or (not os.path.lexists(origin) and _non_empty(path)):
@@ -302,11 +311,7 @@ def recover_slots(base: Path) -> list[Path]:
 
 
 def _owner_alive(folder: Path) -> bool:
-    try:
-        tag = (folder / _OWNER).read_text().strip()
-    except OSError:
-        return False
-    return owner_alive(tag)
+    return owner_alive(read_ours(folder / _OWNER))
 
 
 def _holds_root(folder: Path) -> bool:

@@ -30,7 +30,8 @@ from ground.isolation import SANDBOX_GID, SANDBOX_UID, reachable, stage_root
 from ground.sandbox import SandboxError
 
 _SETID = stat.S_ISUID | stat.S_ISGID
-_MAX_ENTRIES = 500_000
+MAX_SETTLED = 500_000
+"""The most names `settle_writable` walks: past it, the tree is refused its copy out."""
 _STALE_STAGING_S = 24 * 3600.0
 # Binds each (source, target) pair given as arguments, then becomes the command.
 _STAGE_SCRIPT = (
@@ -208,7 +209,7 @@ def sweep_stale_staging(base: Path, max_age_s: float = _STALE_STAGING_S) -> None
             continue
 
 
-def settle_writable(root: Path) -> None:
+def settle_writable(root: Path, *, max_entries: int | None = None) -> bool:
     """Hand a writable root to the sandbox uid and strip setuid/setgid bits from what is in it.
 
     Called before a command (files the harness wrote become the sandbox's) and after
@@ -217,13 +218,19 @@ def settle_writable(root: Path) -> None:
     (another command of the same sandbox may be running) is never followed; other
     filesystems are not entered. A regular file with several links keeps its owner (it
     could be another file's name) but loses its setuid/setgid bits like every other
-    file: stripping them never grants anything. It is iterative and stops after `_MAX_ENTRIES`.
+    file: stripping them never grants anything.
+
+    Returns:
+        Whether the whole tree was walked: False where it holds more than `max_entries`
+        names (default `MAX_SETTLED`), and some were left as they were; a copy out of the
+        sandbox's filesystem is then refused (`quota`).
     """
+    cap = MAX_SETTLED if max_entries is None else max_entries
     owner = SANDBOX_UID if dropping_root() else None
     try:
         top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return
+        return True  # no folder there (or a link, never followed): nothing left unsettled
     root_dev = os.fstat(top).st_dev
     _settle_entry(top, owner)
     stack = [top]
@@ -236,7 +243,7 @@ def settle_writable(root: Path) -> None:
             names = []
         for name in names:
             seen += 1
-            if seen > _MAX_ENTRIES:
+            if seen > cap:
                 break
             child, st = _open_child(dir_fd, name, root_dev)
             if child is None:
@@ -245,10 +252,11 @@ def settle_writable(root: Path) -> None:
             _settle_entry(child, owner)
             stack.append(child)
         os.close(dir_fd)
-        if seen > _MAX_ENTRIES:
+        if seen > cap:
             for fd in stack:
                 os.close(fd)
-            return
+            return False
+    return True
 
 
 def _open_child(dir_fd: int, name: str, root_dev: int) -> tuple[int | None, os.stat_result | None]:

@@ -14,11 +14,12 @@ a sandbox lives on a filesystem of its own, of the cap's size:
 
 The tree is copied in when the filesystem is mounted and out, to a plain directory at
 the same path, when it is released (write errors checked, the copy flushed before it
-replaces anything): between runs, and for whatever reads a run after it, the root is an
-ordinary directory. Every step is recorded under `stage_root()/quota/` with its owner's
-process tag, so that `recover_capped()` (run when twin starts) finishes what a killed
-twin left, from the step it had reached, and an interpreter that exits without closing
-its sandboxes releases them at exit.
+replaces anything). A copy never carries a setuid or setgid bit nor a file capability (`_COPY`),
+and a tree too large for `settle_writable` to walk whole is not copied out at all. Between
+runs, and for whatever reads a run after it, the root is an ordinary directory. Every step
+is recorded under `stage_root()/quota/` with its owner's process tag, so that
+`recover_capped()` (run when twin starts) finishes what a killed twin left, from the step it
+had reached, and an interpreter that exits without closing its sandboxes releases them at exit.
 
 Where twin cannot mount (not root, no loop device, no `mkfs.ext4`), `CappedRoot.mount`
 returns None, logs why once, and the watched cap is all there is.
@@ -33,27 +34,29 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from ground.agent_tree import discard_tree
 from ground.boundary import Boundary
+from ground.host_dirs import IsolationError, is_ours
 from ground.isolation import stage_root
 from ground.sandbox import SandboxError
+from ground.sandboxes import quota_records as records
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
-from ground.sandboxes.owner import own_tag, owner_alive
-from ground.untrusted_io import write_atomic
+from ground.sandboxes.owner import own_tag
+from ground.sandboxes.privilege import MAX_SETTLED, settle_writable
 
 log = logging.getLogger(__name__)
 EXT4 = "ext4"
 TMPFS = "tmpfs"
 MAX_INODES = 200_000
 _TOOLS = "/usr/sbin:/usr/bin:/sbin:/bin"
-_COPY = ("cp", "-dR", "--preserve=mode,ownership,timestamps,links", "--")
+# Modes come over by the umask of 0 (`_run`), never by --preserve=mode: cp then leaves out setuid and
+# setgid bits, and it copies no extended attribute (no file capability), whatever the walks did.
+_COPY = ("cp", "-dR", "--preserve=ownership,timestamps,links", "--")
 _ACTIVE: dict[str, CappedRoot] = {}
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()
-_DRAFT = ".draft-"
 
 
 class CappedRoot:
@@ -84,11 +87,11 @@ class CappedRoot:
             return None
         # the record is written whole under a name recover_capped() does not read, then renamed:
         # another twin starting meanwhile never sees a record without its owner
-        draft = Path(tempfile.mkdtemp(prefix=_DRAFT, dir=_quota_dir()))
-        _write(draft, "owner", own_tag())
-        _write(draft, "origin", str(path))
-        _write(draft, "kind", kind)
-        record = draft.with_name("q" + draft.name.removeprefix(_DRAFT))
+        draft = Path(tempfile.mkdtemp(prefix=records.DRAFT, dir=records.records_dir()))
+        records.write_field(draft, "owner", own_tag())
+        records.write_field(draft, "origin", str(path))
+        records.write_field(draft, "kind", kind)
+        record = draft.with_name("q" + draft.name.removeprefix(records.DRAFT))
         os.rename(draft, record)
         root = cls(path, record, kind, cap_mb)
         try:
@@ -106,7 +109,7 @@ class CappedRoot:
 
     def _mount_in(self) -> None:
         aside = _sibling(self.path, "in")
-        _write(self.record, "state", "in")
+        records.write_field(self.record, "state", "in")
         st = os.lstat(self.path)
         os.rename(self.path, aside)
         os.mkdir(self.path, 0o700)
@@ -121,12 +124,12 @@ class CappedRoot:
             os.rmdir(self.path / "lost+found")
         else:
             options = f"size={self.cap_mb}m,nr_inodes={MAX_INODES},mode=0700,nosuid,nodev"
-            _run("mount", "-t", "tmpfs", "-o", options, "twin-capped", str(self.path))
+            _run("mount", "-t", "tmpfs", "-o", options, records.tmpfs_source(self.record), str(self.path))
         self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         _run(*_COPY, f"{aside}/.", f"{self.path}/")
         os.fchown(self._fd, st.st_uid, st.st_gid)  # the mounted root by its descriptor, never a path
         os.fchmod(self._fd, st.st_mode & 0o7777)
-        _write(self.record, "state", "mounted")
+        records.write_field(self.record, "state", "mounted")
         discard_tree(aside)
 
     def check_written(self) -> None:
@@ -136,6 +139,17 @@ class CappedRoot:
         except OSError as exc:
             why = f"the capped filesystem of {self.path} lost writes ({exc.strerror}): is the host out of disk?"
             raise SandboxError(why) from None
+
+    def _follow_a_move(self) -> None:
+        """Where a folder above the root was renamed meanwhile (a scratch tree set aside for removal
+        while a stopped run's sandbox still used it), release the root where it is now: by its
+        recorded path, the mount would be left behind."""
+        try:
+            now = os.readlink(f"/proc/self/fd/{self._fd}") if self._fd is not None else str(self.path)
+        except OSError:
+            return
+        if now != str(self.path) and os.path.isabs(now) and os.path.ismount(now):
+            records.write_field(self.record, "origin", now)
 
     def _close(self) -> None:
         if self._fd is not None:
@@ -157,6 +171,7 @@ class CappedRoot:
             del _ACTIVE[str(self.path)]
         try:
             self.check_written()
+            self._follow_a_move()
             self._close()  # before the unmount: a held descriptor keeps the filesystem busy
             _recover(self.record)
         except BaseException:
@@ -250,25 +265,30 @@ def usage(path: Path) -> tuple[int, int, int, bool]:
 
 
 def recover_capped() -> list[Path]:
-    """Release the capped roots of processes that are gone (a killed twin); run when twin starts."""
+    """Release the capped roots of processes that are gone (a killed twin); run when twin starts.
+
+    Only records twin wrote are acted on: the records' folder and each record must be this
+    user's alone (`host_dirs.trusted_subdir`, `is_ours`); a stage another user could have made
+    is left alone here (the next sandbox refuses it in one line).
+    """
     try:
-        base = _quota_dir()
-        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
-    except OSError:
+        base = records.records_dir()
+        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and is_ours(Path(e.path))]
+    except (OSError, IsolationError) as exc:
+        log.warning("capped roots a killed twin left are not looked for: %s", exc)
         return []
     for entry in entries:  # a record a killed twin never finished writing holds nothing to release
         draft = Path(entry.path)
-        if entry.name.startswith(_DRAFT) and not _owner_alive(draft) and _age_s(draft) > 600:
+        if entry.name.startswith(records.DRAFT) and not records.owner_running(draft) and records.age_s(draft) > 600:
             discard_tree(draft)
-    records = [Path(e.path) for e in entries if e.name.startswith("q")]
     done = []
-    for record in records:
-        if _owner_alive(record):
+    for record in [Path(e.path) for e in entries if e.name.startswith("q")]:
+        if records.owner_running(record):
             continue
-        origin = _read(record, "origin")
+        origin = records.read_field(record, "origin")
         try:
             _recover(record)
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
             log.warning("cannot release the capped root %s a killed twin left: %s", origin, _why(exc))
             continue
         if origin:
@@ -284,15 +304,17 @@ def _recover(record: Path) -> None:
     `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
     it goes at once where the folder that held the root is gone (its scratch was removed).
     """
-    origin = _read(record, "origin")
+    origin = records.read_field(record, "origin")
     if not origin:
         discard_tree(record)
         return
     path = Path(origin)
     if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
+        for point in records.mounted_at(record):  # but its filesystem may still be mounted where it was moved
+            _unmount(point)
         discard_tree(record)
         return
-    state = _read(record, "state")
+    state = records.read_field(record, "state")
     image = record / "image.ext4"
     if state == "in":
         _unmount(path)
@@ -304,18 +326,24 @@ def _recover(record: Path) -> None:
         discard_tree(_sibling(path, "in"))
         out = _sibling(path, "out")
         if state == "mounted":
-            if not os.path.ismount(path) and image.is_file():  # a reboot took the mount: mount it again
+            if not os.path.ismount(path) and image.is_file() and is_ours(image):  # a reboot took the mount
                 subprocess.run(["e2fsck", "-p", str(image)], capture_output=True, check=False, env=_env())
                 path.mkdir(exist_ok=True)
                 _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
             discard_tree(out)
             if os.path.ismount(path):
                 sync_filesystem(path)  # a write error met now: nothing is copied, nothing replaced
+                if not settle_writable(path):  # fail closed: what a cut-short walk left is never copied out
+                    raise SandboxError(
+                        f"{path} holds more than {MAX_SETTLED} names: not copied out of its capped filesystem "
+                        f"(left mounted); remove names from it, or unmount it and delete it"
+                    )
                 os.mkdir(out, 0o700)
                 try:
                     _run(*_COPY, f"{path}/.", f"{out}/")
-                    if _read(record, "kind") == EXT4:  # a candidate: on the host disk before it replaces anything
-                        sync_filesystem(out)  # (not per scratch tmpfs: a syncfs flushes the whole host filesystem)
+                    # a candidate: on the host disk before it replaces anything (not per scratch tmpfs: a
+                    if records.read_field(record, "kind") == EXT4:  # syncfs flushes the whole host filesystem)
+                        sync_filesystem(out)
                 except (OSError, subprocess.CalledProcessError):
                     discard_tree(out)  # a partial copy (the host full) is never swapped in
                     raise
@@ -326,7 +354,7 @@ def _recover(record: Path) -> None:
                     os.fchmod(out_fd, st.st_mode & 0o7777)
                 finally:
                     os.close(out_fd)
-            _write(record, "state", "out")
+            records.write_field(record, "state", "out")
         _unmount(path)
         if out.is_dir():
             discard_tree(path)
@@ -350,14 +378,8 @@ def _sibling(path: Path, step: str) -> Path:
     return path.with_name(f".{path.name}.twin-{step}")
 
 
-def _quota_dir() -> Path:
-    base = stage_root() / "quota"
-    base.mkdir(mode=0o700, exist_ok=True)
-    return base
-
-
 def _run(*argv: str) -> None:
-    subprocess.run(list(argv), check=True, capture_output=True, env=_env())
+    subprocess.run(list(argv), check=True, capture_output=True, env=_env(), umask=0)
 
 
 def _env() -> dict[str, str]:
@@ -369,28 +391,6 @@ def _why(exc: BaseException) -> str:
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
         return f"{exc.cmd[0]}: {detail[-1] if detail else f'exit {exc.returncode}'}"
     return str(exc)
-
-
-def _write(record: Path, name: str, text: str) -> None:
-    write_atomic(record, name, text.encode())
-
-
-def _read(record: Path, name: str) -> str:
-    try:
-        return (record / name).read_text().strip()
-    except OSError:
-        return ""
-
-
-def _age_s(path: Path) -> float:
-    try:
-        return time.time() - os.lstat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
-def _owner_alive(record: Path) -> bool:
-    return owner_alive(_read(record, "owner"))
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -13,12 +13,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ground.errors import TwinError
+from ground.errors import StopSignal, TwinError
 from ground.sandboxes.presentation import recover_presented
 from ground.sandboxes.quota import recover_capped
 from ground.terminal import agent_console, styled
 from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
+from harness.cli.stop_signals import stopping_on_signals
 
 app = typer.Typer(
     name="twin",
@@ -57,6 +58,15 @@ app.add_typer(task.app, name="task", help="Make a task from your own repository 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `twin` console script; returns the exit code."""
     try:
+        with stopping_on_signals():  # SIGTERM and SIGHUP: Ctrl-C's clean stop
+            return _run(argv)
+    except StopSignal as exc:  # arrived outside any command's own handling (as it printed its outcome)
+        Console(stderr=True).print(f"stopped by {exc.name}")
+        return 130
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
         recover_capped()  # and candidates a killed twin left on a capped filesystem are copied back out
         code = app(args=argv, standalone_mode=False)  # a command's typer.Exit(n) comes back as n
@@ -69,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         Console(stderr=True).print("aborted")
         return 130
-    except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted")
+    except KeyboardInterrupt as exc:
+        Console(stderr=True).print(f"stopped by {exc.name}" if isinstance(exc, StopSignal) else "interrupted")
         return 130
     except Exception as exc:
         # Usage errors of the (vendored) click arrive here in non-standalone mode.

@@ -126,7 +126,7 @@ def parse_reply(data: Any, tools: list[ToolSchema], n: int, messages: list[Messa
     try:
         usage = Usage.model_validate(data.get("usage") or {})
     except ValueError:
-        raise MalformedReply("usage must be {prompt_tokens, completion_tokens}") from None
+        raise MalformedReply("usage must be {prompt_tokens, completion_tokens}, whole numbers of 0 or more") from None
     return ModelReply(content=content or "", tool_calls=calls, usage=usage)
 
 

@@ -250,7 +250,7 @@ def usage_of(usage: Any) -> Usage:
 
     def number(holder: Any, name: str) -> int:
         value = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
-        return int(value) if isinstance(value, int | float) else 0
+        return int(value) if isinstance(value, int | float) and value >= 0 else 0  # nonsense: not reported
 
     details = getattr(usage, "prompt_tokens_details", None)
     return Usage(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from benchmark_adapter.grading.check import TaskCheckFailed
 from evidence_store import numbers
-from ground.errors import InfraFailure, Interrupted
+from ground.errors import InfraFailure, Interrupted, StopSignal
 from ground.model import ModelInfraError, ModelRequestError, ModelStopped, ReplayDivergence
 from ground.sandbox import SandboxError
 from ground.terminal import agent_console, styled
@@ -150,9 +150,13 @@ def run_migration(
                 export_final(session)
             except Exception as exc:  # the grades and summary stand; the crash is recorded
                 record_crash(session, exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (`StopSignal`): saved as stopped, resumable
+        how = f"stopped by {exc.name}" if isinstance(exc, StopSignal) else "interrupted"
+        if session.state.status == "running":  # a finished run interrupted while grading stays finished
+            session.state.status = "stopped"
+            session.state.stop_reason = how
         session.save()
-        raise Interrupted(f"interrupted; continue with: twin migrate --resume {run.root}") from None
+        raise Interrupted(f"{how}; continue with: twin migrate --resume {run.root}") from None
     finally:
         session.close()
     final = grades.final if grades else None

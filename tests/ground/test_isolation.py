@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,8 @@ def test_policy_module_imports_nothing_above_the_ground_floor():
     ours = {
         name
         for name in imported
-        if name.split(".")[0] in {"ground", "task_model", "harness", "roles", "probes", "benchmark_adapter", "evidence_store"}
+        if name.split(".")[0]
+        in {"ground", "task_model", "harness", "roles", "probes", "benchmark_adapter", "evidence_store"}
     }
     assert ours <= {"ground.boundary", "ground.host_dirs", "ground.views"}, ours
 
@@ -96,22 +99,26 @@ def test_a_stage_directory_another_user_owns_is_left_alone_for_a_per_user_one(tm
     """A non-root twin where root made the shared stage: no chmod of root's directory, its own beside it."""
     shared = tmp_path / "twin-stage"
     shared.mkdir(mode=0o755)
+    me = shared.stat().st_uid + 4242  # a user who does not own the shared one
+    own = shared.with_name(f"twin-stage-{me}")
     monkeypatch.delenv("TWIN_STAGE_DIR", raising=False)
     monkeypatch.setattr(host_dirs, "STAGE_DIR", str(shared))
-    me = shared.stat().st_uid + 4242  # a user who does not own the shared one
-    monkeypatch.setattr(isolation.os, "geteuid", lambda: me)
-    real_stat, chmods = isolation.os.stat, []
+    monkeypatch.setattr(host_dirs.os, "geteuid", lambda: me)
+    real_fstat, chmods = host_dirs.os.fstat, []
 
-    def stat(path, *args, **kwargs):
-        st = real_stat(path, *args, **kwargs)
-        if Path(path) == shared.with_name(f"twin-stage-{me}"):  # made by `me`
+    def fstat(fd):
+        st = real_fstat(fd)
+        if os.readlink(f"/proc/self/fd/{fd}") == str(own):  # made by `me`
             return type(st)((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, me, *st[5:]))
         return st
 
-    monkeypatch.setattr(isolation.os, "stat", stat)
-    monkeypatch.setattr(isolation.os, "chmod", lambda path, mode: chmods.append((Path(path), mode)))
-    assert isolation.stage_root() == shared.with_name(f"twin-stage-{me}")
-    assert chmods == [(shared.with_name(f"twin-stage-{me}"), 0o711)]
+    monkeypatch.setattr(host_dirs.os, "fstat", fstat)
+    monkeypatch.setattr(
+        host_dirs.os, "fchmod", lambda fd, mode: chmods.append((os.readlink(f"/proc/self/fd/{fd}"), mode))
+    )
+    assert isolation.stage_root() == own
+    assert chmods in ([(str(own), 0o711)], [])  # made 0711 already, or set so
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
 
 
 def test_a_per_user_stage_directory_someone_else_made_is_refused(tmp_path, monkeypatch):
@@ -120,6 +127,6 @@ def test_a_per_user_stage_directory_someone_else_made_is_refused(tmp_path, monke
     (tmp_path / "twin-stage-4242").mkdir()
     monkeypatch.delenv("TWIN_STAGE_DIR", raising=False)
     monkeypatch.setattr(host_dirs, "STAGE_DIR", str(shared))
-    monkeypatch.setattr(isolation.os, "geteuid", lambda: 4242)
-    with pytest.raises(isolation.IsolationError, match="belongs to another user"):
+    monkeypatch.setattr(host_dirs.os, "geteuid", lambda: 4242)
+    with pytest.raises(isolation.IsolationError, match="twin-stage-4242 belongs to uid 0: .*remove"):
         isolation.stage_root()

@@ -51,3 +51,10 @@ def test_usage_totals_and_defaults():
     assert Usage(prompt_tokens=3, completion_tokens=4).total_tokens == 7
     reply = ModelReply()
     assert (reply.content, reply.tool_calls, reply.cost_usd, reply.cached) == ("", [], 0.0, False)
+
+
+@pytest.mark.parametrize("field", ["prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens"])
+def test_a_negative_token_count_is_refused(field):
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        Usage(**{field: -1})
+    assert getattr(Usage(**{field: 0}), field) == 0

@@ -113,6 +113,9 @@ def test_a_call_id_used_earlier_in_the_conversation_is_refused():
             "ids must be unique",
         ),
         ({"content": "x", "usage": {"prompt_tokens": "many"}}, "usage must be"),
+        ({"content": "x", "usage": {"prompt_tokens": 5, "completion_tokens": -1_000_000}}, "0 or more"),
+        ({"content": "x", "usage": {"prompt_tokens": -3}}, "0 or more"),
+        ({"content": "x", "usage": {"cached_tokens": -1}}, "0 or more"),
     ],
 )
 def test_malformed_replies_are_refused_with_the_reason(data, fragment):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ground.errors import InfraFailure
+from ground.errors import InfraFailure, Interrupted, StopSignal
 from ground.model import ModelInfraError
 from harness.models.scripted import ScriptExhausted
 from harness.run.directory import RunConfig, RunDir
@@ -109,3 +109,21 @@ def test_twin_migrate_exits_non_zero_whenever_the_run_ends_failed(tmp_path, monk
     state = RunDir(tmp_path / "runs" / "r").load_state()
     assert state.status == ends
     assert code == (RunFailed.exit_code if ends == "failed" else 0) and RunFailed.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("stop", "reason"),
+    [(KeyboardInterrupt(), "interrupted"), (StopSignal("SIGTERM"), "stopped by SIGTERM")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_an_interrupted_run_is_saved_stopped_with_what_stopped_it(tmp_path, stop, reason):
+    run = inputs(tmp_path)
+
+    def stopped(session) -> None:
+        raise stop
+
+    fake, _ = scaffold_that(stopped)
+    with pytest.raises(Interrupted, match=rf"^{reason}; continue with: twin migrate --resume "):
+        run_migration(run, {"base": fake})
+    state = run.run.load_state()
+    assert state.status == "stopped" and state.stop_reason == reason

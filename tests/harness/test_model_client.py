@@ -16,7 +16,7 @@ from ground.trajectory import ModelCallRecord, ModelErrorRecord, Trajectory
 from harness.models.budget import Budget, BudgetTracker
 from harness.models.config import ModelConfig
 from harness.models.factory import make_model
-from harness.models.litellm_client import LiteLLMModel, _classify, _import_litellm
+from harness.models.litellm_client import LiteLLMModel, _classify, _import_litellm, usage_of
 from tests.fakes import FakeOpenAIServer, error, text, tool_call, tool_calls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,3 +257,8 @@ def test_missing_tool_call_ids_get_unique_ones(server):
     first, second = local(server).query(HI, [READ_TOOL]).tool_calls
     assert first.id.startswith("call_") and second.id.startswith("call_")
     assert first.id != second.id
+
+
+def test_a_provider_s_negative_count_is_read_as_not_reported():
+    usage = usage_of({"prompt_tokens": -50, "completion_tokens": 4, "cache_read_input_tokens": -2})
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (0, 4, 0)

@@ -62,6 +62,8 @@ def test_replies_are_copies(tmp_path):
         ("- 3", "expected a string or an object"),
         ("- {contents: x}", "unknown field"),
         ("- {tool_calls: [{arguments: {}}]}", "malformed"),
+        ("- {content: x, usage: {prompt_tokens: 5, completion_tokens: -900}}", "malformed"),
+        ("- {content: x, cost_usd: -1.5}", "malformed"),
     ],
 )
 def test_bad_scripts_are_one_clear_error(tmp_path, body, match):

@@ -160,6 +160,23 @@ def test_a_dead_slot_holding_a_deep_chain_is_removed_without_a_crash(tmp_path, s
     assert not folder.exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's slot needs root to lay out")
+@pytest.mark.parametrize("foreign", ["folder", "origin record", "owner record"])
+def test_a_slot_another_user_could_have_made_is_never_acted_on(tmp_path, stage, foreign):
+    """A dead-looking slot whose folder or records are not root's alone moves nothing anywhere."""
+    folder = stage / "pplanted"
+    (folder / "0").mkdir(parents=True)
+    (folder / "0" / "payload").write_text("planted\n")
+    (folder / "owner").write_text("1 0")  # its process is gone
+    target = tmp_path / "victim" / "cron.d"
+    target.parent.mkdir()
+    (folder / "0.origin").write_text(str(target))
+    chowned = {"folder": folder, "origin record": folder / "0.origin", "owner record": folder / "owner"}[foreign]
+    os.chown(chowned, 65534, 65534)
+    assert recover_slots(stage) == []
+    assert not target.exists() and (folder / "0" / "payload").exists()
+
+
 SWEEPER = """
 import sys
 from pathlib import Path

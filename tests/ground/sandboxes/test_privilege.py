@@ -180,3 +180,13 @@ def test_a_capsh_that_leaves_a_capability_is_not_used(monkeypatch):
         assert privilege.unprivileged_exec("/bin/true")[0].endswith("setpriv")
     finally:
         privilege._capsh_switch.cache_clear()
+
+
+def test_settle_says_whether_it_walked_the_whole_tree(tmp_path):
+    root = tmp_path / "app"
+    (root / "d").mkdir(parents=True)
+    for i in range(6):
+        (root / "d" / f"f{i}").write_text("x")
+    assert settle_writable(root, max_entries=7) is True
+    assert settle_writable(root, max_entries=6) is False
+    assert settle_writable(tmp_path / "absent") is True

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.sandboxes import quota
+from ground.sandboxes import quota, quota_records
 from ground.sandboxes.disk import DiskWatch
 from ground.sandboxes.quota import EXT4, TMPFS, CappedRoot, recover_capped, unavailable
 
@@ -124,7 +124,8 @@ def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         CappedRoot.mount(root, 16, EXT4)
     monkeypatch.undo()
-    record = next(p for p in quota._quota_dir().iterdir() if quota._read(p, "origin") == str(root))
+    records = quota_records.records_dir().iterdir()
+    record = next(p for p in records if quota_records.read_field(p, "origin") == str(root))
     (record / "owner").write_text("999999999 1")
     assert os.path.ismount(root)  # mounted, empty, the tree aside
     assert root in recover_capped()
@@ -135,11 +136,11 @@ def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("state", ["in", "mounted", "out"])
 def test_a_dead_owners_record_whose_folder_is_gone_is_dropped_without_a_warning(tmp_path, caplog, state):
-    record = quota._quota_dir() / "qgone"
+    record = quota_records.records_dir() / "qgone"
     record.mkdir()
     gone = tmp_path / "removed-scratch" / "work"
     for name, text in (("owner", "999999999 1"), ("origin", str(gone)), ("kind", TMPFS), ("state", state)):
-        quota._write(record, name, text)
+        quota_records.write_field(record, name, text)
     with caplog.at_level("WARNING", logger=quota.log.name):
         recover_capped()
     assert not record.exists() and not gone.parent.exists() and caplog.records == []
@@ -154,7 +155,7 @@ def test_a_killed_owner_after_the_copy_out_is_swapped_in(tmp_path):
     out = root.with_name(f".{root.name}.twin-out")
     os.mkdir(out)
     quota._run(*quota._COPY, f"{root}/.", f"{out}/")
-    quota._write(capped.record, "state", "out")
+    quota_records.write_field(capped.record, "state", "out")
     assert root in recover_capped()
     assert not os.path.ismount(root)
     assert (root / "late.txt").read_text() == "late\n"
@@ -367,3 +368,152 @@ def test_only_a_candidates_copy_out_is_flushed_to_the_host(tmp_path, monkeypatch
     CappedRoot.mount(root, 16, kind).release()
     assert (str(quota._sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
     assert_same_tree(root)
+
+
+# ---- the copy out: no setuid, setgid or capability reaches the host; a tree too large to settle stays --
+SETID = stat.S_ISUID | stat.S_ISGID
+
+
+def plant_privileges(root: Path) -> None:
+    """What a sandbox could leave behind after the last settle: setid files owned by it, a capability."""
+    for name, mode in (("suid", 0o4755), ("sgid", 0o2750), ("both", 0o6711)):
+        (root / name).write_text("#!/bin/sh\nid\n")
+        os.chown(root / name, 65534, 65534)
+        os.chmod(root / name, mode)
+    (root / "d").mkdir()
+    os.chmod(root / "d", 0o2775)
+    (root / "cap").write_text("x")
+    subprocess.run(["setcap", "cap_net_raw+ep", str(root / "cap")], check=True, capture_output=True)
+
+
+@requires_mount
+@pytest.mark.skipif(subprocess.run(["which", "setcap"], capture_output=True).returncode != 0, reason="no setcap")
+@pytest.mark.parametrize("how", ["release", "recovery"])
+def test_the_copy_out_carries_no_setid_bit_and_no_capability(tmp_path, how):
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    assert capped is not None
+    plant_privileges(root)
+    if how == "release":
+        capped.release()
+    else:
+        forget(capped)
+        assert root in recover_capped()
+    assert not os.path.ismount(root)
+    assert_same_tree(root)
+    modes = {name: os.stat(root / name).st_mode for name in ("suid", "sgid", "both", "d", "cap")}
+    assert all(not mode & SETID for mode in modes.values()), {n: oct(m) for n, m in modes.items()}
+    assert {n: stat.S_IMODE(m) for n, m in modes.items() if n != "cap"} == {
+        "suid": 0o755, "sgid": 0o750, "both": 0o711, "d": 0o775,
+    }  # fmt: skip
+    assert os.stat(root / "suid").st_uid == 65534
+    with pytest.raises(OSError):
+        os.getxattr(root / "cap", "security.capability", follow_symlinks=False)
+
+
+@requires_mount
+def test_a_tree_too_large_to_settle_is_not_copied_out(tmp_path, monkeypatch):
+    from ground.sandbox import SandboxError
+    from ground.sandboxes import privilege
+
+    root = make_tree(tmp_path / "candidate")
+    capped = CappedRoot.mount(root, 16, EXT4)
+    assert capped is not None
+    for i in range(20):
+        os.link(root / "pkg" / "model.py", root / f"alias{i}")
+    os.chmod(root / "pkg" / "model.py", 0o4755)  # each name is the same setuid file
+    monkeypatch.setattr(privilege, "MAX_SETTLED", 10)
+    with pytest.raises(SandboxError, match="not copied out"):
+        capped.release()
+    assert os.path.ismount(root) and quota.is_capped(root)  # left mounted (nosuid), nothing replaced
+    assert leftovers(root) == []
+    forget(capped)
+    assert recover_capped() == []  # a later start refuses it the same way
+    assert os.path.ismount(root)
+    monkeypatch.setattr(privilege, "MAX_SETTLED", 1000)
+    assert root in recover_capped()
+    assert not os.path.ismount(root)
+    assert not os.stat(root / "alias3").st_mode & SETID
+
+
+# ---- recovery acts only on records twin wrote: a planted record never mounts another user's image --
+def _as_other(*argv: str) -> None:
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    subprocess.run([*prefix, *argv], check=True, capture_output=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+@requires_mount
+@pytest.mark.parametrize("planted", ["stage", "record"])
+def test_a_record_another_user_planted_is_never_acted_on(planted):
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="twin-quota-plant-", dir="/tmp"))  # reachable by the other user
+    try:
+        os.chmod(top, 0o755)
+        public = top / "vartmp"
+        public.mkdir(mode=0o1777)
+        os.chmod(public, 0o1777)
+        target = top / "victim" / "target"
+        target.mkdir(parents=True)
+        (target / "root.txt").write_text("root's\n")
+        stage = public / "twin-stage"
+        if planted == "stage":  # the whole stage made by the other user before root's first twin
+            _as_other("mkdir", "-m", "0711", str(stage))
+            _as_other("mkdir", "-m", "0700", str(stage / "quota"))
+        else:  # root's stage and records folder; one record folder (as if) left by another user
+            stage.mkdir(mode=0o711)
+            (stage / "quota").mkdir(mode=0o700)
+            os.chmod(stage / "quota", 0o777)
+        record = stage / "quota" / "q1"
+        _as_other("mkdir", str(record))
+        _as_other("mkdir", str(record / "content"))
+        _as_other("sh", "-c", f"echo attacker > {record}/content/root.txt")
+        _as_other("mkfs.ext4", "-q", "-F", "-d", str(record / "content"), str(record / "image.ext4"), "8M")
+        for name, text in (("owner", "999999999 1"), ("origin", str(target)), ("kind", EXT4), ("state", "mounted")):
+            _as_other("sh", "-c", f"printf '%s' '{text}' > {record}/{name}")
+        if planted == "record":
+            os.chmod(stage / "quota", 0o700)
+        with pytest.MonkeyPatch.context() as patch:  # (as `own_stage`: undone before it is)
+            patch.setenv("TWIN_STAGE_DIR", str(stage))
+            assert recover_capped() == []
+        assert not os.path.ismount(target)
+        assert (target / "root.txt").read_text() == "root's\n"
+        assert (record / "state").read_text() == "mounted"  # left as it was: not twin's to act on
+    finally:
+        subprocess.run(["umount", str(target)], capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_root_whose_folder_was_moved_away_is_released_where_it_is_now(tmp_path, kind):
+    """A scratch tree renamed aside for removal while its sandbox still ran (a stopped run)."""
+    (tmp_path / "scratch").mkdir()
+    root = make_tree(tmp_path / "scratch" / "work")
+    capped = CappedRoot.mount(root, 16, kind)
+    assert capped is not None
+    (root / "late.txt").write_text("late\n")
+    os.rename(tmp_path / "scratch", tmp_path / ".removing")
+    capped.release()
+    moved = tmp_path / ".removing" / "work"
+    assert not os.path.ismount(moved) and (moved / "late.txt").read_text() == "late\n"
+    assert not capped.record.exists()
+
+
+@requires_mount
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_killed_owners_root_moved_away_is_unmounted_where_it_is_now(tmp_path, kind):
+    """A dead twin's scratch, set aside for removal while mounted: the next start finds its filesystem by
+    its record (the tmpfs by its source name, the image by its loop device) and unmounts it."""
+    (tmp_path / "scratch").mkdir()
+    root = make_tree(tmp_path / "scratch" / "work")
+    capped = CappedRoot.mount(root, 16, kind)
+    assert capped is not None
+    forget(capped)
+    capped._close()
+    os.rename(tmp_path / "scratch", tmp_path / ".removing")
+    moved = tmp_path / ".removing" / "work"
+    assert os.path.ismount(moved)
+    recover_capped()
+    assert not os.path.ismount(moved) and not capped.record.exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,39 @@ def test_the_task_check_key_is_stable_while_nothing_changes(tmp_path):
     shutil.copytree(tmp_path / "shared-grader", tmp_path / "again" / "shared-grader")
     shutil.copytree(root, copy, symlinks=True)
     assert first == task_content_hash(load_task(root)) == task_content_hash(load_task(copy))
+
+
+def colliding_grader(tests: Path, *, second: bool) -> None:
+    """The two grader folders that one digest without lengths or folder lists could not tell apart.
+
+    The first holds `test.sh` and an empty `zz` (graded 0.25: `zz` is there); the second holds only
+    `test.sh`, whose bytes end with what the first's `zz` entry adds to such a digest (graded 0.75).
+    """
+    script = (
+        b'#!/bin/bash\nif [ -e "$TESTS_DIR/zz" ]; then r=0.25; else r=0.75; fi\n'
+        b'echo $r > "$LOGS_DIR/reward.txt"\nexit 0\n# '
+    )
+    entry = f"\0zz\0{stat.S_IFREG}:{0o600:o}\0".encode()
+    (tests / "test.sh").write_bytes(script + entry if second else script)
+    if not second:
+        (tests / "zz").write_bytes(b"")
+        os.chmod(tests / "zz", 0o600)
+    else:
+        (tests / "zz").unlink()
+    os.chmod(tests / "test.sh", 0o700)
+
+
+@root_only
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_graders_of_one_stream_are_two_views_and_two_task_keys(tmp_path, kind):
+    root = make_task(tmp_path / "task")
+    shutil.rmtree(root / "tests" / "refs")
+    colliding_grader(root / "tests", second=False)
+    task = load_task(root)
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    first_key = task_content_hash(task)
+    assert run_grader(task, candidate, sandbox=kind).reward == 0.25
+    colliding_grader(root / "tests", second=True)
+    assert run_grader(task, candidate, sandbox=kind).reward == 0.75
+    assert task_content_hash(load_task(root)) != first_key

@@ -1,0 +1,121 @@
+"""Root trusts no stage directory another user could have made: links, foreign owners, open modes.
+
+Every attacker's step runs as an unprivileged uid (`setpriv --reuid=65534`) in a folder laid out
+like `/var/tmp` (root's, sticky, writable by all); the stage is pointed there, never at the
+host's own `/var/tmp/twin-stage`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ground import host_dirs
+from ground.host_dirs import IsolationError, is_ours, read_ours, stage_root, trusted_subdir
+
+OTHER = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks are on root's stage")
+
+
+def as_other(*argv: str) -> None:
+    """Run `argv` as another, unprivileged user (the attacker)."""
+    prefix = ["setpriv", f"--reuid={OTHER}", f"--regid={OTHER}", "--clear-groups", "--"]
+    subprocess.run([*prefix, *argv], check=True, capture_output=True)
+
+
+@pytest.fixture
+def public(monkeypatch):
+    """(a `/var/tmp` of the test's own: root's, mode 1777; a victim folder of root's in it, mode 1777).
+
+    Under `/tmp` (not pytest's 0700 folder), so that the other user can reach it.
+    """
+    top = Path(tempfile.mkdtemp(prefix="twin-host-dirs-", dir="/tmp"))
+    os.chmod(top, 0o755)
+    vartmp = top / "vartmp"
+    vartmp.mkdir()
+    os.chmod(vartmp, 0o1777)
+    victim = top / "victim"
+    victim.mkdir()
+    os.chmod(victim, 0o1777)
+    monkeypatch.delenv("TWIN_STAGE_DIR", raising=False)
+    monkeypatch.setattr(host_dirs, "STAGE_DIR", str(vartmp / "twin-stage"))
+    yield vartmp, victim
+    subprocess.run(["umount", "-R", str(top)], capture_output=True)  # only if a test failed mid-mount
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@as_root
+def test_a_stage_root_is_made_root_s_own_0711_below_a_sticky_folder(public):
+    vartmp, _victim = public
+    made = stage_root()
+    assert made == vartmp / "twin-stage"
+    assert os.lstat(made).st_uid == 0 and mode(made) == 0o711
+    assert mode(vartmp) == 0o1777  # the sticky folder above is never changed
+    assert stage_root() == made  # and found again
+
+
+@as_root
+def test_a_link_planted_at_the_stage_is_refused_and_never_followed(public):
+    vartmp, victim = public
+    as_other("ln", "-s", str(victim), str(vartmp / "twin-stage"))
+    with pytest.raises(IsolationError, match=r"twin-stage is a link or not a folder: .*remove"):
+        stage_root()
+    assert mode(victim) == 0o1777 and list(victim.iterdir()) == []
+
+
+@as_root
+def test_a_folder_another_user_made_at_the_stage_is_refused(public):
+    vartmp, _victim = public
+    as_other("mkdir", "-m", "0711", str(vartmp / "twin-stage"))
+    with pytest.raises(IsolationError, match=rf"twin-stage belongs to uid {OTHER}: .*remove .*twin-stage"):
+        stage_root()
+    assert os.lstat(vartmp / "twin-stage").st_uid == OTHER and mode(vartmp / "twin-stage") == 0o711
+
+
+@as_root
+def test_a_stage_root_others_can_write_is_refused_not_changed(public, monkeypatch):
+    vartmp, victim = public
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(victim))  # root's, but 1777: e.g. TWIN_STAGE_DIR=/tmp
+    with pytest.raises(IsolationError, match="can be written by group or others"):
+        stage_root()
+    assert mode(victim) == 0o1777
+
+
+@as_root
+def test_a_folder_above_the_stage_that_another_user_owns_is_refused(public, monkeypatch):
+    vartmp, _victim = public
+    as_other("mkdir", str(vartmp / "mine"))
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(vartmp / "mine" / "stage"))
+    with pytest.raises(IsolationError, match=rf"mine belongs to uid {OTHER}: .*TWIN_STAGE_DIR"):
+        stage_root()
+    assert not (vartmp / "mine" / "stage").exists()
+
+
+@as_root
+def test_records_are_trusted_only_when_root_s_alone(public, monkeypatch):
+    vartmp, _victim = public
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(vartmp.parent / "stage"))
+    base = stage_root()
+    quota = trusted_subdir(base, "quota")
+    assert mode(quota) == 0o700 and is_ours(quota)
+    (quota / "r").write_text("/some/origin\n")
+    assert read_ours(quota / "r") == "/some/origin"
+    os.chown(quota / "r", OTHER, OTHER)
+    assert read_ours(quota / "r") == "" and not is_ours(quota / "r")
+    os.chmod(quota, 0o750)
+    with pytest.raises(IsolationError, match="quota is open to group or others"):
+        trusted_subdir(base, "quota")
+    shutil.rmtree(base / "quota")
+    os.symlink(vartmp, base / "quota")
+    with pytest.raises(IsolationError, match="quota is a link"):
+        trusted_subdir(base, "quota")
