@@ -30,7 +30,7 @@ def test_export_then_import_reproduces_records_diagnoses_and_rounds(store, make_
     assert lines[0] == {
         "type": "header",
         "format": "twin-evidence",
-        "store_version": 2,
+        "store_version": 3,
         "record_version": SCHEMA_VERSION,
     }
     assert [x["type"] for x in lines[1:]] == ["round", "round", "diagnosis"] + ["evidence"] * 3
