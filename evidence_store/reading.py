@@ -159,12 +159,10 @@ def reimplementation_line(record: EvidenceRecord) -> str:
     missing = record.reimplemented
     if not missing:
         return ""
-    names = numbers.clip_words(", ".join(missing), TEXT_CHARS)
-    line = f"the reference never ran {names}: the probe compared against its own re-implementation"
-    interface = record.open_on_interface
-    if interface:
-        line += f"; on the task's interface: {numbers.clip_words(', '.join(interface), TEXT_CHARS)}"
-    return line
+    line = f"the reference never ran {numbers.clip_words(', '.join(missing), TEXT_CHARS)}: the probe compared "
+    line += "against its own re-implementation"
+    interface = numbers.clip_words(", ".join(record.open_on_interface), TEXT_CHARS)
+    return line + (f"; on the task's interface: {interface}" if interface else "")
 
 
 def property_block(record: EvidenceRecord, label: str, *, note: str = "", margins: bool = False) -> str:
