@@ -13,7 +13,7 @@ import re
 
 from task_model.model import Task
 
-CODE_SPAN = re.compile(r"`([^`\n]+)`")
+CODE_SPAN = re.compile(r"`([^`]+)`")
 """A Markdown code span (inline code) of an instruction."""
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 """A name or a dotted name inside a code span."""
