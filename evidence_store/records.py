@@ -49,7 +49,7 @@ class FrameworkCall(BaseModel):
 
     name: str = Field(description="What was called, by its public name, e.g. 'torch.optim.AdamW.step'.")
     caller: str = Field(description="The original's function that called it, or 'probe' (the probe file's own code).")
-    count: int = Field(default=1, description="How many times that caller called it.")
+    count: int = Field(default=1, description="At how many places of its code that caller calls it.")
 
 
 class ReferenceRun(BaseModel):

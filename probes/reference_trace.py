@@ -7,9 +7,9 @@ only, and wraps the reference function's call in a `ReferenceTrace`. A profile h
 - every code object of the original's files (under the source root) that was entered: which of
   the original's functions the reference executed. Deciding where a code object lives is done
   once per code object, so the hook costs one dictionary look-up per call;
-- every call the original's code or the probe file made directly into a framework (a package
-  that is neither the original, the probe nor Python's standard library), named once per call
-  site from the call's own expression: `optimizer.step()` on an AdamW is `torch.optim.AdamW.step`,
+- every Python function of a framework (a package that is neither the original, the probe nor
+  Python's standard library) that the original's code or the probe file called directly, named
+  once per call site from the call's own expression: `optimizer.step()` on an AdamW is `torch.optim.AdamW.step`,
   `F.cross_entropy(...)` is `torch.nn.functional.cross_entropy`. Localization reads these to
   place a divergence inside a framework function the original delegates to.
 
@@ -21,7 +21,9 @@ re-implements it), or None (not a name of the original nor of a framework it imp
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import itertools
 import linecache
 import os
 import sys
@@ -33,6 +35,8 @@ MAX_CALLS = 200
 PROBE = "probe"
 """The caller of a framework call made by the probe file's own code."""
 ORIGINAL, OUTSIDE = "original", ""
+_PLACES: dict[tuple[str, str, str], str] = {}
+"""(root, probe file, code file) -> where that file lives, for every trace of this process."""
 
 
 class ReferenceTrace:
@@ -65,17 +69,24 @@ class ReferenceTrace:
         threading.setprofile(self._saved[1])
 
     def _place(self, code: types.CodeType) -> str:
-        """Where a code object lives: the original, the probe file, or outside both (decided once)."""
+        """Where a code object lives: the original, the probe file, or outside both (decided once per code
+        object, and once per file for the whole process: a probe file's later runs pay nothing again)."""
         where = self.where.get(code)
         if where is None:
-            path = os.path.realpath(code.co_filename) if code.co_filename[:1] == "/" else code.co_filename
-            where = ORIGINAL if path.startswith(self.root) else PROBE if path == self.probe_file else OUTSIDE
+            key = (self.root, self.probe_file, code.co_filename)
+            where = _PLACES.get(key)
+            if where is None:
+                name = code.co_filename
+                path = os.path.realpath(name) if name[:1] == "/" else name
+                where = ORIGINAL if path.startswith(self.root) else PROBE if path == self.probe_file else OUTSIDE
+                _PLACES[key] = where
             self.where[code] = where
         return where
 
     def _hook(self):
-        """The profile function: its common path is one dictionary look-up (locals bound once, for speed)."""
-        where_of, place, executed, site = self.where, self._place, self.executed.add, self._site
+        """The profile function: its common path is one dictionary look-up (locals bound once, for speed);
+        a call from the original or the probe into a framework costs a look-up of its call site."""
+        where_of, place, executed, sites, site = self.where, self._place, self.executed.add, self.sites, self._site
 
         def hook(frame, event, arg) -> None:
             if event == "call":
@@ -89,21 +100,21 @@ class ReferenceTrace:
                     caller = frame.f_back
                     # a caller not yet placed began before the trace (the driver): never the original's
                     if caller is not None and where_of.get(caller.f_code):
-                        site(caller, frame)
+                        key = (caller.f_code, caller.f_lasti)
+                        if key not in sites:
+                            site(key, caller, frame)
 
         return hook
 
-    def _site(self, caller, callee) -> None:
-        """Record one call from the original or the probe into a framework (named once per call site)."""
-        key = (caller.f_code, caller.f_lasti)
-        if key not in self.sites:
-            try:
-                named = self._name(caller, callee)
-            except Exception:  # noqa: BLE001 - naming a call must never disturb the reference
-                named = None
-            self.sites[key] = None if named is None else (named, self._caller_name(caller.f_code))
-        found = self.sites[key]
-        if found is not None:
+    def _site(self, key: tuple, caller, callee) -> None:
+        """Name a call site from the original or the probe into a framework, the first time it calls."""
+        try:
+            named = self._name(caller, callee)
+        except Exception:  # noqa: BLE001 - naming a call must never disturb the reference
+            named = None
+        self.sites[key] = None if named is None else (named, self._caller_name(caller.f_code))
+        if named is not None:
+            found = self.sites[key]
             self.calls[found] = self.calls.get(found, 0) + 1
 
     # ---- naming ---------------------------------------------------------------------------------------
@@ -258,15 +269,36 @@ def _evaluate_callee(caller) -> tuple[object | None, str | None]:
     expression (an attribute read, an iteration, a `with` block: no delegation of the caller's);
     (None, "") when it is a call whose callee is not a plain chain (`super().__init__()`).
     """
-    code = caller.f_code
-    index = caller.f_lasti // 2
-    positions = list(code.co_positions())
-    if index >= len(positions) or None in positions[index]:
-        return None, None
-    line, end_line, col, end_col = positions[index]
+    chain = _call_chain(caller.f_code, caller.f_lasti)
+    if not chain:
+        return None, chain
+    head, *attrs = chain
+    missing = object()
+    value = caller.f_locals.get(head, missing)
+    if value is missing:
+        value = caller.f_globals.get(head, caller.f_builtins.get(head, missing))
+    if value is missing:
+        return None, ""
+    owner = None
+    for attr in attrs:
+        owner, value = value, _attribute(value, attr)
+        if value is None:
+            return None, ""
+    return value, _called_name(owner, attrs[-1] if attrs else None, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_chain(code: types.CodeType, lasti: int) -> tuple[str, ...] | str | None:
+    """The names of the callee of the call expression at instruction `lasti` (`("self", "opt", "step")`),
+    read from the source once per call site in the process; None where the instruction is no call
+    expression, "" where the callee is no plain chain of names."""
+    position = next(itertools.islice(code.co_positions(), lasti // 2, None), None)
+    if position is None or None in position:
+        return None
+    line, end_line, col, end_col = position
     lines = linecache.getlines(code.co_filename)[line - 1 : end_line]
     if not lines:
-        return None, None
+        return None
     if len(lines) == 1:
         lines = [lines[0][col:end_col]]
     else:
@@ -274,28 +306,15 @@ def _evaluate_callee(caller) -> tuple[object | None, str | None]:
     try:
         node = ast.parse("".join(lines).strip(), mode="eval").body
     except SyntaxError:
-        return None, None
+        return None
     if not isinstance(node, ast.Call):
-        return None, None
+        return None
     chain: list[str] = []
     func = node.func
     while isinstance(func, ast.Attribute):
         chain.insert(0, func.attr)
         func = func.value
-    if not isinstance(func, ast.Name):
-        return None, ""
-    missing = object()
-    value = caller.f_locals.get(func.id, missing)
-    if value is missing:
-        value = caller.f_globals.get(func.id, caller.f_builtins.get(func.id, missing))
-    if value is missing:
-        return None, ""
-    owner = None
-    for attr in chain:
-        owner, value = value, _attribute(value, attr)
-        if value is None:
-            return None, ""
-    return value, _called_name(owner, chain[-1] if chain else None, value)
+    return (func.id, *chain) if isinstance(func, ast.Name) else ""
 
 
 def _attribute(owner, attr: str):
