@@ -56,15 +56,22 @@ class ReferenceRun(BaseModel):
     """What a matched probe's reference side ran of what the probe names (its `component` and `uses`).
 
     A profile hook limited to the original's files records it (`probes/reference_trace.py`).
-    A name of the original whose code the reference never executed was compared against a
-    re-implementation written in the probe, not against the original: its outcome says
-    nothing yet about the original's behaviour there.
+    A probe whose own `component` is a name of the original that the reference never executed
+    was compared against a re-implementation written in the probe, not against the original:
+    its outcome says nothing yet about the original's behaviour there. What it `uses` is
+    recorded apart (`uses_not_ran`) and marks nothing: a probe often uses what only its
+    candidate side needs (the converter that builds the candidate's parameters from the
+    original's checkpoint), which the reference has no reason to run.
     """
 
     ran: list[str] = Field(default_factory=list, description="Named components the reference executed.")
     not_ran: list[str] = Field(
         default_factory=list,
-        description="Named components it never executed: the probe compared against a re-implementation of them.",
+        description="The probe's component, where the reference never executed it: the probe compared against a "
+        "re-implementation of it.",
+    )
+    uses_not_ran: list[str] = Field(
+        default_factory=list, description="Components the probe `uses` that the reference never executed."
     )
     on_interface: list[str] = Field(
         default_factory=list,

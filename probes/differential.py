@@ -155,9 +155,10 @@ def named_components(meta: dict) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
 
 
-def reference_run_of(ctx: ProbeContext, report: dict) -> ReferenceRun | None:
+def reference_run_of(ctx: ProbeContext, meta: dict, report: dict) -> ReferenceRun | None:
     """What the reference ran of the components its probe names, from its run's `reference_trace`
-    (None where the run recorded none or recorded it malformed)."""
+    (None where the run recorded none or recorded it malformed). Only the probe's own `component`
+    can mark it (`ReferenceRun`)."""
     trace = report.get("reference_trace")
     if not isinstance(trace, dict) or not isinstance(trace.get("ran"), dict):
         return None
@@ -165,11 +166,13 @@ def reference_run_of(ctx: ProbeContext, report: dict) -> ReferenceRun | None:
         calls = [FrameworkCall.model_validate(c) for c in trace.get("calls") or []]
     except ValidationError:
         calls = []
-    ran = trace["ran"]
-    not_ran = [str(name) for name, value in ran.items() if value is False]
+    ran = {str(name): value for name, value in trace["ran"].items()}
+    component = meta.get("component")
+    not_ran = [component] if isinstance(component, str) and ran.get(component) is False else []
     return ReferenceRun(
-        ran=[str(name) for name, value in ran.items() if value is True],
+        ran=[name for name, value in ran.items() if value is True],
         not_ran=not_ran,
+        uses_not_ran=[name for name, value in ran.items() if value is False and name not in not_ran],
         on_interface=[name for name in not_ran if on_interface(ctx.task, name)],
         calls=calls,
     )
@@ -257,6 +260,6 @@ def run_matched_probes(
             candidate.get(name),
         )
         if reference[(name, "ref")]["ok"]:
-            result.reference_run = reference_run_of(ctx, reference[(name, "ref")]["report"])
+            result.reference_run = reference_run_of(ctx, meta, reference[(name, "ref")]["report"])
         results.append(result)
     return results
