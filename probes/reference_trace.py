@@ -9,13 +9,15 @@ only, and wraps the reference function's call in a `ReferenceTrace`. A profile h
   once per code object, so the hook costs one dictionary look-up per call;
 - every Python function of a framework (a package that is neither the original, the probe nor
   Python's standard library) that the original's code or the probe file called directly, named
-  once per call site from the call's own expression: `optimizer.step()` on an AdamW is `torch.optim.AdamW.step`,
-  `F.cross_entropy(...)` is `torch.nn.functional.cross_entropy`. Localization reads these to
-  place a divergence inside a framework function the original delegates to.
+  once per call site from the call's own expression: `optimizer.step()` on an AdamW is
+  `torch.optim.AdamW.step`, `F.cross_entropy(...)` is `torch.nn.functional.cross_entropy`.
+  Localization reads these to place a divergence inside a framework function the original
+  delegates to. Builtin (C) functions, such as a tensor operation, are not followed.
 
 `report(names)` then says, for each component a probe names (`component` and `uses`), whether the
 reference ran it: True, False (a name of the original whose code never ran: the reference
-re-implements it), or None (not a name of the original nor of a framework it imported).
+re-implements it; or a framework's function it never called), or None (neither a name of the
+original nor of a framework it imported: a component only the candidate has).
 """
 
 from __future__ import annotations
@@ -159,7 +161,6 @@ class ReferenceTrace:
     # ---- the report -----------------------------------------------------------------------------------
     def report(self, names: list[str]) -> dict:
         """Whether the reference ran each named component, and the framework calls it made."""
-        executed_names = sorted({self.dotted(code) for code in self.executed})
         calls = [
             {"name": name, "caller": caller, "count": count}
             for (name, caller), count in list(self.calls.items())[:MAX_CALLS]
@@ -168,7 +169,7 @@ class ReferenceTrace:
             "ran": {name: self.ran(name) for name in dict.fromkeys(names) if name},
             "calls": calls,
             "calls_left_out": max(0, len(self.calls) - MAX_CALLS),
-            "functions": len(executed_names),
+            "functions": len({self.dotted(code) for code in self.executed}),
         }
 
     def ran(self, name: str) -> bool | None:
