@@ -143,6 +143,28 @@ def reason(record: EvidenceRecord) -> str:
     return numbers.clip_words(text, TEXT_CHARS) if text else ""
 
 
+REIMPLEMENTED = "against a re-implementation"
+"""What an outcome is qualified with when the probe's reference never ran a component it names."""
+
+
+def outcome_text(record: EvidenceRecord) -> str:
+    """A record's outcome as every view shows it: `established (against a re-implementation)` where its
+    reference never ran a component the probe names (`ProbeResult.reimplemented`)."""
+    outcome = Outcome(record.outcome).value
+    return f"{outcome} ({REIMPLEMENTED})" if record.reimplemented else outcome
+
+
+def reimplementation_line(record: EvidenceRecord) -> str:
+    """What the reference never ran of what the probe names, in one line ('' when it ran all of it)."""
+    missing = record.reimplemented
+    if not missing:
+        return ""
+    line = f"the reference never ran {numbers.clip_words(', '.join(missing), TEXT_CHARS)}: the probe compared "
+    line += "against its own re-implementation"
+    interface = numbers.clip_words(", ".join(record.open_on_interface), TEXT_CHARS)
+    return line + (f"; on the task's interface: {interface}" if interface else "")
+
+
 def property_block(record: EvidenceRecord, label: str, *, note: str = "", margins: bool = False) -> str:
     """A property's lines: header, failing outputs (bounded), the passing ones, reason.
 
@@ -179,6 +201,8 @@ def property_block(record: EvidenceRecord, label: str, *, note: str = "", margin
     why = reason(record)
     if why and (record.outcome is not E) and not (failing and record.observations.get("outputs")):
         lines.append(f"    why: {why}")
+    if record.reimplemented:
+        lines.append(f"    {reimplementation_line(record)}")
     return "\n".join(lines)
 
 
@@ -288,11 +312,17 @@ def render_seen(
     round: int | None,
     previous_round: int | None = None,
     commit: str | None = None,
+    reimplemented: Sequence[str] = (),
 ) -> str:
     """`render()` from the outcomes of the properties that are not established.
 
     A record is asked of `record_of(pid)` only for a block that is rendered: most of a large
     state is counted, not shown, and need not be read whole.
+
+    Args:
+        reimplemented: established ids whose reference never ran a component the probe names: each
+            gets a block after the problems' (`record_of` gives their records too), labelled
+            `NOT YET ESTABLISHED` where a component on the task's interface is among them.
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be positive, not {max_chars}")
@@ -317,35 +347,46 @@ def render_seen(
     ]
     if previous_round is not None and previous is not None:
         header.append(moved.line(previous_round))
+    if reimplemented:
+        header.append(
+            f"{len(reimplemented)} of the established were compared only against a re-implementation "
+            "(the probe's reference never ran a component it names): shown below; those whose component is "
+            "on the task's interface are NOT YET ESTABLISHED."
+        )
     parts = header[:]
     left = {"violated": n_violated, "not established": len(outcomes) - len(established) - n_violated}
     left["established"] = len(established)
     reserve = numbers.budget_length(_left_out({k: len(outcomes) for k in left})) + 1
     used = sum(numbers.budget_length(p) + 1 for p in parts)
 
+    ordered += [(p, "") for p in reimplemented]
     dropping = False
     for pid, label in ordered:
-        seen = problems[pid]
+        record = record_of(pid)
+        seen = problems.get(pid) or Seen(E, record.round)
         note = f", round {seen.round}" if round is not None and seen.round != round else ""
-        block = property_block(record_of(pid), label, note=note)
+        if not label:
+            label = f"{'NOT YET ' if record.open_on_interface else ''}ESTABLISHED ({REIMPLEMENTED})"
+        block = property_block(record, label, note=note)
         length = numbers.budget_length(block)
         if used + length + 1 + reserve > max_chars:
             dropping = True  # this block and every one after it are dropped whole, and counted
             break
         parts.append(block)
         used += length + 1
-        left["violated" if seen.outcome is V else "not established"] -= 1
-    if established and not dropping:
+        left["violated" if seen.outcome is V else "not established" if seen.outcome is N else "established"] -= 1
+    plain = [pid for pid in established if pid not in set(reimplemented)]
+    if plain and not dropping:
         shown: list[str] = []
-        line_length = numbers.budget_length(f"Established ({len(established)}): ")
-        for pid in established:
+        line_length = numbers.budget_length(f"Established ({len(plain)}): ")
+        for pid in plain:
             line_length += numbers.budget_length(pid) + (2 if shown else 0)
             if used + line_length + 1 + reserve > max_chars:
                 break
             shown.append(pid)
         left["established"] -= len(shown)
         if shown:
-            parts.append(f"Established ({len(established)}): " + ", ".join(shown))
+            parts.append(f"Established ({len(plain)}): " + ", ".join(shown))
     if any(left.values()):
         parts.append(_left_out(left))
     text = "\n".join(parts)

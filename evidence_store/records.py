@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 2 added `ProbeResult.reference_run` (None on the records of version 1)."""
 
 
 class Outcome(StrEnum):
@@ -43,6 +44,46 @@ class Property(BaseModel):
     description: str = Field(default="", description="What the property means, in one sentence.")
 
 
+class FrameworkCall(BaseModel):
+    """A call the reference side made into a framework (neither the original nor the standard library)."""
+
+    name: str = Field(description="What was called, by its public name, e.g. 'torch.optim.AdamW.step'.")
+    caller: str = Field(description="The original's function that called it, or 'probe' (the probe file's own code).")
+    count: int = Field(default=1, description="At how many places of its code that caller calls it.")
+
+
+class ReferenceRun(BaseModel):
+    """What a matched probe's reference side ran of what the probe names (its `component` and `uses`).
+
+    A profile hook limited to the original's files records it (`probes/reference_trace.py`).
+    A probe whose own `component` is a name of the original that the reference never executed
+    was compared against a re-implementation written in the probe, not against the original:
+    its outcome says nothing yet about the original's behaviour there. What it `uses` is
+    recorded apart (`uses_not_ran`) and marks nothing: a probe often uses what only its
+    candidate side needs (the converter that builds the candidate's parameters from the
+    original's checkpoint), which the reference has no reason to run.
+    """
+
+    ran: list[str] = Field(default_factory=list, description="Named components the reference executed.")
+    not_ran: list[str] = Field(
+        default_factory=list,
+        description="The probe's component, where the reference never executed it: the probe compared against a "
+        "re-implementation of it.",
+    )
+    uses_not_ran: list[str] = Field(
+        default_factory=list, description="Components the probe `uses` that the reference never executed."
+    )
+    on_interface: list[str] = Field(
+        default_factory=list,
+        description="Those of `not_ran` that the task's interface names: the property is not yet established "
+        "for them.",
+    )
+    calls: list[FrameworkCall] = Field(
+        default_factory=list,
+        description="Calls into a framework made by the original's code or the probe's (first seen first, bounded).",
+    )
+
+
 class ProbeResult(BaseModel):
     """What one probe says about one property (before it is stored)."""
 
@@ -61,6 +102,22 @@ class ProbeResult(BaseModel):
         description="What was seen: per-output scores, noise floor, mismatching fields.",
     )
     trace: str = Field(default="", description="Traceback or log tail, kept for diagnosis.")
+    reference_run: ReferenceRun | None = Field(
+        default=None,
+        description="What a matched probe's reference ran of the components it names; None where not recorded "
+        "(a candidate-side check, a reference that failed, a record older than schema version 2).",
+    )
+
+    @property
+    def reimplemented(self) -> list[str]:
+        """The named components the reference never ran (compared against a re-implementation of them)."""
+        return list(self.reference_run.not_ran) if self.reference_run is not None else []
+
+    @property
+    def open_on_interface(self) -> list[str]:
+        """The named components on the task's interface that the reference never ran: an established
+        outcome is not yet established for them."""
+        return list(self.reference_run.on_interface) if self.reference_run is not None else []
 
 
 class EvidenceRecord(ProbeResult):

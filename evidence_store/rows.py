@@ -10,7 +10,7 @@ import json
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -21,14 +21,19 @@ from evidence_store.views import NON_CANDIDATE_KINDS
 
 _RECORD_COLUMNS = (
     "e.record_id, e.schema_version, e.run_id, e.round, p.property_id, p.kind, p.level, "
-    "p.description, e.outcome, e.score, e.context, e.observations, e.trace, e.time"
+    "p.description, e.outcome, e.score, e.context, e.observations, e.trace, e.time, e.reference_run"
 )
 SELECT_RECORDS = f"SELECT {_RECORD_COLUMNS} FROM evidence e JOIN properties p USING (prop_key)"
 """Every column of a record; `from_row` turns a result row into an `EvidenceRecord`."""
 
-SELECT_PROBLEMS = SELECT_RECORDS.replace("e.context", "'{}'") + " WHERE e.outcome != 'established'"
-"""Records that are not established, without their contexts (which may hold whole probe
-sources): what the prompt rendering needs, and no more."""
+SELECT_BLOCKS = SELECT_RECORDS.replace("e.context", "'{}'")
+"""Records without their contexts (which may hold whole probe sources): what the prompt rendering needs."""
+
+SELECT_PROBLEMS = SELECT_BLOCKS + " WHERE e.outcome != 'established'"
+"""Records that are not established, without their contexts."""
+
+REIMPLEMENTED = "(e.reference_run IS NOT NULL AND json_array_length(e.reference_run, '$.not_ran') > 0)"
+"""SQL: the record's reference never ran a component the probe names (`ProbeResult.reimplemented`)."""
 
 LATEST_IDS = (
     "SELECT (SELECT x.record_id FROM evidence x WHERE x.property_id = ids.property_id "
@@ -75,6 +80,9 @@ def to_row(record: EvidenceRecord) -> dict[str, Any]:
         "observations": dumps(record.observations, f"observations of the {what}"),
         "trace": record.trace,
         "time": record.time,
+        "reference_run": None
+        if record.reference_run is None
+        else dumps(record.reference_run.model_dump(mode="json"), f"reference run of the {what}"),
     }
 
 
@@ -94,6 +102,7 @@ def from_row(row: tuple[Any, ...]) -> EvidenceRecord:
             "observations": loads(row[11]),
             "trace": row[12],
             "time": row[13],
+            "reference_run": None if row[14] is None else json.loads(row[14]),
         }
     )
 
@@ -115,9 +124,9 @@ def insert_records(
             prop_keys[prop] = prop_key(conn, prop)
         cursor = conn.execute(
             "INSERT INTO evidence (schema_version, run_id, round, prop_key, property_id, outcome, "
-            "score, context, observations, trace, time) VALUES (:schema_version, :run_id, :round, "
-            ":prop_key, :property_id, :outcome, :score, :context, :observations, :trace, :time) "
-            "RETURNING record_id",
+            "score, context, observations, trace, time, reference_run) VALUES (:schema_version, :run_id, "
+            ":round, :prop_key, :property_id, :outcome, :score, :context, :observations, :trace, :time, "
+            ":reference_run) RETURNING record_id",
             {**row, "prop_key": prop_keys[prop], "property_id": prop[0]},
         )
         ids.append(cursor.fetchone()[0])
@@ -178,32 +187,39 @@ def ensure_round(conn: sqlite3.Connection, run_id: str, round: int, when: float 
     )
 
 
-def latest_state(
-    conn: sqlite3.Connection, limit: dict[str, int]
-) -> tuple[dict[str, Seen], list[str], list[int]]:
-    """The latest outcomes (up to `limit`) of the candidate properties, in one pass.
+class LatestState(NamedTuple):
+    """The latest outcomes of the candidate properties, as the prompt rendering reads them."""
 
-    Returns:
-        (the properties that are not established: outcome and round, by id; the ids of the
-        established ones, sorted; the record ids of the ones that are not established).
-    """
+    problems: dict[str, Seen]
+    """The properties that are not established: outcome and round, by id."""
+    established: list[str]
+    """The ids of the established ones, sorted."""
+    reimplemented: list[str]
+    """The ids of the established ones whose reference never ran a component the probe names."""
+    record_ids: list[int]
+    """The record ids of the problems and of the `reimplemented` ones (the records rendered whole)."""
+
+
+def latest_state(conn: sqlite3.Connection, limit: dict[str, int]) -> LatestState:
+    """The latest outcomes (up to `limit`) of the candidate properties, in one pass."""
     found = conn.execute(
-        "SELECT e.record_id, e.property_id, e.outcome, e.round, p.kind FROM evidence e "
+        f"SELECT e.record_id, e.property_id, e.outcome, e.round, p.kind, {REIMPLEMENTED} FROM evidence e "
         f"JOIN properties p USING (prop_key) WHERE e.record_id IN ({LATEST_IDS}) ORDER BY e.property_id",
         limit,
     )
-    problems: dict[str, Seen] = {}
-    established: list[str] = []
-    record_ids: list[int] = []
-    for record_id, pid, outcome, round, kind in found:
+    state = LatestState({}, [], [], [])
+    for record_id, pid, outcome, round, kind, reimplemented in found:
         if kind in NON_CANDIDATE_KINDS:
             continue
         if outcome == "established":
-            established.append(pid)
+            state.established.append(pid)
+            if reimplemented:
+                state.reimplemented.append(pid)
+                state.record_ids.append(record_id)
         else:
-            problems[pid] = Seen(OUTCOMES[outcome], round)
-            record_ids.append(record_id)
-    return problems, established, record_ids
+            state.problems[pid] = Seen(OUTCOMES[outcome], round)
+            state.record_ids.append(record_id)
+    return state
 
 
 def merge_round(conn: sqlite3.Connection, info: RoundInfo) -> None:

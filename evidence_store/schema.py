@@ -84,7 +84,12 @@ BEGIN SELECT RAISE(ABORT, 'diagnoses are append-only'); END;
 CREATE INDEX evidence_latest ON evidence (property_id, round DESC, record_id DESC);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+-- What a matched probe's reference ran of the components it names (records of schema version 2): JSON, or NULL.
+ALTER TABLE evidence ADD COLUMN reference_run TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """`MIGRATIONS[i]` takes a store from version i to version i + 1."""
 
 STORE_VERSION = len(MIGRATIONS)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from evidence_store import exchange, reading, rows, views
 from evidence_store.records import DiagnosisRecord, EvidenceRecord, RoundInfo
-from evidence_store.rows import LATEST_IDS, NO_ROUND_LIMIT, OUTCOMES, SELECT_PROBLEMS, SELECT_RECORDS
+from evidence_store.rows import LATEST_IDS, NO_ROUND_LIMIT, OUTCOMES, SELECT_BLOCKS, SELECT_RECORDS
 from evidence_store.schema import EvidenceStoreError, connect, migrate
 
 STORE_FILENAME = "evidence.sqlite"
@@ -323,19 +323,20 @@ class EvidenceStore:
                     "SELECT max(round) FROM evidence WHERE round < ?", (up_to_round,)
                 ).fetchone()[0]
             limit = {"limit": NO_ROUND_LIMIT if up_to_round is None else up_to_round}
-            problems, established, record_ids = rows.latest_state(conn, limit)
+            state = rows.latest_state(conn, limit)
             found = conn.execute(
-                f"{SELECT_PROBLEMS} AND e.record_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(record_ids),),
+                f"{SELECT_BLOCKS} WHERE e.record_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(state.record_ids),),
             )
             problem_rows = {row[4]: row for row in found}
             previous = None if previous_round is None else self._outcomes(previous_round)
             commit = None if up_to_round is None else self.round_commit(up_to_round)
         return reading.render_seen(
-            problems,
+            state.problems,
             lambda pid: rows.from_row(problem_rows[pid]),
-            established,
+            state.established,
             previous,
+            reimplemented=state.reimplemented,
             max_chars=max_chars,
             round=up_to_round,
             previous_round=previous_round,

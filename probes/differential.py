@@ -11,7 +11,9 @@ torch) and a `candidate` function (run with the candidate, torch absent).
 3. the candidate on the very same inputs;
 
 (the reference side's runs come from `probes.reference_cache` where it holds them) and
-decides each outcome by `probes.outcomes.decide_matched`.
+decides each outcome by `probes.outcomes.decide_matched`. The first reference run records
+which of the components the probe names (`component`, `uses`) it executed
+(`probes/reference_trace.py`); the result carries that as its `reference_run`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import re
 import shutil
 from pathlib import Path
 
-from evidence_store.records import ProbeResult, Property
+from pydantic import ValidationError
+
+from evidence_store.records import FrameworkCall, ProbeResult, Property, ReferenceRun
 from ground.agent_tree import remove_tree
 from probes.base import Probe, base_context
 from probes.context import ProbeContext
@@ -29,6 +33,10 @@ from probes.outcomes import decide_matched
 from probes.probe_format import ProbeFile, ProbeFileError, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
 from probes.sides import DRIVER, run_side, slot
+from task_model.interface_names import on_interface
+
+TRACE = Path(__file__).with_name("reference_trace.py")
+"""The reference side's trace of what it ran (copied beside the driver)."""
 
 
 def differential_probe(
@@ -135,8 +143,39 @@ def prepare_root(ctx: ProbeContext, file: ProbeFile, names: list[str]) -> Path:
     for name in names:
         (root / slot(name) / "inputs").mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
+    shutil.copy(TRACE, root / TRACE.name)
     (root / "probe.py").write_bytes(file.data)
     return root
+
+
+def named_components(meta: dict) -> list[str]:
+    """The components a probe names: its `component`, then what it `uses`."""
+    uses = meta.get("uses") or []
+    names = [meta.get("component"), *(uses if isinstance(uses, list) else [])]
+    return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
+
+
+def reference_run_of(ctx: ProbeContext, meta: dict, report: dict) -> ReferenceRun | None:
+    """What the reference ran of the components its probe names, from its run's `reference_trace`
+    (None where the run recorded none or recorded it malformed). Only the probe's own `component`
+    can mark it (`ReferenceRun`)."""
+    trace = report.get("reference_trace")
+    if not isinstance(trace, dict) or not isinstance(trace.get("ran"), dict):
+        return None
+    try:
+        calls = [FrameworkCall.model_validate(c) for c in trace.get("calls") or []]
+    except ValidationError:
+        calls = []
+    ran = {str(name): value for name, value in trace["ran"].items()}
+    component = meta.get("component")
+    not_ran = [component] if isinstance(component, str) and ran.get(component) is False else []
+    return ReferenceRun(
+        ran=[name for name, value in ran.items() if value is True],
+        not_ran=not_ran,
+        uses_not_ran=[name for name, value in ran.items() if value is False and name not in not_ran],
+        on_interface=[name for name in not_ran if on_interface(ctx.task, name)],
+        calls=calls,
+    )
 
 
 def run_matched_probes(
@@ -163,6 +202,7 @@ def run_matched_probes(
                 "make_inputs": True,
                 "name": name,
                 "inputs": f"{here}/inputs",
+                **({"trace_components": named} if (named := named_components(probes[name])) else {}),
             }
         )
         if name in wants_f64:
@@ -209,16 +249,17 @@ def run_matched_probes(
             context["noise_source"] = "reseed" if meta.get("noise") == "reseed" else "rerun"
         else:
             context["noise_source"] = "float64"
-        results.append(
-            decide_matched(
-                ctx,
-                _property(file.path, name, meta),
-                meta,
-                context,
-                root / slot(name),
-                reference[(name, "ref")],
-                noise,
-                candidate.get(name),
-            )
+        result = decide_matched(
+            ctx,
+            _property(file.path, name, meta),
+            meta,
+            context,
+            root / slot(name),
+            reference[(name, "ref")],
+            noise,
+            candidate.get(name),
         )
+        if reference[(name, "ref")]["ok"]:
+            result.reference_run = reference_run_of(ctx, meta, reference[(name, "ref")]["report"])
+        results.append(result)
     return results

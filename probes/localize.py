@@ -13,6 +13,14 @@ such, the lowest level wins, then the one the fewest established differential pr
 (a converter every agreeing forward probe loads its weights through is less
 suspect than one no agreeing probe touches), then the one the most violated probes
 rely on, then the one with the least below it.
+
+The original often delegates to its framework (an optimizer's step, a scheduler, a loss).
+Each reference run records the framework functions the original's code called
+(`probes/reference_trace.py`). A probe whose component names such a function
+(`torch.optim.AdamW.step`) becomes a node below each component that called it, so when
+it diverges on inputs both sides share, localization names the framework call
+(`torch.optim.AdamW.step`, called from `litgpt.finetune.lora.fit`) rather than the code
+around it; without such a probe, the divergent component's own framework calls are listed.
 """
 
 from __future__ import annotations
@@ -184,6 +192,7 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
     import networkx as nx
 
     graph = module_graph(source)
+    calls = _framework_calls(graph, results)
     # Each probe's component and what it `uses`, as graph nodes where the graph has them.
     resolved = [
         (
@@ -194,6 +203,7 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
         for result in results
         if result.context.get("component") and result.property.kind != PLANTED_KIND  # planted: about the probe
     ]
+    _place_framework(graph, resolved, calls)
     # A probe that relies on other components besides its own (e.g. the checkpoint
     # converter, to build its inputs) declares them in `uses`: its divergence is
     # explained by theirs when they diverge too. A name the original lacks (a converter
@@ -246,9 +256,14 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
         if ran & modes and chosen in graph and n in graph and _depends(graph, chosen, n)
     )  # fmt: skip
     probes = [r.property.id for r in violated[chosen]]
-    message = f"first divergent component: {chosen} (violated: {', '.join(probes)})"
+    framework = chosen in graph and graph.nodes[chosen].get("kind") == "framework"
+    called_from = sorted(graph.predecessors(chosen)) if framework else []
+    where = f" (called from {', '.join(called_from)})" if called_from else ""
+    message = f"first divergent component: {chosen}{where} (violated: {', '.join(probes)})"
     if below:
         message += f"; agrees below it: {', '.join(below)}"
+    if delegated := [] if framework else _delegated(chosen, violated[chosen]):
+        message += f"; it calls into the framework: {', '.join(delegated)}"
     return {
         "component": chosen,
         "candidates": first,
@@ -256,7 +271,57 @@ def localize(source: Path, results: list[ProbeResult]) -> dict | None:
         "established_below": below,
         "probes": probes,
         "message": message,
+        "framework": framework,
+        "called_from": called_from,
+        "framework_calls": delegated,
     }
+
+
+FRAMEWORK_CALLS_SHOWN = 8
+"""Framework functions listed as those a divergent component calls."""
+
+
+def _same_function(name: str, other: str) -> bool:
+    """Whether two names name one framework function (`torch.optim.adamw.AdamW.step`, `torch.optim.AdamW.step`)."""
+    a, b = name.split("."), other.split(".")
+    return name == other or (a[0] == b[0] and min(len(a), len(b)) > 1 and a[-2:] == b[-2:])
+
+
+def _framework_calls(graph, results: list[ProbeResult]) -> list[tuple[str, str]]:
+    """(framework function, the original's component that called it) from the results' reference runs."""
+    found = []
+    for result in results:
+        for call in result.reference_run.calls if result.reference_run is not None else []:
+            caller = _node_for(graph, call.caller) if call.caller != "probe" else None
+            if caller is not None:
+                found.append((call.name, caller))
+    return list(dict.fromkeys(found))
+
+
+def _place_framework(graph, resolved: list, calls: list[tuple[str, str]]) -> None:
+    """A probe's component (or `uses`) that names a framework function the original calls becomes a node below
+    each of the original's components that called it: its own probe, given the same inputs on both sides, is
+    what tells a divergence inside it from one in the code around it."""
+    for _, node, uses in resolved:
+        for name in (node, *uses):
+            if name in graph and graph.nodes[name].get("kind") != "framework":
+                continue
+            callers = [caller for called, caller in calls if _same_function(name, called) and caller != name]
+            if callers:
+                graph.add_node(name, kind="framework")
+                for caller in callers:
+                    graph.add_edge(caller, name)
+
+
+def _delegated(component: str, violated: list[ProbeResult]) -> list[str]:
+    """The framework functions that the component's own code called in its violated probes' reference runs."""
+    found = [
+        call.name
+        for result in violated
+        for call in (result.reference_run.calls if result.reference_run is not None else [])
+        if call.caller == component or call.caller.startswith(component + ".")
+    ]
+    return list(dict.fromkeys(found))[:FRAMEWORK_CALLS_SHOWN]
 
 
 def localization_probe(task_library: bool = True, probe_files: list[str] | None = None):

@@ -7,7 +7,10 @@ module graph, and records the result as the property `localization` (kind
 - `violated`: a component of the original is the first divergent one: its probes are
   violated and nothing probed below it is. The record names it (`component`), the
   violated probes behind it (`probes`) and the components cleared below it
-  (`established_below`: a differential probe of each agrees with the original).
+  (`established_below`: a differential probe of each agrees with the original). It may
+  be a framework function the original calls (`framework`, `called_from`: a probe of it,
+  given the same inputs on both sides, diverges); otherwise `framework_calls` lists the
+  framework functions the component's own code called in its reference runs.
 - `established`: nothing diverges: no violated property of the round names a
   component. Violated properties that name none (an audit finding, a boundary refusal)
   are listed as `unplaced`: they are real, but localization says nothing about them.
@@ -104,6 +107,10 @@ def render_localization(record: ProbeResult | None, round: int | None = None) ->
     where = f"after round {obs.get('round', round)}"
     if record.outcome is Outcome.VIOLATED:
         head = f"Localization {where}: the divergence starts at {obs['component']} of the original"
+        if obs.get("framework"):
+            called = f" (called from {', '.join(obs['called_from'])})" if obs.get("called_from") else ""
+            head = f"Localization {where}: the divergence starts at {obs['component']}{called}, a framework function"
+            head += " the original calls: given the same inputs, its outputs diverge"
         lines = [head, f"  violated probes behind it: {', '.join(obs.get('probes', []))}"]
         if obs.get("established_below"):
             lines.append(f"  agrees with the original below it: {', '.join(obs['established_below'])}")
@@ -119,6 +126,11 @@ def render_localization(record: ProbeResult | None, round: int | None = None) ->
         lines.append(f"  since the previous localization: {obs['previous']} no longer diverges")
     elif change == "same" and obs.get("component"):
         lines.append("  since the previous localization: unchanged")
+    if obs.get("framework_calls") and record.outcome is Outcome.VIOLATED:
+        lines.append(
+            f"  it calls into the framework (its reference run): {', '.join(obs['framework_calls'])}; a probe whose "
+            "component is one of them, given the same inputs on both sides, tells whether the divergence is inside it"
+        )
     if obs.get("unplaced") and record.outcome is Outcome.VIOLATED:
         lines.append(f"  violated without a component (not localized): {', '.join(obs['unplaced'])}")
     return "\n".join(lines) + "\n\n"

@@ -131,6 +131,8 @@ def run_side(
                 "make_inputs": run.get("make_inputs", False),
                 **({"name": run["name"]} if "name" in run else {}),
                 **({"seed": int(run["seed"])} if "seed" in run else {}),  # a reseeded noise run
+                # the components whose running the reference records (`probes/reference_trace.py`)
+                **({"trace_components": list(run["trace_components"])} if "trace_components" in run else {}),
                 **(
                     {
                         "inputs_dir": f"{work_inside if run['inputs'] in made else given_inside}"

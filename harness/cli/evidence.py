@@ -51,7 +51,8 @@ def _outcome(record: EvidenceRecord | None, *, plain: bool = False) -> str | Tex
     if record is None:
         return "-" if plain else styled("-", "dim")
     outcome = Outcome(record.outcome)
-    return outcome.value if plain else styled(outcome.value, _STYLE[outcome])
+    text = reading.outcome_text(record)  # `established (against a re-implementation)` where it was
+    return text if plain else styled(text, _STYLE[outcome])
 
 
 def _score(record: EvidenceRecord | None) -> str:
@@ -72,9 +73,9 @@ def _detail_lines(record: EvidenceRecord) -> list[str]:
         if failing:
             shown = failing[:reading.FAILING_SHOWN]
             more = [f"(+{total - len(shown)} more failing outputs)"] if total > len(shown) else []
-            return shown + more
-        return [reading.reason(record) or record.property.description]
-    return [record.property.description]
+            return shown + more + [reading.reimplementation_line(record)]
+        return [reading.reason(record) or record.property.description, reading.reimplementation_line(record)]
+    return [record.property.description, reading.reimplementation_line(record)]
 
 
 def _detail(record: EvidenceRecord) -> str:

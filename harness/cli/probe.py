@@ -292,10 +292,12 @@ def _deciding(result) -> str:
         shown = failing[: reading.FAILING_SHOWN]
         more = [f"… {total - len(shown)} more failing"] if total > len(shown) else []
         passes = [f"{passing} other output{'s' if passing != 1 else ''} pass"] if passing else []
-        return "\n".join(shown + more + passes)
+        marked = [reading.reimplementation_line(result)] if result.reimplemented else []
+        return "\n".join(shown + more + passes + marked)
     if result.outcome.value != "established":
-        return reading.reason(result)
-    return f"all {passing} outputs pass" if passing > 1 else ""
+        return "\n".join(line for line in (reading.reason(result), reading.reimplementation_line(result)) if line)
+    passes = f"all {passing} outputs pass" if passing > 1 else ""
+    return "\n".join(line for line in (passes, reading.reimplementation_line(result)) if line)
 
 
 def _print_table(console: Console, ctx, results) -> None:
@@ -309,7 +311,7 @@ def _print_table(console: Console, ctx, results) -> None:
         plain = {"highlight": False, "markup": False, "soft_wrap": True}
         console.print(title, **plain)
         for r in results:
-            console.print(f"{r.outcome.value:15} {r.property.id} (L{r.property.level})", **plain)
+            console.print(f"{reading.outcome_text(r):15} {r.property.id} (L{r.property.level})", **plain)
             for line in _deciding(r).splitlines():
                 console.print(f"    {line}", **plain)
         if ctx.keep:
@@ -321,7 +323,7 @@ def _print_table(console: Console, ctx, results) -> None:
     table.add_column("outcome", no_wrap=True)
     table.add_column("what decided it", overflow="fold")
     for r in results:
-        outcome = styled(r.outcome.value, _STYLE[r.outcome.value])
+        outcome = styled(reading.outcome_text(r), _STYLE[r.outcome.value])
         table.add_row(r.property.id, str(r.property.level), outcome, _deciding(r))
     console.print(table)
     if ctx.keep:

@@ -30,7 +30,7 @@ def test_export_then_import_reproduces_records_diagnoses_and_rounds(store, make_
     assert lines[0] == {
         "type": "header",
         "format": "twin-evidence",
-        "store_version": 2,
+        "store_version": 3,
         "record_version": SCHEMA_VERSION,
     }
     assert [x["type"] for x in lines[1:]] == ["round", "round", "diagnosis"] + ["evidence"] * 3
@@ -78,3 +78,20 @@ def test_a_header_from_a_newer_twin_is_refused(store):
     line = json.dumps({"type": "header", "format": "twin-evidence", "record_version": 99})
     with pytest.raises(EvidenceStoreError, match="record version 99, newer than"):
         store.import_jsonl(io.StringIO(line + "\n"))
+
+
+def test_an_export_of_version_1_records_imports_without_a_reference_run(store, make_record):
+    out = io.StringIO()
+    source = EvidenceStore(store.path.with_name("source.sqlite"))
+    source.append(make_record("a", "established", 1))
+    source.export_jsonl(out)
+    source.close()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    header, record = lines[0], lines[-1]
+    header.update(store_version=2, record_version=1)  # as a twin before reference runs wrote it
+    del record["reference_run"]
+    record["schema_version"] = 1
+    old = "\n".join(json.dumps(x) for x in [header, *lines[1:-1], record]) + "\n"
+    assert store.import_jsonl(io.StringIO(old)) == 1
+    (imported,) = store.records()
+    assert imported.schema_version == 1 and imported.reference_run is None

@@ -320,3 +320,39 @@ def test_a_failing_banded_output_shows_its_difference_and_never_a_perfect_lookin
     )
     recorded_before = {key: value for key, value in close.items() if key != "difference"}
     assert output_line("mean_loss", recorded_before).startswith("mean_loss: banded, outside the band 0.00339")
+
+
+def test_a_property_compared_against_a_re_implementation_is_shown_as_such_and_on_the_interface_not_yet_established(
+    store,
+):
+    from evidence_store.reading import outcome_text
+    from evidence_store.records import ReferenceRun
+
+    store.append_many(
+        [
+            _rec("fit", "established", reference_run=ReferenceRun(not_ran=["pkg.fit"], on_interface=["pkg.fit"])),
+            _rec("grads", "established", reference_run=ReferenceRun(ran=["pkg.loss"], not_ran=["pkg.helper"])),
+            _rec("loss", "established", reference_run=ReferenceRun(ran=["pkg.loss"])),
+            _rec("old", "established"),  # recorded before the reference's run was
+        ]
+    )
+    text = store.render_for_prompt(4000)
+    assert "- NOT YET ESTABLISHED (against a re-implementation) fit" in text
+    said = "the reference never ran pkg.fit: the probe compared against its own re-implementation"
+    assert f"{said}; on the task's interface: pkg.fit" in text
+    assert "- ESTABLISHED (against a re-implementation) grads" in text
+    assert "2 of the established were compared only against a re-implementation" in text
+    assert "Established (2): loss, old" in text
+    assert "4 properties (latest outcome of each); 4 established" in text  # the tally counts outcomes
+    fit = store.latest()["fit"]
+    assert outcome_text(fit) == "established (against a re-implementation)"
+    assert outcome_text(store.latest()["loss"]) == "established"
+
+
+def test_without_a_re_implementation_the_text_is_as_before(store):
+    from evidence_store.records import ReferenceRun
+
+    traced = _rec("loss", "established", reference_run=ReferenceRun(ran=["pkg.loss"]))
+    store.append_many([traced, _rec("a", "violated")])
+    text = store.render_for_prompt(4000)
+    assert "re-implementation" not in text and "Established (1): loss" in text

@@ -114,3 +114,34 @@ def test_several_processes_creating_the_same_store_at_once_migrate_it_once(tmp_p
     with EvidenceStore(path) as store:
         assert sorted(store.latest()) == ["p0", "p1", "p2", "p3"]
     assert _user_version(path) == STORE_VERSION
+
+
+def test_a_version_2_store_is_migrated_and_its_records_read_without_a_reference_run(tmp_path):
+    from evidence_store.records import EvidenceRecord, Property, ReferenceRun
+
+    path = tmp_path / "e.sqlite"
+    conn = connect(path)
+    assert migrate(conn, path, target=2) == 0
+    conn.execute(
+        "INSERT INTO properties (property_id, kind, level, description) VALUES ('fit', 'differential', 2, '')"
+    )
+    conn.execute(
+        "INSERT INTO evidence (schema_version, run_id, round, prop_key, property_id, outcome, "
+        "score, context, observations, trace, time) "
+        "VALUES (1, 'old-run', 1, 1, 'fit', 'established', 1.0, '{}', '{}', '', 1.0)"
+    )
+    conn.close()
+    with EvidenceStore(path) as store:
+        assert store.migrated_from == 2
+        old = store.get(1)
+        assert old.schema_version == 1 and old.reference_run is None and old.reimplemented == []
+        new = EvidenceRecord(
+            run_id="old-run",
+            round=2,
+            property=Property(id="fit", kind="differential", level=2),
+            outcome=Outcome.ESTABLISHED,
+            reference_run=ReferenceRun(ran=[], not_ran=["pkg.fit"], on_interface=["pkg.fit"]),
+        )
+        got = store.get(store.append(new))
+        assert got.schema_version == 2 and got.reimplemented == ["pkg.fit"] and got.open_on_interface == ["pkg.fit"]
+    assert _user_version(path) == STORE_VERSION == 3

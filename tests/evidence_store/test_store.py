@@ -225,3 +225,19 @@ def test_a_runs_configuration_is_recorded_once(store, make_record):
         store.run_config("r10")
     with pytest.raises(EvidenceStoreError, match="cannot be stored as JSON"):
         store.record_run("r11", {"x": object()})
+
+
+def test_a_reference_run_round_trips_and_an_unrecorded_one_stays_none(store, make_record):
+    from evidence_store.records import FrameworkCall, ReferenceRun
+
+    run = ReferenceRun(
+        ran=["pkg.train.loss_fn"],
+        not_ran=["pkg.train.fit"],
+        on_interface=[],
+        calls=[FrameworkCall(name="torch.optim.AdamW.step", caller="pkg.train.step", count=3)],
+    )
+    traced = store.append(make_record("fit", "established", 1, reference_run=run))
+    plain = store.append(make_record("imports", "established", 1, kind="imports"))
+    assert store.get(traced).reference_run == run
+    assert store.get(traced).reimplemented == ["pkg.train.fit"]
+    assert store.get(plain).reference_run is None and store.get(plain).reimplemented == []

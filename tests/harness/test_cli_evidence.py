@@ -52,6 +52,19 @@ def test_show_lists_the_latest_state_with_counts(run_dir, capsys):
     assert "3 properties (latest outcome of each): established=1 violated=2 not_established=0" in out
 
 
+def test_show_marks_a_property_compared_against_a_re_implementation(run_dir, capsys):
+    from evidence_store.records import ReferenceRun
+
+    run = ReferenceRun(not_ran=["pkg.train.fit"], on_interface=["pkg.train.fit"])
+    with EvidenceStore(run_dir / STORE_FILENAME) as store:
+        store.append_many([_rec("fit", "established", 2, reference_run=run)])
+    assert main(["evidence", "show", "r1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if " fit (differential" in line)
+    assert lines[at].startswith("established (against a re-implementation) fit")
+    assert "the reference never ran pkg.train.fit" in lines[at + 1] and "interface: pkg.train.fit" in lines[at + 1]
+
+
 def test_a_violated_score_that_rounds_to_one_says_how_far_short_it_is(run_dir, capsys):
     with EvidenceStore(run_dir / STORE_FILENAME) as store:  # a fault planted 5e-05 away, caught
         store.append_many([_rec("planted:fwd.logits", "violated", 3, kind="planted", score=0.99995)])

@@ -127,10 +127,13 @@ def test_piped_output_is_whole_lines_with_the_deciding_numbers(tmp_path):
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert not any(c in proc.stdout for c in "┏┃│")  # no table when not on a terminal
-    assert any(line.startswith("violated        np.affine (L") for line in lines)
+    # its numpy reference never runs the torch module it names
+    assert any(line.startswith("violated (against a re-implementation) np.affine (L") for line in lines)
     deciding = [line for line in lines if "distance" in line]
     assert deciding and all(
-        __import__("re").fullmatch(r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+(, [\w-]+)?\)(, uninformative)?", line)
+        __import__("re").fullmatch(
+            r"    \S+: \w+ distance \S+ > tolerance \S+ \(noise \S+(, [\w-]+)?\)(, uninformative)?", line
+        )
         for line in deciding
     ), deciding
     assert any(line == f"probe files and outputs: {tmp_path / 'w'}" for line in lines)
@@ -140,6 +143,23 @@ def test_a_model_tasks_families_are_listed_only_when_asked(tmp_path):
     proc = _cli("--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path / "a"))
     assert proc.returncode == 0, proc.stderr
     assert "service probe families" not in proc.stdout and "nothing run" not in proc.stdout
+
+
+def test_a_probe_compared_against_a_re_implementation_is_marked_and_one_that_runs_the_original_is_not(
+    tmp_path, capsys
+):
+    plain = FIXTURES / "plain"
+    args = ["probe", "--task", str(plain), "--candidate", str(plain / "solution" / "app"), "--no-builtin"]
+    probe = ["--probe", str(FIXTURES / "probe_reimplemented.py"), "--sandbox", "none", "--workdir", str(tmp_path)]
+    assert main([*args, *probe]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "established (against a re-implementation) calc.affine.copy (L1)" in lines
+    at = lines.index("established (against a re-implementation) calc.affine.copy (L1)")
+    assert lines[at + 1] == (
+        "    the reference never ran calc.affine: the probe compared against its own re-implementation; "
+        "on the task's interface: calc.affine"
+    )
+    assert "established     calc.affine (L1)" in lines  # runs the original's own function: not marked
 
 
 def test_a_family_nothing_was_run_for_says_so(tmp_path):

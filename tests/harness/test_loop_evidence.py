@@ -95,7 +95,7 @@ def test_a_diagnosis_is_shown_by_the_rerun_only_when_every_entry_names_an_establ
     from roles.schemas import Diagnosis, Gap
 
     def latest(outcome):
-        return SimpleNamespace(outcome=outcome)
+        return SimpleNamespace(outcome=outcome, open_on_interface=[])
 
     known = {
         "forward.logits": latest(Outcome.ESTABLISHED),

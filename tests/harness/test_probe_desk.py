@@ -43,6 +43,19 @@ def test_run_probe_lists_failing_outputs_and_summarises_the_passing_ones():
     assert len(lines) < 12  # 300 outputs, a screen of text
 
 
+def test_run_probe_tells_the_verifier_its_reference_never_ran_the_component_it_names():
+    from evidence_store.records import ReferenceRun
+
+    record = _probe_record(3, failing=[])
+    record.reference_run = ReferenceRun(not_ran=["pkg.fit"], on_interface=["pkg.fit"])
+    lines = render_results([record]).splitlines()
+    assert lines[1].startswith("- ESTABLISHED (against a re-implementation) forward.layers")
+    assert lines[-1] == (
+        "    the reference never ran pkg.fit: the probe compared against its own re-implementation; "
+        "on the task's interface: pkg.fit"
+    )
+
+
 def test_run_probe_of_an_established_probe_is_short_too():
     text = render_results([_probe_record(120, failing=[])])
     assert "120 outputs pass; closest to their tolerance:" in text and "… 117 more passing" in text

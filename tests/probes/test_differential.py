@@ -12,6 +12,8 @@ from probes.probe_format import ProbeFileError, probe_names
 from task_model.loader import load_task
 
 NUMPY_PROBES = FIXTURES / "probe_numpy.py"
+PLAIN = FIXTURES / "plain"
+"""A task whose original is numpy alone (its probes run the original without importing torch)."""
 
 
 def _run(candidate: str, tmp_path, probe_file=NUMPY_PROBES):
@@ -116,6 +118,31 @@ def test_real_torch_reference_against_numpy_candidate(tmp_path):
     assert result.outcome is Outcome.ESTABLISHED, (result.observations, result.trace)
     assert result.context["noise_source"] == "float64"
     assert 0 < result.observations["noise_floor"] < 1e-5
+    assert result.reference_run.ran == ["model.Net"] and result.reimplemented == []
+    called = {(c.name, c.caller) for c in result.reference_run.calls}
+    assert ("torch.nn.Linear", "model.Affine.__init__") in called  # the original's calls into torch, named
+
+
+def test_a_probe_whose_reference_re_implements_its_component_is_marked_and_one_that_runs_it_is_not(tmp_path):
+    ctx = make_context(load_task(PLAIN), PLAIN / "solution" / "app", sandbox_kind="none", workdir=tmp_path / "w")
+    results = {r.property.id: r for r in probe_file_probe(str(FIXTURES / "probe_reimplemented.py"))(ctx)}
+    assert {pid: r.outcome for pid, r in results.items()} == dict.fromkeys(
+        ("calc.affine", "calc.affine.copy", "calc.net"), Outcome.ESTABLISHED
+    )
+    own, copy, composed = results["calc.affine"], results["calc.affine.copy"], results["calc.net"]
+    assert own.reference_run.ran == ["calc.affine"] and own.reimplemented == []
+    # the same component, computed by the probe's own copy of it: marked, and on the instruction's interface
+    assert copy.reference_run.ran == [] and copy.reimplemented == ["calc.affine"]
+    assert copy.open_on_interface == ["calc.affine"]
+    # what it `uses` is recorded, and marks nothing (often only the candidate side needs it: a converter)
+    assert composed.reference_run.ran == ["calc.net", "calc.affine"]
+    assert composed.reference_run.uses_not_ran == ["calc.unused"] and composed.reimplemented == []
+
+
+def test_a_numpy_copy_of_a_torch_component_is_marked_and_a_probe_naming_none_is_not_traced(good_results):
+    # the numpy fixture names `model.Affine`, a torch module its reference never imports
+    assert good_results["np.affine"].reimplemented == ["model.Affine"]
+    assert good_results["np.misfit"].reference_run is None  # a probe that names no component is not traced
 
 
 @pytest.mark.parametrize(

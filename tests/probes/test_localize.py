@@ -238,3 +238,89 @@ def test_a_converter_only_the_candidate_has_can_be_blamed(tiny_ctx):
     assert localize_divergence(tiny_ctx, [affine, convert]).observations["component"] == "converter"
     agreeing = _result("checkpoint", Outcome.ESTABLISHED, "converter", 2)
     assert localize_divergence(tiny_ctx, [affine, agreeing]).observations["component"] == "model.Affine"
+
+
+def _traced(pid: str, outcome: Outcome, component: str, level: int, calls: list[tuple[str, str]]) -> ProbeResult:
+    from evidence_store.records import FrameworkCall, ReferenceRun
+
+    result = _result(pid, outcome, component, level)
+    result.reference_run = ReferenceRun(ran=[component], calls=[FrameworkCall(name=n, caller=c) for n, c in calls])
+    return result
+
+
+TRAIN_CALLS = [
+    ("torch.optim.SGD", "train.train"),
+    ("torch.Tensor.backward", "train.train"),
+    ("torch.optim.SGD.step", "train.train"),
+    ("torch.nn.Linear.__call__", "model.Affine.forward"),
+]
+
+
+def test_a_framework_function_the_original_delegates_to_is_named_where_its_own_probe_diverges(tiny_ctx):
+    from probes.round_localization import render_localization
+
+    results = [
+        _traced("run", Outcome.VIOLATED, "train.train", 3, TRAIN_CALLS),  # a drift in the optimizer's update
+        _result("net", Outcome.ESTABLISHED, "model.Net", 2),
+        _result("loss", Outcome.ESTABLISHED, "model.loss_fn", 1),  # what the step is given agrees
+        # the optimizer's step on the same parameters and gradients on both sides: its outputs diverge
+        _traced("sgd", Outcome.VIOLATED, "torch.optim.SGD.step", 1, [("torch.optim.SGD.step", "probe")]),
+    ]
+    found = localize_divergence(tiny_ctx, results)
+    obs = found.observations
+    assert obs["component"] == "torch.optim.SGD.step" and obs["framework"] is True
+    assert obs["called_from"] == ["train.train"] and obs["probes"] == ["sgd"]
+    assert obs["message"].startswith("first divergent component: torch.optim.SGD.step (called from train.train)")
+    text = render_localization(found, round=1)
+    assert "the divergence starts at torch.optim.SGD.step (called from train.train), a framework function" in text
+
+
+def test_without_a_probe_of_it_the_divergent_component_lists_the_framework_functions_it_calls(tiny_ctx):
+    from probes.round_localization import render_localization
+
+    results = [
+        _traced("run", Outcome.VIOLATED, "train.train", 3, TRAIN_CALLS),
+        _result("net", Outcome.ESTABLISHED, "model.Net", 2),
+        # a framework function nobody in the original is seen calling is no node below anything
+        _traced("adam", Outcome.ESTABLISHED, "torch.optim.Adam.step", 1, [("torch.optim.Adam.step", "probe")]),
+    ]
+    obs = localize_divergence(tiny_ctx, results).observations
+    assert obs["component"] == "train.train" and obs["framework"] is False
+    assert obs["framework_calls"] == ["torch.optim.SGD", "torch.Tensor.backward", "torch.optim.SGD.step"]
+    assert "it calls into the framework: torch.optim.SGD, torch.Tensor.backward, torch.optim.SGD.step" in obs["message"]
+    assert "it calls into the framework (its reference run): torch.optim.SGD" in render_localization(
+        localize_divergence(tiny_ctx, results), round=1
+    )
+
+
+def test_an_agreeing_probe_of_the_framework_function_leaves_the_divergence_at_the_original(tiny_ctx):
+    results = [
+        _traced("run", Outcome.VIOLATED, "train.train", 3, TRAIN_CALLS),
+        _traced("sgd", Outcome.ESTABLISHED, "torch.optim.SGD.step", 1, [("torch.optim.SGD.step", "probe")]),
+    ]
+    obs = localize_divergence(tiny_ctx, results).observations
+    assert obs["component"] == "train.train" and obs["established_below"] == ["torch.optim.SGD.step"]
+
+
+@pytest.mark.slow  # runs torch on the reference side
+def test_a_seeded_drift_in_the_optimizer_the_original_delegates_to_names_the_framework_call(tmp_path):
+    from probe_fixtures import FIXTURES
+
+    from probes.differential import probe_file_probe
+
+    task = FIXTURES / "delegating"  # trainer.train calls torch.optim.AdamW.step; the port's AdamW step drifts
+    ctx = make_context(load_task(task), task / "solution" / "app", sandbox_kind="none", workdir=tmp_path)
+    results = probe_file_probe(str(FIXTURES / "probe_delegating.py"))(ctx)
+    outcomes = {r.property.id: r.outcome for r in results}
+    assert outcomes == {
+        "trainer.loss": Outcome.ESTABLISHED,  # what the step is given agrees
+        "trainer.train": Outcome.VIOLATED,
+        "optimizer.adamw_step": Outcome.VIOLATED,  # the same parameters and gradients, diverging updates
+    }
+    obs = localize_divergence(ctx, results).observations
+    assert obs["component"] == "torch.optim.AdamW.step" and obs["called_from"] == ["trainer.train"]
+    assert obs["message"].startswith("first divergent component: torch.optim.AdamW.step (called from trainer.train)")
+    # without the framework function's own probe, the training run is the suspect and says what it delegates to
+    without = localize_divergence(ctx, [r for r in results if r.property.id != "optimizer.adamw_step"]).observations
+    assert without["component"] == "trainer.train"
+    assert {"torch.optim.AdamW", "torch.optim.AdamW.step", "torch.Tensor.backward"} <= set(without["framework_calls"])

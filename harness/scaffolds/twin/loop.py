@@ -16,7 +16,7 @@ from harness.run.audit import read_refusals
 from harness.run.final_choice import settle
 from harness.run.progress import Progress
 from harness.run.session import Session
-from harness.scaffolds.twin.objectives import all_shown, objective_statuses
+from harness.scaffolds.twin.objectives import all_shown, holds, objective_statuses
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
@@ -115,21 +115,22 @@ class TwinLoop:
 
     def nothing_left(self, t: int) -> bool:
         """Round t's Diagnoser reported complete, and the evidence after round t−1 holds properties,
-        every one established (none violated, none not established): nothing for a Migrator to do."""
+        every one established (none violated, none not established, none only against a re-implementation
+        of an interface component: `objectives.holds`): nothing for a Migrator to do."""
         if t < 2:
             return False
         records = self.store.diagnoses(round=t)
         if not records or not Diagnosis.model_validate(records[-1].diagnosis).complete:
             return False
         latest = self.candidate_latest(t - 1)
-        return bool(latest) and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
+        return bool(latest) and all(holds(r) for r in latest.values())
 
     def shown_by_rerun(self, t: int) -> bool:
         """After round t's re-run of every earlier probe, nothing is left for a Verifier: every
         property is established and every entry of the diagnosis's gaps names one of them.
         A Diagnoser that wants something new checked names a new property id in `probes`."""
         latest = self.candidate_latest(t)
-        everything_holds = bool(latest) and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
+        everything_holds = bool(latest) and all(holds(r) for r in latest.values())
         return t > 1 and everything_holds and all_shown(self.diagnosis(t), latest)
 
     def guard(self, t: int) -> None:
@@ -140,7 +141,7 @@ class TwinLoop:
         diagnosis = self.diagnosis(t)
         if (
             latest
-            and all(r.outcome is Outcome.ESTABLISHED for r in latest.values())
+            and all(holds(r) for r in latest.values())
             and (diagnosis is not None and diagnosis.complete)
         ):
             raise StopRun(f"every property established after round {t}")

@@ -17,6 +17,11 @@ ID_ENDS = frozenset(" \t:;,(—–")
 """What may follow a property id when a role writes a description after it (`a.b — what it checks`)."""
 
 
+def holds(record: EvidenceRecord) -> bool:
+    """Established, and not only against a re-implementation of a component on the task's interface."""
+    return record.outcome is Outcome.ESTABLISHED and not record.open_on_interface
+
+
 def objective_statuses(diagnosis: Diagnosis, latest: dict[str, EvidenceRecord]) -> list[tuple[str, str]]:
     """Each gap of `diagnosis` as ('title: objective', 'open: why'), or as ('title', 'done') once
     `latest` (property id → its latest record) shows it done."""
@@ -24,9 +29,12 @@ def objective_statuses(diagnosis: Diagnosis, latest: dict[str, EvidenceRecord]) 
     for gap in diagnosis.gaps:
         entries = [*gap.evidence, *gap.probes]
         named = [pid for pid in dict.fromkeys(property_id_in(e, latest) for e in entries) if pid]
-        left = [pid for pid in named if latest[pid].outcome is not Outcome.ESTABLISHED]
+        left = [pid for pid in named if not holds(latest[pid])]
+        copied = [pid for pid in left if latest[pid].outcome is Outcome.ESTABLISHED]
         if not named:
             status = "open: it names no property with evidence, so nothing shows it done"
+        elif copied and copied == left:
+            status = f"open: {', '.join(copied)} established only against a re-implementation (not yet established)"
         else:
             status = f"open: {', '.join(left)} not established" if left else "done"
         # a done objective is named by its title alone: its whole text again would only cost tokens
@@ -43,7 +51,7 @@ def all_shown(diagnosis: Diagnosis, latest: dict[str, EvidenceRecord]) -> bool:
     for gap in diagnosis.gaps:
         entries = [*gap.evidence, *gap.probes]
         named = [property_id_in(entry, latest) for entry in entries]
-        if not entries or any(pid is None or latest[pid].outcome is not Outcome.ESTABLISHED for pid in named):
+        if not entries or any(pid is None or not holds(latest[pid]) for pid in named):
             return False
     return True
 

@@ -255,7 +255,8 @@ def render_results(records: list[EvidenceRecord]) -> str:
         if record.property.kind == PLANTED_KIND and record.outcome is Outcome.VIOLATED:
             lines.append(planted_line(record))
             continue
-        lines.append(reading.property_block(record, _LABEL[Outcome(record.outcome)], margins=True))
+        label = _LABEL[Outcome(record.outcome)] + (f" ({reading.REIMPLEMENTED})" if record.reimplemented else "")
+        lines.append(reading.property_block(record, label, margins=True))
         tail = [ln for ln in record.trace.strip().splitlines() if ln.strip()][-TRACE_LINES:]
         # One line is already the `why` line, unless it was too long to show whole there (a probe
         # file's load error names what it refused and the forms it accepts).

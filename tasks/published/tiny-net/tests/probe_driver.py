@@ -6,7 +6,8 @@ candidate and the assets are (paths as seen inside the sandbox), the seed, the
 working dtype, the device and the precision policy. It writes into `out_dir`:
 
 - `manifest.json`: the structure of the named outputs (names, containers and their
-  types, shapes, dtypes, JSON values) plus timing and forbidden-import attempts;
+  types, shapes, dtypes, JSON values) plus timing and forbidden-import attempts, and on
+  a traced reference run what it ran of the original (`reference_trace`);
 - `arrays.npz`: the arrays, keyed by their index in the manifest;
 - `error.json` instead, when the side crashed: the traceback and its frames, from which
   twin decides the blame itself (`probes.outcomes`: the candidate's code runs in this
@@ -18,6 +19,7 @@ them to `inputs_dir`, from where the candidate side loads the very same values.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -282,14 +284,31 @@ def run_side(config: dict, out_dir: Path) -> dict:
     func = getattr(module, f"{config['side']}{suffix}", None)
     if func is None:
         raise AttributeError(f"probe file defines no function {config['side']}{suffix}")
+    trace = _reference_trace(config)
     start = time.perf_counter()
-    outputs = func(env)
+    with trace or contextlib.nullcontext():
+        outputs = func(env)
     compute_s = time.perf_counter() - start
     manifest: dict = {}
     arrays: dict = {}
     encode(outputs, "", manifest, arrays)
     np.savez(out_dir / "arrays.npz", **arrays)
-    return {"outputs": manifest, "compute_s": compute_s}
+    result = {"outputs": manifest, "compute_s": compute_s}
+    if trace is not None:
+        result["reference_trace"] = trace.report(list(config["trace_components"]))
+    return result
+
+
+def _reference_trace(config: dict):
+    """A `ReferenceTrace` (`probes/reference_trace.py`, loaded by path beside this file: the original comes first
+    on `sys.path`) for a reference run whose config names `trace_components`, else None (a grader's copy too)."""
+    source, path = config["roots"].get("source"), Path(__file__).with_name("reference_trace.py")
+    if config["side"] != "reference" or config.get("trace_components") is None or not source or not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("twin_reference_trace", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ReferenceTrace(source, config["probe_file"])
 
 
 def _innermost_candidate_file(frames: list[dict], root: str) -> str | None:
