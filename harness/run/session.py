@@ -130,6 +130,7 @@ class Session:
             cand_box,
             ref_box,
             self.config.command_timeout_s,
+            time_left=self.budget.wall_left,
             repo=self.repo,
             scratch=SCRATCH if scratch is not None else None,
         )

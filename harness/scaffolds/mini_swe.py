@@ -39,7 +39,15 @@ from ground.model import Model
 from harness.run.progress import Progress
 from harness.run.session import Session
 from harness.scaffolds.base import BaseScaffold
-from roles.tools import MAX_COMMAND_BYTES, MAX_TOOL_CALLS_PER_REPLY, ToolError, ToolResult, check_text_argument
+from roles.tools import (
+    MAX_COMMAND_BYTES,
+    MAX_TOOL_CALLS_PER_REPLY,
+    ToolError,
+    ToolResult,
+    check_text_argument,
+    command_limit,
+    timeout_text,
+)
 
 ROLE = "agent"
 
@@ -189,10 +197,17 @@ class TwinModelAdapter:
 
 
 def sandbox_environment(
-    sandbox: Any, *, env: dict[str, str], timeout_s: float, on_command: Any, budget_check: Any = None
+    sandbox: Any,
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+    on_command: Any,
+    budget_check: Any = None,
+    time_left: Any = None,
 ) -> Any:
     """A mini-swe-agent `Environment` whose commands run in twin's sandbox, the run's budget checked
-    before each (`budget_check` raises `BudgetExceeded`, which the package's agent passes on)."""
+    before each (`budget_check` raises `BudgetExceeded`, which the package's agent passes on), each
+    limited to the smaller of its own limit and what is left of the run's wall budget (`time_left`)."""
     mini = _import_mini()
 
     class SandboxEnvironment(mini.LocalEnvironment):
@@ -205,13 +220,12 @@ def sandbox_environment(
                 output = {"output": f"error: {refused}", "returncode": 2, "exception_info": refused}
                 on_command(command if isinstance(command, str) else repr(command)[:200], output)
                 return output
-            result = sandbox.exec(
-                command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=timeout or timeout_s
-            )
+            limit, note = command_limit(timeout or timeout_s, time_left)
+            result = sandbox.exec(command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=limit)
             output = {
                 "output": result.stdout + result.stderr,
                 "returncode": result.returncode,
-                "exception_info": f"the command timed out after {timeout or timeout_s:g} s" if result.timed_out else "",
+                "exception_info": "the command timed out" + timeout_text(result, note) if result.timed_out else "",
             }
             on_command(command, output)
             self._check_finished(output)  # the package's own submit convention
@@ -263,6 +277,7 @@ class MiniSweAgentScaffold(BaseScaffold):
             timeout_s=self.timeout_s,
             on_command=self._record,
             budget_check=self.s.budget.check_tool,
+            time_left=self.s.budget.wall_left,
         )
         agent_config = {
             **self.config["agent"],

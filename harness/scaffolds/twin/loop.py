@@ -48,6 +48,7 @@ class TwinLoop:
             audit_log=session.run.audit_log,
             commit=session.repo.head,
             on_recorded=progress.evidence,
+            budget=session.budget,
         )
         observers = {
             "on_tool": session.record_tool,
