@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from ground.boundary import BoundaryViolation
 from ground.errors import BudgetExceeded, InfraFailure
@@ -40,14 +40,31 @@ class StepLimitReached(AgentExit):
     """The agent used all its steps without submitting."""
 
 
+class ShareSpent(AgentExit):
+    """twin submits for the agent: it reached its share of the round's budget and did not submit
+    at its next reply, or went past its share and margin."""
+
+
+class ShareGauge(Protocol):
+    """A role's share of a round's budget, as the agent loop reads it (`harness.models.budget_plan.ShareWatch`)."""
+
+    def status(self) -> Literal["within", "reached", "over"]:
+        """'within' its share, 'reached' it, or 'over' it by more than the margin."""
+        ...
+
+    def notice(self) -> str:
+        """What the agent is told, once, when it reaches its share."""
+        ...
+
+
 @dataclass
 class AgentOutcome:
     """How one agent run ended."""
 
     exit: str
-    """'submitted' or 'step_limit'."""
+    """'submitted', 'step_limit' or 'share_spent' (twin submitted for it at its budget share)."""
     output: Any
-    """What was submitted (None on step limit)."""
+    """What was submitted (None on step limit or share spent: the role says what stands for it)."""
     steps: int
     messages: list[Message] = field(default_factory=list)
 
@@ -141,11 +158,19 @@ class Agent:
         self.on_step = on_step
         self.messages: list[Message] = []
         self.steps = 0
+        self.share: ShareGauge | None = None
+        self.told_at: int | None = None
+        """The step after which the agent was told it reached its share (None: not told)."""
 
-    def run(self, system: str, task: str) -> AgentOutcome:
-        """Run from a fresh conversation: system prompt, then the task message."""
+    def run(self, system: str, task: str, *, share: ShareGauge | None = None) -> AgentOutcome:
+        """Run from a fresh conversation: system prompt, then the task message.
+
+        Args:
+            share: the role's share of the round's budget (None: none); see `watch_share`.
+        """
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": task}]
         self.steps = 0
+        self.share, self.told_at = share, None
         try:
             while True:
                 self.step()
@@ -153,11 +178,30 @@ class Agent:
             return AgentOutcome("submitted", done.output, self.steps, self.messages)
         except StepLimitReached:
             return AgentOutcome("step_limit", None, self.steps, self.messages)
+        except ShareSpent:
+            return AgentOutcome("share_spent", None, self.steps, self.messages)
+
+    def watch_share(self) -> None:
+        """Before a model call: tell the agent once that it reached its share; end it (`ShareSpent`) when it
+        replied once since without submitting, or went past its share and margin."""
+        if self.share is None:
+            return
+        status = self.share.status()
+        if status == "over" or (self.told_at is not None and self.steps > self.told_at):
+            raise ShareSpent()
+        if status == "reached" and self.told_at is None:
+            self.told_at = self.steps
+            last = self.messages[-1]
+            if last.get("role") == "user" and isinstance(last.get("content"), str):
+                self.messages[-1] = {**last, "content": f"{last['content']}\n\n{self.share.notice()}"}
+            else:
+                self.messages.append({"role": "user", "content": self.share.notice()})
 
     def step(self) -> None:
         """One model call and the execution of every tool call it asked for."""
         if self.steps >= self.max_steps:
             raise StepLimitReached()
+        self.watch_share()
         self.steps += 1
         schemas = [tool.schema() for tool in self.tools.values()]
         reply = self.model.query(self.context.apply(self.messages), schemas, role=self.role)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from ground.errors import TwinError
 from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
+from harness.models.budget_plan import BudgetShares, RoundPlan
 from harness.models.config import ModelConfig, nest_model_settings
 
 STATE_VERSION = 2
@@ -49,6 +50,10 @@ class RunConfig(BaseModel):
     rounds: int = Field(default=2, ge=1, le=20, description="Refinement rounds R.")
     seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
     budget: Budget = Field(default_factory=Budget, description="Token, dollar, call and time limits.")
+    budget_shares: BudgetShares = Field(
+        default_factory=BudgetShares,
+        description="How each twin round splits what is left of the budget between the roles ([run.budget_shares]).",
+    )
     diagnoser_steps: int = Field(default=30, ge=1, description="Model calls per Diagnoser run.")
     migrator_steps: int = Field(default=80, ge=1, description="Model calls per Migrator run.")
     verifier_steps: int = Field(default=40, ge=1, description="Model calls per Verifier run.")
@@ -137,6 +142,9 @@ class RoundState(BaseModel):
     note: str = Field(default="", description="E.g. 'diagnosis invalid: derived from evidence'.")
     evidence_score: int | None = Field(
         default=None, description="Established minus violated properties after verification."
+    )
+    budget_plan: RoundPlan | None = Field(
+        default=None, description="What was left of the budget at the round's start and each role's share of it."
     )
 
 

@@ -9,6 +9,7 @@ is committed and tagged like the twin loop's, so both are graded the same way.
 from __future__ import annotations
 
 from ground.errors import BudgetExceeded
+from harness.models.budget_plan import budget_text
 from harness.run.progress import Progress
 from harness.run.session import Session
 from roles import prompting
@@ -68,6 +69,10 @@ class BaseScaffold:
         state.status = "finished"
         self.s.save()
 
+    def budget_left(self) -> str:
+        """What the agent's prompt says of its budget: what the run has left, and its model calls this round."""
+        return budget_text(self.s.config.budget, self.s.budget.spent, steps=self.s.config.base_steps)
+
     def work(self, t: int) -> str:
         """Round t's agent run, from a fresh conversation; returns a note for the round ('' if none)."""
         self.agent.run(
@@ -77,6 +82,7 @@ class BaseScaffold:
                 round=t,
                 instruction=self.s.task.instruction,
                 candidate_dir=self.s.task.settings.candidate_mount,
+                budget=self.budget_left(),
             ),
         )
         return ""

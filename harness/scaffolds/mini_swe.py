@@ -2,7 +2,8 @@
 
 The agent is the package's `DefaultAgent` with the system and instance templates
 of its default configuration (`mini.yaml`, the one its `mini` command uses),
-unchanged; the task's instruction is its `{{task}}`. Two adapters, written against
+unchanged; the task's instruction, then what the run has left of its budget, is its
+`{{task}}`. Two adapters, written against
 its `Model` and `Environment` protocols, are all that is twin's:
 
 - `TwinModelAdapter` sends its messages and its single `bash` tool through twin's
@@ -24,6 +25,7 @@ Like the base scaffold it runs R rounds, each a fresh agent on the same /app.
 from __future__ import annotations
 
 import atexit
+import copy
 import functools
 import json
 import os
@@ -46,6 +48,7 @@ from roles.tools import (
     ToolResult,
     check_text_argument,
     command_limit,
+    limit_sentence,
     timeout_text,
 )
 
@@ -124,9 +127,13 @@ class TwinModelAdapter:
         on_reply: called with (step, reply) after each call (progress, trajectory labels).
     """
 
-    def __init__(self, model: Model, config: dict[str, Any], on_reply: Any = None) -> None:
+    def __init__(self, model: Model, config: dict[str, Any], on_reply: Any = None, limit: str = "") -> None:
         self.mini = _import_mini()
         self.model = model
+        # the package's bash tool, its description followed by the command's time limit (`limit`)
+        self.tool = copy.deepcopy(self.mini.BASH_TOOL)
+        if limit:
+            self.tool["function"]["description"] = self.tool["function"]["description"].rstrip(".") + "." + limit
         self.config = SimpleNamespace(
             observation_template=config["observation_template"],
             format_error_template=config["format_error_template"],
@@ -137,7 +144,7 @@ class TwinModelAdapter:
 
     def query(self, messages: list[dict], **kwargs: Any) -> dict:
         prepared = [{k: v for k, v in m.items() if k != "extra"} for m in messages]
-        reply = self.model.query(prepared, [self.mini.BASH_TOOL], role=ROLE)
+        reply = self.model.query(prepared, [self.tool], role=ROLE)
         self.calls += 1
         if self.on_reply is not None:
             self.on_reply(self.calls, reply)
@@ -269,7 +276,10 @@ class MiniSweAgentScaffold(BaseScaffold):
     def work(self, t: int) -> str:
         """One run of the package's agent on the task's instruction; returns its exit status."""
         model = TwinModelAdapter(
-            self.s.model, self.config["model"], lambda step, reply: self.on_step(ROLE, step, reply)
+            self.s.model,
+            self.config["model"],
+            lambda step, reply: self.on_step(ROLE, step, reply),
+            limit=limit_sentence(self.timeout_s, self.s.budget.wall_left),
         )
         env = sandbox_environment(
             self.sandbox,
@@ -286,7 +296,8 @@ class MiniSweAgentScaffold(BaseScaffold):
             "output_path": self.s.run.root / f"mini-swe-agent.round-{t}.traj.json",
         }
         agent = self.mini.DefaultAgent(model, env, **agent_config)
-        result = agent.run(self.s.task.instruction)
+        # the package's own templates, unchanged: what the run has left follows the instruction in its {{task}}
+        result = agent.run(f"{self.s.task.instruction}\n\n# Budget\n{self.budget_left()}")
         return f"mini-swe-agent exit: {result.get('exit_status', '?')}"
 
     def _record(self, command: str, output: dict) -> None:
