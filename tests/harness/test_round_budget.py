@@ -130,3 +130,25 @@ def test_the_single_agent_sees_what_the_run_has_left(tmp_path):
     assert "# Budget\nThe run has left: 5,000 tokens, " in task and " s of wall time." in task
     assert "at most 150 model calls" in task
     assert "Your share" not in task  # one agent: the whole of what is left is its own
+
+
+def test_a_round_the_run_budget_stopped_in_migration_is_still_verified_by_the_re_run(tmp_path):
+    # The Migrator's share (90%) is beyond what the run has: the run's token budget stops it mid-round.
+    migrator = [plans.call("write_file", path="/app/calc/__init__.py", content=plans.INIT),
+                plans.call("write_file", path="/app/calc/ops.py", content=plans.OPS_GOOD),
+                *[plans.call("bash", command="ls /app") for _ in range(6)]]  # fmt: skip
+    script = plans.write_script(tmp_path / "script.json", [plans.diagnose(), *migrator])
+    config = RunConfig.build(
+        task=plans.TINY_TASK, model=script, rounds=1, sandbox="none", grade=False, budget={"max_tokens": 1000},
+        budget_shares={"diagnoser": 0.05, "migrator": 0.9, "reserve": 0.01},
+    )  # fmt: skip
+    inputs = RunInputs.create(tmp_path / "runs", config, load_task(plans.TINY_TASK), "r")
+    run_migration(inputs, SCAFFOLDS)
+    state = inputs.run.load_state()
+    assert state.stop_reason.startswith("budget: tokens"), state.stop_reason
+    (round1,) = state.rounds
+    assert round1.commit and round1.evidence_score is not None
+    assert "verified by the re-run of the built-in checks and every probe only (no Verifier)" in round1.note
+    with EvidenceStore(inputs.run.evidence, create=False) as store:
+        assert any(r.context.get("origin") == "builtin" for r in store.records(round=1))
+    assert state.final_round == 1 and "best evidence score" in state.final_choice
