@@ -45,6 +45,7 @@ class Migrator:
                 diagnosis=brief.diagnosis,
                 regressions=brief.regressions,
                 evidence=brief.evidence,
+                cited_sources=brief.cited_sources,
             ),
             share=brief.share,
         )

@@ -30,6 +30,8 @@ class RoundBrief:
     """Properties that went from established to violated, rendered for the prompt."""
     diagnosis: str = ""
     """This round's diagnosis, rendered (Migrator, Verifier)."""
+    cited_sources: str = ""
+    """The original's text at the spans the diagnosis cites, fenced (Migrator)."""
     candidate_files: str = ""
     """The candidate's file names (Diagnoser)."""
     objectives: list[tuple[str, str]] = field(default_factory=list)

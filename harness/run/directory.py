@@ -61,6 +61,11 @@ class RunConfig(BaseModel):
     sandbox: str = Field(default="auto", description="Sandbox kind: auto, bwrap, docker or none.")
     command_timeout_s: float = Field(default=600.0, gt=0, description="Limit of one agent command.")
     evidence_chars: int = Field(default=6000, ge=500, description="Evidence budget in prompts.")
+    handoff_chars: int = Field(
+        default=12000,
+        ge=0,
+        description="Characters of the original's text, cited by the diagnosis, put into the Migrator's task message.",
+    )
     context_whole_outputs: int = Field(
         default=8,
         ge=1,

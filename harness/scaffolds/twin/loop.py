@@ -15,6 +15,7 @@ from ground.errors import BudgetExceeded
 from harness.run.audit import read_refusals
 from harness.run.progress import Progress
 from harness.run.session import Session
+from harness.scaffolds.twin.handoff import handoff_text
 from harness.scaffolds.twin.objectives import all_shown, evidence_diagnosis, objective_statuses
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
 from harness.scaffolds.twin.round_budget import SHARE_SPENT_NOTE, RoundBudgets
@@ -211,6 +212,7 @@ class TwinLoop:
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
                 regressions=self.regression_text(t - 1),
                 evidence=self.evidence_text(t - 1) if t > 1 else "",
+                cited_sources=self.cited_sources(t),
             )
         )
         if outcome.exit == "share_spent":
@@ -219,6 +221,13 @@ class TwinLoop:
             self.s.state.round_state(t).note = note
             return note
         return str(outcome.output or "")
+
+    def cited_sources(self, t: int) -> str:
+        """The spans of the original round t's diagnosis cites, as the Migrator reads them (`handoff`)."""
+        settings, limit = self.s.task.settings, self.s.config.handoff_chars
+        text = handoff_text(self.diagnosis(t), self.s.task.source_dir, settings.source_mount, limit) if limit else ""
+        label = "the original's text at the spans the diagnosis cites"
+        return fence_agent_text(label, text, limit=limit + 2000) if text else ""
 
     def verify(self, t: int) -> None:
         self.enter(t, "verifier")
