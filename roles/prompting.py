@@ -3,7 +3,7 @@
 Templates are Jinja2 files (`<name>.md.j2`), rendered with `StrictUndefined` so a
 missing variable is an error, not an empty string. The variables with a default are
 `candidate_dir`, where the candidate lies inside the sandboxes: `/app` unless the task
-puts it elsewhere (a published task's `/app/jax_repo`), and `budget` (none).
+puts it elsewhere (a published task's `/app/jax_repo`), `budget` and `cited_sources` (none).
 
 Whether a variable's text is fenced is decided here, not in the templates: every
 variable is agent text unless its name is in `HARNESS_VARIABLES`, or its value is a
@@ -47,6 +47,7 @@ def _environment() -> jinja2.Environment:
     )
     env.globals["candidate_dir"] = CANDIDATE_DIR
     env.globals["budget"] = ""  # every role and scaffold passes its own; a bare render shows none
+    env.globals["cited_sources"] = ""  # the Migrator's: the spans its diagnosis cites
     env.globals["max_tool_calls"] = MAX_TOOL_CALLS_PER_REPLY
     return env
 

@@ -66,7 +66,7 @@ def test_the_migrators_first_message_holds_the_cited_spans_and_the_summary_count
     calls = [json.loads(line) for line in inputs.run.trajectory.read_text().splitlines() if '"model_call"' in line]
     task = next(c for c in calls if c["role"] == "migrator")["request"]["messages"][1]["content"]
     assert "# The original at the spans the diagnosis cites" in task
-    assert " 9 | def scale(x, k):\n10 |     \"\"\"Multiply by k.\"\"\"\n11 |     return np.asarray(x) * k" in task
+    assert ' 9 | def scale(x, k):\n10 |     """Multiply by k."""\n11 |     return np.asarray(x) * k' in task
     assert "sources: /source/calc/ops.py:1-11" in task  # the diagnosis names them too
     summary = inputs.run.summary.read_text()
     assert "- the Migrator's reads of the original: 1 (round 1: 1), each a read_file or a command naming /source" in (

@@ -117,3 +117,27 @@ def test_the_environment_names_the_candidate_where_the_task_puts_it(name):
     published = prompting.render(name, **{**VARIABLES, "candidate_dir": "/app/jax_repo"})
     assert "- `/app/jax_repo`: the candidate repository being built." in published
     assert "- `/app`: the candidate repository being built." in prompting.render(name, **VARIABLES)
+
+
+def test_every_similarity_measure_is_defined_once_in_the_paragraph_the_verifier_reads():
+    from probes.compare import MEASURE_NAMES
+
+    paragraph = " ".join(prompting.render("measures").split())
+    for name in (*MEASURE_NAMES, "exact"):
+        assert f"`{name}` (" in paragraph, name  # each measure with what it compares, then its definition
+    assert "sqrt(max(cos, 0) × min(‖a‖, ‖b‖) / max(‖a‖, ‖b‖))" in paragraph
+    assert paragraph in " ".join(prompting.render("verifier_system").split())
+    holders = [p.name for p in prompting.PROMPTS_DIR.glob("*.j2") if "Jensen" in p.read_text()]
+    assert holders == ["measures.md.j2"]  # one source, included where evidence is read
+
+
+def test_the_tensor_definition_the_prompt_states_is_what_the_probes_compute():
+    import math
+
+    import numpy as np
+
+    from probes.similarity import tensor_similarity
+
+    a = np.array([1.0, 2.0, 2.0])
+    assert tensor_similarity(a, 2 * a) == pytest.approx(math.sqrt(1.0 * 0.5))  # right direction, twice the norm
+    assert tensor_similarity(a, -a) == 0.0  # a negative cosine counts as none
