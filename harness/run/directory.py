@@ -74,6 +74,11 @@ class RunConfig(BaseModel):
     context_old_output_chars: int = Field(
         default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
     )
+    context_max_chars: int = Field(
+        default=400_000,
+        ge=10_000,
+        description="Past this many characters a conversation's older tool outputs are sent as one-line summaries.",
+    )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
 
     @model_validator(mode="before")
