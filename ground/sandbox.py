@@ -32,6 +32,12 @@ class ExecResult(BaseModel):
         description="A disk limit the command went over ('disk: /app …'); it failed because of it.",
     )
     duration_s: float = Field(default=0.0, description="Wall time of the command.")
+    limit_s: float | None = Field(default=None, description="The wall-time limit it ran under (None: not told).")
+    cpu_s: float | None = Field(
+        default=None,
+        description="CPU seconds its processes had used when its time limit stopped it (None: not measured); "
+        "far below the wall time, it says the machine was loaded.",
+    )
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ A work directory twin made itself is removed by `close()` unless `keep` is set.
 from __future__ import annotations
 
 import shutil
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ class ProbeContext:
         timeout_s: wall-time limit of one side of one probe file (plus what its probes ask for).
         reference_cache: where reference-side outputs are kept and re-used (they do
             not depend on the candidate); None to always run the reference.
+        deadline: `time.monotonic()` after which no side may run (what is left of a run's
+            wall budget); every side's limit is cut to it. None: no deadline.
         keep: keep the work directory after `close()` (always kept when the user named it).
     """
 
@@ -76,6 +79,7 @@ class ProbeContext:
     seed: int = 0
     timeout_s: float = 600.0
     reference_cache: Path | None = None
+    deadline: float | None = None
     keep: bool = True
     _sandboxes: dict = field(default_factory=dict, repr=False)
 
@@ -85,6 +89,12 @@ class ProbeContext:
         if self.sandbox_kind != "auto":
             return self.sandbox_kind
         return "bwrap" if shutil.which("bwrap") else "none"
+
+    def side_limit(self, wanted_s: float) -> float:
+        """The wall-time limit of one side's run: `wanted_s`, cut to what is left before `deadline`."""
+        if self.deadline is None:
+            return wanted_s
+        return max(0.0, min(wanted_s, self.deadline - time.monotonic()))
 
     @property
     def dtype(self) -> str:
@@ -250,6 +260,7 @@ def make_context(task: Task, candidate: Path | str, **options) -> ProbeContext:
         "seed",
         "timeout_s",
         "reference_cache",
+        "deadline",
         "keep",
     }
     unknown = set(options) - known

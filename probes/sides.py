@@ -153,7 +153,7 @@ def run_side(
     result = ctx.sandbox(side).exec(
         [sys.executable, f"{given_inside}/driver.py", f"{given_inside}/{config_file}"],
         cwd=work_inside,
-        timeout_s=timeout_s or ctx.timeout_s,
+        timeout_s=ctx.side_limit(timeout_s or ctx.timeout_s),
     )
     refused = refused_over_caps(result)
     if refused is not None:  # nothing ran: the side's own root (the candidate's tree) is over the caps

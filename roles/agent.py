@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from ground.boundary import BoundaryViolation
 from ground.errors import BudgetExceeded, InfraFailure
@@ -40,14 +40,31 @@ class StepLimitReached(AgentExit):
     """The agent used all its steps without submitting."""
 
 
+class ShareSpent(AgentExit):
+    """twin submits for the agent: it reached its share of the round's budget and did not submit
+    at its next reply, or went past its share and margin."""
+
+
+class ShareGauge(Protocol):
+    """A role's share of a round's budget, as the agent loop reads it (`harness.models.budget_plan.ShareWatch`)."""
+
+    def status(self) -> Literal["within", "reached", "over"]:
+        """'within' its share, 'reached' it, or 'over' it by more than the margin."""
+        ...
+
+    def notice(self) -> str:
+        """What the agent is told, once, when it reaches its share."""
+        ...
+
+
 @dataclass
 class AgentOutcome:
     """How one agent run ended."""
 
     exit: str
-    """'submitted' or 'step_limit'."""
+    """'submitted', 'step_limit' or 'share_spent' (twin submitted for it at its budget share)."""
     output: Any
-    """What was submitted (None on step limit)."""
+    """What was submitted (None on step limit or share spent: the role says what stands for it)."""
     steps: int
     messages: list[Message] = field(default_factory=list)
 
@@ -67,9 +84,12 @@ class ContextPolicy:
     """The last N tool outputs are sent whole (up to 2N−1 between cuts)."""
     old_output_chars: int = 2000
     """An older output longer than this is sent cut to this many characters."""
+    max_chars: int = 400_000
+    """Past this many characters of messages, older tool outputs are sent as one-line summaries instead."""
 
     def apply(self, messages: list[Message]) -> list[Message]:
-        """The messages to send: `messages` with older long tool outputs cut (the list is not changed)."""
+        """The messages to send: `messages` with older long tool outputs cut, and, once the conversation
+        passes `max_chars`, older outputs summarized (`summarize`); the list itself is not changed."""
         outputs = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
         n = max(1, self.keep_whole)
         cut_count = max(0, (len(outputs) - n) // n * n)
@@ -78,7 +98,53 @@ class ContextPolicy:
             content = sent[i].get("content")
             if isinstance(content, str) and len(content) > self.old_output_chars:
                 sent[i] = {**sent[i], "content": cut_old_output(content, self.old_output_chars)}
+        return self.summarize(sent, outputs[:cut_count]) if conversation_chars(sent) > self.max_chars else sent
+
+    def summarize(self, sent: list[Message], older: list[int]) -> list[Message]:
+        """`sent` with its oldest tool outputs replaced by one-line summaries, `keep_whole` at a time, until it is
+        back under half of `max_chars` (so the next summaries come only after it has grown again, and the
+        prompt's prefix stays put in between). The system prompt, the task message, the last outputs and the
+        latest output of each evidence tool (`EVIDENCE_TOOLS`) are never summarized. A pure function of the
+        conversation: a replay sends the same summaries."""
+        latest_evidence = {
+            max((i for i in older if sent[i].get("name") == tool), default=-1) for tool in EVIDENCE_TOOLS
+        }
+        candidates = [i for i in older if i not in latest_evidence]
+        n = max(1, self.keep_whole)
+        total = conversation_chars(sent)
+        for start in range(0, len(candidates), n):
+            if total <= self.max_chars // 2:
+                break
+            for i in candidates[start : start + n]:
+                before = len(str(sent[i].get("content") or ""))
+                sent[i] = {**sent[i], "content": summary_line(sent[i], self.max_chars)}
+                total -= before - len(sent[i]["content"])
         return sent
+
+
+EVIDENCE_TOOLS = ("write_probe", "run_checks")
+"""Tools whose output is the round's evidence: the latest of each stays whole in a long conversation."""
+SUMMARY_HEAD_CHARS = 160
+
+
+def conversation_chars(messages: list[Message]) -> int:
+    """Characters of a conversation's text: contents and tool-call arguments."""
+    total = 0
+    for m in messages:
+        total += len(str(m.get("content") or ""))
+        total += sum(len(str(call.get("function", {}).get("arguments", ""))) for call in m.get("tool_calls") or [])
+    return total
+
+
+def summary_line(message: Message, max_chars: int) -> str:
+    """One line in place of an older tool output: which tool, how long it was, and how it began."""
+    content = str(message.get("content") or "")
+    head = " ".join(content[:SUMMARY_HEAD_CHARS].split())
+    more = "…" if len(content) > SUMMARY_HEAD_CHARS else ""
+    return (
+        f"[older output of {message.get('name', 'a tool')}, {len(content):,} characters, summarized because "
+        f"this conversation passed {max_chars:,} characters; it began: {head}{more} (run it again to see it whole)]"
+    )
 
 
 def cut_old_output(text: str, limit: int) -> str:
@@ -141,11 +207,19 @@ class Agent:
         self.on_step = on_step
         self.messages: list[Message] = []
         self.steps = 0
+        self.share: ShareGauge | None = None
+        self.told_at: int | None = None
+        """The step after which the agent was told it reached its share (None: not told)."""
 
-    def run(self, system: str, task: str) -> AgentOutcome:
-        """Run from a fresh conversation: system prompt, then the task message."""
+    def run(self, system: str, task: str, *, share: ShareGauge | None = None) -> AgentOutcome:
+        """Run from a fresh conversation: system prompt, then the task message.
+
+        Args:
+            share: the role's share of the round's budget (None: none); see `watch_share`.
+        """
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": task}]
         self.steps = 0
+        self.share, self.told_at = share, None
         try:
             while True:
                 self.step()
@@ -153,11 +227,30 @@ class Agent:
             return AgentOutcome("submitted", done.output, self.steps, self.messages)
         except StepLimitReached:
             return AgentOutcome("step_limit", None, self.steps, self.messages)
+        except ShareSpent:
+            return AgentOutcome("share_spent", None, self.steps, self.messages)
+
+    def watch_share(self) -> None:
+        """Before a model call: tell the agent once that it reached its share; end it (`ShareSpent`) when it
+        replied once since without submitting, or went past its share and margin."""
+        if self.share is None:
+            return
+        status = self.share.status()
+        if status == "over" or (self.told_at is not None and self.steps > self.told_at):
+            raise ShareSpent()
+        if status == "reached" and self.told_at is None:
+            self.told_at = self.steps
+            last = self.messages[-1]
+            if last.get("role") == "user" and isinstance(last.get("content"), str):
+                self.messages[-1] = {**last, "content": f"{last['content']}\n\n{self.share.notice()}"}
+            else:
+                self.messages.append({"role": "user", "content": self.share.notice()})
 
     def step(self) -> None:
         """One model call and the execution of every tool call it asked for."""
         if self.steps >= self.max_steps:
             raise StepLimitReached()
+        self.watch_share()
         self.steps += 1
         schemas = [tool.schema() for tool in self.tools.values()]
         reply = self.model.query(self.context.apply(self.messages), schemas, role=self.role)

@@ -75,6 +75,7 @@ class Diagnoser:
             prompting.render(
                 "diagnoser_task",
                 round=brief.round,
+                budget=brief.budget,
                 instruction=brief.instruction,
                 evidence=brief.evidence,
                 regressions=brief.regressions,
@@ -85,4 +86,5 @@ class Diagnoser:
                 verifier_summary=brief.verifier_summary,
                 candidate_dir=brief.candidate_dir,
             ),
+            share=brief.share,
         )

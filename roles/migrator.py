@@ -40,9 +40,12 @@ class Migrator:
             prompting.render(
                 "migrator_task",
                 round=brief.round,
+                budget=brief.budget,
                 instruction=brief.instruction,
                 diagnosis=brief.diagnosis,
                 regressions=brief.regressions,
                 evidence=brief.evidence,
+                cited_sources=brief.cited_sources,
             ),
+            share=brief.share,
         )

@@ -1,9 +1,9 @@
 """Loading and rendering the prompt templates of `prompts/`.
 
 Templates are Jinja2 files (`<name>.md.j2`), rendered with `StrictUndefined` so a
-missing variable is an error, not an empty string. The one variable with a default is
+missing variable is an error, not an empty string. The variables with a default are
 `candidate_dir`, where the candidate lies inside the sandboxes: `/app` unless the task
-puts it elsewhere (a published task's `/app/jax_repo`).
+puts it elsewhere (a published task's `/app/jax_repo`), `budget` and `cited_sources` (none).
 
 Whether a variable's text is fenced is decided here, not in the templates: every
 variable is agent text unless its name is in `HARNESS_VARIABLES`, or its value is a
@@ -27,9 +27,9 @@ from roles.tools import MAX_TOOL_CALLS_PER_REPLY
 
 PROMPTS_DIR = Path(prompts.__file__).parent
 CANDIDATE_DIR = "/app"
-HARNESS_VARIABLES = frozenset({"round", "instruction", "candidate_dir"})
+HARNESS_VARIABLES = frozenset({"round", "instruction", "candidate_dir", "budget"})
 """Variables whose text twin or the task's author wrote: the round number, the task's
-instruction and the candidate's mount point."""
+instruction, the candidate's mount point and the budget the role has left."""
 AGENT_LABELS = {
     "changed_files": "files changed since the previous round (names chosen by the Migrator)",
     "objectives": "objectives of the previous diagnosis, each done or open",
@@ -46,6 +46,8 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.globals["candidate_dir"] = CANDIDATE_DIR
+    env.globals["budget"] = ""  # every role and scaffold passes its own; a bare render shows none
+    env.globals["cited_sources"] = ""  # the Migrator's: the spans its diagnosis cites
     env.globals["max_tool_calls"] = MAX_TOOL_CALLS_PER_REPLY
     return env
 

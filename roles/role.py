@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from roles.agent import AgentOutcome
+from roles.agent import AgentOutcome, ShareGauge
 from roles.prompting import CANDIDATE_DIR
 
 
@@ -30,6 +30,8 @@ class RoundBrief:
     """Properties that went from established to violated, rendered for the prompt."""
     diagnosis: str = ""
     """This round's diagnosis, rendered (Migrator, Verifier)."""
+    cited_sources: str = ""
+    """The original's text at the spans the diagnosis cites, fenced (Migrator)."""
     candidate_files: str = ""
     """The candidate's file names (Diagnoser)."""
     objectives: list[tuple[str, str]] = field(default_factory=list)
@@ -44,6 +46,10 @@ class RoundBrief:
     """What the previous Verifier reported it checked and found, in its own words (Diagnoser)."""
     candidate_dir: str = CANDIDATE_DIR
     """Where the candidate lies inside every sandbox (the task's candidate mount)."""
+    budget: str = ""
+    """What the role's prompt says of its budget: what the run has left and the role's share (twin's text)."""
+    share: ShareGauge | None = None
+    """The role's share of this round's budget, watched between its model calls (None: none)."""
 
 
 class Role(Protocol):

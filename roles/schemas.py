@@ -18,6 +18,11 @@ class Gap(BaseModel):
         default_factory=list,
         description="What the Verifier should check to show the gap is closed.",
     )
+    sources: list[str] = Field(
+        default_factory=list,
+        description="Spans of the original the Migrator needs, as path:first-last or path:Name (a definition); "
+        "their text goes into the Migrator's task message.",
+    )
     priority: int = Field(default=1, ge=1, le=3, description="1 (highest) to 3.")
 
 
@@ -41,6 +46,8 @@ class Diagnosis(BaseModel):
                 lines.append(f"   evidence: {', '.join(gap.evidence)}")
             if gap.probes:
                 lines.append(f"   verify with: {'; '.join(gap.probes)}")
+            if gap.sources:
+                lines.append(f"   sources: {', '.join(gap.sources)}")
         return "\n".join(lines).strip()
 
 

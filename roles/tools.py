@@ -72,9 +72,13 @@ class Tool:
         return self.function(**arguments)
 
 
-def format_exec(result: ExecResult) -> str:
-    """Render a command's result for the model."""
-    parts = [f"exit code {result.returncode}" + (" (timed out)" if result.timed_out else "")]
+def format_exec(result: ExecResult, limit_note: str = "") -> str:
+    """Render a command's result for the model; a time-out says the limit it hit (`limit_note`: which
+    limit that was) and, where measured, how much CPU time its processes had in that wall time."""
+    head = f"exit code {result.returncode}"
+    if result.timed_out:
+        head += timeout_text(result, limit_note)
+    parts = [head]
     if result.stdout:
         parts.append("--- stdout ---\n" + result.stdout)
     if result.stderr:
@@ -84,8 +88,35 @@ def format_exec(result: ExecResult) -> str:
     return "\n".join(parts)
 
 
-def bash_tool(sandbox: Sandbox, *, name: str, description: str, timeout_s: float) -> Tool:
-    """A shell in one sandbox."""
+def timeout_text(result: ExecResult, limit_note: str = "") -> str:
+    """` (timed out: ...)`: the limit the command hit and, where measured, its CPU time against its wall time."""
+    limit = result.limit_s if result.limit_s is not None else result.duration_s
+    text = f" (timed out: stopped at its time limit of {limit:.1f} s{limit_note}"
+    if result.cpu_s is not None:
+        text += f"; its processes had {result.cpu_s:.1f} s of CPU time in {result.duration_s:.1f} s of wall time"
+        if result.cpu_s < 0.5 * result.duration_s:
+            text += ": the machine is loaded, so allow for slower runs"
+    return text + ")"
+
+
+TimeLeft = Callable[[], "float | None"]
+"""Seconds left of the run's wall budget (None: no wall limit)."""
+
+
+def command_limit(own_s: float, time_left: TimeLeft | None) -> tuple[float, str]:
+    """The limit of the next command: its own, or what is left of the run's wall budget where that is
+    less; with a note saying which one it is."""
+    left = time_left() if time_left is not None else None
+    if left is not None and left < own_s:
+        return max(left, 0.0), ", what was left of the run's wall budget"
+    return own_s, ", the command limit"
+
+
+def bash_tool(
+    sandbox: Sandbox, *, name: str, description: str, timeout_s: float, time_left: TimeLeft | None = None
+) -> Tool:
+    """A shell in one sandbox; its description states its time limit, and each command runs under the
+    smaller of that limit and what is left of the run's wall budget (`time_left`)."""
 
     def run(command: str) -> ToolResult:
         command = check_text_argument("command", command)
@@ -93,10 +124,20 @@ def bash_tool(sandbox: Sandbox, *, name: str, description: str, timeout_s: float
             raise ToolError("command contains a NUL byte")
         if len(command.encode("utf-8")) > MAX_COMMAND_BYTES:
             raise ToolError(f"command is longer than {MAX_COMMAND_BYTES} bytes; write a script with a file first")
-        result = sandbox.exec(command, timeout_s=timeout_s)
-        return ToolResult(text=format_exec(result), ok=result.ok)
+        limit, note = command_limit(timeout_s, time_left)
+        result = sandbox.exec(command, timeout_s=limit)
+        return ToolResult(text=format_exec(result, note), ok=result.ok)
 
-    return Tool(name, description, {"command": {"type": "string"}}, run)
+    return Tool(name, description + limit_sentence(timeout_s, time_left), {"command": {"type": "string"}}, run)
+
+
+def limit_sentence(timeout_s: float, time_left: TimeLeft | None) -> str:
+    """What a command tool's description says of its time limit (fixed text: the description is sent with
+    every call, so it names no figure that changes while the run goes on)."""
+    text = f" Each command is stopped after {timeout_s:g} s"
+    if time_left is not None and time_left() is not None:
+        text += " or when the run's wall budget runs out, whichever comes first"
+    return text + " (exit code 124, and the output says which limit it hit)."
 
 
 def check_path_argument(path: Any) -> str:
@@ -295,6 +336,8 @@ class Workbench:
     candidate: Sandbox
     reference: Sandbox
     command_timeout_s: float = 600.0
+    time_left: TimeLeft | None = None
+    """Seconds left of the run's wall budget, asked before each command (None: no budget to watch)."""
     repo: RoundHistory | None = None
     """The round history, for the read-only `diff` tool (None: no history to show)."""
     scratch: str | None = None
@@ -334,6 +377,7 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             "mounted, torch is absent, there is no network. /tmp is fresh for every command: nothing "
             "written there outlives it." + scratch_note + CALLS_NOTE,
             timeout_s=bench.command_timeout_s,
+            time_left=bench.time_left,
         ),
         bash_tool(
             bench.reference,
@@ -342,6 +386,7 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             "runs with torch (e.g. `cd /source && python -c ...`). /app is read-only here, and /tmp is "
             "fresh for every command" + reference_note + CALLS_NOTE,
             timeout_s=bench.command_timeout_s,
+            time_left=bench.time_left,
         ),
     ]
     if bench.repo is not None:

@@ -147,10 +147,12 @@ class Verifier:
             prompting.render(
                 "verifier_task",
                 round=brief.round,
+                budget=brief.budget,
                 instruction=brief.instruction,
                 diagnosis=brief.diagnosis,
                 evidence=brief.evidence,
                 migrator_summary=brief.migrator_summary,
                 changed_files=brief.changed_files,
             ),
+            share=brief.share,
         )

@@ -127,6 +127,8 @@ def twin_plan(task: str) -> list[dict]:
                 "objective": defect.description or "repair it",
                 "evidence": [],
                 "probes": probed_ids(probes),
+                # the original's definition, handed to the Migrator in its task message
+                "sources": [f"/source/{defect.file}:{defect.component.split('.')[-1]}"],
                 "priority": 1,
             }
         ],

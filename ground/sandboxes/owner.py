@@ -39,3 +39,33 @@ def owner_alive(tag: str) -> bool:
     """Whether the process a record's tag names is still running (an empty or garbled tag: no)."""
     head = tag.split()[0] if tag.split() else ""
     return head.isdigit() and int(head) > 0 and process_tag(int(head)) == tag
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user and system, with reaped children's) of a live process and all its descendants.
+
+    Read from `/proc` at one moment, to say how much of a command's wall time its processes
+    had the CPU for (a loaded machine gives them little); None where the process is gone.
+    """
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields is None or len(fields) < 15:
+            continue
+        child = int(name)
+        children.setdefault(int(fields[1]), []).append(child)
+        cpu[child] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    if pid not in cpu:
+        return None
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        total += cpu.get(current, 0)
+        todo.extend(children.get(current, []))
+    return total / os.sysconf("SC_CLK_TCK")

@@ -34,6 +34,7 @@ from ground.boundary import Limits
 from ground.sandbox import ExecResult, SandboxError
 from ground.sandboxes.disk import DISK_RETURNCODE, DiskWatch, file_cap_reached
 from ground.sandboxes.gate import LaunchGate, NoReport
+from ground.sandboxes.owner import tree_cpu_s
 from ground.sandboxes.supervise import supervise
 
 TIMEOUT_RETURNCODE = 124
@@ -271,7 +272,11 @@ def run_limited(
         _open_gate(gate, proc, limits, deadline=start + limits.wall_s)
     out, err = HeadTail(limits.output_bytes), HeadTail(limits.output_bytes)
 
+    cpu: list[float] = []
+
     def stop() -> None:
+        if not cpu and time.monotonic() >= start + limits.wall_s:  # its time limit: how much CPU it had
+            cpu.append(tree_cpu_s(proc.pid) or 0.0)
         _kill_group(proc)
         if cgroup is not None:
             cgroup.kill_all()
@@ -290,9 +295,12 @@ def run_limited(
         if cgroup is not None:
             cgroup.discard()
     returncode = TIMEOUT_RETURNCODE if watched.timed_out else proc.returncode
-    return command_result(
+    result = command_result(
         returncode, out, err, timed_out=watched.timed_out, started=start, exceeded=watched.exceeded, limits=limits
     )
+    if watched.timed_out and cpu:
+        result.cpu_s = cpu[0]
+    return result
 
 
 def _open_gate(gate: LaunchGate, proc: subprocess.Popen, limits: Limits, *, deadline: float) -> None:
@@ -346,6 +354,7 @@ def command_result(
         timed_out=timed_out,
         truncated=out.truncated or err.truncated,
         duration_s=time.monotonic() - started,
+        limit_s=limits.wall_s,
         exceeded=exceeded,
     )
 

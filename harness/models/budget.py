@@ -105,6 +105,16 @@ class BudgetTracker:
         wall = self._wall_before + (now - self._started)
         return self._spent.model_copy(update={"wall_s": wall})
 
+    def wall_left(self) -> float | None:
+        """Seconds left of the wall budget (never below 0), or None without a wall limit.
+
+        Every command a role runs, and every side of every probe, is limited to the smaller
+        of its own limit and this (docs/loop.md, "Budgets").
+        """
+        if self.budget.max_wall_s is None:
+            return None
+        return max(0.0, self.budget.max_wall_s - self.spent.wall_s)
+
     def check(self) -> None:
         """Raise `BudgetExceeded` if any limit is already reached; call before a model call."""
         with self._lock:

@@ -96,6 +96,9 @@ class LedgerBudget:
     def stop_clock(self) -> None:
         self.tracker.stop_clock()
 
+    def wall_left(self) -> float | None:
+        return self.tracker.wall_left()
+
     def check(self) -> None:
         self.tracker.check()
         self.ledger.check()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from ground.errors import TwinError
 from ground.untrusted_io import write_text_atomic
 from harness.models.budget import Budget, Spent
+from harness.models.budget_plan import BudgetShares, RoundPlan
 from harness.models.config import ModelConfig, nest_model_settings
 from harness.run.final_choice import FinalRule, choice
 from harness.run.snapshots import Snapshot
@@ -53,6 +54,10 @@ class RunConfig(BaseModel):
     rounds: int = Field(default=2, ge=1, le=MAX_ROUNDS, description="Refinement rounds R.")
     seed: int = Field(default=0, description="Trial seed (recorded; passed to probes).")
     budget: Budget = Field(default_factory=Budget, description="Token, dollar, call and time limits.")
+    budget_shares: BudgetShares = Field(
+        default_factory=BudgetShares,
+        description="How each twin round splits what is left of the budget between the roles ([run.budget_shares]).",
+    )
     diagnoser_steps: int = Field(default=30, ge=1, description="Model calls per Diagnoser run.")
     migrator_steps: int = Field(default=80, ge=1, description="Model calls per Migrator run.")
     verifier_steps: int = Field(default=40, ge=1, description="Model calls per Verifier run.")
@@ -60,6 +65,11 @@ class RunConfig(BaseModel):
     sandbox: str = Field(default="auto", description="Sandbox kind: auto, bwrap, docker or none.")
     command_timeout_s: float = Field(default=600.0, gt=0, description="Limit of one agent command.")
     evidence_chars: int = Field(default=6000, ge=500, description="Evidence budget in prompts.")
+    handoff_chars: int = Field(
+        default=12000,
+        ge=0,
+        description="Characters of the original's text, cited by the diagnosis, put into the Migrator's task message.",
+    )
     context_whole_outputs: int = Field(
         default=8,
         ge=1,
@@ -67,6 +77,11 @@ class RunConfig(BaseModel):
     )
     context_old_output_chars: int = Field(
         default=2000, ge=200, description="An older tool output is sent cut to this many characters, with a marker."
+    )
+    context_max_chars: int = Field(
+        default=400_000,
+        ge=10_000,
+        description="Past this many characters a conversation's older tool outputs are sent as one-line summaries.",
     )
     grade: bool = Field(default=True, description="Grade every round's snapshot after the run.")
     snapshot_every: int = Field(
@@ -158,6 +173,9 @@ class RoundState(BaseModel):
     )
     evidence_score: int | None = Field(
         default=None, description="Established minus violated properties after verification."
+    )
+    budget_plan: RoundPlan | None = Field(
+        default=None, description="What was left of the budget at the round's start and each role's share of it."
     )
 
 

@@ -206,6 +206,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         f"- rounds: {len(state.rounds)} of {config.rounds} ({state.stop_reason or state.status})",
         f"- final candidate: round {state.final_round} — {state.final_choice}",
         f"- spent: {spent_line(state)}",
+        *([f"- the Migrator's reads of the original: {source_reads(s)}"] if evidence else []),
         "",
         f"| round | commit | model calls | tokens | {counters}reward |",
         "|---|---|---|---|" + ("---|---|---|" if evidence else "") + "---|",
@@ -233,6 +234,23 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
 
 
 SUMMARY_OUTPUT_LINES = 12
+SOURCE_READ_TOOLS = frozenset({"read_file", "bash", "bash_reference"})
+
+
+def source_reads(session: Any) -> str:
+    """How often the Migrator read the original: its `read_file` calls and commands naming the original's
+    mount (`/source`), in all and per round. What the diagnosis handed it should keep this low."""
+    mount = session.task.settings.source_mount.rstrip("/")
+    per_round: Counter = Counter()
+    for record in session.trajectory.records():
+        if record.type != "tool_call" or record.role != "migrator" or record.tool not in SOURCE_READ_TOOLS:
+            continue
+        named = str(record.arguments.get("path" if record.tool == "read_file" else "command", ""))
+        if named == mount or f"{mount}/" in named or named.endswith(f" {mount}"):
+            per_round[record.round] += 1
+    rounds = ", ".join(f"round {r}: {n}" for r, n in sorted(per_round.items()))
+    total = f"{sum(per_round.values())}" + (f" ({rounds})" if rounds else "")
+    return f"{total}, each a read_file or a command naming {mount}"
 
 
 def _zero_reasons(run: RunDir, grades: RunGrades | None) -> list[str]:

@@ -131,6 +131,7 @@ class Session:
             cand_box,
             ref_box,
             self.config.command_timeout_s,
+            time_left=self.budget.wall_left,
             repo=self.repo,
             scratch=SCRATCH if scratch is not None else None,
         )
@@ -163,7 +164,9 @@ class Session:
     def context_policy(self) -> ContextPolicy:
         """How much earlier tool output each model call carries again (the same for every scaffold)."""
         return ContextPolicy(
-            keep_whole=self.config.context_whole_outputs, old_output_chars=self.config.context_old_output_chars
+            keep_whole=self.config.context_whole_outputs,
+            old_output_chars=self.config.context_old_output_chars,
+            max_chars=self.config.context_max_chars,
         )
 
     def step_observer(self, progress: Progress) -> Callable[[str, int, object], None]:

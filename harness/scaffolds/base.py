@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ground.errors import BudgetExceeded
+from harness.models.budget_plan import budget_text
 from harness.run.final_choice import settle
 from harness.run.progress import Progress
 from harness.run.session import Session
@@ -135,6 +136,10 @@ class BaseScaffold:
         submitted = outcome.exit == "submitted"
         return ("" if submitted else f"no submit within {outcome.steps} model calls"), submitted
 
+    def budget_left(self) -> str:
+        """What the agent's prompt says of its budget: what the run has left, and its model calls this round."""
+        return budget_text(self.s.config.budget, self.s.budget.spent, steps=self.s.config.base_steps)
+
     def task_message(self, t: int, reprompt: Reprompt) -> str:
         return prompting.render(
             "base_task",
@@ -143,6 +148,7 @@ class BaseScaffold:
             candidate_dir=self.s.task.settings.candidate_mount,
             step_limit=reprompt.step_limit,
             failing=reprompt.failing,
+            budget=self.budget_left(),
         )
 
 

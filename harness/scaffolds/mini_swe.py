@@ -2,7 +2,8 @@
 
 The agent is the package's `DefaultAgent` with the system and instance templates
 of its default configuration (`mini.yaml`, the one its `mini` command uses),
-unchanged; the task's instruction is its `{{task}}`. Two adapters, written against
+unchanged; the task's instruction, then what the run has left of its budget, is its
+`{{task}}`. Two adapters, written against
 its `Model` and `Environment` protocols, are all that is twin's:
 
 - `TwinModelAdapter` sends its messages and its single `bash` tool through twin's
@@ -26,6 +27,7 @@ checks found something violated after it did).
 from __future__ import annotations
 
 import atexit
+import copy
 import functools
 import json
 import os
@@ -42,7 +44,16 @@ from harness.run.progress import Progress
 from harness.run.session import Session
 from harness.scaffolds.base import BaseScaffold, Reprompt
 from roles import prompting
-from roles.tools import MAX_COMMAND_BYTES, MAX_TOOL_CALLS_PER_REPLY, ToolError, ToolResult, check_text_argument
+from roles.tools import (
+    MAX_COMMAND_BYTES,
+    MAX_TOOL_CALLS_PER_REPLY,
+    ToolError,
+    ToolResult,
+    check_text_argument,
+    command_limit,
+    limit_sentence,
+    timeout_text,
+)
 
 ROLE = "agent"
 
@@ -119,9 +130,13 @@ class TwinModelAdapter:
         on_reply: called with (step, reply) after each call (progress, trajectory labels).
     """
 
-    def __init__(self, model: Model, config: dict[str, Any], on_reply: Any = None) -> None:
+    def __init__(self, model: Model, config: dict[str, Any], on_reply: Any = None, limit: str = "") -> None:
         self.mini = _import_mini()
         self.model = model
+        # the package's bash tool, its description followed by the command's time limit (`limit`)
+        self.tool = copy.deepcopy(self.mini.BASH_TOOL)
+        if limit:
+            self.tool["function"]["description"] = self.tool["function"]["description"].rstrip(".") + "." + limit
         self.config = SimpleNamespace(
             observation_template=config["observation_template"],
             format_error_template=config["format_error_template"],
@@ -132,7 +147,7 @@ class TwinModelAdapter:
 
     def query(self, messages: list[dict], **kwargs: Any) -> dict:
         prepared = [{k: v for k, v in m.items() if k != "extra"} for m in messages]
-        reply = self.model.query(prepared, [self.mini.BASH_TOOL], role=ROLE)
+        reply = self.model.query(prepared, [self.tool], role=ROLE)
         self.calls += 1
         if self.on_reply is not None:
             self.on_reply(self.calls, reply)
@@ -192,10 +207,17 @@ class TwinModelAdapter:
 
 
 def sandbox_environment(
-    sandbox: Any, *, env: dict[str, str], timeout_s: float, on_command: Any, budget_check: Any = None
+    sandbox: Any,
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+    on_command: Any,
+    budget_check: Any = None,
+    time_left: Any = None,
 ) -> Any:
     """A mini-swe-agent `Environment` whose commands run in twin's sandbox, the run's budget checked
-    before each (`budget_check` raises `BudgetExceeded`, which the package's agent passes on)."""
+    before each (`budget_check` raises `BudgetExceeded`, which the package's agent passes on), each
+    limited to the smaller of its own limit and what is left of the run's wall budget (`time_left`)."""
     mini = _import_mini()
 
     class SandboxEnvironment(mini.LocalEnvironment):
@@ -208,13 +230,12 @@ def sandbox_environment(
                 output = {"output": f"error: {refused}", "returncode": 2, "exception_info": refused}
                 on_command(command if isinstance(command, str) else repr(command)[:200], output)
                 return output
-            result = sandbox.exec(
-                command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=timeout or timeout_s
-            )
+            limit, note = command_limit(timeout or timeout_s, time_left)
+            result = sandbox.exec(command, cwd=cwd or self.config.cwd, env=self.config.env, timeout_s=limit)
             output = {
                 "output": result.stdout + result.stderr,
                 "returncode": result.returncode,
-                "exception_info": f"the command timed out after {timeout or timeout_s:g} s" if result.timed_out else "",
+                "exception_info": "the command timed out" + timeout_text(result, note) if result.timed_out else "",
             }
             on_command(command, output)
             self._check_finished(output)  # the package's own submit convention
@@ -259,7 +280,10 @@ class MiniSweAgentScaffold(BaseScaffold):
         """One run of the package's agent on the task's instruction (from round 2, with what is new: the base
         scaffold's rule); returns its exit status and whether it submitted."""
         model = TwinModelAdapter(
-            self.s.model, self.config["model"], lambda step, reply: self.on_step(ROLE, step, reply)
+            self.s.model,
+            self.config["model"],
+            lambda step, reply: self.on_step(ROLE, step, reply),
+            limit=limit_sentence(self.timeout_s, self.s.budget.wall_left),
         )
         env = sandbox_environment(
             self.sandbox,
@@ -267,6 +291,7 @@ class MiniSweAgentScaffold(BaseScaffold):
             timeout_s=self.timeout_s,
             on_command=self._record,
             budget_check=self.s.budget.check_tool,
+            time_left=self.s.budget.wall_left,
         )
         agent_config = {
             **self.config["agent"],
@@ -284,7 +309,8 @@ class MiniSweAgentScaffold(BaseScaffold):
                 step_limit=reprompt.step_limit,
                 failing=reprompt.failing,
             )
-        result = agent.run(task)
+        # the package's own templates, unchanged: what the run has left follows the instruction in its {{task}}
+        result = agent.run(f"{task}\n\n# Budget\n{self.budget_left()}")
         status = result.get("exit_status", "?")
         return f"mini-swe-agent exit: {status}", status == "Submitted"
 

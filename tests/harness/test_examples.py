@@ -68,6 +68,9 @@ def replay(task: str, scaffold: str, tmp_path: Path, *, grade: bool = False) -> 
     if scaffold == "twin":
         # the demonstration's point: round 1's seeded defect is violated, round 2 repairs it
         assert state.rounds[0].evidence_score < state.rounds[1].evidence_score
+        # ... with the original's definition the diagnosis cites in the repairing Migrator's task message
+        migrator_2 = next(c for c in calls if c["role"] == "migrator" and c["round"] == 2)
+        assert "# The original at the spans the diagnosis cites" in migrator_2["request"]["messages"][1]["content"]
     return run
 
 

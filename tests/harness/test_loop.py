@@ -407,3 +407,32 @@ def test_a_diagnosis_naming_a_property_no_probe_states_yet_gets_a_verifier(tmp_p
         "verifier"
     ]
     assert outcomes(run, "calc.ops")[-1] == (2, "established")
+
+
+@pytest.mark.parametrize(
+    ("entry", "verifier"),
+    [("calc/ops.py:9", True), ("a check of scale in words", True), (None, False)],
+    ids=["file-line", "words", "ids-only"],
+)
+def test_a_gap_entry_other_than_an_established_id_costs_a_verifier_as_the_diagnosers_prompt_says(
+    tmp_path, entry, verifier
+):
+    """The stop rule and the Diagnoser's prompt say the same: once the re-run establishes every property, a
+    round whose gaps name only established ids gets no Verifier; a file:line or words cost one; the spans
+    cited in `sources` (handed to the Migrator) never do."""
+    replies = [plans.diagnose(), *plans.migrate(plans.OPS_BUGGY), *plans.verify_with_new_probe()]
+    second = diagnose_naming("calc.ops", *([entry] if entry else []))
+    second["tool_calls"][0]["arguments"]["diagnosis"]["gaps"][0]["sources"] = ["/source/calc/ops.py:9-11"]
+    replies += [second, *plans.migrate(plans.OPS_GOOD), *(plans.verify_again() if verifier else [])]
+    run = start(tmp_path, replies, grade=False, sandbox="none")
+    run_migration(RunInputs.read(run), SCAFFOLDS)
+    assert ("verifier" in [role for round, role in model_call_roles(run) if round == 2]) is verifier
+    assert outcomes(run, "calc.ops")[-1] == (2, "established")
+    diagnoser = next(c for c in _requests(run) if c["role"] == "diagnoser")["request"]["messages"][0]["content"]
+    rule = " ".join(diagnoser.split())
+    assert (
+        "every entry of every gap's `evidence` and `probes` names one of them by its id, the round ends without a "
+        "Verifier. Any other entry there (a file:line, a check in words, a property id no probe states yet) costs "
+        "a Verifier's turn." in rule
+    )
+    assert "`sources` never costs a Verifier." in rule

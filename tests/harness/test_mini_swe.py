@@ -103,8 +103,13 @@ def test_budget_stops_the_run_cleanly_and_keeps_the_round(tmp_path):
     run = run_tiny(tmp_path, mini_two_rounds(), budget={"max_calls": 3}, grade=False)
     state = run.load_state()
     assert state.status == "finished" and state.stop_reason.startswith("budget: calls budget exhausted")
-    assert len(records(run, "model_call")) == 3
+    calls = records(run, "model_call")
+    assert len(calls) == 3
     assert state.rounds[0].commit and state.rounds[0].note == "stopped by budget"
+    task = calls[0]["request"]["messages"][1]["content"]
+    assert "# Budget\nThe run has left: 3 model calls." in task  # after the instruction, in the package's {{task}}
+    (tool,) = calls[0]["request"]["tools"]
+    assert tool["function"]["description"].startswith("Execute a bash command. Each command is stopped after 600 s")
 
 
 def test_a_run_replays_from_its_trajectory(tmp_path):

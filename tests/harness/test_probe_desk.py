@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import pytest
 
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
@@ -148,3 +151,28 @@ def test_an_error_the_run_records_again_is_not_superseded(tmp_path, monkeypatch)
         desk.run_probe("shape")
         latest = store.latest()["probe:shape"]
         assert latest.outcome is Outcome.NOT_ESTABLISHED and latest.property.kind == "differential"
+
+
+def test_no_probe_starts_once_the_wall_budget_is_spent_and_a_side_ends_at_it(tmp_path):
+    from ground.errors import BudgetExceeded
+    from harness.models.budget import Budget, BudgetTracker
+
+    slow = "def reference(env):\n    import time\n    time.sleep(60)\n    return {'y': 1.5}\n\n\n" + (
+        "def candidate(env):\n    return {'y': 1.5}\n"
+    )
+    with EvidenceStore(tmp_path / "evidence.sqlite") as store:
+        budget = BudgetTracker(Budget(max_wall_s=2.0))
+        desk = RunProbeDesk(
+            load_task(FIXTURES / "tiny"), FIXTURES / "candidates" / "good", tmp_path / "probes", store,
+            run_id="r1", sandbox_kind="none", audit_log=None, budget=budget,
+        )  # fmt: skip
+        desk.round = 1
+        desk.write_probe("slow", slow)
+        started = time.monotonic()
+        shown = desk.run_probe("slow")
+        assert time.monotonic() - started < 30  # the reference's 60 s sleep was cut at the budget
+        assert "NOT ESTABLISHED" in shown
+        while budget.wall_left():
+            time.sleep(0.2)
+        with pytest.raises(BudgetExceeded, match="wall_time"):
+            desk.run_probe("slow")

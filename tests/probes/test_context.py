@@ -67,3 +67,15 @@ def test_bwrap_sides_hide_torch_source_and_hidden_files(tmp_path):
     assert ref.ok, ref.stderr
     assert ref.stdout.startswith("True False")
     ctx.close()
+
+
+def test_a_deadline_cuts_every_side_to_what_is_left(tmp_path):
+    import time
+
+    task, good = load_task(TINY), CANDIDATES / "good"
+    assert make_context(task, good, sandbox_kind="none", workdir=tmp_path).side_limit(600.0) == 600.0
+    ctx = make_context(task, good, sandbox_kind="none", workdir=tmp_path, deadline=time.monotonic() + 5.0)
+    assert 0 < ctx.side_limit(600.0) <= 5.0
+    assert ctx.side_limit(1.0) == 1.0
+    late = make_context(task, good, sandbox_kind="none", workdir=tmp_path, deadline=time.monotonic() - 1.0)
+    assert late.side_limit(600.0) == 0.0

@@ -132,3 +132,48 @@ def test_outputs_are_cut_in_steps_so_the_prompt_prefix_stays_put_between_cuts(ou
     messages = [{"role": "tool", "content": "x" * 1000}] * outputs
     sent = ContextPolicy(keep_whole=2, old_output_chars=200).apply(messages)
     assert sum(m["content"] != "x" * 1000 for m in sent) == cut
+
+
+def conversation(outputs: int, size: int, tool: str = "echo") -> list[dict]:
+    messages = [{"role": "system", "content": "S" * 5000}, {"role": "user", "content": "T" * 5000}]
+    for i in range(outputs):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "function": {}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "name": tool, "content": f"{i}:" + "o" * size})
+    return messages
+
+
+def test_a_long_conversation_sends_older_outputs_as_summaries_and_keeps_the_task_and_the_last_turns():
+    from roles.agent import ContextPolicy, conversation_chars
+
+    policy = ContextPolicy(keep_whole=2, old_output_chars=50_000, max_chars=40_000)
+    messages = conversation(12, 5000)
+    messages[2 * 3 + 3]["name"] = "write_probe"  # output 3 is the latest evidence
+    sent = policy.apply(messages)
+    assert conversation_chars(messages) > 60_000 and conversation_chars(sent) < 30_000
+    assert sent[:2] == messages[:2]  # the system prompt and the task message, whole
+    tools = [m for m in sent if m["role"] == "tool"]
+    summarized = [m["content"].startswith("[older output of echo, 5,002 characters, summarized") for m in tools]
+    # every older output but the latest evidence; the last turns whole
+    assert summarized == [True] * 3 + [False] + [True] * 6 + [False] * 2
+    assert tools[-2:] == [m for m in messages if m["role"] == "tool"][-2:]  # the last turns whole
+    assert "it began: 0:ooo" in tools[0]["content"]
+    assert policy.apply(messages) == sent  # a pure function of the conversation: a replay sends the same
+    assert messages[3]["content"] == "0:" + "o" * 5000  # the conversation itself keeps every output
+
+
+def test_a_conversation_under_its_size_is_never_summarized():
+    from roles.agent import ContextPolicy
+
+    messages = conversation(6, 1000)
+    assert ContextPolicy(keep_whole=2, old_output_chars=50_000, max_chars=400_000).apply(messages) == messages
+
+
+@pytest.mark.parametrize("outputs", [10, 11, 12, 13, 14])
+def test_summaries_come_oldest_first_so_the_prefix_stays_put_while_the_conversation_grows(outputs):
+    from roles.agent import ContextPolicy
+
+    policy = ContextPolicy(keep_whole=2, old_output_chars=50_000, max_chars=60_000)
+    before = [m["content"] for m in policy.apply(conversation(outputs, 3000)) if m["role"] == "tool"]
+    after = [m["content"] for m in policy.apply(conversation(outputs + 1, 3000)) if m["role"] == "tool"]
+    kept = [text for text in before if text.startswith("[older output")]
+    assert after[: len(kept)] == kept  # what was summarized before is sent again unchanged

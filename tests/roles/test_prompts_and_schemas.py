@@ -86,7 +86,7 @@ def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
 @pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "verifier_system"])
 def test_the_tolerance_rule_is_explained_to_the_roles_that_read_evidence(name):
     text = prompting.render(name, **VARIABLES)
-    assert "T = 10 × max(N, 2^-23)" in text and "distance D > tolerance T (noise N)" in text
+    assert "T = 10 × max(N, 2^-23)" in text and "fails: distance D > tolerance T (R× the tolerance)" in text
 
 
 @pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "diagnoser_system", "migrator_system"])
@@ -119,3 +119,27 @@ def test_the_environment_names_the_candidate_where_the_task_puts_it(name):
     published = prompting.render(name, **{**VARIABLES, "candidate_dir": "/app/jax_repo"})
     assert "- `/app/jax_repo`: the candidate repository being built." in published
     assert "- `/app`: the candidate repository being built." in prompting.render(name, **VARIABLES)
+
+
+def test_every_similarity_measure_is_defined_once_in_the_paragraph_the_verifier_reads():
+    from probes.compare import MEASURE_NAMES
+
+    paragraph = " ".join(prompting.render("measures").split())
+    for name in (*MEASURE_NAMES, "exact"):
+        assert f"`{name}` (" in paragraph, name  # each measure with what it compares, then its definition
+    assert "sqrt(max(cos, 0) × min(‖a‖, ‖b‖) / max(‖a‖, ‖b‖))" in paragraph
+    assert paragraph in " ".join(prompting.render("verifier_system").split())
+    holders = [p.name for p in prompting.PROMPTS_DIR.glob("*.j2") if "Jensen" in p.read_text()]
+    assert holders == ["measures.md.j2"]  # one source, included where evidence is read
+
+
+def test_the_tensor_definition_the_prompt_states_is_what_the_probes_compute():
+    import math
+
+    import numpy as np
+
+    from probes.similarity import tensor_similarity
+
+    a = np.array([1.0, 2.0, 2.0])
+    assert tensor_similarity(a, 2 * a) == pytest.approx(math.sqrt(1.0 * 0.5))  # right direction, twice the norm
+    assert tensor_similarity(a, -a) == 0.0  # a negative cosine counts as none

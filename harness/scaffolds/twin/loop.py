@@ -8,7 +8,7 @@ carrying its reason; a budget running out is a `BudgetExceeded` from the model.
 
 from __future__ import annotations
 
-from evidence_store.records import EvidenceRecord, Outcome, Property
+from evidence_store.records import EvidenceRecord, Outcome
 from evidence_store.store import EvidenceStore
 from evidence_store.views import NON_CANDIDATE_KINDS, candidate_latest, round_tally
 from ground.errors import BudgetExceeded
@@ -16,14 +16,17 @@ from harness.run.audit import read_refusals
 from harness.run.final_choice import settle
 from harness.run.progress import Progress
 from harness.run.session import Session
-from harness.scaffolds.twin.objectives import all_shown, holds, objective_statuses
+from harness.scaffolds.twin.handoff import handoff_text
+from harness.scaffolds.twin.objectives import all_shown, evidence_diagnosis, holds, objective_statuses
 from harness.scaffolds.twin.probe_desk import RunProbeDesk
+from harness.scaffolds.twin.round_budget import SHARE_SPENT_NOTE, RoundBudgets
+from harness.scaffolds.twin.run_records import refusal_records, report_records, unchecked_records
 from probes.round_localization import render_localization
 from roles.diagnoser import Diagnoser
 from roles.fence import HarnessText, fence_agent_text
 from roles.migrator import Migrator
 from roles.role import RoundBrief
-from roles.schemas import Diagnosis, Gap, VerifierReport
+from roles.schemas import Diagnosis, VerifierReport
 from roles.verifier import Verifier
 
 
@@ -49,6 +52,7 @@ class TwinLoop:
             audit_log=session.run.audit_log,
             commit=session.repo.head,
             on_recorded=progress.evidence,
+            budget=session.budget,
         )
         observers = {
             "on_tool": session.record_tool,
@@ -57,6 +61,9 @@ class TwinLoop:
             "budget_check": session.budget.check_tool,
         }
         c = session.config
+        self.budgets = RoundBudgets(session)
+        self.reran = 0  # the last round whose re-run of the checks and earlier probes completed
+        self.steps = {"diagnoser": c.diagnoser_steps, "migrator": c.migrator_steps, "verifier": c.verifier_steps}
         self.diagnoser = Diagnoser(
             session.model, session.workbench("diagnoser", write=False), max_steps=c.diagnoser_steps, **observers
         )
@@ -91,6 +98,7 @@ class TwinLoop:
 
     def round(self, t: int) -> None:
         rs = self.s.state.round_state(t)
+        self.budgets.plan(t)  # what is left, split between the roles before the first of them starts
         if "migrate" not in rs.done:
             self.s.repo.reset_to(t - 1)  # discard a half-done Migrator step of a killed run
         if "diagnose" not in rs.done:
@@ -152,9 +160,12 @@ class TwinLoop:
     # ---- the three steps ---------------------------------------------------------------------------
     def diagnose(self, t: int) -> str:
         self.enter(t, "diagnoser")
+        budget, share = self.budgets.for_role(t, "diagnoser", self.steps["diagnoser"])
         outcome = self.diagnoser.run(
             RoundBrief(
                 round=t,
+                budget=budget,
+                share=share,
                 candidate_dir=self.s.task.settings.candidate_mount,
                 instruction=self.s.task.instruction,
                 evidence=self.evidence_text(t - 1),
@@ -168,7 +179,11 @@ class TwinLoop:
         )
         diagnosis, note = outcome.output, ""
         if diagnosis is None:
-            diagnosis, note = self.fallback_diagnosis(t), "diagnosis invalid or missing: derived from evidence"
+            why = "diagnosis invalid or missing"
+            if outcome.exit == "share_spent":
+                why = "the Diagnoser reached its budget share without a diagnosis"
+                self.progress.message(f"round {t}: {SHARE_SPENT_NOTE.format(role='Diagnoser')}")
+            diagnosis, note = self.fallback_diagnosis(t), f"{why}: derived from evidence"
         self.store.record_diagnosis(self.s.state.run_id, t, diagnosis)
         return note
 
@@ -189,22 +204,39 @@ class TwinLoop:
     def migrate(self, t: int) -> str:
         """Run the Migrator; return its summary of what it changed."""
         self.enter(t, "migrator")
+        budget, share = self.budgets.for_role(t, "migrator", self.steps["migrator"])
         outcome = self.migrator.run(
             RoundBrief(
                 round=t,
+                budget=budget,
+                share=share,
                 candidate_dir=self.s.task.settings.candidate_mount,
                 instruction=self.s.task.instruction,
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
                 regressions=self.regression_text(t - 1),
                 evidence=self.evidence_text(t - 1) if t > 1 else "",
+                cited_sources=self.cited_sources(t),
             )
         )
+        if outcome.exit == "share_spent":
+            note = SHARE_SPENT_NOTE.format(role="Migrator")
+            self.progress.message(f"round {t}: {note}")
+            self.s.state.round_state(t).note = note
+            return note
         return str(outcome.output or "")
+
+    def cited_sources(self, t: int) -> str:
+        """The spans of the original round t's diagnosis cites, as the Migrator reads them (`handoff`)."""
+        settings, limit = self.s.task.settings, self.s.config.handoff_chars
+        text = handoff_text(self.diagnosis(t), self.s.task.source_dir, settings.source_mount, limit) if limit else ""
+        label = "the original's text at the spans the diagnosis cites"
+        return fence_agent_text(label, text, limit=limit + 2000) if text else ""
 
     def verify(self, t: int) -> None:
         self.enter(t, "verifier")
         self.desk.round = t
         self.desk.rerun_all()
+        self.reran = t
         self.progress.role(t, "verifier")  # the live counts after the re-run, as the Verifier reads them
         if self.shown_by_rerun(t):
             self.progress.message(f"round {t}: the re-run probes show every objective done; no Verifier is called")
@@ -217,9 +249,12 @@ class TwinLoop:
                 self.store.append_many(carried)
             self.desk.localize()
             return
+        budget, share = self.budgets.for_role(t, "verifier", self.steps["verifier"])
         outcome = self.verifier.run(
             RoundBrief(
                 round=t,
+                budget=budget,
+                share=share,
                 candidate_dir=self.s.task.settings.candidate_mount,
                 instruction=self.s.task.instruction,
                 diagnosis=fence_agent_text("diagnosis by the Diagnoser", self.diagnosis(t).render()),
@@ -235,6 +270,10 @@ class TwinLoop:
         if isinstance(outcome.output, VerifierReport):
             self.record_unchecked(t, outcome.output)
             self.record_report(t, outcome.output)
+        elif outcome.exit == "share_spent":
+            note = SHARE_SPENT_NOTE.format(role="Verifier")
+            self.progress.message(f"round {t}: {note}")
+            self.record_report(t, VerifierReport(summary=f"({note}; its probes' outcomes are the evidence)"))
         self.desk.localize()
 
     # ---- bookkeeping -------------------------------------------------------------------------------
@@ -253,56 +292,17 @@ class TwinLoop:
         """Every refusal the boundary wrote to the audit log becomes evidence too."""
         state = self.s.state
         refusals, state.audit_offset = read_refusals(self.s.run.audit_log, state.audit_offset)
-        records = [
-            EvidenceRecord(
-                run_id=state.run_id,
-                round=t,
-                property=Property(
-                    id=f"boundary:{r.get('boundary', '?')}:{r.get('action', '?')}",
-                    kind="boundary",
-                    description="a role stayed inside its boundary",
-                ),
-                outcome=Outcome.VIOLATED,
-                observations=r,
-            )
-            for r in refusals
-        ]
-        if records:
-            self.store.append_many(records)
+        self.append(refusal_records(state.run_id, t, refusals))
 
     def record_unchecked(self, t: int, report: VerifierReport) -> None:
-        """What the Verifier could not examine is evidence too: not established, with its reason."""
-        records = [
-            EvidenceRecord(
-                run_id=self.s.state.run_id,
-                round=t,
-                property=Property(
-                    id=f"unchecked:{name}",
-                    kind="unchecked",
-                    description=f"the Verifier of round {t} could not examine {name}",
-                ),
-                outcome=Outcome.NOT_ESTABLISHED,
-                observations={"reason": why, "reported_by": "verifier"},
-            )
-            for name, why in report.unchecked_reasons()
-        ]
-        if records:
-            self.store.append_many(records)
+        self.append(unchecked_records(self.s.state.run_id, t, report))
 
     def record_report(self, t: int, report: VerifierReport) -> None:
-        """The Verifier's own summary, kept for the next Diagnoser (a record about the run)."""
-        if report.summary.strip():
-            self.store.append_many(
-                [
-                    EvidenceRecord(
-                        run_id=self.s.state.run_id,
-                        round=t,
-                        property=Property(id="report:verifier", kind="report", description="the Verifier's summary"),
-                        outcome=Outcome.NOT_ESTABLISHED,
-                        observations={"summary": report.summary, "reported_by": "verifier"},
-                    )
-                ]
-            )
+        self.append(report_records(self.s.state.run_id, t, report))
+
+    def append(self, records: list[EvidenceRecord]) -> None:
+        if records:
+            self.store.append_many(records)
 
     def verifier_summary(self, t: int) -> str:
         return next((str(r.observations.get("summary", "")) for r in self.store.records(round=t, kind="report")), "")
@@ -324,36 +324,46 @@ class TwinLoop:
         return objective_statuses(self.diagnosis(t), self.candidate_latest(t))
 
     def finish_interrupted_round(self) -> None:
-        """After a budget stop mid-round, keep the Migrator's work as that round's snapshot."""
+        """After a budget stop mid-round, keep the Migrator's work as that round's snapshot, and verify it
+        by the re-run of the built-in checks and every probe while the wall budget lasts: no round ends
+        with a changed candidate and no verification while that can still run (no model call is made)."""
         for rs in self.s.state.rounds:
             if "diagnose" in rs.done and "migrate" not in rs.done:
                 rs.commit = self.s.repo.commit_round(rs.round, "migrator (stopped by budget)")
                 rs.note = "stopped by budget during migration; not verified"
+                self.verify_by_rerun(rs.round, "stopped by budget during migration")
+            elif "migrate" in rs.done and "verify" not in rs.done:
+                self.verify_by_rerun(rs.round, "the budget stopped the Verifier")
             if rs.commit:
                 self.s.snapshot_round(rs.round)
+
+    def verify_by_rerun(self, t: int, why: str) -> None:
+        """Score round t on the re-run of the built-in checks and every probe (run now unless the round's
+        verify step already completed it); left unverified when the wall budget is spent."""
+        rs = self.s.state.round_state(t)
+        if t > 1 and not self.s.repo.changed(t - 1, t):
+            rs.evidence_score = self.s.state.round_state(t - 1).evidence_score
+            rs.note = f"{why}; unchanged since round {t - 1}: its evidence stands"
+            return
+        if self.reran != t:
+            self.s.trajectory.set_context(round=t, step=0)
+            self.desk.round = t
+            try:
+                self.desk.rerun_all()
+                self.desk.localize()
+            except BudgetExceeded:
+                return
+            self.reran = t
+        rs.evidence_score = self.evidence_score(t)
+        rs.note = f"{why}; verified by the re-run of the built-in checks and every probe only (no Verifier)"
 
     def diagnosis(self, t: int) -> Diagnosis:
         records = self.store.diagnoses(round=t)
         return Diagnosis.model_validate(records[-1].diagnosis) if records else self.fallback_diagnosis(t)
 
     def fallback_diagnosis(self, t: int) -> Diagnosis:
-        """Gaps from what the evidence shows is violated or unresolved."""
-        latest = self.candidate_latest(t - 1)
-        gaps = [
-            Gap(
-                title=f"{record.property.id} is {record.outcome.value}",
-                evidence=[record.property.id],
-                objective=f"make {record.property.description or record.property.id} hold",
-                probes=[record.property.id],
-            )
-            for record in latest.values()
-            if record.outcome is not Outcome.ESTABLISHED
-        ]
-        summary = "No diagnosis was produced; these gaps come from the evidence."
-        if not latest:
-            summary = "Nothing has been verified yet: migrate the whole repository."
-            gaps = [Gap(title="migrate the repository", objective="follow the task instruction")]
-        return Diagnosis(summary=summary, gaps=gaps[:20])
+        """Gaps from what the evidence after round t−1 shows is violated or unresolved."""
+        return evidence_diagnosis(self.candidate_latest(t - 1))
 
     def candidate_latest(self, t: int) -> dict:
         return candidate_latest(self.store.latest(up_to_round=t))

@@ -11,7 +11,7 @@ the round's re-run of the earlier probes.
 from __future__ import annotations
 
 from evidence_store.records import EvidenceRecord, Outcome
-from roles.schemas import Diagnosis
+from roles.schemas import Diagnosis, Gap
 
 ID_ENDS = frozenset(" \t:;,(—–")
 """What may follow a property id when a role writes a description after it (`a.b — what it checks`)."""
@@ -64,3 +64,23 @@ def property_id_in(entry: str, known: dict) -> str | None:
         return entry
     found = [pid for pid in known if entry.startswith(pid) and entry[len(pid)] in ID_ENDS]
     return max(found, key=len, default=None)
+
+
+def evidence_diagnosis(latest: dict[str, EvidenceRecord]) -> Diagnosis:
+    """A diagnosis derived from the evidence where no Diagnoser gave one: a gap per property that does not
+    hold (`holds`; its id as evidence and as what to verify), or, before any evidence, the whole migration."""
+    gaps = [
+        Gap(
+            title=f"{record.property.id} is {record.outcome.value}",
+            evidence=[record.property.id],
+            objective=f"make {record.property.description or record.property.id} hold",
+            probes=[record.property.id],
+        )
+        for record in latest.values()
+        if not holds(record)
+    ]
+    summary = "No diagnosis was produced; these gaps come from the evidence."
+    if not latest:
+        summary = "Nothing has been verified yet: migrate the whole repository."
+        gaps = [Gap(title="migrate the repository", objective="follow the task instruction")]
+    return Diagnosis(summary=summary, gaps=gaps[:20])

@@ -11,6 +11,7 @@ as the round before: that is how regressions are seen.
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from evidence_store import numbers, reading
 from evidence_store.records import EvidenceRecord, Outcome, ProbeResult, Property
 from evidence_store.store import EvidenceStore
 from evidence_store.views import tally, tally_text
+from ground.errors import BudgetExceeded
 from probes.interface_checks import check_plan
 from probes.probe_format import PLANTED_KIND, PROBE_FILE_KIND, stated_ids
 from probes.round_localization import localize_round
@@ -44,6 +46,8 @@ class RunProbeDesk:
         on_recorded: called with the records of every batch.
         search_budget: the budget of the counterexample searches probe files state
             (`probes.services.probe_file.SearchBudget`; None: its defaults).
+        budget: the run's budget (`harness.models.budget.BudgetTracker`; None: unlimited): no side
+            of a probe runs past its wall time, and once that is spent no probe starts.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class RunProbeDesk:
         commit: Callable[[], str | None] = lambda: None,
         on_recorded: RecordedHook | None = None,
         search_budget=None,
+        budget=None,
     ) -> None:
         self.task = task
         self.candidate = candidate
@@ -70,6 +75,7 @@ class RunProbeDesk:
         self.commit = commit
         self.on_recorded = on_recorded
         self.search_budget = search_budget
+        self.budget = budget
         self.round = 0
         probes_dir.mkdir(parents=True, exist_ok=True)
 
@@ -216,11 +222,25 @@ class RunProbeDesk:
             sandbox_kind=self.sandbox_kind,
             audit_log=self.audit_log,
             candidate_commit=self.commit(),
+            deadline=self.deadline(),
         ) as suite:
             results = suite.results
         for result in results:
             result.context.setdefault("origin", origin)
         return self._record(results)
+
+    def deadline(self) -> float | None:
+        """When the run's wall budget ends, on `time.monotonic()`'s clock (None: no wall budget).
+
+        Raises:
+            BudgetExceeded: the wall budget is spent: no probe starts.
+        """
+        left = self.budget.wall_left() if self.budget is not None else None
+        if left is None:
+            return None
+        if left <= 0:
+            raise BudgetExceeded("wall_time", self.budget.budget.max_wall_s, self.budget.spent.wall_s)
+        return time.monotonic() + left
 
     def _record(self, results: list[ProbeResult]) -> list[EvidenceRecord]:
         records = [EvidenceRecord.from_result(r, run_id=self.run_id, round=self.round) for r in results]

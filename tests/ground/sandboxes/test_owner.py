@@ -31,3 +31,22 @@ def test_a_process_that_ended_owns_nothing():
 @pytest.mark.parametrize("tag", ["", "   ", "x 12", "0 12", "-1 5", "12"])
 def test_an_empty_or_garbled_tag_names_no_live_owner(tag):
     assert not owner_alive(tag)
+
+
+def test_the_cpu_of_a_process_tree_is_read_from_proc():
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from ground.sandboxes.owner import tree_cpu_s
+
+    busy = subprocess.Popen(["bash", "-c", "sh -c 'while :; do :; done' & wait"], process_group=0)
+    try:
+        time.sleep(1.0)
+        cpu = tree_cpu_s(busy.pid)
+    finally:
+        os.killpg(busy.pid, signal.SIGKILL)
+        busy.wait()
+    assert cpu is not None and cpu > 0  # the grandchild's busy loop counts for the tree
+    assert tree_cpu_s(busy.pid) is None

@@ -98,7 +98,7 @@ def test_the_model_is_told_the_cap_where_it_reads_its_tools():
 
     assert f"at most {MAX_TOOL_CALLS_PER_REPLY} tool calls" in render("migrator_system")
     bench = SimpleNamespace(boundary=None, candidate=None, reference=None, scratch=None, repo=None,
-                            command_timeout_s=10.0)  # fmt: skip
+                            command_timeout_s=10.0, time_left=None)  # fmt: skip
     tools = workbench_tools(bench, write=False)
     for name in ("bash", "bash_reference"):
         assert f"At most {MAX_TOOL_CALLS_PER_REPLY} tool calls per reply" in tools[name].description
@@ -126,3 +126,32 @@ def test_a_whole_run_given_one_reply_of_forty_sleeps_stops_on_its_wall_budget(tm
     ran = [line for line in lines if '"sleep 0.3"' in line and '"tool_call"' in line]
     assert state.stop_reason.startswith("budget: wall_time"), state.stop_reason
     assert len(ran) <= MAX_TOOL_CALLS_PER_REPLY, len(ran)
+
+
+@pytest.mark.slow  # five seconds of wall budget spent on purpose
+def test_a_sixty_second_command_under_a_five_second_wall_budget_ends_near_five_seconds(tmp_path):
+    """`--max-wall-s 5` and one `sleep 60`: the command is stopped where the budget ends, the output
+    says which limit it hit, and the run's wall time reads about 5 s (it read 60 s before)."""
+    import json
+
+    from harness.run.directory import RunConfig
+    from harness.run.migration import run_migration
+    from harness.run.session import RunInputs
+    from harness.scaffolds.registry import SCAFFOLDS
+    from task_model.loader import load_task
+    from tests.harness import loop_scripts as plans
+
+    sleep = {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}],
+             "usage": {"prompt_tokens": 1, "completion_tokens": 1}}  # fmt: skip
+    script = plans.write_script(tmp_path / "script.json", [sleep, sleep])
+    config = RunConfig.build(task=plans.TINY_TASK, model=script, scaffold="base", sandbox="none", grade=False,
+                             rounds=1, budget={"max_wall_s": 5.0})  # fmt: skip
+    inputs = RunInputs.create(tmp_path / "runs", config, load_task(plans.TINY_TASK), "r")
+    run_migration(inputs, SCAFFOLDS)
+    state = inputs.run.load_state()
+    records = [json.loads(line) for line in inputs.run.trajectory.read_text().splitlines()]
+    (ran,) = [r for r in records if r.get("type") == "tool_call" and r["arguments"].get("command") == "sleep 60"]
+    assert state.stop_reason.startswith("budget: wall_time"), state.stop_reason
+    assert ran["duration_s"] < 15, ran["duration_s"]
+    assert "what was left of the run's wall budget" in ran["result"]
+    assert state.spent.wall_s < 15, state.spent.wall_s

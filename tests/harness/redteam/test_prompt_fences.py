@@ -23,7 +23,12 @@ from roles import prompting
 from roles.role import RoundBrief
 from roles.schemas import Diagnosis
 
-HARNESS_VALUES = {"round": 2, "instruction": "Migrate calc.", "candidate_dir": "/app"}
+HARNESS_VALUES = {
+    "round": 2,
+    "instruction": "Migrate calc.",
+    "candidate_dir": "/app",
+    "budget": "The run has left: 9 tokens.",
+}
 
 
 def injection(name: str) -> str:
