@@ -4,11 +4,13 @@ A first run on a new cache builds things (the environment the sandbox mounts, a 
 copy) and may wait for another process building the same; a user looking at a silent
 terminal, or a CI log, cannot tell that from a hang. `waiting_for(what)` says
 `twin: waiting for <what> (N s so far)` on stderr once the block has lasted 2 s, piped or
-not, and `twin: done: <what> after N s` when it ends; a block that ends sooner says nothing.
+not, and `twin: done: <what> after N s` when it ends well; a block that ends sooner says nothing,
+and one that raises leaves the saying to its error. `$TWIN_WAIT_NOTICE_S` sets the 2 s.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -19,7 +21,7 @@ from typing import Any
 from ground.terminal import shown
 
 NOTICE_S = 2.0
-"""A wait longer than this says what it waits for."""
+"""A wait longer than this says what it waits for (unless `$TWIN_WAIT_NOTICE_S` says otherwise)."""
 REPEAT_S = 30.0
 """A wait still running says so again this often (one line each)."""
 
@@ -42,10 +44,10 @@ def waiting_for(
         what: what is waited for, e.g. `a copy of /venv/site-packages without torch`; shown with its
             control characters escaped.
         say: where the lines go (default: stderr).
-        notice_s: how long a wait goes unsaid (default `NOTICE_S`).
+        notice_s: how long a wait goes unsaid (default `$TWIN_WAIT_NOTICE_S`, else `NOTICE_S`).
     """
     say = say or _stderr
-    notice_s = NOTICE_S if notice_s is None else notice_s
+    notice_s = _default_notice_s() if notice_s is None else notice_s
     started = time.monotonic()
     stop = threading.Event()
     said = threading.Event()
@@ -61,11 +63,22 @@ def waiting_for(
     watcher.start()
     try:
         yield
-    finally:
+    except BaseException:
         stop.set()
         watcher.join()
-        if said.is_set():
-            say(f"twin: done: {shown(what)} after {time.monotonic() - started:.0f} s")
+        raise
+    stop.set()
+    watcher.join()
+    if said.is_set():
+        say(f"twin: done: {shown(what)} after {time.monotonic() - started:.0f} s")
+
+
+def _default_notice_s() -> float:
+    """`$TWIN_WAIT_NOTICE_S` where it is a number of seconds, else `NOTICE_S`."""
+    try:
+        return float(os.environ["TWIN_WAIT_NOTICE_S"])
+    except (KeyError, ValueError):
+        return NOTICE_S
 
 
 @contextmanager

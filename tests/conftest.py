@@ -48,6 +48,13 @@ def probe_workdirs(monkeypatch, tmp_path) -> list[Path]:
 
 
 @pytest.fixture(autouse=True)
+def _quiet_waits(monkeypatch):
+    """A loaded machine makes ordinary steps last over 2 s, and `ground.waiting` would then add its progress
+    lines to what a test reads; tests of those lines set their own notice (tests/ground/test_waiting.py)."""
+    monkeypatch.setenv("TWIN_WAIT_NOTICE_S", "3600")
+
+
+@pytest.fixture(autouse=True)
 def _skip_task_check(monkeypatch):
     """`twin migrate` and `twin bench` check their task first (benchmark_adapter.grading.check); tests of
     anything else skip that (tests/benchmark_adapter/test_check.py removes this to test it)."""

@@ -9,7 +9,9 @@ Two rules, chosen with `RunConfig.final_rule` (`twin migrate --final-round`):
   Verifier; for a single-agent scaffold, its agent run); without one, the latest committed.
 
 A round is eligible under `best-evidence` only when it was verified: a round cut by a
-budget before its Verifier finished has no evidence score, whatever its Migrator wrote.
+budget before its Verifier finished is scored only by the loop's re-run of the built-in
+checks and every probe (no model call), and where even that could not run it has no
+evidence score, whatever its Migrator wrote.
 `explain` says so for each round ("round 2: cut by the wall-time budget during the
 Verifier: not eligible"), so a summary never names a rule without the rounds it left out.
 The same rule decides a bench's r-round results (`choice`, for r = 1..R).
@@ -82,6 +84,11 @@ def eligibility(state: RunState, rs: RoundState, rule: FinalRule) -> str:
         if complete(rs):
             return f"round {rs.round}: complete: eligible"
         return f"round {rs.round}: {cut_text(state, rs)}: not eligible"
+    if rs.evidence_score is not None and not complete(rs):  # the loop's re-run scored what the budget cut
+        return (
+            f"round {rs.round}: {cut_text(state, rs)}, verified by the re-run of the built-in checks and every "
+            f"probe only, evidence score {rs.evidence_score}: eligible"
+        )
     if rs.evidence_score is not None:
         return f"round {rs.round}: verified, evidence score {rs.evidence_score}: eligible"
     if complete(rs):  # a single agent's round: nothing verifies it

@@ -16,6 +16,29 @@ def test_a_long_wait_says_what_it_waits_for_and_when_it_is_done():
     assert lines[1].startswith("twin: done: a copy of\\x1b[31m site-packages after ")
 
 
+def test_a_wait_that_fails_leaves_the_saying_to_its_error():
+    lines: list[str] = []
+    try:
+        with waiting_for("the references", say=lines.append, notice_s=0.05):
+            time.sleep(0.3)
+            raise ValueError("bad input")
+    except ValueError:
+        pass
+    assert len(lines) == 1 and lines[0].startswith("twin: waiting for the references (")  # never "done"
+
+
+def test_the_notice_comes_from_the_environment_where_it_is_set(monkeypatch):
+    lines: list[str] = []
+    monkeypatch.setenv("TWIN_WAIT_NOTICE_S", "0.05")
+    with waiting_for("the build", say=lines.append):
+        time.sleep(0.3)
+    assert len(lines) == 2
+    monkeypatch.setenv("TWIN_WAIT_NOTICE_S", "3600")
+    with waiting_for("the build", say=lines.append):
+        time.sleep(0.3)
+    assert len(lines) == 2
+
+
 def test_a_short_wait_says_nothing():
     lines: list[str] = []
     with waiting_for("nothing long", say=lines.append, notice_s=5.0):
@@ -38,6 +61,7 @@ def test_piped_a_status_becomes_waiting_lines_and_on_a_terminal_a_spinner(capfd,
     from ground.waiting import status_or_waiting
 
     monkeypatch.setattr(waiting, "NOTICE_S", 0.05)
+    monkeypatch.delenv("TWIN_WAIT_NOTICE_S")
     with status_or_waiting(agent_console(file=StringIO()), "grading the oracle"):
         time.sleep(0.2)
     assert "twin: waiting for grading the oracle (" in capfd.readouterr().err

@@ -47,6 +47,7 @@ def test_the_pruned_tree_links_the_environments_files_and_says_a_long_build(tmp_
 
     monkeypatch.setenv("TWIN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(waiting, "NOTICE_S", 0.05)
+    monkeypatch.delenv("TWIN_WAIT_NOTICE_S")
     real_copy = packages._copy_without
     monkeypatch.setattr(packages, "_copy_without", lambda *a: (time.sleep(0.3), real_copy(*a))[1])
     site = _site(tmp_path)

@@ -62,7 +62,7 @@ WITH_AGENT_TEXT = [n for n in prompting.template_names() if template_variables(n
 
 
 def test_the_templates_that_take_agent_text_are_the_task_prompts():
-    assert set(WITH_AGENT_TEXT) == {"diagnoser_task", "migrator_task", "verifier_task"}
+    assert set(WITH_AGENT_TEXT) == {"diagnoser_task", "migrator_task", "verifier_task", "single_agent_round"}
 
 
 @pytest.mark.parametrize("shape", ["string", "list", "pairs"])
