@@ -210,6 +210,29 @@ def tasks_imports(tasks: Path) -> list[str]:
     return found
 
 
+def reaches_into_tasks(sources: dict[str, Path]) -> list[str]:
+    """Where twin's own code imports the bundled tasks or joins a path into `tasks/`, as `file:line`.
+
+    A task is known by its folder and its declaration: no code of twin's looks a task's files up
+    in the bundled suite (its probes, its grader), by name or by path.
+    """
+    found = []
+    for path in sources.values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                hit = any(alias.name.split(".")[0] == "tasks" for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                hit = not node.level and (node.module or "").split(".")[0] == "tasks"
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                sides = (node.left, node.right)
+                hit = any(isinstance(s, ast.Constant) and str(s.value).split("/")[0] == "tasks" for s in sides)
+            else:
+                hit = False
+            if hit:
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
 def folder_of(module: str, sources: dict[str, Path]) -> str:
     """The folder a module lies in, dotted (a package's `__init__` lies in its own folder)."""
     return module if sources[module].name == "__init__.py" else module.rpartition(".")[0]
@@ -292,6 +315,10 @@ def test_ground_imports_only_ground(edges):
 
 def test_code_that_runs_inside_a_sandbox_imports_nothing_of_twins(edges):
     assert inside_imports(edges) == []
+
+
+def test_twins_packages_reach_into_no_bundled_task(sources):
+    assert reaches_into_tasks(sources) == []
 
 
 def test_the_bundled_tasks_and_their_probe_files_import_nothing_of_twins():
@@ -396,6 +423,20 @@ def test_checker_resolves_relative_imports_literal_import_module_and_twins_own_f
         "harness/models/replay.py:1: harness.models.replay imports harness.run.session at module level",
     ]
     assert inside_imports(edges) == ["probes/services/drivers/tiny.py:1 -> probes.context"]
+
+
+def test_checker_reports_twins_code_that_reaches_into_the_bundled_tasks(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "probes/__init__.py": "",
+            "probes/suite.py": "from pathlib import Path\nLIB = Path(__file__).parents[1] / 'tasks' / 'mlp-train'\n",
+            "task_model/__init__.py": "",
+            "task_model/loader.py": "import json\n\n\ndef f():\n    from tasks.common import sync\n",
+            "task_model/layout.py": '"""See tasks/README.md."""\n\nPATH = Path("tests") / "probes"\n',
+        },
+    )
+    assert reaches_into_tasks(sources_of(root, ("probes", "task_model"))) == ["suite.py:2", "loader.py:5"]
 
 
 def test_checker_reports_a_bundled_task_s_probe_file_that_imports_twin(tmp_path):
