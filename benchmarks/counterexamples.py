@@ -2,7 +2,7 @@
 
 For the oracle and each seeded defect (`tests/benchmark_adapter/defects/flask_to_starlette.py`),
 runs `twin probe --json` on the candidate, exactly as a user would: the built-in checks and
-the task's bundled library (`probes/library/flask_to_starlette/http.py`: matched requests
+the task's own probe file (`tasks/flask-to-starlette/tests/probes/http.py`: matched requests
 and a counterexample search over each request space, both services in their own sandboxes).
 A defect counts as caught when a search found a counterexample that was shrunk and then
 reproduced three times on a stable original (`search:http:*` violated). Prints one line per

@@ -35,7 +35,7 @@ from ground.untrusted_io import write_text_atomic  # noqa: E402
 from probes.context import make_context  # noqa: E402
 from probes.localize import localization_verdict, localize_divergence  # noqa: E402
 from probes.probe_format import probe_names  # noqa: E402
-from probes.suite import builtin_checks, library_files, run_suite, task_probes  # noqa: E402
+from probes.suite import builtin_checks, run_suite, task_probe_files, task_probes  # noqa: E402
 from task_model.loader import load_task  # noqa: E402
 
 TASKS = ROOT / "tasks" / "t2j-mini"
@@ -45,6 +45,13 @@ OTHER_TASKS = ROOT / "tasks"  # bundled tasks outside t2j-mini (litgpt-lora), by
 def task_dir(name: str) -> Path:
     """A bundled task by name: t2j-mini's first, then the other bundled tasks."""
     return TASKS / name if (TASKS / name).is_dir() else OTHER_TASKS / name
+
+
+def lists_probe_files(folder: Path) -> bool:
+    """Whether `folder` is a task whose task.toml lists probe files of its own."""
+    return (folder / "task.toml").is_file() and bool(load_task(folder).settings.probe_files)
+
+
 DEFECTS = ROOT / "tests" / "benchmark_adapter" / "defects"
 VERDICTS = ("exact", "counterpart", "module", "no")
 
@@ -175,10 +182,10 @@ def print_defect(d: dict) -> None:
     )
 
 
-def library_metadata(task) -> dict[str, dict]:
-    """Property id -> metadata of every probe and check in the task's library, as it is now."""
+def probe_metadata(task) -> dict[str, dict]:
+    """Property id -> metadata of every probe and check in the task's own probe files, as they are now."""
     found = {}
-    for path in library_files(task):
+    for path in task_probe_files(task):
         for checks in (False, True):
             for meta in probe_names(path, checks=checks).values():
                 if meta.get("id"):
@@ -187,7 +194,7 @@ def library_metadata(task) -> dict[str, dict]:
 
 
 def _recorded_kind(result: dict, meta: dict) -> str:
-    """The property kind of a recorded result (older records lack it: take it from the library)."""
+    """The property kind of a recorded result (older records lack it: take it from the probe files)."""
     if result.get("kind"):
         return result["kind"]
     if meta:
@@ -205,7 +212,7 @@ def rescore(path: Path) -> list[dict]:
             oracle = task.root / "solution" / "app"
             ctx = make_context(task, oracle, sandbox_kind="none", workdir=scratch)
             wanted = {d.name: d.component for d in task_defects(report["task"])}
-            metadata = library_metadata(task)
+            metadata = probe_metadata(task)
             print(f"\n== {report['task']}")
             for d in report["defects"]:
                 results = []
@@ -260,7 +267,7 @@ def _print_score(label: str, defects: list[dict], caught: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--task", action="append", help="task name (default: every task with a probe library)"
+        "--task", action="append", help="task name (default: every t2j-mini task that lists probe files)"
     )
     parser.add_argument("--no-defects", action="store_true", help="only the oracle")
     parser.add_argument("--sandbox", default="auto", choices=["auto", "bwrap", "none"])
@@ -276,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         summarize_defects(reports)
         return 0
-    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if task_probes(p.name)]
+    names = args.task or [p.name for p in sorted(TASKS.iterdir()) if lists_probe_files(p)]
     scratch = Path(tempfile.mkdtemp(prefix="twin-bench-probes-"))
     reports = []
     try:

@@ -324,11 +324,11 @@ def _delegated(component: str, violated: list[ProbeResult]) -> list[str]:
     return list(dict.fromkeys(found))[:FRAMEWORK_CALLS_SHOWN]
 
 
-def localization_probe(task_library: bool = True, probe_files: list[str] | None = None):
-    """A probe that runs the task's probes (and given files) and localizes any divergence."""
+def localization_probe(own_probes: bool = True, probe_files: list[str] | None = None):
+    """A probe that runs the task's own probes (`probes.suite.task_probes`) and given files; localizes a divergence."""
 
     def probe(ctx) -> list[ProbeResult]:
-        probes = task_probes(ctx.task) if task_library else []
+        probes = task_probes(ctx.task) if own_probes else []
         for path in probe_files or []:
             probes.extend(load_probe_file(path))
         found = localize_divergence(ctx, run_probes(ctx, probes))

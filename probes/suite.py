@@ -1,9 +1,11 @@
-"""Assembling and running probes: built-in checks, the bundled library, probe files.
+"""Assembling and running probes: built-in checks, a task's own probe files, given probe files.
 
 - `builtin_checks(task)`: candidate-side checks every task gets (imports,
   independence, the static audit) and those its declared interface allows.
-- `task_probes(task)`: the bundled probe library for a known task
-  (`probes/library/<task name>/*.py`), written from the task's visible parts only.
+- `task_probes(task)`: the task's own probes: the probe files its `task.toml` lists
+  (`probe_files`, inside the task's folder), the same for a bundled task as for a user's,
+  and for a web app whose files state no requests, a search of its routes. A task is
+  known by its folder and its declaration, never by its name.
 - `load_probe_file(path)`: the probes of one probe file (format: `probes/README.md`),
   read and parsed once (`file_probes` of the parsed file): every probe runs that text.
 - `run_probes(ctx, probes)`: run them; a probe that raises becomes a
@@ -35,7 +37,6 @@ from probes.services.families import inferred_services
 from probes.services.probe_file import SearchBudget, read_services, service_probes
 from task_model.model import Task
 
-LIBRARY = Path(__file__).with_name("library")
 _PEOPLE_ONLY = re.compile(r"<!-- people -->\n.*?<!-- /people -->\n", re.S)
 
 
@@ -68,29 +69,31 @@ def builtin_checks(task: Task) -> list[Probe]:
     return checks
 
 
-def library_dir(task: Task | str) -> Path:
-    """Where the bundled probes of a task live (`probes/library/<name>`, '-' read as '_')."""
-    name = task if isinstance(task, str) else task.name
-    return LIBRARY / name.replace("-", "_")
+def task_probe_files(task: Task) -> list[Path]:
+    """The probe files a task lists (`probe_files` of `[metadata.twin]`), in its folder, each present.
+
+    Raises:
+        ProbeFileError: a listed file is missing (one line naming it and where it is listed).
+    """
+    files = [task.root / name for name in task.settings.probe_files]
+    for path in files:
+        if not path.is_file():
+            raise ProbeFileError(f"task {task.name}: probe file {path} (probe_files in task.toml) not found")
+    return files
 
 
-def library_files(task: Task | str) -> list[Path]:
-    """The probe files of a task's bundled library (none for an unknown task)."""
-    folder = library_dir(task)
-    if not folder.is_dir():
-        return []
-    return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
-
-
-def task_probes(task: Task | str, budget=None) -> list[Probe]:
-    """The bundled probe library of a task; for a web app whose library states no requests, a search of its routes.
+def task_probes(task: Task, budget=None) -> list[Probe]:
+    """The task's own probes: its listed probe files; for a web app whose files state no requests, a route search.
 
     Args:
         budget: a `probes.services.probe_file.SearchBudget` for its counterexample searches.
+
+    Raises:
+        ProbeFileError: a listed file is missing or not a probe file.
     """
-    files = [read_probe_file(path) for path in library_files(task)]
+    files = [read_probe_file(path) for path in task_probe_files(task)]
     probes = [probe for file in files for probe in file_probes(file, budget)]
-    if isinstance(task, Task) and not any(read_services(file) for file in files):
+    if not any(read_services(file) for file in files):
         # Without stated requests, a web app's own routes are searched (probes.services.families).
         spec = inferred_services(task)
         if spec is not None:

@@ -2,7 +2,7 @@
 
 The examples are SCRIPTED demonstrations of the loop's mechanics, not a model's
 work: the scripted replies write the task's oracle with one seeded defect (from
-twin's own defect lists), the Verifier writes probes from twin's probe library,
+twin's own defect lists), the Verifier writes probes from the task's own probe files,
 and the next round repairs the defect. Replaying a recording (`--model
 replay:examples/…`) reproduces the run without any model, and every output of
 such a run says it is replayed.
@@ -70,8 +70,9 @@ def oracle_files(task: str, defect: Defect) -> dict[str, str]:
 
 
 def probe_files(task: str) -> dict[str, str]:
-    library = REPO / "probes" / "library" / task.replace("-", "_")
-    return {name: (library / f"{name}.py").read_text() for name in DEMO_PROBES[task]}
+    """The demonstration's probe files, from the task's own (its `tests/probes/`, listed in its task.toml)."""
+    own = TASKS / task / "tests" / "probes"
+    return {name: (own / f"{name}.py").read_text() for name in DEMO_PROBES[task]}
 
 
 def probed_ids(probes: dict[str, str]) -> list[str]:

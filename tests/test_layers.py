@@ -63,7 +63,8 @@ INNER_FLOORS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 }
 
 # Code that runs inside a sandbox beside the candidate or the grader: it imports nothing of twin's.
-INSIDE = ("probes.library", "probes.services.drivers", "benchmark_adapter.grading.templates")
+# (The bundled tasks' own code, their probe files included, lies outside twin's packages: `tasks_imports`.)
+INSIDE = ("probes.services.drivers", "benchmark_adapter.grading.templates")
 
 # Folders whose modules still stand on two floors, each with what makes it one floor.
 SPLIT_PENDING: dict[str, str] = {}
@@ -193,6 +194,45 @@ def inside_imports(edges: list[Import]) -> list[str]:
     return [f"{e.path}:{e.line} -> {e.target}" for e in inside]
 
 
+def tasks_imports(tasks: Path) -> list[str]:
+    """Imports of twin's packages made by the files under `tasks` (the bundled tasks), as `file:line -> target`."""
+    found = []
+    for path in sorted(tasks.rglob("*.py")):
+        for node, _ in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                names = [_literal_import_call(node) or ""] if isinstance(node, ast.Call) else []
+            shown = path.relative_to(tasks.parent)
+            found += [f"{shown}:{node.lineno} -> {name}" for name in names if name.split(".")[0] in PACKAGES]
+    return found
+
+
+def reaches_into_tasks(sources: dict[str, Path]) -> list[str]:
+    """Where twin's own code imports the bundled tasks or joins a path into `tasks/`, as `file:line`.
+
+    A task is known by its folder and its declaration: no code of twin's looks a task's files up
+    in the bundled suite (its probes, its grader), by name or by path.
+    """
+    found = []
+    for path in sources.values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                hit = any(alias.name.split(".")[0] == "tasks" for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                hit = not node.level and (node.module or "").split(".")[0] == "tasks"
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                sides = (node.left, node.right)
+                hit = any(isinstance(s, ast.Constant) and str(s.value).split("/")[0] == "tasks" for s in sides)
+            else:
+                hit = False
+            if hit:
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
 def folder_of(module: str, sources: dict[str, Path]) -> str:
     """The folder a module lies in, dotted (a package's `__init__` lies in its own folder)."""
     return module if sources[module].name == "__init__.py" else module.rpartition(".")[0]
@@ -251,7 +291,7 @@ MAX_MODULE_LINES = 400
 
 
 def test_no_module_of_twins_own_code_is_over_400_lines(sources):
-    """A module that grows past this holds more than one responsibility: split it (the tasks' own code is not twin's)."""
+    """A module that grows past this holds more than one responsibility: split it (the tasks' code is not twin's)."""
     long = {name: n for name, path in sources.items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
@@ -275,6 +315,14 @@ def test_ground_imports_only_ground(edges):
 
 def test_code_that_runs_inside_a_sandbox_imports_nothing_of_twins(edges):
     assert inside_imports(edges) == []
+
+
+def test_twins_packages_reach_into_no_bundled_task(sources):
+    assert reaches_into_tasks(sources) == []
+
+
+def test_the_bundled_tasks_and_their_probe_files_import_nothing_of_twins():
+    assert (REPO / "tasks").is_dir() and tasks_imports(REPO / "tasks") == []
 
 
 def test_harness_package_itself_imports_nothing():
@@ -358,8 +406,9 @@ def test_checker_resolves_relative_imports_literal_import_module_and_twins_own_f
             "ground/model.py": "from harness.run import session\n",
             "probes/__init__.py": "",
             "probes/context.py": "import importlib\n\ndef f():\n    return importlib.import_module('roles.agent')\n",
-            "probes/library/__init__.py": "",
-            "probes/library/tiny.py": "from probes import context\n",
+            "probes/services/__init__.py": "",
+            "probes/services/drivers/__init__.py": "",
+            "probes/services/drivers/tiny.py": "from probes import context\n",
             "roles/__init__.py": "",
             "roles/agent.py": "from ground import model\n",
         },
@@ -373,7 +422,32 @@ def test_checker_resolves_relative_imports_literal_import_module_and_twins_own_f
     assert [line.split(" (")[0] for line in upward_imports(roof, INNER_FLOORS["harness"])] == [
         "harness/models/replay.py:1: harness.models.replay imports harness.run.session at module level",
     ]
-    assert inside_imports(edges) == ["probes/library/tiny.py:1 -> probes.context"]
+    assert inside_imports(edges) == ["probes/services/drivers/tiny.py:1 -> probes.context"]
+
+
+def test_checker_reports_twins_code_that_reaches_into_the_bundled_tasks(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "probes/__init__.py": "",
+            "probes/suite.py": "from pathlib import Path\nLIB = Path(__file__).parents[1] / 'tasks' / 'mlp-train'\n",
+            "task_model/__init__.py": "",
+            "task_model/loader.py": "import json\n\n\ndef f():\n    from tasks.common import sync\n",
+            "task_model/layout.py": '"""See tasks/README.md."""\n\nPATH = Path("tests") / "probes"\n',
+        },
+    )
+    assert reaches_into_tasks(sources_of(root, ("probes", "task_model"))) == ["suite.py:2", "loader.py:5"]
+
+
+def test_checker_reports_a_bundled_task_s_probe_file_that_imports_twin(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "tasks/shop/tests/probes/model.py": "def reference(env):\n    from probes.context import make_context\n",
+            "tasks/shop/environment/source/shop.py": "import json\nfrom . import probes\n",
+        },
+    )
+    assert tasks_imports(root / "tasks") == ["tasks/shop/tests/probes/model.py:2 -> probes.context"]
 
 
 def test_a_folder_on_two_floors_is_reported(tmp_path):

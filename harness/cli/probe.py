@@ -40,8 +40,12 @@ def probe_command(
     probe: list[Path] = typer.Option(
         None, "--probe", help="Probe file to run (repeatable); see probes/README.md."
     ),
-    task_probe_files: bool = typer.Option(
-        True, "--task-probes/--no-task-probes", help="Run the probe files the task lists (probe_files)."
+    own_probes: bool = typer.Option(
+        True,
+        "--task-probes/--no-task-probes",
+        "--library/--no-library",
+        help="Run the task's own probes: the probe files its task.toml lists (probe_files) and, for a web app "
+        "whose files state no requests, a search of its routes. --library is an older name.",
     ),
     init: Path = typer.Option(
         None, "--init", help="Write a probe-file skeleton from the task's original to this new file, and stop."
@@ -54,9 +58,6 @@ def probe_command(
     ),
     builtin: bool = typer.Option(
         True, "--builtin/--no-builtin", help="Run the built-in candidate-side checks."
-    ),
-    library: bool = typer.Option(
-        True, "--library/--no-library", help="Run the task's bundled probe library."
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print the results as JSON (one object) instead of a table."
@@ -121,18 +122,16 @@ def probe_command(
         loaded = options.load_task_option(task, sandbox, settings, original_dir, assets_dir, output_dir)
     except (SandboxError, IsolationError) as exc:
         raise InfraFailure(str(exc)) from None
-    if task_probe_files:
-        probe_files += _task_probe_files(loaded)
     probes = builtin_checks(loaded) if builtin else []
-    if library:
-        probes += task_probes(loaded, budget)
-    for path in probe_files:
-        try:
+    try:
+        if own_probes:
+            probes += task_probes(loaded, budget)
+        for path in probe_files:
             probes += load_probe_file(path, budget)
-        except ValueError as exc:
-            raise TwinError(str(exc)) from None
+    except ValueError as exc:
+        raise TwinError(str(exc)) from None
     if not probes:
-        raise TwinError(f"nothing to run: no --probe given and no bundled probes for task {loaded.name}")
+        raise TwinError(f"nothing to run: no --probe given and task {loaded.name} lists no probe files (probe_files)")
     console = agent_console(stderr=as_json)
     context_options = {
         "sandbox_kind": sandbox,
@@ -163,19 +162,6 @@ def _run(console, loaded, candidate: Path, probes, jobs: int, as_json: bool, con
                 run_suite(loaded, candidate, probes, jobs=jobs, progress=progress, **context_options)
             )
         return _report(console, suite.ctx, suite.results, as_json=as_json, families=families)
-
-
-def _task_probe_files(task) -> list[Path]:
-    """The probe files a task lists (`probe_files` of `[metadata.twin]`), each present.
-
-    Raises:
-        TwinError: a listed file is missing.
-    """
-    files = [task.root / name for name in task.settings.probe_files]
-    for path in files:
-        if not path.is_file():
-            raise TwinError(f"task {task.name}: probe file {path} (probe_files in task.toml) not found")
-    return files
 
 
 def kept_workdir(*, isolated: bool) -> Path:

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the gener
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = REPO / "tasks" / "t2j-mini" / "mlp-train"
-LIBRARY = REPO / "probes" / "library" / "mlp_train"
+MLP_PROBES = REPO / "tasks" / "t2j-mini" / "mlp-train" / "tests" / "probes"
 DEFECTS = load_defects(REPO / "tests" / "benchmark_adapter" / "defects" / "mlp_train.py")
 TINY = REPO / "tasks" / "published" / "tiny-net"
-# defects the model probes (probes/library/mlp_train/model.py) can see: converter, blocks, loss
+# defects the model probes (mlp-train's tests/probes/model.py) can see: converter, blocks, loss
 MODEL_DEFECTS = ["converter-norm-swap", "gelu-tanh-approximation"]
 TWIN_PACKAGES = ("ground", "task_model", "harness", "probes", "benchmark_adapter", "evidence_store", "roles", "prompts")
 
@@ -64,7 +64,7 @@ def make_mlp_task(dest: Path, probes: list[Path], **kw):
 def made(tmp_path_factory):
     """A task made from mlp-train's source with its model probe file (references recorded once)."""
     dest = tmp_path_factory.mktemp("made") / "mlp-from-source"
-    report = make_mlp_task(dest, [LIBRARY / "model.py"])
+    report = make_mlp_task(dest, [MLP_PROBES / "model.py"])
     return report, load_task(dest)
 
 
@@ -252,7 +252,7 @@ def test_refresh_re_records_references_of_the_same_structure(tmp_path):
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     source = MLP / "environment" / "source"
-    probe = ["--probe", str(LIBRARY / "model.py")]
+    probe = ["--probe", str(MLP_PROBES / "model.py")]
     not_a_probe = tmp_path / "x.py"
     not_a_probe.write_text("def helper():\n    pass\n")
     cases = [
@@ -269,13 +269,13 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         assert message in err, err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["x.py"]
     with pytest.raises(TaskError, match="exists"):
-        new_task(tmp_path, source=source, probes=[LIBRARY / "model.py"], interface=["f"])
+        new_task(tmp_path, source=source, probes=[MLP_PROBES / "model.py"], interface=["f"])
 
 
 @pytest.mark.slow
 def test_full_defect_sweep_on_a_task_made_with_every_mlp_probe_file(tmp_path):
     dest = tmp_path / "mlp-all"
-    report = make_mlp_task(dest, sorted(LIBRARY.glob("*.py")))
+    report = make_mlp_task(dest, sorted(MLP_PROBES.glob("*.py")))
     assert report.oracle_reward >= 0.97
     sweep = run_sweep(load_task(dest), DEFECTS, jobs=2)
     caught = [d.name for d in sweep.defects if d.caught]

@@ -73,7 +73,7 @@ def test_a_bad_checkpoint_from_writes_nothing(tmp_path):
     (tmp_path / "weights.npz").write_bytes(b"")
     with pytest.raises(TaskError, match="needs a pickled checkpoint file"):
         new_task(tmp_path / "task", source=TINY / "environment" / "torch_orig", interface=["net:apply"],
-                 probes=[REPO / "probes" / "library" / "tiny_net" / "model.py"],
+                 probes=[TINY / "tests" / "probes" / "tiny_net.py"],
                  checkpoint_from=tmp_path / "weights.npz")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["weights.npz"]
 
@@ -86,7 +86,7 @@ def test_a_task_made_from_a_pth_gets_safetensors_only(tmp_path):
     state = {k: torch.from_numpy(v.copy()) for k, v in weights.items()}
     torch.save({"state_dict": state}, tmp_path / "model.pth")
     report = new_task(tmp_path / "task", source=TINY / "environment" / "torch_orig", interface=["net:apply"],
-                      probes=[REPO / "probes" / "library" / "tiny_net" / "model.py"],
+                      probes=[TINY / "tests" / "probes" / "tiny_net.py"],
                       checkpoint_from=tmp_path / "model.pth")  # fmt: skip
     assert report.probes
     shipped = sorted(p.name for p in (tmp_path / "task" / "environment" / "checkpoint").iterdir())

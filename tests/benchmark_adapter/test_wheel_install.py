@@ -64,7 +64,7 @@ def test_a_task_made_from_the_wheel_remembers_its_probes_and_fails_a_broken_port
     assert str(REPO) not in where.stdout and str(installed) in where.stdout, where.stdout
     shutil.copytree(MLP / "environment" / "source", tmp_path / "src")
     shutil.copytree(MLP / "environment" / "assets", tmp_path / "assets")
-    shutil.copy(REPO / "probes" / "library" / "mlp_train" / "model.py", tmp_path / "model_probes.py")
+    shutil.copy(MLP / "tests" / "probes" / "model.py", tmp_path / "model_probes.py")
     made = _twin(
         installed, tmp_path, "task", "new", "task", "--source", "src", "--assets", "assets",
         "--probe", "model_probes.py", "--interface", "mlp_train.model:MLPClassifier",

@@ -198,6 +198,19 @@ def test_a_task_s_probe_files_run_without_probe_and_a_violation_exits_1(tmp_path
     assert "np.affine" not in {r["property"]["id"] for r in json.loads(skipped.stdout)["results"]}
 
 
+def test_a_task_named_like_a_bundled_one_runs_only_its_own_probes(tmp_path, capsys):
+    task = _task_with_probe_files(tmp_path, ["probe_tiny.py"])
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('name = "tiny"', 'name = "mlp-train"'))
+    args = ["probe", "--task", str(task), "--candidate", str(GOOD), "--sandbox", "none", "--no-builtin", "--json"]
+    assert main(args) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    # its own three probes (misfit is the fixture's probe that does not fit), and none of mlp-train's
+    assert {r["property"]["id"]: r["outcome"] for r in results} == {
+        "forward.affine": "established", "forward.net": "established", "forward.misfit": "not_established",
+    }  # fmt: skip
+
+
 def test_a_missing_task_probe_file_is_one_line_and_exit_2(tmp_path):
     task = _task_with_probe_files(tmp_path, ["probe_numpy.py"])
     (task / "tests" / "probes" / "probe_numpy.py").unlink()

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the publi
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "published" / "tiny-net"
 ORACLE = TASK / "solution" / "jax_repo" / "tiny_net"
-PROBE = (REPO / "probes" / "library" / "tiny_net" / "model.py").read_text()
+PROBE = (TASK / "tests" / "probes" / "tiny_net.py").read_text()
 MODEL_GOOD = (ORACLE / "model.py").read_text()
 MODEL_BUGGY = MODEL_GOOD.replace("jnp.tanh(", "jax.nn.relu(")
 
@@ -65,8 +65,8 @@ def test_grade_oracle_lays_out_app_as_the_dockerfile(tmp_path, capsys):
     assert grade["checks"]["forward.predictions"]["score"] == 1.0
 
 
-@pytest.mark.heavy  # the probe library on both sides
-def test_probe_runs_the_library_on_a_published_task(capsys):
+@pytest.mark.heavy  # the task's own probe file on both sides
+def test_probe_runs_the_probe_files_a_published_task_lists(capsys):
     assert main(["probe", "--task", str(TASK), "--candidate", str(TASK / "solution" / "jax_repo"), "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     outcomes = {r["property"]["id"]: r["outcome"] for r in results}

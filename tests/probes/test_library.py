@@ -1,4 +1,4 @@
-"""The bundled probe libraries on the bundled tasks: the oracle passes, seeded defects are caught.
+"""The bundled tasks' own probe files (listed in each task.toml): the oracle passes, seeded defects are caught.
 
 The full measurements (every task, every defect) are slow; the default run keeps one
 real-task probe on the oracle and one defect, sharing the reference through the cache.
@@ -7,6 +7,7 @@ real-task probe on the oracle and one defect, sharing the reference through the 
 from __future__ import annotations
 
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,14 @@ from evidence_store.records import Outcome
 from probes.context import make_context
 from probes.differential import probe_file_probe
 from probes.localize import localization_verdict, localize_divergence
-from probes.suite import LIBRARY, builtin_checks, run_probes, task_probes
+from probes.suite import builtin_checks, run_probes, task_probes
 from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks" / "t2j-mini"
 DEFECT_LISTS = REPO / "tests" / "benchmark_adapter" / "defects"
 LIBRARY_TASKS = ["mlp-train", "llama-lora-sft", "llama-paged-serve"]
+BUNDLED = sorted(path.parent for path in (REPO / "tasks").rglob("task.toml"))
 
 
 def _defects(task: str) -> list:
@@ -42,8 +44,21 @@ def _oracle(task: str, tmp_path: Path) -> Path:
     return dest
 
 
-def test_library_probe_files_never_read_hidden_task_files():
-    for path in LIBRARY.rglob("*.py"):
+def listed_probe_files(task: Path) -> list[Path]:
+    """The probe files a bundled task's task.toml lists (read as TOML: a litgpt task loads only once fetched)."""
+    twin = tomllib.loads((task / "task.toml").read_text())["metadata"].get("twin", {})
+    return [task / name for name in twin.get("probe_files", [])]
+
+
+def test_bundled_tasks_list_their_probe_files_and_those_never_read_hidden_task_files():
+    files = [path for task in BUNDLED for path in listed_probe_files(task)]
+    assert all(path.is_file() for path in files)
+    assert {path.parents[2].name for path in files} == {
+        "flask-to-starlette", "litgpt-generate", "litgpt-lora", "llama-lora-sft", "llama-paged-serve", "mlp-train",
+        "tiny-net",
+    }  # fmt: skip
+    assert {path.parent.relative_to(path.parents[2]) for path in files} == {Path("tests/probes")}
+    for path in files:
         text = path.read_text()
         for hidden in ("/tests", "/solution", "solution/", "tests/"):
             assert hidden not in text, f"{path} mentions {hidden}"
@@ -53,7 +68,7 @@ def test_library_probe_files_never_read_hidden_task_files():
 def test_mlp_loss_probe_on_oracle_and_on_a_defect(tmp_path):
     task = load_task(TASKS / "mlp-train")
     oracle = _oracle("mlp-train", tmp_path)
-    probe = probe_file_probe(str(LIBRARY / "mlp_train" / "model.py"), ["loss"])
+    probe = probe_file_probe(str(TASKS / "mlp-train" / "tests" / "probes" / "model.py"), ["loss"])
     cache = tmp_path / "cache"
     ctx = make_context(
         task, oracle, sandbox_kind="none", workdir=tmp_path / "w1", reference_cache=cache
@@ -113,13 +128,17 @@ def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
 
 def test_a_train_step_that_grows_the_base_tree_is_not_base_untouched(monkeypatch):
     """The common part of two trees agreeing says nothing of a leaf one of them added."""
+    import importlib.util
     import sys
     import types
     from types import SimpleNamespace
 
     import numpy as np
 
-    from probes.library.llama_lora_sft import candidate
+    path = TASKS / "llama-lora-sft" / "tests" / "probes" / "candidate.py"
+    spec = importlib.util.spec_from_file_location("llama_lora_sft_candidate_probes", path)
+    candidate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(candidate)
 
     def make_train_step(cfg, tcfg):
         def step(state, batch):

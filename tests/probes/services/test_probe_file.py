@@ -7,6 +7,7 @@ import pytest
 from probes.probe_format import ProbeFileError, read_probe_file
 from probes.services.probe_file import SearchBudget, read_services
 from probes.suite import load_probe_file, task_probes
+from task_model.loader import load_task
 
 REPO = Path(__file__).resolve().parents[3]
 SERVICES = """SERVICES = {
@@ -49,10 +50,11 @@ def test_a_broken_probe_pair_is_still_an_error_next_to_services(tmp_path):
         load_probe_file(path)
 
 
-def test_the_bookshop_library_states_cases_and_spaces_and_takes_the_budget():
-    probes = task_probes("flask-to-starlette", SearchBudget(max_examples=5, seconds=1.0))
+def test_the_bookshop_s_own_probe_file_states_cases_and_spaces_and_takes_the_budget():
+    task = load_task(REPO / "tasks" / "flask-to-starlette")
+    probes = task_probes(task, SearchBudget(max_examples=5, seconds=1.0))
     assert [p.__name__ for p in probes] == ["http:services"]
-    spec = read_services(read_probe_file(REPO / "probes" / "library" / "flask_to_starlette" / "http.py"))
+    spec = read_services(read_probe_file(task.root / "tests" / "probes" / "http.py"))
     assert set(spec["spaces"]) == {"listing", "catalog", "create", "login", "session", "prefs", "errors"}
     assert len(spec["cases"]) == 4
 

@@ -1,1 +1,0 @@
-"""Bundled probe files, one folder per task (read by `probes.suite.task_probes`)."""
