@@ -278,3 +278,17 @@ def test_the_check_warns_when_its_oracle_took_over_half_the_timeout(tmp_path, ca
     err = capsys.readouterr().err
     assert ("warning: the oracle's grade took 40 s, 67% of the verifier's timeout (60 s" in err) == warned
     assert ("warning" in err) == warned
+
+
+def test_twins_own_defects_go_to_the_bundled_task_folder_only_never_to_a_name(tmp_path):
+    from benchmark_adapter.grading.check import default_defects
+
+    bundled = load_task(REPO / "tasks" / "t2j-mini" / "mlp-train")
+    assert default_defects(bundled) == REPO / "tests" / "benchmark_adapter" / "defects" / "mlp_train.py"
+    copy = tmp_path / "mlp-train"
+    shutil.copytree(REPO / "tasks" / "t2j-mini" / "mlp-train", copy)
+    assert default_defects(load_task(copy)) is None  # a copy elsewhere: `--defects` gives it a list
+    mine = tmp_path / "my-resnet"
+    shutil.copytree(REPO / "tasks" / "t2j-mini" / "mlp-train", mine)  # its task.toml keeps name = "mlp-train"
+    task = load_task(mine)
+    assert task.name == "mlp-train" and default_defects(task) is None  # named like a bundled task
