@@ -86,7 +86,7 @@ def test_the_verifier_sees_what_changed_and_that_earlier_probes_were_re_run():
 @pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "verifier_system"])
 def test_the_tolerance_rule_is_explained_to_the_roles_that_read_evidence(name):
     text = prompting.render(name, **VARIABLES)
-    assert "T = 10 × max(N, 2^-23)" in text and "fails: distance D > tolerance T (R× the tolerance)" in text
+    assert "T = 10 × max(N, 2^-23)" in text and "distance D > tolerance T (noise N)" in text
 
 
 @pytest.mark.parametrize("name", ["diagnoser_task", "migrator_task", "diagnoser_system", "migrator_system"])
