@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ground.terminal import shown
 
+DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+"""A distribution's name as the package index accepts it (PEP 508)."""
+
 LICENSE = re.compile(r"[A-Za-z0-9.+:()-]+( +[A-Za-z0-9.+:()-]+)*")
 """An SPDX expression's characters: identifiers, `AND`/`OR`/`WITH`, parentheses, single spaces."""
 MAX_LICENSE = 200
@@ -51,7 +54,7 @@ class OriginalDistribution(BaseModel):
     @field_validator("distribution")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
+        if not DISTRIBUTION_NAME.fullmatch(value):
             raise ValueError(f"not a distribution name: {value!r}")
         return value
 

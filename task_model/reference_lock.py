@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from task_model.distribution import DistributionError, last_line
-from task_model.original import OriginalDistribution
+from task_model.original import DISTRIBUTION_NAME, OriginalDistribution
 
 PINNED = "torch"
 """The package every reference environment takes from twin's interpreter, unchanged."""
@@ -42,7 +42,7 @@ class Locked(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", value):
+        if not DISTRIBUTION_NAME.fullmatch(value):
             raise ValueError(f"not a distribution name: {value[:80]!r}")
         return value
 
