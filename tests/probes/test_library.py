@@ -104,6 +104,19 @@ def test_oracle_has_no_violated_and_most_established(task_name, tmp_path):
     assert established >= 0.9
 
 
+@pytest.mark.heavy
+def test_mlp_train_references_run_the_originals_own_components(tmp_path):
+    """No property of mlp-train's probe files is established only against a re-implementation:
+    each reference runs the original's function its `component` names."""
+    task = load_task(TASKS / "mlp-train")
+    ctx = make_context(task, _oracle("mlp-train", tmp_path), workdir=tmp_path / "work")
+    results = run_probes(ctx, task_probes(task), jobs=2)
+    traced = [r for r in results if r.reference_run is not None]
+    assert len(traced) >= 15
+    assert [(r.property.id, r.reference_run.not_ran) for r in traced if r.reference_run.not_ran] == []
+    assert all(r.outcome is Outcome.ESTABLISHED for r in results)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task_name", LIBRARY_TASKS)
 def test_seeded_defects_are_caught_and_localized(task_name, tmp_path):
