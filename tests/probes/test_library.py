@@ -19,7 +19,9 @@ from probes.context import make_context
 from probes.differential import probe_file_probe
 from probes.localize import localization_verdict, localize_divergence
 from probes.suite import builtin_checks, run_probes, task_probes
+from task_model.distribution import is_materialized
 from task_model.loader import load_task
+from task_model.original import OriginalDistribution
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks" / "t2j-mini"
@@ -102,6 +104,26 @@ def test_oracle_has_no_violated_and_most_established(task_name, tmp_path):
     assert violated == []
     established = sum(r.outcome is Outcome.ESTABLISHED for r in results) / len(results)
     assert established >= 0.9
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(("where", "traced_at_least"), [("t2j-mini/mlp-train", 15), ("litgpt-lora", 15)])
+def test_references_run_the_originals_own_components(where, traced_at_least, tmp_path):
+    """No property of the task's probe files is established only against a re-implementation on
+    the oracle: each reference runs the original's function its `component` names."""
+    path = REPO / "tasks" / where
+    declared = tomllib.loads((path / "task.toml").read_text())["metadata"]["twin"].get("original")
+    if declared is not None and not is_materialized(OriginalDistribution(**declared)):
+        pytest.skip(f"{where}'s original is not in twin's cache")
+    task = load_task(path)
+    oracle = tmp_path / "oracle"
+    shutil.copytree(path / "solution" / "app", oracle, ignore=shutil.ignore_patterns("__pycache__"))
+    ctx = make_context(task, oracle, sandbox_kind="none", workdir=tmp_path / "work")
+    results = run_probes(ctx, task_probes(task), jobs=2)
+    traced = [r for r in results if r.reference_run is not None]
+    assert len(traced) >= traced_at_least
+    assert [(r.property.id, r.reference_run.not_ran) for r in traced if r.reference_run.not_ran] == []
+    assert [r.property.id for r in results if r.outcome is not Outcome.ESTABLISHED] == []
 
 
 @pytest.mark.slow

@@ -1,12 +1,19 @@
 """litgpt-lora: checkpoint reading, the loss, the schedule, gradients, optimizer steps, validation.
 
-The reference side runs litgpt's own pieces (`chunked_cross_entropy`, `get_lr_scheduler`, AdamW
-through `instantiate_torch_optimizer`, the loss step of `finetune/lora.py`'s `fit`) on the
-checkpoint with LoRA factors drawn here; both sides get the same state dict as inputs.
+The reference side runs litgpt's own functions (`utils.load_checkpoint`, `chunked_cross_entropy`,
+`get_lr_scheduler`, and `finetune/lora.py`'s `fit` and `validate` on a CPU Lightning Fabric, with
+AdamW through `instantiate_torch_optimizer`) on the checkpoint with LoRA factors drawn here; both
+sides get the same state dict as inputs. litgpt returns no gradients: `finetune.grads` reads them
+from `fit`'s first step, in a hook the optimizer runs before it steps.
 """
 
 PROBES = {
-    "checkpoint": {"id": "utils.load_checkpoint", "level": 1, "component": "litgpt.utils.lazy_load"},
+    "checkpoint": {
+        "id": "utils.load_checkpoint",
+        "level": 1,
+        "component": "litgpt.utils.load_checkpoint",
+        "uses": ["litgpt.utils.lazy_load"],
+    },
     "cross_entropy": {
         "id": "utils.chunked_cross_entropy",
         "level": 1,
@@ -17,6 +24,7 @@ PROBES = {
     "grads": {
         "id": "finetune.grads",
         "level": 2,
+        "mode": "train",
         "component": "litgpt.finetune.lora.fit",
         "uses": ["litgpt.lora.GPT", "litgpt.utils.chunked_cross_entropy"],
         "compare": {"loss": "scalar", "grads/*": "tensor"},
@@ -25,10 +33,11 @@ PROBES = {
         "id": "finetune.steps",
         "level": 3,
         "mode": "train",
-        "component": "litgpt.finetune.lora.setup",
+        # fit's steps as setup builds them (setup itself needs a data module and a checkpoint dir)
+        "component": "litgpt.finetune.lora.fit",
         "uses": [
-            "litgpt.finetune.lora.fit",
             "litgpt.finetune.lora.get_lr_scheduler",
+            "litgpt.utils.instantiate_torch_optimizer",
             "litgpt.lora.mark_only_lora_as_trainable",
         ],
         "description": "Six AdamW steps on the LoRA factors (warmup, then cosine): losses, factors, frozen base.",
@@ -97,15 +106,6 @@ def _reference_model(env):
     return model
 
 
-def _reference_loss(model, ids, labels):
-    import torch
-    from litgpt.utils import chunked_cross_entropy
-
-    logits = model(torch.from_numpy(ids), lm_head_chunk_size=128)
-    logits[-1] = logits[-1][..., :-1, :]
-    return chunked_cross_entropy(logits, torch.from_numpy(labels)[..., 1:])
-
-
 def _candidate(env):
     from litgpt.lora import Config
     from litgpt.scripts.convert_lit_checkpoint import params_from_state_dict
@@ -120,14 +120,107 @@ def _data(env):
     return dict(np.load(env.assets / "finetune.npz"))
 
 
-def reference_checkpoint(env):
-    import torch
+def _fabric(env, loggers=None):
+    from lightning.fabric import Fabric
 
-    return {
-        "state": {
-            k.replace(".", "_"): v for k, v in torch.load(env.assets / "lit_model.pth", weights_only=True).items()
-        }
-    }
+    precision = "64-true" if env.dtype == "float64" else "32-true"
+    return Fabric(accelerator="cpu", devices=1, precision=precision, loggers=loggers)
+
+
+def _loader(env, split):
+    """The split's examples as litgpt's SFT data modules give them: in order, a micro-batch at a time."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    data = _data(env)
+    ids, labels = data[f"{split}_input_ids"], data[f"{split}_labels"]
+    examples = [{"input_ids": torch.from_numpy(i), "labels": torch.from_numpy(y),
+                 "token_counts": {"raw": torch.tensor(int((y != -100).sum())),
+                                  "raw_plus_prompt_template": torch.tensor(len(i))}}
+                for i, y in zip(ids, labels, strict=True)]  # fmt: skip
+    return DataLoader(examples, batch_size=TRAIN["micro_batch_size"], shuffle=False, drop_last=True)
+
+
+def _fit(env, steps, before_step=None):
+    """litgpt's own `fit` for `steps` optimizer steps, one per micro-batch, set up as its `main` sets it up.
+
+    AdamW through `instantiate_torch_optimizer` and `get_lr_scheduler` over `TRAIN["max_steps"]`;
+    no evaluation or sample inside the loop. In float64 the default dtype is float64 throughout, so
+    that what litgpt accumulates in new tensors stays float64. `before_step(model)` runs before each
+    optimizer step (the gradients are in place then).
+
+    Returns:
+        (the model, unwrapped; the losses `fit` logged, one per step).
+    """
+    import contextlib
+    import io
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from litgpt.args import EvalArgs, TrainArgs
+    from litgpt.finetune.lora import fit, get_lr_scheduler
+    from litgpt.utils import instantiate_torch_optimizer
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    losses = []
+
+    class Losses:  # a Fabric logger: keeps the loss of fit's per-iteration metrics
+        name, version = "probe", 0
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+        def log_metrics(self, metrics, step=None):
+            if "learning_rate" in metrics:
+                losses.append(float(metrics["loss"]))
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, env.dtype))
+    try:
+        fabric = _fabric(env, loggers=[Losses()])
+        model = _reference_model(env)
+        optimizer = instantiate_torch_optimizer(
+            {"class_path": "torch.optim.AdamW", "init_args": {"lr": TRAIN["learning_rate"], "betas": TRAIN["betas"],
+                                                               "weight_decay": TRAIN["weight_decay"],
+                                                               "eps": TRAIN["eps"]}},
+            model.parameters(),
+        )  # fmt: skip
+        if before_step is not None:
+            optimizer.register_step_pre_hook(lambda *_: before_step(model))
+        wrapped, optimizer = fabric.setup_module(model), fabric.setup_optimizers(optimizer)
+        scheduler = get_lr_scheduler(optimizer, warmup_steps=TRAIN["warmup_steps"], max_steps=TRAIN["max_steps"])
+        train_loader, val_loader = fabric.setup_dataloaders(_loader(env, "train"), _loader(env, "val"))
+        mb = TRAIN["micro_batch_size"]
+        args = TrainArgs(save_interval=None, log_interval=1, global_batch_size=mb, micro_batch_size=mb,
+                         lr_warmup_steps=TRAIN["warmup_steps"], epochs=10**6, max_steps=steps)  # fmt: skip
+        evals = EvalArgs(interval=10**9, max_iters=len(val_loader), initial_validation=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint_dir = Path(tmp) / "checkpoint"
+            checkpoint_dir.mkdir()
+            # fit builds a Tokenizer from the checkpoint directory; it is used only to generate samples
+            Tokenizer(WordLevel({"<unk>": 0}, unk_token="<unk>")).save(str(checkpoint_dir / "tokenizer.json"))
+            with contextlib.redirect_stdout(io.StringIO()):  # fit prints a line per step
+                fit(fabric=fabric, model=wrapped, optimizer=optimizer, scheduler=scheduler,
+                    train_dataloader=train_loader, val_dataloader=val_loader, devices=1,
+                    checkpoint_dir=checkpoint_dir, out_dir=Path(tmp) / "out", train=args, eval=evals,
+                    data=None)  # fmt: skip
+    finally:
+        torch.set_default_dtype(previous)
+    assert len(losses) == steps, losses
+    return model, losses
+
+
+def reference_checkpoint(env):
+    import yaml
+    from litgpt.config import Config
+    from litgpt.model import GPT
+    from litgpt.utils import load_checkpoint
+
+    model = GPT(Config(**yaml.safe_load((env.assets / "model_config.yaml").read_text())))
+    load_checkpoint(_fabric(env), model, env.assets / "lit_model.pth")
+    return {"state": {k.replace(".", "_"): v for k, v in model.state_dict().items()}}
 
 
 def candidate_checkpoint(env):
@@ -188,12 +281,13 @@ def inputs_grads(env):
 
 
 def reference_grads(env):
-    data, mb = _data(env), TRAIN["micro_batch_size"]
-    model = _reference_model(env)
-    loss = _reference_loss(model, data["train_input_ids"][:mb], data["train_labels"][:mb])
-    loss.backward()
-    grads = {n.replace(".", "_"): p.grad for n, p in model.named_parameters() if p.requires_grad}
-    return {"loss": loss.detach(), "grads": grads}
+    grads = {}
+
+    def keep(model):
+        grads.update({n.replace(".", "_"): p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+
+    _, losses = _fit(env, 1, before_step=keep)
+    return {"loss": losses[0], "grads": grads}
 
 
 def candidate_grads(env):
@@ -213,26 +307,7 @@ def inputs_steps(env):
 
 
 def reference_steps(env):
-    from litgpt.finetune.lora import get_lr_scheduler
-    from litgpt.utils import instantiate_torch_optimizer
-
-    data, mb = _data(env), TRAIN["micro_batch_size"]
-    model = _reference_model(env)
-    optimizer = instantiate_torch_optimizer(
-        {"class_path": "torch.optim.AdamW", "init_args": {"lr": TRAIN["learning_rate"], "betas": TRAIN["betas"],
-                                                           "weight_decay": TRAIN["weight_decay"], "eps": TRAIN["eps"]}},
-        [p for p in model.parameters() if p.requires_grad],
-    )  # fmt: skip
-    scheduler = get_lr_scheduler(optimizer, warmup_steps=TRAIN["warmup_steps"], max_steps=TRAIN["max_steps"])
-    losses = []
-    for i in range(TRAIN["max_steps"]):
-        rows = slice(i * mb, (i + 1) * mb)
-        loss = _reference_loss(model, data["train_input_ids"][rows], data["train_labels"][rows])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        scheduler.step()
-        losses.append(float(loss))
+    model, losses = _fit(env, TRAIN["max_steps"])
     after = model.state_dict()
     state = _state(env)
     moved = any(not (after[k].double().numpy() == state[k]).all() for k in state if "lora_" not in k)
@@ -269,15 +344,19 @@ def inputs_validate(env):
 
 def reference_validate(env):
     import torch
+    from litgpt.args import EvalArgs
+    from litgpt.finetune.lora import validate
 
-    data, mb = _data(env), TRAIN["micro_batch_size"]
-    model = _reference_model(env)
-    losses = []
-    with torch.no_grad():
-        for i in range(len(data["val_input_ids"]) // mb):
-            rows = slice(i * mb, (i + 1) * mb)
-            losses.append(float(_reference_loss(model, data["val_input_ids"][rows], data["val_labels"][rows])))
-    return {"val_loss": sum(losses) / len(losses)}
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, env.dtype))  # validate accumulates in a new tensor
+    try:
+        fabric = _fabric(env)
+        model = fabric.setup_module(_reference_model(env))
+        loader = fabric.setup_dataloaders(_loader(env, "val"))
+        val_loss = validate(fabric, model, loader, EvalArgs(max_iters=len(loader)), verbose=False)
+    finally:
+        torch.set_default_dtype(previous)
+    return {"val_loss": float(val_loss)}
 
 
 def candidate_validate(env):

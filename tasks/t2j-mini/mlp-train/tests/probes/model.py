@@ -55,13 +55,14 @@ def _raw(env):
 
 
 def _torch_model(env):
+    """The original's classifier, loaded by the original's load_checkpoint, in the working dtype."""
     import torch
+    from mlp_train.checkpoint import load_checkpoint
     from mlp_train.config import ModelConfig
     from mlp_train.model import MLPClassifier
 
-    model = MLPClassifier(ModelConfig()).to(getattr(torch, env.dtype))
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in _raw(env).items()})
-    return model.eval()
+    model = load_checkpoint(MLPClassifier(ModelConfig()), _ckpt(env))
+    return model.to(getattr(torch, env.dtype)).eval()
 
 
 def _t(env, x):
@@ -85,7 +86,13 @@ def inputs_convert(env):
 
 
 def reference_convert(env):
-    return {k: v for k, v in _raw(env).items()}
+    from mlp_train.checkpoint import load_checkpoint
+    from mlp_train.config import ModelConfig
+    from mlp_train.model import MLPClassifier
+
+    # The checkpoint is float32 whatever the working dtype: so is what the candidate reads back.
+    model = load_checkpoint(MLPClassifier(ModelConfig()), _ckpt(env))
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
 def candidate_convert(env):
@@ -96,7 +103,14 @@ def candidate_convert(env):
 
 
 def reference_save(env):
-    return reference_convert(env)
+    from mlp_train.checkpoint import load_checkpoint, save_checkpoint
+    from mlp_train.config import ModelConfig
+    from mlp_train.model import MLPClassifier
+    from safetensors.numpy import load_file
+
+    path = str(env.scratch / "saved.safetensors")
+    save_checkpoint(load_checkpoint(MLPClassifier(ModelConfig()), _ckpt(env)), path)
+    return dict(load_file(path))
 
 
 def candidate_save(env):

@@ -20,10 +20,12 @@ PROBES = {
         "description": "Each (seed, epoch) has its own shuffle: first batches of three epochs, two seeds.",
     },
     "grads": {
-        "uses": ["mlp_train.checkpoint.load_checkpoint"],
+        # One loss and its gradients, not a run of train (train.run covers that): the reference
+        # runs the original's classifier forward and backward through its cross_entropy.
+        "uses": ["mlp_train.checkpoint.load_checkpoint", "mlp_train.losses.cross_entropy"],
         "id": "grads.loss",
         "level": 2,
-        "component": "mlp_train.train.train",
+        "component": "mlp_train.model.MLPClassifier",
         "description": "Training loss (label smoothing) and its gradients by parameter name, dropout off.",
         "compare": {"loss": "scalar", "grads/*": "tensor"},
     },
@@ -82,13 +84,14 @@ def _raw(env):
 
 
 def _torch_model(env, dropout=0.0):
+    """The original's classifier, loaded by the original's load_checkpoint, in the working dtype."""
     import torch
+    from mlp_train.checkpoint import load_checkpoint
     from mlp_train.config import ModelConfig
     from mlp_train.model import MLPClassifier
 
-    model = MLPClassifier(ModelConfig(dropout=dropout)).to(getattr(torch, env.dtype))
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in _raw(env).items()})
-    return model
+    model = load_checkpoint(MLPClassifier(ModelConfig(dropout=dropout)), str(env.assets / "init.safetensors"))
+    return model.to(getattr(torch, env.dtype))
 
 
 def _t(env, x):
