@@ -161,15 +161,16 @@ class CandidateRepo:
             remove_tree(self.stage)
         return self.head()
 
-    def _add_all(self, round: int, tries: int = 20) -> None:
-        """`git add` every file of the copy, whatever a .gitignore says.
+    def _add_all(self, round: int, tries: int = 20, *, index: Path | None = None, target: str = "") -> None:
+        """`git add` every file of the copy, whatever a .gitignore says (into `index`, else the repository's).
 
-        A path git still calls invalid is left out and audited: `git_refused` knows the
-        forms of `.git`, and git's own word is the backstop for any other it refuses.
+        A path git still calls invalid is left out and audited (under `target`, else round `round`):
+        `git_refused` knows the forms of `.git`, and git's own word is the backstop for any other it
+        refuses (`.GITMODULES` as a link, say).
         """
         for _ in range(tries):
             try:
-                self._git("add", "--all", "--force", ".")
+                self._git("add", "--all", "--force", ".", index=index)
                 return
             except CandidateRepoError as exc:
                 invalid = [os.path.normpath(p) for p in _INVALID_PATH.findall(str(exc))]
@@ -179,8 +180,9 @@ class CandidateRepo:
                 for path in invalid:
                     remove_tree(self.stage / path)
                 refused = dict.fromkeys(invalid, "git refuses the path")
-                self._audit(round, f"{len(refused)} entries not committed: {_summary(refused)}")
-        self._git("add", "--all", "--force", ".")
+                reason = f"{len(refused)} entries not committed: {_summary(refused)}"
+                self._audit_target(target or f"round-{round}", reason)
+        self._git("add", "--all", "--force", ".", index=index)
 
     def head(self) -> str:
         return self._git("rev-parse", "HEAD")

@@ -101,12 +101,14 @@ def commit_snapshot(repo: CandidateRepo, index: int, message: str) -> tuple[str,
     round tags stay as they were, and the work tree is only read (as `commit_round` reads it:
     a checked copy, never git on the agent's tree).
     """
+    if repo.check_written is not None:
+        repo.check_written()  # files a full host disk zeroed are never committed, as for a round
     remove_tree(repo.stage)
     scratch_index = repo.git_dir / "snapshot-index"
     scratch_index.unlink(missing_ok=True)
     try:
         copy_tree(repo.work_tree, repo.stage, exclude_names=GIT_EXCLUDED, refuse_name=git_refused)
-        repo._git("add", "--all", "--force", ".", index=scratch_index)
+        repo._add_all(0, index=scratch_index, target=f"snapshot-{index}")  # what git refuses is left out
         tree = repo._git("write-tree", index=scratch_index)
         sha = repo._git("commit-tree", tree, "-p", "HEAD", "-m", f"snapshot {index}: {message}")
         ref = f"refs/snapshots/{index}"

@@ -46,6 +46,25 @@ def test_a_span_outside_the_original_or_not_in_it_is_never_read(tmp_path):
     assert span_text("/source/calc/ops.py:missing", SOURCE, "/source") is None
 
 
+def test_an_entry_python_cannot_take_is_left_out_never_an_error():
+    huge, nul = "calc/ops.py:" + "1" * 5000, "calc/ops.py\x00:1"  # int() refuses 4,300 digits; resolve() a NUL
+    assert cited(diagnosis(sources=[huge, nul])) == []
+    assert handoff_text(diagnosis(sources=[huge, nul]), SOURCE, "/source", limit=1000) == ""
+    assert span_text("calc/ops.py:123456789", SOURCE, "/source") is None  # past the end: nothing to show
+
+
+def test_past_the_first_cited_spans_entries_are_named_not_read(monkeypatch):
+    import harness.scaffolds.twin.handoff as handoff
+
+    read: list[str] = []
+    real = handoff.span_text
+    monkeypatch.setattr(handoff, "span_text", lambda entry, *a: (read.append(entry), real(entry, *a))[1])
+    entries = [f"/source/calc/ops.py:Nope{i}" for i in range(handoff.MAX_ENTRIES + 5)]
+    text = handoff_text(diagnosis(sources=entries), SOURCE, "/source", limit=10_000)
+    assert len(read) == handoff.MAX_ENTRIES
+    assert f"/source/calc/ops.py:Nope{handoff.MAX_ENTRIES} (past the first {handoff.MAX_ENTRIES} cited spans)" in text
+
+
 def test_what_does_not_fit_the_stated_size_is_named_not_cut():
     d = diagnosis(sources=["/source/calc/ops.py:add", "/source/calc/ops.py:scale", "/source/calc/gone.py:3"])
     text = handoff_text(d, SOURCE, "/source", limit=120)

@@ -70,6 +70,21 @@ def test_a_snapshot_leaves_the_branch_the_tags_and_the_work_tree_alone(tmp_path)
     assert repo._git("for-each-ref", "--format=%(refname)", "refs/snapshots/").split() == ["refs/snapshots/1"]
 
 
+@pytest.mark.parametrize("name", [".GITMODULES", "gitmod~1", ".gitmodules."])
+def test_a_path_git_refuses_is_left_out_of_a_snapshot_not_the_snapshot(tmp_path, name):
+    from harness.run import snapshots
+
+    session = light_session(tmp_path, calls=8)
+    repo = session.repo
+    (repo.work_tree / "a.py").write_text("x = 1\n")
+    (repo.work_tree / name).symlink_to("a.py")  # git refuses a .gitmodules that is a link, in any of its forms
+    taken = snapshots.take(session, "calls", round=1)
+    assert taken is not None and repo._git("show", f"{taken.ref}:a.py") == "x = 1"
+    assert name not in repo._git("ls-tree", "--name-only", taken.ref).split()
+    assert "snapshot-1" in (tmp_path / "audit.log").read_text()
+    assert (repo.work_tree / name).is_symlink()  # the agent's tree is only read
+
+
 def test_a_snapshot_that_cannot_be_committed_is_audited_and_the_run_goes_on(tmp_path, monkeypatch):
     from harness.run import snapshots
     from harness.run.candidate_repo import CandidateRepoError

@@ -17,12 +17,15 @@ from pathlib import Path
 from ground.untrusted_io import AgentFileError, read_regular_text
 from roles.schemas import Diagnosis
 
-LINES = re.compile(r"^(?P<path>[^\s:]+):(?P<first>\d+)(?:\s*-\s*(?P<last>\d+))?$")
-DEFINITION = re.compile(r"^(?P<path>[^\s:]+\.py):(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+# a path of printable characters; line numbers of at most 9 digits (int() of a longer one is refused, or slow)
+LINES = re.compile(r"^(?P<path>[^\s:\x00-\x1f\x7f]+):(?P<first>\d{1,9})(?:\s*-\s*(?P<last>\d{1,9}))?$")
+DEFINITION = re.compile(r"^(?P<path>[^\s:\x00-\x1f\x7f]+\.py):(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 AROUND = (5, 15)
 """A single cited line comes with this many lines before and after it."""
 MAX_SPAN_LINES = 400
 MAX_FILE_BYTES = 2 << 20
+MAX_ENTRIES = 40
+"""Entries read at most: the rest are named, not read (each entry reads and may parse a file)."""
 
 
 def cited(diagnosis: Diagnosis) -> list[str]:
@@ -35,7 +38,11 @@ def handoff_text(diagnosis: Diagnosis, source_dir: Path, mount: str, limit: int)
     """The cited spans' text, numbered, within `limit` characters; what did not fit or could not be read is
     named at the end, so the Migrator knows what it still has to read itself."""
     shown, left_out, used = [], [], 0
-    for entry in cited(diagnosis):
+    entries = cited(diagnosis)
+    for entry in entries[:MAX_ENTRIES]:
+        if used >= limit:
+            left_out.append(f"{entry} (over the {limit:,}-character size of this section)")
+            continue
         text = span_text(entry, source_dir, mount)
         if text is None:
             left_out.append(f"{entry} (not found in the original)")
@@ -44,6 +51,7 @@ def handoff_text(diagnosis: Diagnosis, source_dir: Path, mount: str, limit: int)
         else:
             shown.append(text)
             used += len(text)
+    left_out += [f"{entry} (past the first {MAX_ENTRIES} cited spans)" for entry in entries[MAX_ENTRIES:]]
     if left_out:
         shown.append("Not included: " + "; ".join(left_out))
     return "\n\n".join(shown)
@@ -87,8 +95,11 @@ def inside(source_dir: Path, mount: str, path: str) -> Path | None:
         if not path.startswith(prefix):
             return None
         path = path[len(prefix) :]
-    root = source_dir.resolve()
-    host = (root / path).resolve()
+    try:
+        root = source_dir.resolve()
+        host = (root / path).resolve()
+    except (OSError, RuntimeError, ValueError):  # a link loop, a name the system refuses
+        return None
     return host if host.is_relative_to(root) and host != root else None
 
 
