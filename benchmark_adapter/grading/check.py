@@ -278,14 +278,13 @@ def _defect_row(task: Task, defect: Defect, oracle_dir: Path, oracle: float | No
 
 def default_defects(task: Task) -> Path | None:
     """twin's own defect list for a bundled task, if any: `tests/benchmark_adapter/defects/<folder>.py` for
-    the task in twin's own `tasks/` folder only. A task is known by its folder, never by the name its
+    a task folder inside twin's own checkout only. A task is known by its folder, never by the name its
     task.toml gives: a user's task named like a bundled one, or a bundled one copied elsewhere, gets none
     (`--defects` gives it a list)."""
-    repo = Path(__file__).resolve().parents[2]
-    bundled = repo / "tasks"
-    if bundled not in task.root.resolve().parents:
+    repo, root = Path(__file__).resolve().parents[2], task.root.resolve()
+    if repo not in root.parents:
         return None
-    path = repo / "tests" / "benchmark_adapter" / "defects" / f"{task.root.resolve().name.replace('-', '_')}.py"
+    path = repo / "tests" / "benchmark_adapter" / "defects" / f"{root.name.replace('-', '_')}.py"
     return path if path.is_file() else None
 
 
