@@ -11,6 +11,7 @@ on what it committed (0 where nothing usable exists).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -115,7 +116,8 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
         result.status = "infra_failed"
         result.error = "; ".join(g.error for g in grades.rounds if g.error)
     result.model_label = grades.model
-    rule = run.load_config().final_rule
+    # the one field read raw: a whole `RunConfig` would parse the trial's model name a second time in the bench
+    rule = json.loads(run.config_path.read_text()).get("final_rule") or RunConfig.model_fields["final_rule"].default
     result.snapshot_rewards = {g.round: g.reward for g in grades.rounds}
     result.curve = [
         CurvePoint(calls=g.snapshot.calls, tokens=g.snapshot.tokens, usd=g.snapshot.usd, wall_s=g.snapshot.wall_s,

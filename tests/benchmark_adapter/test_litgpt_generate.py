@@ -195,7 +195,8 @@ print(json.dumps({"cos": float(np.max(np.abs(cos.double().numpy() - np.cos(np.ti
 @needs_original
 def test_the_recorders_stand_ins_give_litgpts_outputs():
     """The recorder's two stand-ins: float64 RoPE tables (litgpt has none) and torch.multinomial for bands."""
-    env = {**os.environ, "PYTHONPATH": str(original_dir(DECLARED))}
+    site = reference_pythonpath(DECLARED).get("PYTHONPATH")  # litgpt's own dependencies, apart from twin's
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(original_dir(DECLARED)), *([site] if site else [])])}
     proc = subprocess.run([sys.executable, "-c", STAND_INS, str(ASSETS / "model_config.yaml")], env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -169,7 +169,7 @@ print(json.dumps({"calls": calls, "fit.lr": values["fit.lr"], "drifted": recorde
 @pytest.mark.heavy  # records every reference again (litgpt and lightning imported): about 20 s
 @needs_original
 def test_the_fit_references_come_from_litgpts_own_fit_and_are_what_it_gives_now():
-    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED))}
+    env = {**os.environ, "LITGPT_SOURCE": str(original_dir(DECLARED)), **reference_pythonpath(DECLARED)}
     proc = subprocess.run([sys.executable, "-c", RECORDER_SPY, str(TASK / "tests" / "record_refs.py")], env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
