@@ -41,31 +41,41 @@ def owner_alive(tag: str) -> bool:
     return head.isdigit() and int(head) > 0 and process_tag(int(head)) == tag
 
 
+def _process_table() -> dict[int, list[str]]:
+    """Every live process's `/proc/PID/stat` fields (after the command name), read in one pass."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields is not None and len(fields) >= 15:
+                table[int(name)] = fields
+    return table
+
+
+def descendants(pid: int, table: dict[int, list[str]] | None = None) -> list[int]:
+    """Every process under `pid` (children, theirs, ...), from `table` or a fresh reading of `/proc`."""
+    table = _process_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for child, fields in table.items():
+        children.setdefault(int(fields[1]), []).append(child)
+    found, todo, seen = [], [pid], {pid}
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                todo.append(child)
+    return found
+
+
 def tree_cpu_s(pid: int) -> float | None:
     """CPU seconds (user and system, with reaped children's) of a live process and all its descendants.
 
     Read from `/proc` at one moment, to say how much of a command's wall time its processes
     had the CPU for (a loaded machine gives them little); None where the process is gone.
     """
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if fields is None or len(fields) < 15:
-            continue
-        child = int(name)
-        children.setdefault(int(fields[1]), []).append(child)
-        cpu[child] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    if pid not in cpu:
+    table = _process_table()
+    if pid not in table:
         return None
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        total += cpu.get(current, 0)
-        todo.extend(children.get(current, []))
-    return total / os.sysconf("SC_CLK_TCK")
+    ticks = sum(sum(int(f) for f in table[p][11:15]) for p in [pid, *descendants(pid, table)])  # utime..cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
