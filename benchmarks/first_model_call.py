@@ -38,12 +38,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmark_adapter.grading.check import _passed_marker, ensure_task_checked, task_content_hash  # noqa: E402
+from ground.sandboxes.owner import descendants  # noqa: E402
 from task_model.loader import load_task  # noqa: E402
 
 GOALS_S = {"not cached": 30.0, "cached": 5.0, "first call": 30.0, "check start": 30.0}
@@ -70,51 +73,10 @@ def first_call_s(task_dir: Path, sandbox: str, work: Path, env: dict[str, str] |
         str(REPO / ".venv" / "bin" / "twin"), "migrate", "--task", str(task_dir), "--model", f"inbox:{inbox}",
         "--sandbox", sandbox, "--runs-dir", str(work / "runs"), "--no-grade", "--rounds", "1",
     ]  # fmt: skip
-    log = (work / "twin.log").open("wb")
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background job ignores Ctrl-C
-        env=env,
-    )
-    try:
-        while not (inbox / "request-1.json").exists():
-            if proc.poll() is not None:
-                tail = (work / "twin.log").read_text(errors="replace")[-2000:]
-                raise SystemExit(f"twin migrate ended (exit {proc.returncode}) before a model call:\n{tail}")
-            if time.monotonic() - started > LIMIT_S:
-                raise SystemExit(f"no model call within {LIMIT_S:.0f} s")
-            time.sleep(0.05)
-        return time.monotonic() - started, cpu_s(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGINT)  # twin alone: it stops its children and releases the candidate itself
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process under `pid` (from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, stack = [], [pid]
-    while stack:
-        children = parents.get(stack.pop(), [])
-        found += children
-        stack += children
-    return found
+    with _started(argv, work, env) as (proc, started):
+        waited = _wait_until(lambda: (inbox / "request-1.json").exists(), proc, started, work,
+                             "twin migrate ended", "a model call", "no model call")  # fmt: skip
+        return waited, cpu_s(proc.pid)
 
 
 def _runs_test_sh(pid: int) -> bool:
@@ -128,19 +90,27 @@ def _runs_test_sh(pid: int) -> bool:
 def check_start_s(task_dir: Path, sandbox: str, work: Path, env: dict[str, str]) -> float:
     """Start `twin task check` on `task_dir`; wall seconds until its grader's test.sh starts (then stop it)."""
     argv = [str(REPO / ".venv" / "bin" / "twin"), "task", "check", str(task_dir), "--no-defects", "--sandbox", sandbox]
+    with _started(argv, work, env) as (proc, started):
+        return _wait_until(lambda: any(_runs_test_sh(pid) for pid in descendants(proc.pid)), proc, started, work,
+                           "twin task check ended", "its grader started", "no grader started")  # fmt: skip
+
+
+@contextmanager
+def _started(argv: list[str], work: Path, env: dict[str, str] | None) -> Iterator[tuple[subprocess.Popen, float]]:
+    """twin started in a session of its own, logging to `work/twin.log`; stopped by Ctrl-C (SIGINT) at the end,
+    as a user would stop it: twin alone, which stops its children and releases the candidate itself."""
     log = (work / "twin.log").open("wb")
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background job ignores Ctrl-C
+        env=env,
+    )
     try:
-        while not any(_runs_test_sh(pid) for pid in _descendants(proc.pid)):
-            if proc.poll() is not None:
-                tail = (work / "twin.log").read_text(errors="replace")[-2000:]
-                raise SystemExit(f"twin task check ended (exit {proc.returncode}) before its grader started:\n{tail}")
-            if time.monotonic() - started > LIMIT_S:
-                raise SystemExit(f"no grader started within {LIMIT_S:.0f} s")
-            time.sleep(0.05)
-        return time.monotonic() - started
+        yield proc, started
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -149,6 +119,20 @@ def check_start_s(task_dir: Path, sandbox: str, work: Path, env: dict[str, str])
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def _wait_until(done: Callable[[], bool], proc: subprocess.Popen, started: float, work: Path, ended: str,
+                before: str, missing: str) -> float:  # fmt: skip
+    """Wall seconds from `started` until `done()`; SystemExit (with twin's last log lines) if twin ends first,
+    or after `LIMIT_S`."""
+    while not done():
+        if proc.poll() is not None:
+            tail = (work / "twin.log").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"{ended} (exit {proc.returncode}) before {before}:\n{tail}")
+        if time.monotonic() - started > LIMIT_S:
+            raise SystemExit(f"{missing} within {LIMIT_S:.0f} s")
+        time.sleep(0.05)
+    return time.monotonic() - started
 
 
 def fresh_cache(task_dir: Path) -> Path:
