@@ -398,3 +398,15 @@ def test_auto_isolation_falls_back_to_the_uid_drop_and_fails_closed_without_it(m
     monkeypatch.setattr(box, "_UID_FALLBACK", ["uid 65532 could reach the grader's files"])
     with pytest.raises(g.IsolationUnavailable, match="nor a uid drop"):
         box._choose_isolation("auto")
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="only root can drop a child to another uid")
+def test_a_run_whose_processes_outlive_sigkill_fails_its_isolation(monkeypatch):
+    """The session boundary waits for the uid's processes to die; one still running at the deadline is an error."""
+    unused_uid = 64999  # no process runs as it: the SIGKILL the dropped child sends reaches nothing
+    monkeypatch.setattr(box, "SESSION_END_S", 0.2)
+    monkeypatch.setattr(box, "_running_as", lambda uid: 1 if uid == unused_uid else 0)
+    with pytest.raises(box.IsolationUnavailable, match="outlived SIGKILL"):
+        box.end_candidate_session(unused_uid)
+    monkeypatch.setattr(box, "_running_as", lambda uid: 0)
+    box.end_candidate_session(unused_uid)  # none left: returns

@@ -143,6 +143,27 @@ def test_a_setsid_daemon_does_not_outlive_its_case_nor_reach_a_later_one():
     assert end["alive_at_end"] == []
 
 
+# Leaves many processes, each holding memory the kernel must free when it dies: SIGKILL is sent at
+# once, but taken one process at a time.
+CROWD = r"""
+import subprocess, sys
+code = "import time\nheld = bytearray(64 * 1024 * 1024)\nprint(flush=True)\ntime.sleep(300)\n"
+crowd = [subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in range(24)]
+for proc in crowd:
+    proc.stdout.readline()  # its memory is held
+record("spawned", len(crowd))
+"""
+
+
+def test_a_run_ends_only_when_every_process_it_left_has_died():
+    """The boundary is the processes gone, not SIGKILL sent: none of a crowd is still running after the case."""
+    first, end = run_cases([(CROWD, 60)])
+    assert first["values"] == {"spawned": 24} and first["finished"], first
+    assert first["alive_after"] == [], first
+    assert end["alive_at_end"] == []
+
+
 def test_a_child_holding_the_output_pipe_does_not_keep_a_finished_case_running():
     (run, _end) = run_cases([(HOLDER, 20)])
     assert run["values"] == {"spawned": True} and run["finished"], run

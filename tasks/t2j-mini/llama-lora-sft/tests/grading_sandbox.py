@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -131,6 +132,31 @@ def end_candidate_session(uid: int) -> None:
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise IsolationUnavailable(f"the candidate's processes (uid {uid}) could not be ended")
+    # SIGKILL is sent, not yet taken: a process dies when the kernel next schedules it. The boundary
+    # holds once none is left running (zombies run nothing), so wait for that, on a deadline.
+    deadline = time.monotonic() + SESSION_END_S
+    while (left := _running_as(uid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if left:
+        raise IsolationUnavailable(f"{left} process(es) of the candidate (uid {uid}) outlived SIGKILL for {SESSION_END_S:g} s")
+
+
+SESSION_END_S = 30.0
+"""How long the processes of an ended candidate run may take to die after SIGKILL."""
+
+
+def _running_as(uid: int) -> int:
+    """How many processes whose real, effective or saved uid is `uid` are not yet zombies (this PID namespace)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as fh:
+                fields = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+        except OSError:
+            continue  # gone meanwhile
+        uids = {int(u) for u in fields.get("Uid", "").split()[:3]}
+        count += uid in uids and not fields.get("State", "").strip().startswith(("Z", "X"))
+    return count
 
 
 def hand_scratch_to_candidate(scratch: Path, uid: int) -> None:
