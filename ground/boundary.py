@@ -40,6 +40,14 @@ class Mount(BaseModel):
     host: Path = Field(description="Path on the host (resolved when the boundary is built).")
     inside: str = Field(description="Absolute path where it appears inside the sandbox.")
     writable: bool = Field(default=False, description="Read-write (only the candidate, for the Migrator).")
+    executable: bool = Field(
+        default=True,
+        description=(
+            "False: a root another sandbox wrote (a role's /scratch on its candidate side), from which no"
+            " native code may be loaded: mounted noexec, and the whole sandbox is code-confined"
+            " (`Boundary.code_confined`), so a copy elsewhere inside cannot be loaded either."
+        ),
+    )
 
 
 class Limits(BaseModel):
@@ -111,6 +119,10 @@ class Boundary(BaseModel):
         writable = [m for m in self.mounts if m.writable]
         if len(writable) > 1:
             raise ValueError(f"boundary {self.name}: more than one writable root")
+        if writable and self.code_confined:
+            raise ValueError(
+                f"boundary {self.name}: a writable root beside a non-executable one would let its files be loaded"
+            )
         for mount in self.mounts:
             mount.host = Path(os.path.realpath(mount.host))
             if not PurePosixPath(mount.inside).is_absolute():
@@ -125,6 +137,16 @@ class Boundary(BaseModel):
                 raise ValueError(f"boundary {self.name}: environment variable {name} looks like a secret")
         if not PurePosixPath(self.workdir).is_absolute():
             raise ValueError(f"boundary {self.name}: workdir {self.workdir} is not absolute")
+
+    @property
+    def code_confined(self) -> bool:
+        """Whether native code may be loaded only from the roots given as executable.
+
+        True where any root is not executable (files the other side wrote): then nothing written
+        inside can be mapped as code either (`/tmp`, `/dev/shm` noexec, `/dev` read-only,
+        `memfd_create` refused), so copying a shared object out of that root loads nothing.
+        """
+        return any(not mount.executable for mount in self.mounts)
 
     # ---- path mapping -------------------------------------------------------------------------
     def mount_for(self, inside_path: str) -> Mount | None:

@@ -342,7 +342,7 @@ class Workbench:
     """The round history, for the read-only `diff` tool (None: no history to show)."""
     scratch: str | None = None
     """Where the role's scratch directory lies in both sandboxes (writable on the reference side
-    only), or None: the role has none."""
+    only, non-executable on the candidate side), or None: the role has none."""
 
 
 SCRATCH = "/scratch"
@@ -363,10 +363,14 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
         "directory, so files of the original cannot be carried into it), so print what you need."
     )
     if bench.scratch:
-        scratch_note = f" {bench.scratch} holds what your bash_reference commands saved there (read-only here)."
+        scratch_note = (
+            f" {bench.scratch} holds what your bash_reference commands saved there, as data (read-only "
+            "here): native code cannot be loaded on this side, from there or from a copy, nor from /tmp."
+        )
         reference_note = (
-            f"; {bench.scratch} is yours for the whole run and your `bash` commands can read it: save arrays "
-            f"there (e.g. numpy.save('{bench.scratch}/logits.npy', ...)) rather than printing them."
+            f"; {bench.scratch} is yours for the whole run and your `bash` commands can read it as data: save "
+            f"arrays there (e.g. numpy.save('{bench.scratch}/logits.npy', ...)) rather than printing them "
+            "(shared objects put there do not load on the candidate side)."
         )
     tools = [
         read_tool(bench.boundary),

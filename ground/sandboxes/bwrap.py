@@ -26,16 +26,24 @@ import shutil
 from pathlib import Path
 
 from ground.boundary import Boundary, Limits
-from ground.isolation import cache_root
+from ground.isolation import SANDBOX_GID, SANDBOX_UID, cache_root
 from ground.sandbox import ExecResult, SandboxError
 from ground.sandboxes.base import BoundarySandbox, PresentedRoots, sandbox_env
 from ground.sandboxes.disk import DiskWatch
 from ground.sandboxes.gate import LaunchGate
 from ground.sandboxes.packages import copied_inside, hidden_entries, pruned_site_dir, site_dirs
 from ground.sandboxes.presentation import RootOverCaps
-from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_exec
+from ground.sandboxes.privilege import Staging, dropping_root, settle_writable, unprivileged_exec
 from ground.sandboxes.process import run_limited
 from ground.sandboxes.seccomp import filter_file
+
+
+def seccomp_profile(boundary: Boundary) -> str:
+    """The filter a boundary's commands load: `nested` for a grader, `confined` for a code-confined
+    boundary (no memory files), `strict` otherwise (`seccomp.py`)."""
+    if boundary.nested_sandbox:
+        return "nested"
+    return "confined" if boundary.code_confined else "strict"
 
 
 def bwrap_path() -> str | None:
@@ -57,7 +65,7 @@ class BwrapSandbox(BoundarySandbox):
             raise SandboxError("bubblewrap (bwrap) is not installed: install it or pass --sandbox none")
         self._bwrap = executable
         self._staging = Staging()
-        self._seccomp = filter_file("nested" if boundary.nested_sandbox else "strict", cache_root() / "seccomp")
+        self._seccomp = filter_file(seccomp_profile(boundary), cache_root() / "seccomp")
         self._filter = self._seccomp.read_bytes()  # handed to each command through its gate
         roots = PresentedRoots(boundary)
         super().__init__(boundary, roots)
@@ -93,9 +101,7 @@ class BwrapSandbox(BoundarySandbox):
             args.append("--unshare-net")
         # /proc, /dev and the private /tmp first, so that a root granted under /tmp (a venv or a
         # checkout that lives there) is bound on top of the tmpfs instead of hidden by it.
-        tmp_bytes, shm_bytes = str(b.limits.tmp_mb << 20), str(b.limits.shm_mb << 20)
-        args += ["--proc", "/proc", "--dev", "/dev", "--size", shm_bytes, "--tmpfs", "/dev/shm"]
-        args += ["--size", tmp_bytes, "--tmpfs", "/tmp"]
+        args += ["--proc", "/proc", "--dev", "/dev", *self._scratch_space(b.limits)]
         for mount in sorted(b.mounts, key=lambda m: len(m.inside)):
             if not mount.host.exists():
                 raise SandboxError(f"boundary {b.name}: mount source {mount.host} does not exist")
@@ -103,13 +109,36 @@ class BwrapSandbox(BoundarySandbox):
             if link is not None:
                 args += ["--symlink", link, mount.inside]
                 continue
-            source = str(self._staging.path(mount.host))
-            args += ["--bind" if mount.writable else "--ro-bind", source, mount.inside]
+            source = self._staging.path(mount.host)
+            if not mount.executable:
+                self._staging.noexec(source)
+            args += ["--bind" if mount.writable else "--ro-bind", str(source), mount.inside]
         args += self._cover_hidden()
         args += self._hide_packages()
         args += ["--remount-ro", "/"]  # only the writable mount and /tmp take writes
-        # The launcher: staged sources (as root), then the uid switch, which becomes bubblewrap.
-        return [*self._staging.prefix(), *unprivileged_exec(self._bwrap), *args[1:]]
+        # The launcher: staged mounts (as root, or in a user namespace of their own), then the uid
+        # switch, which becomes bubblewrap.
+        launch = [*self._staging.prefix(), *unprivileged_exec(self._bwrap)]
+        return [*launch, *self._staging.bwrap_identity(), *args[1:]]
+
+    def _scratch_space(self, limits: Limits) -> list[str]:
+        """The private `/dev/shm` and `/tmp`, tmpfs of `Limits.shm_mb` and `Limits.tmp_mb`.
+
+        In a code-confined boundary (`Boundary.code_confined`) both are mounted noexec before
+        bubblewrap starts (it has no such flag) and `/dev` is read-only, so no file a command
+        writes, or copies from a non-executable root, can be mapped as code.
+        """
+        sizes = (("/dev/shm", limits.shm_mb << 20), ("/tmp", limits.tmp_mb << 20))
+        if not self.boundary.code_confined:
+            return [word for inside, size in sizes for word in ("--size", str(size), "--tmpfs", inside)]
+        owner = f",uid={SANDBOX_UID},gid={SANDBOX_GID}" if dropping_root() else ""
+        args: list[str] = []
+        for inside, size in sizes:
+            point = self._staging.tmpfs(f"size={size},mode=0755{owner},nosuid,nodev,noexec")
+            args += ["--bind", str(point), inside]
+            if inside == "/dev/shm":
+                args += ["--remount-ro", "/dev"]
+        return args
 
     def _same_symlink(self, mount) -> str | None:
         """The host's link text where a mount repeats a host symlink (`/bin` -> `usr/bin`).
@@ -117,7 +146,7 @@ class BwrapSandbox(BoundarySandbox):
         A symlink inside is cheaper than another bind mount, and it is exactly what the
         host has, provided the target is mounted at its own path.
         """
-        if mount.writable or not os.path.islink(mount.inside):
+        if mount.writable or not mount.executable or not os.path.islink(mount.inside):
             return None
         if Path(os.path.realpath(mount.inside)) != mount.host:
             return None

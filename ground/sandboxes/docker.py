@@ -80,7 +80,14 @@ def container_config(
     stdin_file: Path | None = None,
     scratch: Path | None = None,
 ) -> dict:
-    """Keyword arguments of `containers.run` for one command (pure: no engine needed)."""
+    """Keyword arguments of `containers.run` for one command (pure: no engine needed).
+
+    Raises:
+        SandboxError: the boundary is code-confined (`Boundary.code_confined`): a bind mount of
+            the engine cannot be made noexec, so it refuses rather than let its files load.
+    """
+    if boundary.code_confined:
+        raise SandboxError(f"boundary {boundary.name}: the docker sandbox cannot mount a root non-executable")
     volumes: dict[str, dict[str, str]] = {}
     for mount in boundary.mounts:
         if mount.inside == "/etc" and mount.host.is_dir():

@@ -33,11 +33,18 @@ _SETID = stat.S_ISUID | stat.S_ISGID
 MAX_SETTLED = 500_000
 """The most names `settle_writable` walks: past it, the tree is refused its copy out."""
 _STALE_STAGING_S = 24 * 3600.0
-# Binds each (source, target) pair given as arguments, then becomes the command.
+# Makes the mounts given as arguments (`bind SRC DST`, `noexec PATH`, `tmpfs OPTIONS DST`, up
+# to `--`), then becomes the command. `noexec` binds a path onto itself and remounts that bind
+# read-only and noexec; every mount a later bubblewrap binds from it keeps the flag (the kernel
+# locks it for a less privileged user namespace).
 _STAGE_SCRIPT = (
-    'n=$1; shift; while [ "$n" -gt 0 ]; do '
-    'mount --bind -- "$1" "$2" || { echo "twin: cannot stage a sandbox mount" >&2; exit 125; }; '
-    'shift 2; n=$((n-1)); done; exec "$@"'
+    'fail() { echo "twin: cannot stage a sandbox mount" >&2; exit 125; }; '
+    'while [ "$1" != "--" ]; do case "$1" in '
+    'bind) mount --bind -- "$2" "$3" || fail; shift 3;; '
+    'noexec) { mount --bind -- "$2" "$2" && mount -o remount,bind,ro,noexec,nosuid,nodev -- "$2"; } || fail; '
+    "shift 2;; "
+    'tmpfs) mount -t tmpfs -o "$2" -- tmpfs "$3" || fail; shift 3;; '
+    "*) fail;; esac; done; shift; exec \"$@\""
 )
 
 
@@ -135,15 +142,22 @@ def _capsh_switch() -> tuple[str, ...] | None:
 
 
 class Staging:
-    """Neutral staging paths for mount sources the sandbox uid cannot reach.
+    """Mounts made for one sandbox before bubblewrap starts, in a private mount namespace of each command.
 
-    `path(host)` returns where bubblewrap should bind from; `prefix()` is the command
-    line that makes those paths real (binds in a private mount namespace) before the
-    rest of the command runs. `close()` removes the (empty) staging points.
+    `path(host)` returns where bubblewrap should bind from: a neutral staging path for a source
+    the sandbox uid cannot reach (twin as root). `noexec(path)` makes a source bubblewrap binds
+    non-executable, and `tmpfs(options)` a fresh tmpfs (noexec where asked) to bind at `/tmp`
+    or `/dev/shm`: bubblewrap has no flag for either. `prefix()` is the command line that makes
+    them before the rest of the command runs; the host's mount table never changes. As root it
+    mounts as root before the uid switch; otherwise it mounts in a user namespace of its own
+    (`unshare --map-root-user`), where the bubblewrap it becomes must be told twin's uid and gid
+    (`bwrap_identity()`). `close()` removes the (empty) staging points.
     """
 
     def __init__(self) -> None:
         self._pairs: list[tuple[str, str]] = []
+        self._steps: list[tuple[str, ...]] = []  # noexec and tmpfs mounts, after the binds
+        self._points = 0
         self._dir: Path | None = None
 
     def path(self, host: Path) -> Path:
@@ -152,21 +166,44 @@ class Staging:
         for source, target in self._pairs:
             if source == str(host):
                 return Path(target)
+        target = self._point(host.is_dir())
+        self._pairs.append((str(host), str(target)))
+        return target
+
+    def noexec(self, source: Path) -> None:
+        """Make `source` (a path `path()` returned) read-only and non-executable for this sandbox."""
+        self._steps.append(("noexec", str(source)))
+
+    def tmpfs(self, options: str) -> Path:
+        """A mount point where each command gets a fresh tmpfs mounted with `options`."""
+        target = self._point(True)
+        self._steps.append(("tmpfs", options, str(target)))
+        return target
+
+    def _point(self, directory: bool) -> Path:
+        """A fresh, empty staging point (a directory or a file) under this sandbox's staging directory."""
         if self._dir is None:
             base = stage_root()
             sweep_stale_staging(base)
             self._dir = Path(tempfile.mkdtemp(prefix="s", dir=base))
             os.chmod(self._dir, 0o711)
-        target = self._dir / str(len(self._pairs))
-        if host.is_dir():
+        target = self._dir / str(self._points)
+        self._points += 1
+        if directory:
             target.mkdir(mode=0o755)
         else:
             target.touch(mode=0o644)
-        self._pairs.append((str(host), str(target)))
         return target
 
+    def bwrap_identity(self) -> list[str]:
+        """bubblewrap's `--uid`/`--gid`, where `prefix()` runs it in a user namespace that maps twin's
+        uid to 0 (twin not root): inside the sandbox, commands keep twin's own uid and gid."""
+        if dropping_root() or not self._steps:
+            return []
+        return ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
+
     def prefix(self) -> list[str]:
-        if not self._pairs:
+        if not self._pairs and not self._steps:
             return []
         for source, target in self._pairs:  # a sweep may have removed a long-lived point
             if not os.path.lexists(target):
@@ -175,14 +212,18 @@ class Staging:
                     os.mkdir(target, 0o755)
                 else:
                     Path(target).touch(mode=0o644)
+        for kind, *_, target in self._steps:
+            if kind == "tmpfs" and not os.path.lexists(target):
+                os.makedirs(target, mode=0o755)
         unshare = shutil.which("unshare", path="/usr/bin:/bin")
         if unshare is None:
             raise SandboxError("unshare (util-linux) is missing: cannot stage sandbox mounts")
-        args = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
-        args += [_STAGE_SCRIPT, "twin-stage", str(len(self._pairs))]
+        user = [] if dropping_root() else ["--user", "--map-root-user"]
+        args = [unshare, *user, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
+        args += [_STAGE_SCRIPT, "twin-stage"]
         for source, target in self._pairs:
-            args += [source, target]
-        return args
+            args += ["bind", source, target]
+        return [*args, *(word for step in self._steps for word in step), "--"]
 
     def close(self) -> None:
         if self._dir is not None:

@@ -20,6 +20,11 @@ flags a filter can inspect):
   `fsconfig`, `fspick`, `setns`, and `unshare`/`clone` with `CLONE_NEWUSER`: no
   changing the view of the filesystem and no new user namespace with capabilities.
 
+The `confined` profile is `strict` that also refuses `memfd_create` (EPERM): a code-confined
+sandbox (`Boundary.code_confined`, a role's candidate side beside its /scratch) mounts every
+place it can write noexec, and a memory file is the one writable file left that the dynamic
+loader could map as code.
+
 The `nested` profile keeps the last group allowed: the grader's `test.sh` starts its
 own bubblewrap for the candidate (which in turn disables user namespaces inside).
 The filter is compiled once per profile with libseccomp (`pyseccomp`) and cached
@@ -38,7 +43,7 @@ from pathlib import Path
 from ground.sandbox import SandboxError
 
 CLONE_NEWUSER = 0x10000000
-PROFILES = ("strict", "nested")
+PROFILES = ("strict", "nested", "confined")
 AF_NETLINK = 16
 ALLOWED_FAMILIES = frozenset({1, 2, 10, AF_NETLINK})  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 _FAMILY_SPAN = 64  # every family number below this is listed; any value at or above it is refused
@@ -100,13 +105,15 @@ def compile_filter(profile: str) -> bytes:
         flt.add_rule(no_family, call, sc.Arg(0, sc.GE, _FAMILY_SPAN))
     # netlink: NETLINK_ROUTE (0) only
     flt.add_rule(no_family, "socket", sc.Arg(0, sc.MASKED_EQ, _LOW32, AF_NETLINK), sc.Arg(2, sc.GE, 1))
-    if profile == "strict":
+    if profile in ("strict", "confined"):
         for name in _STRICT_ONLY:
             _add(flt, deny, name)
         new_user = sc.Arg(0, sc.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
         flt.add_rule(deny, "unshare", new_user)
         flt.add_rule(deny, "clone", new_user)
         _add(flt, sc.ERRNO(errno.ENOSYS), "clone3")  # flags behind a pointer: make libc use clone
+    if profile == "confined":
+        _add(flt, deny, "memfd_create")
     with tempfile.TemporaryFile() as fh:
         flt.export_bpf(fh)
         fh.seek(0)
@@ -129,13 +136,14 @@ def docker_profile(profile: str) -> str:
     """The same filter as a Docker seccomp profile (JSON, for `--security-opt seccomp=`)."""
     if profile not in PROFILES:
         raise SandboxError(f"unknown seccomp profile {profile!r}")
-    names = list(_ALWAYS) + (list(_STRICT_ONLY) if profile == "strict" else [])
+    strict = profile != "nested"
+    names = list(_ALWAYS) + (list(_STRICT_ONLY) if strict else []) + (["memfd_create"] if profile == "confined" else [])
     rules: list[dict] = [
         {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
         {"names": ["fallocate"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EOPNOTSUPP},
         *_docker_socket_rules(),
     ]
-    if profile == "strict":
+    if strict:
         new_user = {"index": 0, "value": CLONE_NEWUSER, "valueTwo": CLONE_NEWUSER}
         rules += [
             {

@@ -106,14 +106,23 @@ class Session:
         directory at `/scratch`: writable by its reference-side commands, read-only to its
         candidate-side ones, kept across all its commands of the run and removed at `close()`.
         It is no part of the candidate, no probe or grader mounts it, and twin never reads it.
+        It carries data, never code: the candidate side mounts it non-executable and is
+        code-confined (`Boundary.code_confined`), so a shared object the reference side put
+        there (torch's, or any other) cannot be loaded there, from it or from a copy.
         A role that writes the candidate gets none: from the side where the original's whole
         framework is installed it would carry files into the candidate's writer wholesale,
         past the candidate side's absence of that framework (stdout, capped, is the only way).
+        Nor does a role under the Docker sandbox, which cannot mount a root non-executable.
         """
-        scratch = None if write else self.scratch_dir(role)
+        scratch = None if write or self.config.sandbox == "docker" else self.scratch_dir(role)
         benches = []
         for side, writable in (("candidate", write), ("reference", False)):
-            mounts = [] if scratch is None else [Mount(host=scratch, inside=SCRATCH, writable=side == "reference")]
+            on_reference = side == "reference"
+            mounts = (
+                []
+                if scratch is None
+                else [Mount(host=scratch, inside=SCRATCH, writable=on_reference, executable=on_reference)]
+            )
             boundary = role_boundary(
                 self.task,
                 self.workspace,

@@ -51,3 +51,81 @@ def test_a_role_that_writes_the_candidate_has_no_scratch(session):
     assert not tools["bash"](command="ls /scratch").ok
     assert "/scratch" not in tools["bash_reference"].description
     assert "nothing written on this side outlives it" in tools["bash_reference"].description
+
+
+# A tiny extension module, compiled on the reference side with the system compiler: what an agent
+# would carry to the candidate side in place of torch's own shared objects.
+_EXTENSION_C = r"""
+#include <Python.h>
+static struct PyModuleDef carried = {PyModuleDef_HEAD_INIT, "carried", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_carried(void) { return PyModule_Create(&carried); }
+"""
+_BUILD = (
+    "mkdir -p /scratch/ext && cat > /tmp/carried.c <<'C'\n"
+    + _EXTENSION_C
+    + "\nC\n"
+    + "cc -shared -fPIC $(python3 -c 'import sysconfig; print(\"-I\" + sysconfig.get_paths()[\"include\"])') "
+    "-o /scratch/ext/carried$(python3 -c 'import sysconfig; print(sysconfig.get_config_var(\"EXT_SUFFIX\"))') "
+    "/tmp/carried.c && cp /scratch/ext/carried*.so /scratch/ext/libcarried.so"
+)
+# Every way a candidate-side command could try to load it: in place, or from a copy in every place
+# it can write (/tmp, /dev/shm, /dev) or in a memory file.
+_LOAD = r"""
+import ctypes, glob, os, shutil, sys
+so = glob.glob("/scratch/ext/carried*.so")[0]
+def attempt(label, load):
+    try:
+        load()
+        print("LOADED", label)
+    except Exception as exc:
+        print("refused", label, type(exc).__name__)
+sys.path.insert(0, "/scratch/ext")
+attempt("import from /scratch", lambda: __import__("carried"))
+attempt("dlopen in /scratch", lambda: ctypes.CDLL("/scratch/ext/libcarried.so"))
+for place in ("/tmp", "/dev/shm", "/dev"):
+    def copied(place=place):
+        target = os.path.join(place, "libcarried.so")
+        shutil.copy(so, target)
+        ctypes.CDLL(target)
+    attempt("dlopen of a copy in " + place, copied)
+def memory_file():
+    fd = os.memfd_create("carried")
+    os.write(fd, open(so, "rb").read())
+    ctypes.CDLL(f"/proc/self/fd/{fd}")
+attempt("dlopen of a memory file", memory_file)
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="builds a native module with the system compiler")
+def test_native_code_carried_through_scratch_cannot_be_loaded_on_the_candidate_side(session):
+    tools = workbench_tools(session.workbench("diagnoser", write=False), write=False)
+    built = tools["bash_reference"](command=_BUILD)
+    assert built.ok, built.text
+    # the control: the carried module is a working one, where native code may load
+    control = tools["bash_reference"](command="cd / && python3 -c " + _shell_quote(_LOAD))
+    assert control.text.count("LOADED") == 6, control.text
+    attacked = tools["bash"](command="cd / && python3 -c " + _shell_quote(_LOAD))
+    assert attacked.ok, attacked.text
+    assert "LOADED" not in attacked.text, attacked.text
+    assert attacked.text.count("refused") == 6, attacked.text
+    # torch's own shared objects are no different: one carried there loads on the reference side only
+    carry = "import torch, shutil; shutil.copy(torch.__path__[0] + '/lib/libc10.so', '/scratch/libc10.so')"
+    assert tools["bash_reference"](command=f'python3 -c "{carry}"').ok
+    load = "import ctypes; ctypes.CDLL('/scratch/libc10.so'); print('LOADED')"
+    assert "LOADED" in tools["bash_reference"](command=f'python3 -c "{load}"').text
+    carried = tools["bash"](command=f'python3 -c "{load}"')
+    assert not carried.ok and "LOADED" not in carried.text, carried.text
+    assert "failed to map segment" in carried.text
+
+def test_data_still_crosses_scratch_from_the_reference_side(session):
+    tools = workbench_tools(session.workbench("verifier", write=False), write=False)
+    save = "import numpy; numpy.savez('/scratch/ref.npz', logits=numpy.arange(6.0).reshape(2, 3))"
+    assert tools["bash_reference"](command=f'python3 -c "{save}"').ok
+    read = "import numpy; print(numpy.load('/scratch/ref.npz')['logits'].sum())"
+    shown = tools["bash"](command=f'python3 -c "{read}"')
+    assert shown.ok and "15.0" in shown.text, shown.text
+    assert "data" in tools["bash"].description and "cannot be loaded" in tools["bash"].description
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
