@@ -139,6 +139,14 @@ def test_construction_rejects_unsafe_boundaries(layout):
     assert not layout["audit"].exists()
 
 
+def test_a_non_executable_root_confines_the_whole_boundary_and_allows_no_writable_root(layout):
+    handed = Mount(host=layout["src"], inside="/scratch", executable=False)
+    assert make(layout, mounts=[Mount(host=layout["cand"], inside="/app"), handed]).code_confined
+    assert not make(layout, mounts=[Mount(host=layout["cand"], inside="/app")]).code_confined
+    with pytest.raises(ValidationError, match="writable root beside a non-executable one"):
+        make(layout, mounts=[Mount(host=layout["cand"], inside="/app", writable=True), handed])
+
+
 def test_no_audit_log_still_refuses(layout):
     b = make(layout, audit_log=None)
     with pytest.raises(BoundaryViolation):

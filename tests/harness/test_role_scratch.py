@@ -64,7 +64,7 @@ _BUILD = (
     "mkdir -p /scratch/ext && cat > /tmp/carried.c <<'C'\n"
     + _EXTENSION_C
     + "\nC\n"
-    + "cc -shared -fPIC $(python3 -c 'import sysconfig; print(\"-I\" + sysconfig.get_paths()[\"include\"])') "
+    + 'cc -shared -fPIC $(python3 -c \'import sysconfig; print("-I" + sysconfig.get_paths()["include"])\') '
     "-o /scratch/ext/carried$(python3 -c 'import sysconfig; print(sysconfig.get_config_var(\"EXT_SUFFIX\"))') "
     "/tmp/carried.c && cp /scratch/ext/carried*.so /scratch/ext/libcarried.so"
 )
@@ -116,6 +116,7 @@ def test_native_code_carried_through_scratch_cannot_be_loaded_on_the_candidate_s
     carried = tools["bash"](command=f'python3 -c "{load}"')
     assert not carried.ok and "LOADED" not in carried.text, carried.text
     assert "failed to map segment" in carried.text
+
 
 def test_data_still_crosses_scratch_from_the_reference_side(session):
     tools = workbench_tools(session.workbench("verifier", write=False), write=False)

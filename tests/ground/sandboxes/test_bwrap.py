@@ -58,9 +58,7 @@ def test_exit_status_stdin_and_cwd(sandbox):
 
 def test_environment_is_built_from_scratch(sandbox, monkeypatch):
     monkeypatch.setenv("TWIN_OUTSIDE_ONLY", "leak")
-    env = dict(
-        line.split("=", 1) for line in sandbox.exec("env", env={"EXTRA": "1"}).stdout.splitlines()
-    )
+    env = dict(line.split("=", 1) for line in sandbox.exec("env", env={"EXTRA": "1"}).stdout.splitlines())
     assert "TWIN_OUTSIDE_ONLY" not in env
     assert env["HOME"] == "/tmp" and env["PYTHONDONTWRITEBYTECODE"] == "1" and env["EXTRA"] == "1"
     assert env["PATH"].startswith(str(Path(sys.prefix) / "bin"))
@@ -83,9 +81,7 @@ def test_same_interpreter_inside_with_torch_absent(sandbox):
     assert "ModuleNotFoundError: No module named 'torch'" in missing.stderr
 
 
-FIND_TORCH = (
-    "import importlib.util as u; s = u.find_spec('torch'); print(open(s.origin).read(0) == '')"
-)
+FIND_TORCH = "import importlib.util as u; s = u.find_spec('torch'); print(open(s.origin).read(0) == '')"
 
 
 def test_reference_side_and_host_keep_torch(candidate):
@@ -141,9 +137,7 @@ def test_files_round_trip_and_read_only_roots(sandbox, candidate):
 
 
 def test_read_only_candidate_for_readers(candidate):
-    reader = make(
-        candidate, mounts=[*python_mounts(), Mount(host=candidate, inside="/app", writable=False)]
-    )
+    reader = make(candidate, mounts=[*python_mounts(), Mount(host=candidate, inside="/app", writable=False)])
     result = reader.exec("touch /app/new")
     assert result.returncode != 0 and not (candidate / "new").exists()
     with pytest.raises(BoundaryViolation):
@@ -233,3 +227,94 @@ def test_candidate_side_runs_jax_and_multiprocessing(sandbox):
         "    with mp.Pool(2) as p: print(p.map(abs, [-1, -2]))"
     )
     assert sandbox.exec(["python", "-c", pool]).stdout.strip() == "[1, 2]"
+
+
+# ---- a code-confined boundary: native code loads only from the roots given as executable --------
+_LOAD_COPIES = r"""
+import ctypes, os, shutil, sys
+so = sys.argv[1]
+def attempt(label, load):
+    try:
+        load()
+        print("LOADED", label)
+    except OSError as exc:
+        print("refused", label, exc.errno or "")
+def copy_in(place):
+    target = os.path.join(place, "libcarried.so")
+    shutil.copy(so, target)
+    ctypes.CDLL(target)
+def memory_file():
+    fd = os.memfd_create("carried")
+    os.write(fd, open(so, "rb").read())
+    ctypes.CDLL(f"/proc/self/fd/{fd}")
+attempt("in place", lambda: ctypes.CDLL(so))
+for place in ("/tmp", "/dev/shm", "/dev"):
+    attempt("copy in " + place, lambda place=place: copy_in(place))
+attempt("memory file", memory_file)
+"""
+
+
+@pytest.fixture(scope="module")
+def carried(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding one of torch's own shared objects, as a reference side could leave it."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("torch")
+    library = Path(spec.origin).parent / "lib" / "libc10.so" if spec and spec.origin else None
+    if library is None or not library.is_file():
+        pytest.skip("needs torch's libc10.so on the host")
+    folder = tmp_path_factory.mktemp("carried")
+    shutil.copy(library, folder / "libc10.so")
+    folder.chmod(0o755)  # the sandbox uid reads it, as it reads a role's scratch
+    return folder
+
+
+def test_a_code_confined_sandbox_loads_no_native_code_it_was_handed_or_wrote(carried):
+    confined = make(
+        carried,
+        mounts=[
+            *python_mounts(),
+            Mount(host=carried, inside="/scratch", executable=False),
+        ],
+        workdir="/",
+        hidden_packages=["torch"],
+    )
+    try:
+        assert confined.boundary.code_confined
+        result = confined.exec(["python", "-c", _LOAD_COPIES, "/scratch/libc10.so"])
+        assert result.ok, result.stderr[-2000:]
+        assert "LOADED" not in result.stdout and result.stdout.count("refused") == 5, result.stdout
+        # /dev takes no file at all; the memory file is refused before anything is written to it
+        assert "refused copy in /dev 30" in result.stdout and "refused memory file 1" in result.stdout
+        # the interpreter's own native code still loads, JAX compiles and runs
+        jit = "import jax, jax.numpy as jnp; print(jax.jit(lambda x: (2 * x).sum())(jnp.ones(3)))"
+        ran = confined.exec(["python", "-c", jit], timeout_s=120)
+        assert ran.stdout.strip() == "6.0", ran.stderr[-2000:]
+    finally:
+        confined.close()
+
+
+def test_the_same_copies_load_where_the_boundary_is_not_confined(carried):
+    """The control: the same library and attempts load in a sandbox whose roots are all executable."""
+    free = make(
+        carried,
+        mounts=[*python_mounts(), Mount(host=carried, inside="/scratch")],
+        workdir="/",
+    )
+    try:
+        assert not free.boundary.code_confined
+        result = free.exec(["python", "-c", _LOAD_COPIES, "/scratch/libc10.so"])
+        for label in ("in place", "copy in /tmp", "copy in /dev/shm", "memory file"):
+            assert f"LOADED {label}" in result.stdout, result.stdout + result.stderr[-2000:]
+    finally:
+        free.close()
+
+
+def test_the_seccomp_profile_follows_the_boundary(carried, candidate):
+    from ground.sandboxes.bwrap import seccomp_profile
+
+    confined = Boundary(name="c", mounts=[Mount(host=carried, inside="/scratch", executable=False)])
+    assert seccomp_profile(confined) == "confined"
+    assert seccomp_profile(Boundary(name="r", mounts=[Mount(host=candidate, inside="/app")])) == "strict"
+    assert seccomp_profile(Boundary(name="g", nested_sandbox=True)) == "nested"

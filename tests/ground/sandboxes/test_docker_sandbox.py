@@ -55,6 +55,14 @@ def test_container_is_locked_down(tmp_path):
     assert config["environment"] == {"HOME": "/tmp"}
 
 
+def test_a_code_confined_boundary_is_refused(tmp_path):
+    """A bind mount of the engine cannot be made noexec: refused, never mounted executable."""
+    (tmp_path / "scratch").mkdir()
+    confined = boundary(tmp_path, mounts=[Mount(host=tmp_path / "scratch", inside="/scratch", executable=False)])
+    with pytest.raises(SandboxError, match="cannot mount a root non-executable"):
+        container_config(confined, ["true"], workdir="/", env={}, image="img")
+
+
 def test_network_only_when_allowed(tmp_path):
     config = container_config(
         boundary(tmp_path, network=True), ["true"], workdir="/app", env={}, image="img"

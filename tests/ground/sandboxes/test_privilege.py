@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+from pathlib import Path
 
 import pytest
 
-from ground.isolation import SANDBOX_UID, reachable
+from ground.isolation import SANDBOX_GID, SANDBOX_UID, reachable
 from ground.sandboxes import privilege
 from ground.sandboxes.privilege import Staging, settle_writable, unprivileged_prefix
 from ground.sandboxes.seccomp import compile_filter, docker_profile, filter_file
@@ -89,7 +91,7 @@ def test_settle_leaves_a_hard_link_to_a_host_file_alone(tmp_path):
     assert os.stat(host).st_uid == 0
 
 
-@pytest.mark.parametrize("profile", ["strict", "nested"])
+@pytest.mark.parametrize("profile", ["strict", "nested", "confined"])
 def test_seccomp_filter_compiles_and_is_cached(tmp_path, profile):
     program = compile_filter(profile)
     assert program and len(program) % 8 == 0  # sock_filter entries
@@ -104,6 +106,9 @@ def test_docker_profile_denies_the_same_calls():
     assert {"keyctl", "io_uring_setup", "bpf", "ptrace", "mount"} <= denied
     assert "mount" not in nested["syscalls"][0]["names"] and "keyctl" in nested["syscalls"][0]["names"]
     assert any(rule["names"] == ["unshare", "clone"] for rule in strict["syscalls"])
+    confined = json.loads(docker_profile("confined"))
+    assert set(confined["syscalls"][0]["names"]) == denied | {"memfd_create"}
+    assert "memfd_create" not in denied
 
 
 def test_stale_staging_is_swept_and_a_live_sandbox_recreates_its_points(tmp_path):
@@ -126,6 +131,81 @@ def test_stale_staging_is_swept_and_a_live_sandbox_recreates_its_points(tmp_path
             assert str(point) in staging.prefix() and point.is_dir()
         finally:
             staging.close()
+
+
+def test_staged_noexec_roots_and_tmpfs_come_after_the_binds(tmp_path, monkeypatch):
+    staging = Staging()
+    try:
+        point = staging.tmpfs("size=1024,noexec")
+        staging.noexec(tmp_path)
+        prefix = staging.prefix()
+        assert prefix[-6:] == ["tmpfs", "size=1024,noexec", str(point), "noexec", str(tmp_path), "--"]
+        assert point.is_dir() and ("--user" in prefix) == (os.geteuid() != 0)
+        monkeypatch.setattr(privilege, "dropping_root", lambda: False)
+        # twin not root: the mounts are made in a user namespace mapping twin's uid to 0, and
+        # bubblewrap is told to give commands twin's own uid and gid back
+        assert staging.prefix()[1:3] == ["--user", "--map-root-user"]
+        assert staging.bwrap_identity() == ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
+    finally:
+        staging.close()
+    assert not point.exists()
+    assert Staging().prefix() == [] and Staging().bwrap_identity() == []
+
+
+_LOAD_HANDED = r"""
+import ctypes, os, shutil, sys
+print("uid", os.getuid())
+for path in (sys.argv[1], "/tmp/copy.so"):
+    if path.startswith("/tmp"):
+        shutil.copy(sys.argv[1], path)
+    try:
+        ctypes.CDLL(path)
+        print("LOADED", path)
+    except OSError:
+        print("refused", path)
+"""
+
+
+@as_root
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="runs bubblewrap")
+@pytest.mark.parametrize("confined", [True, False])
+def test_an_unprivileged_twin_gets_the_same_noexec_mounts(monkeypatch, confined):
+    """Run as an ordinary user (the sandbox uid stands in for one), the launcher still mounts the
+    handed root and /tmp noexec, in a user namespace of its own, and commands keep that user's uid.
+    The control (`confined` False: bubblewrap's own /tmp, a plain bind) loads the same library."""
+    import importlib.util
+    import subprocess
+
+    from ground.isolation import scratch_dir
+
+    spec = importlib.util.find_spec("torch")
+    library = Path(spec.origin).parent / "lib" / "libc10.so" if spec and spec.origin else None
+    if library is None or not library.is_file():
+        pytest.skip("needs torch's libc10.so on the host")
+    handed = scratch_dir("twin-handed-")
+    shutil.copy(library, handed / "libc10.so")
+    (handed / "libc10.so").chmod(0o644)
+    monkeypatch.setattr(privilege, "dropping_root", lambda: False)
+    staging = Staging()
+    try:
+        if confined:
+            tmp = ["--bind", str(staging.tmpfs("size=67108864,mode=0755,nosuid,nodev,noexec")), "/tmp"]
+            staging.noexec(handed)
+            assert staging.bwrap_identity() == ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
+        else:
+            tmp = ["--tmpfs", "/tmp"]
+        identity = ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]  # the stand-in user's own
+        bwrap = ["bwrap", *identity, "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc"]
+        bwrap += ["--dev", "/dev", *tmp, "--ro-bind", str(handed), "/mnt"]
+        argv = [*unprivileged_prefix(), *staging.prefix(), *bwrap, "--", "/usr/bin/python3", "-c", _LOAD_HANDED]
+        argv.append("/mnt/libc10.so")
+        seen = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    finally:
+        staging.close()
+        shutil.rmtree(handed)
+    assert seen.returncode == 0, seen.stderr
+    assert f"uid {SANDBOX_UID}" in seen.stdout
+    assert seen.stdout.count("refused" if confined else "LOADED") == 2, seen.stdout
 
 
 STATUS_FIELDS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")
