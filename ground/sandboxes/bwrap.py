@@ -12,8 +12,10 @@ the sandbox uid through `setpriv` (`privilege.py`), so nothing inside is ever ho
 root or holds a capability. Every command loads the seccomp filter (`seccomp.py`),
 which also refuses further user namespaces, except in a grader boundary whose
 `test.sh` starts its own nested bubblewrap. `/tmp` is a tmpfs of `Limits.tmp_mb`, `/dev/shm`
-one of `Limits.shm_mb`; writable roots live on filesystems of `Limits.disk_mb` where twin can
-mount them (`quota.py`), and are watched against it. The per-process limits (memory, file size,
+one of `Limits.shm_mb` (both noexec, `/dev` read-only and memory files refused where the boundary
+is code-confined: a non-executable root's files load neither in place nor copied); writable
+roots live on filesystems of `Limits.disk_mb` where twin can mount them (`quota.py`), and are
+watched against it. The per-process limits (memory, file size,
 no core files, processes counted in the sandbox's own user namespace) are set from outside on
 the sandbox, held before its command starts (`gate.py`); nothing runs in front of the command.
 """

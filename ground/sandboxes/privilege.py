@@ -44,7 +44,7 @@ _STAGE_SCRIPT = (
     'noexec) { mount --bind -- "$2" "$2" && mount -o remount,bind,ro,noexec,nosuid,nodev -- "$2"; } || fail; '
     "shift 2;; "
     'tmpfs) mount -t tmpfs -o "$2" -- tmpfs "$3" || fail; shift 3;; '
-    "*) fail;; esac; done; shift; exec \"$@\""
+    '*) fail;; esac; done; shift; exec "$@"'
 )
 
 

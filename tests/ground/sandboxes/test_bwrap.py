@@ -291,6 +291,11 @@ def test_a_code_confined_sandbox_loads_no_native_code_it_was_handed_or_wrote(car
         jit = "import jax, jax.numpy as jnp; print(jax.jit(lambda x: (2 * x).sum())(jnp.ones(3)))"
         ran = confined.exec(["python", "-c", jit], timeout_s=120)
         assert ran.stdout.strip() == "6.0", ran.stderr[-2000:]
+        pool = (  # its semaphores live in /dev/shm: mapped as data, never as code
+            "import multiprocessing as mp\nif __name__ == '__main__':\n"
+            "    with mp.Pool(2) as p: print(p.map(abs, [-1, -2]))"
+        )
+        assert confined.exec(["python", "-c", pool]).stdout.strip() == "[1, 2]"
     finally:
         confined.close()
 
