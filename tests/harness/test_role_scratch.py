@@ -130,3 +130,21 @@ def test_data_still_crosses_scratch_from_the_reference_side(session):
 
 def _shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def test_under_docker_a_read_only_role_gets_no_scratch(session, monkeypatch):
+    """The engine cannot mount a bind noexec: no /scratch at all rather than one that loads code."""
+    import harness.run.session as session_module
+
+    class Stub:
+        def close(self) -> None:
+            pass
+
+    built = []
+    monkeypatch.setattr(session_module, "make_sandbox", lambda kind, boundary: built.append(boundary) or Stub())
+    session.config = session.config.model_copy(update={"sandbox": "docker"})
+    bench = session.workbench("verifier", write=False)
+    assert bench.scratch is None and session.scratch_root is None
+    assert len(built) == 2 and not any(boundary.code_confined for boundary in built)
+    assert all(mount.inside != "/scratch" for boundary in built for mount in boundary.mounts)
+    assert "/scratch" not in workbench_tools(bench, write=False)["bash"].description
