@@ -58,7 +58,9 @@ def test_exit_status_stdin_and_cwd(sandbox):
 
 def test_environment_is_built_from_scratch(sandbox, monkeypatch):
     monkeypatch.setenv("TWIN_OUTSIDE_ONLY", "leak")
-    env = dict(line.split("=", 1) for line in sandbox.exec("env", env={"EXTRA": "1"}).stdout.splitlines())
+    env = dict(
+        line.split("=", 1) for line in sandbox.exec("env", env={"EXTRA": "1"}).stdout.splitlines()
+    )
     assert "TWIN_OUTSIDE_ONLY" not in env
     assert env["HOME"] == "/tmp" and env["PYTHONDONTWRITEBYTECODE"] == "1" and env["EXTRA"] == "1"
     assert env["PATH"].startswith(str(Path(sys.prefix) / "bin"))
@@ -81,7 +83,9 @@ def test_same_interpreter_inside_with_torch_absent(sandbox):
     assert "ModuleNotFoundError: No module named 'torch'" in missing.stderr
 
 
-FIND_TORCH = "import importlib.util as u; s = u.find_spec('torch'); print(open(s.origin).read(0) == '')"
+FIND_TORCH = (
+    "import importlib.util as u; s = u.find_spec('torch'); print(open(s.origin).read(0) == '')"
+)
 
 
 def test_reference_side_and_host_keep_torch(candidate):
@@ -137,7 +141,9 @@ def test_files_round_trip_and_read_only_roots(sandbox, candidate):
 
 
 def test_read_only_candidate_for_readers(candidate):
-    reader = make(candidate, mounts=[*python_mounts(), Mount(host=candidate, inside="/app", writable=False)])
+    reader = make(
+        candidate, mounts=[*python_mounts(), Mount(host=candidate, inside="/app", writable=False)]
+    )
     result = reader.exec("touch /app/new")
     assert result.returncode != 0 and not (candidate / "new").exists()
     with pytest.raises(BoundaryViolation):
