@@ -10,6 +10,13 @@ of it that another user could have made: the stage root is reached one component
 by root or this user and writable by no one else unless sticky, and the stage root itself,
 and each of twin's folders and records in it, must be owned by this user and writable by no
 one else. Anything else is refused in one line that says what to remove.
+
+Root trusts its cache by the same rule, checked by the same walk: what lies there (reference
+environments, originals, site-packages copies, views) is mounted into sandboxes and run, so a
+cache root another user could have made, changed or replaced (a link, a folder of theirs, one
+they can write, or under a folder they can write that is not sticky) is refused before twin
+uses it. A sticky folder above (`/tmp`) is accepted as it is for the stage: no other user may
+rename or remove root's entry in it, and whatever they made at the name first is refused.
 """
 
 from __future__ import annotations
@@ -26,18 +33,36 @@ class IsolationError(TwinError):
     """A sandbox's fixed parts (the `/etc` snapshot, the cache, the stage) could not be prepared."""
 
 
+CACHE_DIR = "/var/cache/twin"
+"""Root's cache (`cache_root`), unless `$TWIN_CACHE_DIR` names another."""
+
+_trusted_caches: dict[Path, Path] = {}
+"""Cache roots this process has checked (as given -> as walked): once root's alone, only root can change them."""
+
+
 def cache_root() -> Path:
     """Where twin keeps derived files sandboxes mount (`$TWIN_CACHE_DIR`, else a per-user cache).
 
     As root the default is `/var/cache/twin`: the sandbox uid must be able to reach what
-    it mounts, and root's home is closed to it.
+    it mounts, and root's home is closed to it. As root the cache is also checked as the
+    stage is (`open_trusted_dir`: no link, every folder above root's and closed unless
+    sticky, the cache itself root's and writable by no one else; made 0755 where missing)
+    and returned as walked (the folder above it resolved).
+
+    Raises:
+        IsolationError: as root, the cache or a folder above it is a link, belongs to another
+            user or can be written by another user (one line naming it and what to do).
     """
     configured = os.environ.get("TWIN_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    if os.geteuid() == 0:
-        return Path("/var/cache/twin")
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "twin"
+    if os.geteuid() != 0:
+        return Path(configured or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "twin")
+    given = Path(configured or CACHE_DIR)
+    known = _trusted_caches.get(given)
+    if known is None:
+        known = _resolved(given)
+        os.close(_walk_trusted(known, mode=0o755, setting="TWIN_CACHE_DIR"))
+        _trusted_caches[given] = known
+    return known
 
 
 STAGE_DIR = "/var/tmp/twin-stage"
@@ -76,7 +101,7 @@ def _stage_at(root: Path) -> Path:
     return Path(os.path.realpath(root.parent)) / root.name
 
 
-def open_trusted_dir(path: Path, *, mode: int = 0o700) -> int:
+def open_trusted_dir(path: Path, *, mode: int = 0o700, setting: str = "TWIN_STAGE_DIR") -> int:
     """A descriptor of the directory `path`, made with `mode` if missing, that no other user controls.
 
     The folder above it is resolved once, then every component is opened below the one
@@ -84,11 +109,25 @@ def open_trusted_dir(path: Path, *, mode: int = 0o700) -> int:
     and writable by nobody else (a sticky folder such as `/tmp` excepted); `path` itself must
     be owned by this user and writable by nobody else.
 
+    Args:
+        path: the folder (the stage, one of its folders, the cache).
+        mode: its mode where it is made.
+        setting: the variable that moves it elsewhere, named in a refusal.
+
     Raises:
         IsolationError: a component is missing and cannot be made, is a link or not a
             folder, or fails the ownership or mode check (one line saying what to fix).
     """
-    path = Path(os.path.realpath(Path(path).parent)) / Path(path).name
+    return _walk_trusted(_resolved(path), mode=mode, setting=setting)
+
+
+def _resolved(path: Path) -> Path:
+    """`path` with the folder above it resolved (links, `..`); its own last component kept as named."""
+    return Path(os.path.realpath(Path(path).parent)) / Path(path).name
+
+
+def _walk_trusted(path: Path, *, mode: int, setting: str) -> int:
+    """`open_trusted_dir` on a path already resolved: every component opened without following a link."""
     parts = path.parts[1:]
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -99,14 +138,14 @@ def open_trusted_dir(path: Path, *, mode: int = 0o700) -> int:
                 child = _open_below(fd, name, mode if final else 0o755)
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                    why = f"cannot open or make {here} ({exc.strerror}): set TWIN_STAGE_DIR to a folder you can write"
+                    why = f"cannot open or make {here} ({exc.strerror}): set {setting} to a folder you can write"
                     raise IsolationError(why) from None
-                raise IsolationError(f"{here} is a link or not a folder: {_fix(here, final)}") from None
+                raise IsolationError(f"{here} is a link or not a folder: {_fix(here, final, setting, mode)}") from None
             os.close(fd)
             fd = child
             why = untrusted(os.fstat(fd), above=not final)
             if why is not None:
-                raise IsolationError(f"{here} {why}: {_fix(here, final, why)}")
+                raise IsolationError(f"{here} {why}: {_fix(here, final, setting, mode, why)}")
         return fd
     except BaseException:
         os.close(fd)
@@ -126,17 +165,17 @@ def _open_below(dir_fd: int, name: str, mode: int) -> int:
         return os.open(name, flags, dir_fd=dir_fd)
 
 
-def _fix(path: Path, final: bool, why: str = "") -> str:
+def _fix(path: Path, final: bool, setting: str, mode: int, why: str = "") -> str:
     """What to do about an untrusted folder: twin's own is removed (twin makes it anew) or closed,
-    one above it is avoided."""
+    one above it is avoided (by `setting`, the variable that moves it)."""
     if not final:
-        return "another user could change what lies below it; set TWIN_STAGE_DIR to a folder only root or you can write"
+        return f"another user could change what lies below it; set {setting} to a folder only root or you can write"
     if why.startswith("can be written"):
         return (
-            "another user could change what lies in it; set TWIN_STAGE_DIR to a folder of twin's own "
-            f"(twin makes it, 0711), or chmod go-w {path} if it is one"
+            f"another user could change what lies in it; set {setting} to a folder of twin's own "
+            f"(twin makes it, {mode:04o}), or chmod go-w {path} if it is one"
         )
-    return f"another user could have made or changed it; remove {path} (twin makes it anew) or set TWIN_STAGE_DIR"
+    return f"another user could have made or changed it; remove {path} (twin makes it anew) or set {setting}"
 
 
 def untrusted(st: os.stat_result, *, above: bool = False) -> str | None:

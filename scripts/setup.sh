@@ -13,7 +13,13 @@ fi
 # Bundled tasks whose original is a registry distribution: fetched, hash-checked and laid out in twin's
 # cache now, and their runtime dependencies installed into each original's own reference environment
 # (a venv in that cache, torch held at 2.13.0; never into .venv), so that no run needs the index.
-CACHE=$(.venv/bin/python -c 'from ground.host_dirs import cache_root; print(cache_root())')
+# (as root the cache must be root's alone, as twin checks it: else one line says what to fix)
+CACHE=$(.venv/bin/python -c 'from ground.host_dirs import cache_root
+from ground.errors import TwinError
+try:
+    print(cache_root())
+except TwinError as exc:
+    raise SystemExit(f"error: {exc}")')
 echo "twin's cache: $CACHE (TWIN_CACHE_DIR, exported before this script and every twin command, puts it elsewhere)"
 for toml in $(grep -l '^\[metadata\.twin\.original\]' tasks/*/task.toml tasks/*/*/task.toml 2>/dev/null); do
   .venv/bin/twin task fetch "$(dirname "$toml")"

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ground.host_dirs import cache_root
 from ground.sandbox import SandboxError
 from ground.sandboxes.task_image import build_task_image
 from ground.terminal import shown
@@ -184,11 +185,15 @@ def load_task_for_sandbox(
 
     Under `docker`, a published task's image is built (or reused) first and becomes the
     task's `image`. The task's notes (what its Dockerfile's reading accepted with a
-    caveat) are each said once, as `note: …`.
+    caveat) are each said once, as `note: …`. Every command that runs a task's sandboxes
+    loads it here, so a cache root twin must not trust (as root: `ground.host_dirs.cache_root`)
+    is refused here, in one line, before anything is built or written.
 
     Raises:
         TaskError: as `load_task`; a RUN the image would have honoured when it could not be built.
+        IsolationError: twin's cache is not root's alone (as root).
     """
+    cache_root()
     directory = read_task(path, settings, overrides)
     image = task_image(directory, say) if sandbox == "docker" and directory.published is not None else None
     task = make_task(directory, image=image)

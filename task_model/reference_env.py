@@ -15,7 +15,10 @@ interpreter (`env_key`):
   companions at builds of the held torch, then installed from that lock alone
   (`task_model.reference_lock`); a requirement given as a URL is refused;
 - after the install, every file torch's RECORD hashes is checked against it, twin's
-  site-packages must list the same entries as before, and no torch may be in the venv.
+  site-packages must list the same entries as before, and no torch may be in the venv
+  under any name: no distribution called torch, and no installed file that imports as
+  torch, runs at start-up or puts another folder on the path (`task_model.reference_shadow`,
+  checked again each time a built environment is used).
 
 Only the reference side (and the grader, as an image built from the task's Dockerfile
 would have it) sees the venv's site-packages, read-only and first on `PYTHONPATH`
@@ -47,6 +50,7 @@ from ground.host_dirs import cache_root
 from task_model.distribution import DistributionError, fetch_wheel, file_sha256
 from task_model.original import OriginalDistribution
 from task_model.reference_lock import PINNED, Locked, companion_pins, install, resolve
+from task_model.reference_shadow import BASE_PTH, shadowing
 
 LOCK = "lock.json"
 """The lock a built environment was installed from (written last: its presence means built)."""
@@ -104,7 +108,12 @@ def site_of(root: Path) -> Path:
 
 
 def built(original: OriginalDistribution) -> ReferenceEnv | None:
-    """`original`'s reference environment, if it is built for the torch held now; else None (no torch: None)."""
+    """`original`'s reference environment, if it is built for the torch held now; else None (no torch: None).
+
+    Raises:
+        DistributionError: the built environment holds something that could stand in for the
+            held torch (one line naming it and the distribution that installed it).
+    """
     try:
         root = env_dir(original)
     except DistributionError:
@@ -113,7 +122,25 @@ def built(original: OriginalDistribution) -> ReferenceEnv | None:
         lock = [Locked(**entry) for entry in json.loads((root / LOCK).read_text())]
     except (OSError, ValueError, TypeError):
         return None
+    _refuse_shadowing(site_of(root), original)
     return ReferenceEnv(root=root, site=site_of(root), lock=lock)
+
+
+def _base_lines() -> list[str]:
+    """What twin's own `.pth` in each environment holds: its interpreter's site-packages, the held torch's."""
+    base = sysconfig.get_paths()
+    return list(dict.fromkeys([base["purelib"], base["platlib"]]))
+
+
+def _refuse_shadowing(site: Path, original: OriginalDistribution) -> None:
+    """Refuse an environment in which anything but the held torch could import as torch (`reference_shadow`).
+
+    Raises:
+        DistributionError: one line naming the entry and the distribution that installed it.
+    """
+    why = shadowing(site, _base_lines())
+    if why is not None:
+        raise DistributionError(f"the reference environment of {original.requirement}: {why}: refused")
 
 
 def requirements_of(original: OriginalDistribution) -> list[str]:
@@ -162,9 +189,7 @@ def build(original: OriginalDistribution, say: Say = lambda _line: None) -> Refe
     try:
         venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(staging)
         base = sysconfig.get_paths()
-        (site_of(staging) / "twin-base.pth").write_text(
-            "".join(f"{p}\n" for p in dict.fromkeys([base["purelib"], base["platlib"]]))
-        )
+        (site_of(staging) / BASE_PTH).write_text("".join(f"{p}\n" for p in _base_lines()))
         _check_torch(record, f"before installing the dependencies of {original.requirement}")
         before = _entries(Path(base["purelib"]))
         lock: list[Locked] = []
@@ -184,6 +209,7 @@ def build(original: OriginalDistribution, say: Say = lambda _line: None) -> Refe
             raise DistributionError(
                 f"installing the dependencies of {original.requirement} changed twin's site-packages: refused"
             )
+        _refuse_shadowing(site_of(staging), original)
         if any(canonicalize_name(p.name.split("-")[0]) == PINNED for p in site_of(staging).iterdir()):
             raise DistributionError(f"the reference environment of {original.requirement} holds a {PINNED}: refused")
         (staging / LOCK).write_text(json.dumps([entry.model_dump() for entry in lock], indent=1))

@@ -176,9 +176,17 @@ def show_command(
 
 
 def _print_curve(console: Console, run_dir: Path) -> None:
-    """The run's reward over what it spent, from its graded snapshots (`--grade-snapshots`), if it has them."""
+    """The run's reward over what it spent, from its graded snapshots (`--grade-snapshots`), if it has them;
+    and, if the history's cap stopped the snapshots, that line."""
+    from harness.run.directory import RunState
     from harness.run.finish import RunGrades
 
+    try:
+        stopped = RunState.model_validate_json((run_dir / "state.json").read_text()).snapshots_stopped
+    except (OSError, ValueError):
+        stopped = None
+    if stopped is not None:
+        console.print(stopped.line(), markup=False, highlight=False, soft_wrap=True)
     try:
         grades = RunGrades.model_validate_json((run_dir / "grades.json").read_text())
     except (OSError, ValueError):

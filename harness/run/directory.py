@@ -23,7 +23,7 @@ from harness.models.budget import Budget, Spent
 from harness.models.budget_plan import BudgetShares, RoundPlan
 from harness.models.config import ModelConfig, nest_model_settings
 from harness.run.final_choice import FinalRule, choice
-from harness.run.snapshots import Snapshot
+from harness.run.snapshots import Snapshot, SnapshotsStopped
 
 STATE_VERSION = 2
 """2: a round's `model_calls` and `tokens` are its own; the running totals are `model_calls_total` and
@@ -89,6 +89,13 @@ class RunConfig(BaseModel):
         ge=0,
         description="Commit the candidate as a snapshot every N model calls (and at each round's end), with "
         "what was spent so far; 0: at round ends only.",
+    )
+    snapshot_history_cap_mib: float = Field(
+        default=4096,
+        gt=0,
+        description="Once the candidate's git objects (rounds and snapshots) hold this many MiB, no more snapshots "
+        "every N calls nor at the run's end (a round's end still: it copies nothing). 4 GiB: four snapshots at the "
+        "copy's 1 GiB cap, far above any ordinary candidate's whole history.",
     )
     grade_snapshots: bool = Field(
         default=False, description="Grade every snapshot after the run (reward as a curve over what was spent)."
@@ -197,6 +204,10 @@ class RunState(BaseModel):
     audit_offset: int = Field(default=0, description="Bytes of audit.log already turned into evidence.")
     snapshots: list[Snapshot] = Field(
         default_factory=list, description="The candidate's snapshots while the run worked (`harness.run.snapshots`)."
+    )
+    snapshots_stopped: SnapshotsStopped | None = Field(
+        default=None,
+        description="Set once, when the history's cap stopped snapshots every N calls; None: it never did.",
     )
 
     @model_validator(mode="before")

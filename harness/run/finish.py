@@ -207,6 +207,7 @@ def write_summary(session: Any, grades: RunGrades | None) -> str:
         f"- final candidate: round {state.final_round} — {state.final_choice}",
         f"- spent: {spent_line(state)}",
         *([f"- the Migrator's reads of the original: {source_reads(s)}"] if evidence else []),
+        *([f"- {state.snapshots_stopped.line()}"] if state.snapshots_stopped is not None else []),
         "",
         f"| round | commit | model calls | tokens | {counters}reward |",
         "|---|---|---|---|" + ("---|---|---|" if evidence else "") + "---|",

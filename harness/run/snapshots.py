@@ -9,6 +9,14 @@ commit hangs off `refs/snapshots/<n>` in the candidate's git directory: the bran
 round tags and the work tree the agent sees stay as they were (`commit_snapshot`).
 A round's end reuses the round's own tag.
 
+Each snapshot copies the candidate (up to the copy's cap, 1 GiB) and its new files stay in
+the candidate's git objects, so the history has a total cap too
+(`RunConfig.snapshot_history_cap_mib`): once the candidate's git objects hold that much, no
+further snapshot every K calls, nor the run's end, is taken; a round's end still is (its tag
+exists whatever snapshots do: it copies nothing). The stop is recorded once, in the run's
+state (`RunState.snapshots_stopped`) and its audit log, and shown in `summary.md` and
+`twin evidence show`; what was taken is graded as before.
+
 After the run, `twin migrate --grade-snapshots` (and `twin bench` by default) grades them
 with the task's grader, once per distinct tree (`harness.run.snapshot_grades`): the result
 is the run's reward as a step curve over what it spent (`grades.json`, `snapshots`).
@@ -24,6 +32,26 @@ from ground.agent_tree import copy_tree, remove_tree
 from harness.run.candidate_repo import GIT_EXCLUDED, CandidateRepo, CandidateRepoError, git_refused
 
 SnapshotKind = Literal["calls", "round", "end"]
+
+
+MIB = 1 << 20
+
+
+class SnapshotsStopped(BaseModel):
+    """Why, and from when, a run took no more snapshots every K calls: the history's total cap was reached."""
+
+    calls: int = Field(description="Model calls spent when the first snapshot was skipped.")
+    taken: int = Field(description="Snapshots taken before it.")
+    cap_mib: float = Field(description="The cap (`RunConfig.snapshot_history_cap_mib`).")
+    held_bytes: int = Field(description="What the candidate's git objects held then.")
+
+    def line(self) -> str:
+        """One line for the summary, the audit log and `twin evidence show`."""
+        return (
+            f"snapshots stopped at {self.calls} model calls: history cap {self.cap_mib:g} MiB reached "
+            f"({self.held_bytes / MIB:.1f} MiB in the candidate's git objects after {self.taken} snapshots; "
+            "round ends are still taken)"
+        )
 
 
 class Snapshot(BaseModel):
@@ -54,14 +82,17 @@ def due(snapshots: list[Snapshot], calls: int, every: int) -> bool:
 def take(session, kind: SnapshotKind, *, round: int, role: str = "") -> Snapshot | None:
     """Commit the candidate as the session's next snapshot (a round's end: its tag), record it, save the state.
 
-    A snapshot at the same spending and tree as the last one is not taken twice. Returns
-    the snapshot, or None when none was taken.
+    A snapshot at the same spending and tree as the last one is not taken twice, nor one past
+    the history's cap (`capped`; a round's end always is). Returns the snapshot, or None when
+    none was taken.
     """
     state, repo = session.state, session.repo
     if kind == "round" and any(s.kind == "round" and s.round == round for s in state.snapshots):
         return None  # a resumed run passing a round it finished before: that round's end is taken
     spent = session.budget.spent
     try:
+        if kind != "round" and capped(session, spent.calls, round):
+            return None
         if kind == "round":
             ref = f"refs/tags/round-{round}"
             tree = tree_of(repo, ref)
@@ -90,6 +121,34 @@ def take(session, kind: SnapshotKind, *, round: int, role: str = "") -> Snapshot
     state.snapshots.append(snapshot)
     session.save(round=round)
     return snapshot
+
+
+def capped(session, calls: int, round: int) -> bool:
+    """Whether the history's cap stops this snapshot: reached before (recorded then), or reached now
+    (recorded once: the run's state and its audit log).
+
+    Raises:
+        CandidateRepoError: git cannot count the candidate's objects.
+    """
+    state = session.state
+    if state.snapshots_stopped is not None:
+        return True
+    cap_mib = session.config.snapshot_history_cap_mib
+    held = history_bytes(session.repo)
+    if held < cap_mib * MIB:
+        return False
+    state.snapshots_stopped = SnapshotsStopped(
+        calls=calls, taken=len(state.snapshots), cap_mib=cap_mib, held_bytes=held
+    )
+    session.repo._audit_target("snapshots", state.snapshots_stopped.line())
+    session.save(round=round)
+    return True
+
+
+def history_bytes(repo: CandidateRepo) -> int:
+    """Bytes the candidate's git objects take on disk (loose and packed): every round's and snapshot's files."""
+    counted = dict(line.split(": ", 1) for line in repo._git("count-objects", "-v").splitlines() if ": " in line)
+    return 1024 * sum(int(counted.get(name, "0")) for name in ("size", "size-pack"))
 
 
 # The candidate repository's git runs through its `_git` (its safe configuration and environment); the

@@ -11,13 +11,14 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from ground import host_dirs
-from ground.host_dirs import IsolationError, is_ours, read_ours, stage_root, trusted_subdir
+from ground.host_dirs import IsolationError, cache_root, is_ours, read_ours, stage_root, trusted_subdir
 
 OTHER = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks are on root's stage")
@@ -119,3 +120,89 @@ def test_records_are_trusted_only_when_root_s_alone(public, monkeypatch):
     os.symlink(vartmp, base / "quota")
     with pytest.raises(IsolationError, match="quota is a link"):
         trusted_subdir(base, "quota")
+
+
+@pytest.fixture
+def fresh_cache_checks(monkeypatch):
+    """No cache root checked before this test (the check is remembered per process)."""
+    monkeypatch.setattr(host_dirs, "_trusted_caches", {})
+
+
+@as_root
+def test_root_s_cache_is_made_root_s_own_below_a_sticky_folder(public, monkeypatch, fresh_cache_checks):
+    vartmp, _victim = public
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(vartmp / "twin-cache"))
+    made = cache_root()
+    assert made == vartmp / "twin-cache"
+    assert os.lstat(made).st_uid == 0 and mode(made) & 0o022 == 0
+    assert mode(vartmp) == 0o1777 and cache_root() == made
+
+
+@as_root
+def test_the_default_cache_is_checked_too(public, monkeypatch, fresh_cache_checks):
+    vartmp, _victim = public
+    monkeypatch.delenv("TWIN_CACHE_DIR", raising=False)
+    as_other("mkdir", "-m", "0755", str(vartmp / "cache"))
+    monkeypatch.setattr(host_dirs, "CACHE_DIR", str(vartmp / "cache"))
+    with pytest.raises(IsolationError, match=rf"cache belongs to uid {OTHER}: .*TWIN_CACHE_DIR"):
+        cache_root()
+
+
+@as_root
+def test_a_link_planted_at_the_cache_is_refused_and_never_followed(public, monkeypatch, fresh_cache_checks):
+    vartmp, victim = public
+    as_other("ln", "-s", str(victim), str(vartmp / "twin-cache"))
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(vartmp / "twin-cache"))
+    with pytest.raises(IsolationError, match=r"twin-cache is a link or not a folder: .*remove .*TWIN_CACHE_DIR"):
+        cache_root()
+    assert mode(victim) == 0o1777 and list(victim.iterdir()) == []
+
+
+@as_root
+def test_a_cache_another_user_owns_is_refused(public, monkeypatch, fresh_cache_checks):
+    vartmp, _victim = public
+    as_other("mkdir", "-m", "0755", str(vartmp / "twin-cache"))
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(vartmp / "twin-cache"))
+    with pytest.raises(IsolationError, match=rf"twin-cache belongs to uid {OTHER}"):
+        cache_root()
+
+
+@as_root
+def test_a_cache_others_can_write_is_refused_not_changed(public, monkeypatch, fresh_cache_checks):
+    _vartmp, victim = public
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(victim))  # root's, but 1777: e.g. TWIN_CACHE_DIR=/tmp
+    with pytest.raises(IsolationError, match=r"can be written by group or others: .*TWIN_CACHE_DIR.*0755"):
+        cache_root()
+    assert mode(victim) == 0o1777
+
+
+@as_root
+@pytest.mark.parametrize("owner", [0, OTHER])
+def test_a_cache_under_a_folder_another_user_can_write_is_refused(public, monkeypatch, fresh_cache_checks, owner):
+    """Under a folder of another user's, or one of root's that others can write and is not sticky."""
+    vartmp, _victim = public
+    above = vartmp / "shared"
+    above.mkdir()
+    os.chown(above, owner, owner)
+    os.chmod(above, 0o777 if owner == 0 else 0o755)
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(above / "cache"))
+    expected = "can be written by group or others" if owner == 0 else f"belongs to uid {OTHER}"
+    with pytest.raises(IsolationError, match=rf"shared {expected}: .*set TWIN_CACHE_DIR"):
+        cache_root()
+    assert not (above / "cache").exists()
+
+
+@as_root
+def test_a_cache_refused_is_one_error_line_from_twin(public, tmp_path):
+    """Any twin command that needs the cache refuses in one line, exit 2, before it writes anything."""
+    vartmp, _victim = public
+    as_other("mkdir", "-m", "0755", str(vartmp / "twin-cache"))
+    env = {**os.environ, "TWIN_CACHE_DIR": str(vartmp / "twin-cache"), "TWIN_STAGE_DIR": str(tmp_path / "stage")}
+    task = Path(__file__).resolve().parents[2] / "tasks" / "t2j-mini" / "mlp-train"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "task", "check", str(task)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"twin-cache belongs to uid {OTHER}" in lines[0], done.stderr
+    assert list((vartmp / "twin-cache").iterdir()) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -39,8 +40,8 @@ def test_the_curve_is_sorted_by_spending_and_leaves_ungraded_snapshots_out():
         curve(grades, "seconds")
 
 
-def light_session(tmp_path, calls: int):
-    """What `snapshots.take` reads of a session: its state, candidate repository and budget."""
+def light_session(tmp_path, calls: int, cap_mib: float = 4096):
+    """What `snapshots.take` reads of a session: its state, config, candidate repository and budget."""
     from types import SimpleNamespace
 
     from harness.models.budget import Spent
@@ -50,8 +51,48 @@ def light_session(tmp_path, calls: int):
     repo.init()
     spent = Spent(calls=calls, tokens_in=10 * calls)
     return SimpleNamespace(
-        state=RunState(run_id="r"), repo=repo, budget=SimpleNamespace(spent=spent), save=lambda round: None
+        state=RunState(run_id="r"),
+        config=SimpleNamespace(snapshot_history_cap_mib=cap_mib),
+        repo=repo,
+        budget=SimpleNamespace(spent=spent),
+        save=lambda round: None,
     )
+
+
+def test_past_the_history_cap_snapshots_stop_once_and_round_ends_go_on(tmp_path):
+    from harness.models.budget import Spent
+    from harness.run import snapshots
+
+    session = light_session(tmp_path, calls=8, cap_mib=1)
+    repo = session.repo
+    (repo.work_tree / "weights.bin").write_bytes(os.urandom(2 << 20))  # incompressible: 2 MiB of objects
+    first = snapshots.take(session, "calls", round=1, role="migrator")
+    assert first is not None and session.state.snapshots_stopped is None  # under the cap when it was taken
+    assert snapshots.history_bytes(repo) >= 2 << 20
+    for calls in (16, 24):
+        session.budget.spent = Spent(calls=calls, tokens_in=10 * calls)
+        (repo.work_tree / "a.py").write_text(f"x = {calls}\n")
+        assert snapshots.take(session, "calls", round=1) is None
+    assert snapshots.take(session, "end", round=1) is None  # the run's end copies too: skipped
+    stopped = session.state.snapshots_stopped
+    assert (stopped.calls, stopped.taken, stopped.cap_mib) == (16, 1, 1) and stopped.held_bytes >= 2 << 20
+    assert stopped.line().startswith("snapshots stopped at 16 model calls: history cap 1 MiB reached (")
+    assert (tmp_path / "audit.log").read_text().count("snapshots stopped at") == 1  # recorded once
+    assert repo._git("for-each-ref", "--format=%(refname)", "refs/snapshots/").split() == ["refs/snapshots/1"]
+    repo.commit_round(1, "round one")
+    at_round = snapshots.take(session, "round", round=1)  # a round's end: its tag, no copy
+    assert at_round is not None and at_round.ref == "refs/tags/round-1"
+    assert [s.kind for s in session.state.snapshots] == ["calls", "round"]
+    assert RunState.model_validate_json(session.state.model_dump_json()).snapshots_stopped == stopped
+
+
+def test_the_history_cap_is_a_run_setting_with_a_default():
+    assert RunConfig.build(task="t", model="replay:x").snapshot_history_cap_mib == 4096
+    assert RunConfig.build(task="t", model="replay:x", snapshot_history_cap_mib=0.5).snapshot_history_cap_mib == 0.5
+    from harness.run.directory import RunError
+
+    with pytest.raises(RunError, match="bad run setting snapshot_history_cap_mib"):
+        RunConfig.build(task="t", model="replay:x", snapshot_history_cap_mib=0)
 
 
 def test_a_snapshot_leaves_the_branch_the_tags_and_the_work_tree_alone(tmp_path):
@@ -142,6 +183,35 @@ def test_a_run_snapshots_every_k_calls_and_grades_each_tree_once(tmp_path, capsy
     )
     assert main(["evidence", "show", str(run.root)]) == 0
     assert "reward over what was spent" in capsys.readouterr().out
+
+
+@bwrap
+def test_a_run_past_its_history_cap_says_so_and_grades_what_it_took(tmp_path, capsys):
+    from harness.cli.app import main
+    from harness.run.migration import run_migration
+    from harness.run.session import RunInputs
+    from harness.scaffolds.registry import SCAFFOLDS
+    from tests.harness import loop_scripts as plans
+
+    model = plans.write_script(tmp_path / "script.json", plans.twin_fix_in_round_two())
+    config = RunConfig.build(
+        task=plans.TINY_TASK, model=model, rounds=2, snapshot_every=2, grade_snapshots=True,
+        snapshot_history_cap_mib=1e-6,  # less than the empty candidate's own objects
+    )  # fmt: skip
+    run = RunDir.create(tmp_path / "runs", config, RunState(run_id="run"))
+    run_migration(RunInputs.read(run), SCAFFOLDS)
+    state = run.load_state()
+    assert [(s.kind, s.round) for s in state.snapshots] == [("round", 1), ("round", 2)]  # round ends only
+    line = state.snapshots_stopped.line()
+    assert line.startswith("snapshots stopped at 2 model calls: history cap 1e-06 MiB reached (")
+    grades = json.loads(run.grades.read_text())
+    assert [(g["reward"], g["same_as"]) for g in grades["snapshots"]] == [(0.5, "round 1"), (1.0, "round 2")]
+    assert f"- {line}" in run.summary.read_text()
+    assert (run.root / "audit.log").read_text().count("snapshots stopped at") == 1
+    assert main(["evidence", "show", str(run.root)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "snapshots stopped at 2 model calls: history cap 1e-06 MiB reached" in shown
+    assert "reward over what was spent" in shown
 
 
 @bwrap

@@ -54,10 +54,9 @@ def test_a_direct_reference_is_refused_before_anything_is_made(local_index):
 
 @pytest.mark.heavy  # pip resolves and installs for real (about ten seconds on two loaded cores)
 def test_the_environment_holds_what_twin_lacks_and_nothing_of_it_runs_in_twin(local_index, tmp_path):
-    marker = tmp_path / "pth-ran"
     dep = build_wheel(
         local_index,
-        {"tinydep/__init__.py": "VALUE = 7\n", "zz_tinydep.pth": f"import os; open({str(marker)!r}, 'w')\n"},
+        {"tinydep/__init__.py": "VALUE = 7\n", "zz_tinydep.pth": "tinydep_extra\n", "tinydep_extra/tinyx.py": ""},
         name="tinydep",
         version="1.0",
     )
@@ -69,8 +68,7 @@ def test_the_environment_holds_what_twin_lacks_and_nothing_of_it_runs_in_twin(lo
     assert (env.site / "tinydep" / "__init__.py").is_file()
     assert not list(env.site.glob("torch*")) and not list(env.site.glob("numpy*"))
     assert sorted(os.listdir(TWIN_SITE)) == before  # nothing of the task's in twin's site-packages
-    assert not _twin_imports("tinydep")
-    assert not marker.exists()  # the dependency's .pth ran neither at install nor in a twin process
+    assert not _twin_imports("tinydep") and not _twin_imports("tinyx")  # nor its .pth's folder
     assert json.loads((env.root / "lock.json").read_text())[0]["name"] == "tinydep"
     assert reference_site(original) == env.site and built(original) == env
     probe = subprocess.run(
@@ -79,7 +77,47 @@ def test_the_environment_holds_what_twin_lacks_and_nothing_of_it_runs_in_twin(lo
         capture_output=True,
         text=True,
     )
-    assert probe.stdout.strip() == "7" and not marker.exists()  # what the reference side sees
+    assert probe.stdout.strip() == "7"  # what the reference side sees
+
+
+@pytest.mark.heavy  # pip installs for real
+@pytest.mark.parametrize(
+    ("files", "why"),
+    [
+        ({"torch.py": "FAKE = True\n"}, "installs a top-level torch.py, which imports as torch"),
+        ({"torch/__init__.py": "FAKE = True\n"}, "installs a top-level torch, which imports as torch"),
+        ({"zz_tinydep.pth": "import os; open({marker!r}, 'w')\n"}, 'installs zz_tinydep.pth: its line "import os;'),
+        (
+            {"zz_tinydep.pth": "shadow\n", "shadow/torch/__init__.py": ""},
+            "installs zz_tinydep.pth: its line 'shadow' puts torch on the path",
+        ),
+    ],
+)
+def test_a_dependency_that_ships_torch_under_any_name_is_refused(local_index, tmp_path, files, why):
+    marker = tmp_path / "pth-ran"
+    files = {path: text.format(marker=str(marker)) for path, text in files.items()}
+    build_wheel(local_index, {"tinydep/__init__.py": "", **files}, name="tinydep", version="1.0")
+    original = _declared(local_index, requires=("tinydep>=1.0",))
+    before = sorted(os.listdir(TWIN_SITE))
+    with pytest.raises(DistributionError) as caught:
+        build(original)
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith(": refused"), message
+    assert f"of fakeorig==1.0: distribution tinydep {why}" in message, message
+    assert built(original) is None and not env_dir(original).exists()  # nothing kept
+    assert [p.name for p in env_dir(original).parent.iterdir()] == []
+    assert sorted(os.listdir(TWIN_SITE)) == before and not marker.exists()  # the .pth ran nowhere
+
+
+def test_a_built_environment_is_checked_again_before_use(local_index):
+    original = _declared(local_index)  # no requirements: an environment with twin's own .pth only
+    env = build(original)
+    assert built(original) == env
+    (env.site / "torch.py").write_text("FAKE = True\n")  # as an environment built before the check holds it
+    with pytest.raises(DistributionError, match=r"a top-level torch.py, which imports as torch: refused$"):
+        built(original)
+    with pytest.raises(DistributionError, match="imports as torch"):
+        reference_site(original)
 
 
 def test_an_original_that_needs_an_unbuilt_environment_says_how_to_build_it(local_index):

@@ -1,0 +1,116 @@
+"""What in a reference environment could stand in for the held torch, whatever its distribution is called.
+
+A dependency's name says nothing about the files its wheel installs: a wheel named
+anything may ship a top-level `torch/`, `torch.py` or `torch.cpython-….so`, which the
+reference side (the environment's site-packages first on `PYTHONPATH`) would import
+instead of the held torch. A `.pth` file is read by every interpreter whose site
+directory holds it (the environment's own, the image `twin task new` writes, which
+installs the same lock): a path line can put another torch on the path, and a line
+starting with `import` runs code that can put anything anywhere. A `sitecustomize` or
+`usercustomize` module runs at every start of an interpreter that finds it on its path,
+`PYTHONPATH` included.
+
+So `shadowing` reads the environment's installed files, not its names: every top-level
+entry of its site-packages whose module name is torch or one of the start-up hooks, and
+every `.pth` line that runs code or leads outside the environment (twin's own lines to its
+interpreter's site-packages excepted) or to a folder holding a torch. Each finding is
+named by the distribution whose installed RECORD lists the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.machinery
+import os
+from pathlib import Path
+
+from task_model.reference_lock import PINNED
+
+BASE_PTH = "twin-base.pth"
+"""The `.pth` twin writes into each environment: twin's interpreter's site-packages, where the held torch is."""
+
+START_HOOKS = ("sitecustomize", "usercustomize")
+"""Modules Python imports by itself at start-up wherever they are on the path."""
+
+_SUFFIXES = tuple(sorted(set(importlib.machinery.all_suffixes()), key=len, reverse=True))
+_PTH_LIMIT = 1 << 20
+
+
+def module_name(entry: str) -> str | None:
+    """The module a top-level site-packages entry imports as (`torch.cpython-311-x86_64-linux-gnu.so` ->
+    `torch`), or None for an entry that is not importable by its name (`.pth`, `.dist-info`, `.data`)."""
+    for suffix in _SUFFIXES:
+        if entry.endswith(suffix):
+            return entry[: -len(suffix)].split(".")[0]
+    if "." in entry:
+        return None
+    return entry
+
+
+def holds_torch(folder: Path) -> str | None:
+    """The entry of `folder` that imports as torch, or None (also where it cannot be listed)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    return next((name for name in names if module_name(name) == PINNED), None)
+
+
+def shadowing(site: Path, base_lines: list[str]) -> str | None:
+    """Why the environment whose site-packages is `site` could shadow the held torch, or None.
+
+    Args:
+        site: the environment's site-packages.
+        base_lines: the lines twin wrote into its own `BASE_PTH` (it must still hold exactly these).
+
+    Returns:
+        One line naming the entry and the distribution that installed it, or None.
+    """
+    root = site.resolve()
+    for entry in sorted(os.listdir(site)):
+        module = module_name(entry)
+        if module == PINNED:
+            return f"{_shipped(site, entry)} installs a top-level {entry}, which imports as {PINNED}"
+        if module in START_HOOKS:
+            return f"{_shipped(site, entry)} installs {entry}, which Python runs at every start"
+        if entry.endswith(".pth"):
+            why = _pth_shadowing(site, root, entry, base_lines)
+            if why is not None:
+                return f"{_shipped(site, entry)} installs {entry}: {why}"
+    return None
+
+
+def _pth_shadowing(site: Path, root: Path, entry: str, base_lines: list[str]) -> str | None:
+    """Why one `.pth` file could put another torch on the path, or None."""
+    path = site / entry
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(_PTH_LIMIT).decode("utf-8", "replace")
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    if entry == BASE_PTH:
+        return None if lines == base_lines else "it is not the file twin wrote"
+    for line in lines:
+        if line.startswith(("import ", "import\t")):
+            return f"its line {line[:60]!r} runs code at every start of the environment's interpreter"
+        target = Path(os.path.realpath(site / line))
+        if target != root and root not in target.parents:
+            return f"its line {line[:60]!r} puts a folder outside the environment on the path"
+        torch = holds_torch(target)
+        if torch is not None:
+            return f"its line {line[:60]!r} puts {torch} on the path"
+    return None
+
+
+def _shipped(site: Path, entry: str) -> str:
+    """The distribution whose installed RECORD lists `entry` (as a file or a folder of files), for the refusal."""
+    for info in sorted(site.glob("*.dist-info")):
+        try:
+            rows = list(csv.reader((info / "RECORD").read_text(errors="replace").splitlines()))
+        except OSError:
+            continue
+        if any(row and row[0].split("/")[0] == entry for row in rows):
+            return f"distribution {info.name.removesuffix('.dist-info').split('-')[0]}"
+    return "a distribution whose RECORD does not list it"

@@ -1,0 +1,110 @@
+"""A reference environment is read by its installed files: torch under any name is found and its shipper named.
+
+Each test lays out a site-packages by hand (a dist-info with the RECORD pip writes at install);
+`tests/task_model/test_reference_env.py` builds one from a wheel with pip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from task_model.reference_shadow import BASE_PTH, holds_torch, module_name, shadowing
+
+BASE = ["/opt/twin/site-packages"]
+
+
+def site_with(tmp_path: Path, files: dict[str, str], *, shipper: str = "innocent") -> Path:
+    """A site-packages holding twin's own `.pth`, and `files` installed by the distribution `shipper`."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / BASE_PTH).write_text("".join(f"{line}\n" for line in BASE))
+    info = site / f"{shipper}-1.0.dist-info"
+    info.mkdir()
+    for path, text in files.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    rows = [*files, f"{info.name}/METADATA", f"{info.name}/RECORD"]
+    (info / "RECORD").write_text("".join(f"{row},,\n" for row in rows))
+    return site
+
+
+@pytest.mark.parametrize(
+    ("entry", "module"),
+    [
+        ("torch", "torch"),
+        ("torch.py", "torch"),
+        ("torch.cpython-311-x86_64-linux-gnu.so", "torch"),
+        ("torch.abi3.so", "torch"),
+        ("torchmetrics", "torchmetrics"),
+        ("torch-2.0.dist-info", None),
+        ("torch.libs", None),
+        ("zz.pth", None),
+    ],
+)
+def test_an_entry_is_known_by_the_module_it_imports_as(entry, module):
+    assert module_name(entry) == module
+
+
+def test_an_environment_of_ordinary_packages_passes(tmp_path):
+    site = site_with(tmp_path, {"torchmetrics/__init__.py": "", "extra.pth": "innocent_extra\n"})
+    (site / "innocent_extra").mkdir()
+    assert shadowing(site, BASE) is None
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"torch.py": "FAKE = True\n"},
+        {"torch/__init__.py": "FAKE = True\n"},
+        {"torch/nn.py": ""},  # a namespace package
+        {"torch.cpython-311-x86_64-linux-gnu.so": ""},
+    ],
+)
+def test_a_top_level_torch_is_refused_naming_its_distribution(tmp_path, files):
+    why = shadowing(site_with(tmp_path, files, shipper="sneaky"), BASE)
+    assert why is not None and why.startswith("distribution sneaky installs a top-level torch"), why
+
+
+@pytest.mark.parametrize("name", ["sitecustomize.py", "usercustomize.py"])
+def test_a_start_up_hook_is_refused(tmp_path, name):
+    why = shadowing(site_with(tmp_path, {name: "import sys\n"}, shipper="sneaky"), BASE)
+    assert why == f"distribution sneaky installs {name}, which Python runs at every start"
+
+
+def test_a_pth_that_runs_code_is_refused(tmp_path):
+    site = site_with(tmp_path, {"zz.pth": "# a comment\nimport shim; shim.put_first()\n"}, shipper="sneaky")
+    why = shadowing(site, BASE)
+    assert why is not None and why.startswith("distribution sneaky installs zz.pth: its line 'import shim;")
+    assert "runs code at every start" in why
+
+
+def test_a_pth_line_to_a_torch_inside_the_environment_is_refused(tmp_path):
+    site = site_with(tmp_path, {"zz.pth": "hidden\n", "hidden/torch/__init__.py": ""}, shipper="sneaky")
+    assert holds_torch(site / "hidden") == "torch"
+    assert shadowing(site, BASE) == "distribution sneaky installs zz.pth: its line 'hidden' puts torch on the path"
+
+
+@pytest.mark.parametrize("line", ["/tmp", "../../../../.."])
+def test_a_pth_line_leading_outside_the_environment_is_refused(tmp_path, line):
+    why = shadowing(site_with(tmp_path, {"zz.pth": f"{line}\n"}, shipper="sneaky"), BASE)
+    outside = "puts a folder outside the environment on the path"
+    assert why == f"distribution sneaky installs zz.pth: its line {line!r} {outside}"
+
+
+def test_twin_s_own_pth_must_stay_as_twin_wrote_it(tmp_path):
+    site = site_with(tmp_path, {})
+    assert shadowing(site, BASE) is None
+    (site / BASE_PTH).write_text(f"{BASE[0]}\n/elsewhere/with/a/torch\n")
+    assert shadowing(site, BASE) == (
+        f"a distribution whose RECORD does not list it installs {BASE_PTH}: it is not the file twin wrote"
+    )
+
+
+def test_an_entry_no_record_lists_is_still_refused(tmp_path):
+    site = site_with(tmp_path, {})
+    (site / "torch.py").write_text("")
+    assert shadowing(site, BASE) == (
+        "a distribution whose RECORD does not list it installs a top-level torch.py, which imports as torch"
+    )
