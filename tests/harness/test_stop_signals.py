@@ -47,6 +47,42 @@ def test_a_second_stop_signal_does_not_cut_the_clean_stop_short():
     assert done == ["cleaned up"]
 
 
+@pytest.fixture
+def python_sigint_handler():
+    """Python's Ctrl-C handler, also where the tests were started with SIGINT ignored (`pytest &` in a script)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_then_any_stop_signal_does_not_cut_the_clean_stop_short(python_sigint_handler):
+    done = []
+    with pytest.raises(KeyboardInterrupt) as info, stopping_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        finally:  # a scheduler's SIGTERM, a second Ctrl-C: the clean-up goes on
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("cleaned up")
+    assert done == ["cleaned up"] and not isinstance(info.value, StopSignal)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_ignored_when_twin_starts_stays_ignored():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts twin
+    try:
+        with stopping_on_signals():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)  # nothing raised: the terminal closing does not stop a nohup'd twin
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def _mounts_under(path: Path) -> list[str]:
     with open("/proc/mounts") as mounts:
         return [line for line in mounts if str(path) in line.split()[1]]
