@@ -33,19 +33,27 @@ HELD_OFF = (signal.SIGINT, *STOP_SIGNALS)
 
 
 @contextmanager
-def stopping_on_signals() -> Iterator[None]:
+def stopping_on_signals(*, restore_after_stop: bool = True) -> Iterator[None]:
     """While inside, SIGTERM and SIGHUP raise `StopSignal`, SIGINT `KeyboardInterrupt`; handlers put back after.
 
     The first such signal also ignores any later one, so that the clean stop it starts (the
     same as Ctrl-C's) is not cut short by a second; SIGKILL still ends the process at once.
     Outside the main thread (where no handler can be set) nothing changes.
+
+    Args:
+        restore_after_stop: put the handlers back also after a stop. The command line's entry
+            point says False: its process is on its way out then, and a late signal put back to its
+            default action would end it by that signal (not its exit code) after all was saved.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {number: signal.getsignal(number) for number in HELD_OFF}
 
+    stopped = []
+
     def stop(number: int, _frame) -> None:
+        stopped.append(number)
         for each in HELD_OFF:
             signal.signal(each, signal.SIG_IGN)
         if number == signal.SIGINT:  # Ctrl-C reached the whole foreground group already
@@ -60,5 +68,6 @@ def stopping_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        if restore_after_stop or not stopped:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
