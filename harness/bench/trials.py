@@ -105,24 +105,27 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
         attempts=attempts,
     )
     run = RunDir(run_dir)
-    if returncode in STOPPED_EXITS:  # kept for resuming, whatever it had done
-        result.status = "stopped"
-        result.stop_reason = run.load_state().stop_reason if run.state_path.is_file() else ""
-        result.stop_reason = result.stop_reason or f"stopped (twin migrate exited {returncode})"
-        return result
     if not run.state_path.is_file():
         result.status = "infra_failed" if returncode == InfraFailure.exit_code else "failed"
         result.error = f"twin migrate exited {returncode} before the run started"
+        if returncode in STOPPED_EXITS:
+            result.status, result.error = "stopped", ""
+            result.stop_reason = f"stopped (twin migrate exited {returncode})"
         return result
     state = run.load_state()
     result.stop_reason, result.final_round = state.stop_reason, state.final_round
-    spent = state.spent
+    spent = state.spent  # what it had spent so far, where it stopped
     result.cost_usd, result.tokens, result.calls, result.wall_s = spent.usd, spent.tokens, spent.calls, spent.wall_s
     result.tokens_in, result.tokens_cached, result.tokens_estimated = (
         spent.tokens_in,
         spent.tokens_cached,
         spent.tokens_estimated,
     )
+    if returncode in STOPPED_EXITS:  # kept for resuming, whatever it had done
+        result.status = "stopped"
+        if state.status != "stopped" or not state.stop_reason:  # e.g. stopped while it graded a finished run
+            result.stop_reason = f"stopped (twin migrate exited {returncode})"
+        return result
     if returncode == InfraFailure.exit_code or state.stop_reason.startswith("infrastructure"):
         result.status, result.error = "infra_failed", state.stop_reason
         return result

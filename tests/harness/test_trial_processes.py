@@ -74,9 +74,15 @@ def _spec() -> TrialSpec:
 def test_a_trial_saved_as_stopped_is_stopped_not_failed(tmp_path):
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    run.save_state(RunState(run_id="run", status="stopped", stop_reason="stopped by SIGTERM"))
+    state = RunState(run_id="run", status="stopped", stop_reason="stopped by SIGTERM")
+    state.spent.calls, state.spent.tokens_in, state.spent.tokens_out = 3, 300, 60
+    run.save_state(state)
     result = collect_trial(_spec(), run.root, Interrupted.exit_code, attempts=1, rounds=2)
     assert (result.status, result.stop_reason, result.rewards) == ("stopped", "stopped by SIGTERM", {})
+    assert (result.calls, result.tokens) == (3, 360)  # what it had spent when it stopped
+    run.save_state(RunState(run_id="run", status="finished", stop_reason="all established"))
+    grading = collect_trial(_spec(), run.root, Interrupted.exit_code, attempts=1, rounds=2)  # stopped while grading
+    assert (grading.status, grading.stop_reason) == ("stopped", "stopped (twin migrate exited 130)")
 
 
 def test_a_trial_ended_by_the_signal_while_starting_is_stopped(tmp_path):
@@ -147,6 +153,7 @@ def _running(tags: dict[int, str | None]) -> list[int]:
 
 SENT = {  # how the bench is stopped: the first signal, then more while it stops
     "SIGTERM-to-its-pid": (False, [signal.SIGTERM], [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]),
+    "SIGHUP-to-its-pid": (False, [signal.SIGHUP], [signal.SIGTERM]),
     "SIGTERM-to-its-group": (True, [signal.SIGTERM], [signal.SIGTERM, signal.SIGINT]),
     "Ctrl-C": (True, [signal.SIGINT], [signal.SIGINT, signal.SIGTERM]),
 }
@@ -192,7 +199,7 @@ def test_a_stopped_bench_stops_its_trials_cleanly_and_resumes_them(tmp_path, sta
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         recover_capped()  # what a failed stop left (nothing, where the test passed) is released here
-    reason = "interrupted" if first == [signal.SIGINT] else "stopped by SIGTERM"
+    reason = "interrupted" if first == [signal.SIGINT] else f"stopped by {first[0].name}"
     lines = err.decode().splitlines()
     assert proc.returncode == 130, err.decode()
     assert lines[-1] == (
