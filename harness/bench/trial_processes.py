@@ -1,6 +1,6 @@
 """The trials a local bench is running, so that a stop reaches every one of them.
 
-Each trial is a `twin migrate` process in the bench's own process group. A Ctrl-C, or a
+Each trial is a `twin migrate` process in the bench's process group. A Ctrl-C, or a
 SIGTERM or SIGHUP sent to the whole group, reaches every trial; one sent to the bench's pid
 alone (a scheduler's, `timeout`'s, a `kill PID`) reaches the bench only. Either way the bench
 `stop`s: every trial still running is sent SIGTERM once, which stops it as Ctrl-C would (its
