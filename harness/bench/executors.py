@@ -3,16 +3,19 @@
 An executor takes the queue of pending trials, launches each while the bench's
 ledger has budget left, hands every finished trial to `record`, and queues again a
 trial that failed for infrastructure reasons, after a backoff that doubles, until it
-has had its retries.
+has had its retries. The local pool stops its trials cleanly when the bench is stopped;
+a Ray cluster's trials are not the bench's processes: a stopped bench records itself as
+interrupted but does not stop them as Ctrl-C would.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 
 from ground.errors import TwinError
 from harness.bench.schema import BenchError, TrialSpec
+from harness.bench.trial_processes import TrialProcesses
 from harness.bench.trials import timed_trial_process, trial_log
 from harness.models.ledger import Ledger
 
@@ -26,25 +29,41 @@ def budget_left(ledger: Ledger) -> bool:
 
 
 def run_locally(config, queue, launch, record, env, ledger) -> None:
+    """Run the queue in a pool of `config.jobs` trial processes.
+
+    Stopped (Ctrl-C, SIGTERM, SIGHUP: a `KeyboardInterrupt` here), it stops every running trial
+    (`TrialProcesses.stop`), records each as it ends (stopped, or finished just then), and
+    raises again; twin's handlers ignore any later signal meanwhile (`harness.cli.stop_signals`).
+    """
+    processes = TrialProcesses()
     running: dict[Future, tuple[TrialSpec, float]] = {}
     with ThreadPoolExecutor(max_workers=config.jobs) as pool:
-        while queue or running:
-            while queue and len(running) < config.jobs and budget_left(ledger):
-                spec = queue.pop(0)
-                command, run_dir = launch(spec)
-                log = trial_log(run_dir)
-                running[pool.submit(timed_trial_process, command, log, env)] = (spec, time.monotonic())
-            if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                spec, started = running.pop(future)
+        try:
+            while queue or running:
+                while queue and len(running) < config.jobs and budget_left(ledger):
+                    spec = queue.pop(0)
+                    command, run_dir = launch(spec)
+                    log = trial_log(run_dir)
+                    running[pool.submit(processes.run, command, log, env)] = (spec, time.monotonic())
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    spec, started = running.pop(future)
+                    code, inner_s = future.result()
+                    result = record(spec, code, started, inner_s)
+                    if result.status == "infra_failed" and result.attempts <= config.infra_retries:
+                        delay = config.retry_backoff_s * (2 ** (result.attempts - 1))
+                        time.sleep(delay)
+                        queue.append(spec)
+        except KeyboardInterrupt:
+            processes.stop()
+            for future in as_completed(running):
+                spec, started = running[future]
                 code, inner_s = future.result()
-                result = record(spec, code, started, inner_s)
-                if result.status == "infra_failed" and result.attempts <= config.infra_retries:
-                    delay = config.retry_backoff_s * (2 ** (result.attempts - 1))
-                    time.sleep(delay)
-                    queue.append(spec)
+                if code is not None:  # None: stopped before it started, its record as it was
+                    record(spec, code, started, inner_s)
+            raise
 
 
 def run_with_ray(config, queue, launch, record, env, ledger) -> None:

@@ -145,6 +145,9 @@ def write_report(bench: BenchDir, *, band: float = 0.01, axis: str = "tokens") -
     labels = sorted({t.model_label for t in results.trials.values() if t.model_label})
     if any(label.startswith(("replayed", "scripted")) for label in labels):
         lines += ["> Models in this bench are replayed or scripted, not live: " + "; ".join(labels), ""]
+    if results.status == "interrupted":
+        resume = "the same `twin bench` command resumes it"
+        lines += [f"> The bench was {results.stop_reason} before all its trials ended; {resume}.", ""]
     status = Counter(t.status for t in results.trials.values())
     lines += [
         f"Tasks: {len(results.config.tasks)} · models: {len(results.config.models)} · scaffolds: "

@@ -1,10 +1,12 @@
 """`twin bench`: every (task, model, scaffold, seed) trial is one `twin migrate` run.
 
 Finished trials are never re-run; an interrupted trial is resumed from its run
-directory; a trial that failed for infrastructure reasons is retried with backoff
-and, if it keeps failing, is marked so and left out of every average (never scored
-as 0). A grader that fails because of the candidate is reward 0. The layout of a
-bench's directory is in `harness.bench.directory`.
+directory. A bench stopped by Ctrl-C, SIGTERM or SIGHUP stops its running trials as
+Ctrl-C stops a run (`harness.bench.trial_processes`), records itself as interrupted and
+exits 130; the same `twin bench` command resumes it. A trial that failed for
+infrastructure reasons is retried with backoff and, if it keeps failing, is marked so
+and left out of every average (never scored as 0). A grader that fails because of the
+candidate is reward 0. The layout of a bench's directory is in `harness.bench.directory`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ground.errors import Interrupted, StopSignal
 from ground.untrusted_io import write_text_atomic
 from harness.bench.checks import post_run_failures
 from harness.bench.directory import BenchDir
@@ -60,13 +63,14 @@ def run_bench(
         results.schema_version = RESULTS_VERSION  # rewritten from now on in this version's format
     else:
         results = BenchResults(config=config)
+    results.status, results.stop_reason = "running", ""
     write_text_atomic(bench.config_path, config.model_dump_json(indent=2))
     bench.save(results)
     ledger = Ledger.create(bench.ledger_path, config.limits)
     env = {**os.environ, LEDGER_ENV: str(bench.ledger_path.resolve())}
 
     def needs_run(previous: TrialResult | None) -> bool:
-        if previous is None or previous.status == "not_started":
+        if previous is None or previous.status in ("not_started", "stopped"):
             return True
         return previous.status == "infra_failed" and previous.attempts <= config.infra_retries
 
@@ -82,8 +86,12 @@ def run_bench(
 
     def record(spec: TrialSpec, code: int, started: float, model_and_grader_s: float) -> TrialResult:
         # model_and_grader_s: time inside the trial's own process; the rest is the bench's
-        attempts_n[spec.trial_id] += 1
-        result = collect_trial(spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id], rounds=config.rounds)
+        result = collect_trial(
+            spec, bench.runs / spec.trial_id, code, attempts_n[spec.trial_id] + 1, rounds=config.rounds
+        )
+        if result.status == "stopped":  # resumed by the next bench, not retried: no attempt of the retries'
+            result.attempts = attempts_n[spec.trial_id]
+        attempts_n[spec.trial_id] = result.attempts
         if result.status == "ok":
             result.failures = post_run_failures(loaded[spec.task], bench.runs / spec.trial_id, config.sandbox)
         result.trial_wall_s = time.monotonic() - started
@@ -95,8 +103,20 @@ def run_bench(
         return result
 
     queue = list(pending)
-    if config.executor == "ray":
-        run_with_ray(config, queue, launch, record, env, ledger)
-    else:
-        run_locally(config, queue, launch, record, env, ledger)
+    try:
+        if config.executor == "ray":
+            run_with_ray(config, queue, launch, record, env, ledger)
+        else:
+            run_locally(config, queue, launch, record, env, ledger)
+    except KeyboardInterrupt as exc:  # its trials stopped and recorded; later signals are ignored
+        results.status = "interrupted"
+        results.stop_reason = f"stopped by {exc.name}" if isinstance(exc, StopSignal) else "interrupted"
+        bench.save(results)
+        left = sum(needs_run(results.trials.get(spec.trial_id)) for spec in trials_of(config))
+        raise Interrupted(
+            f"bench {config.name} {results.stop_reason}: {len(trials_of(config)) - left} trial(s) done, {left} to run "
+            f"or resume; continue with the same twin bench command ({bench.root})"
+        ) from None
+    results.status = "finished"
+    bench.save(results)
     return results

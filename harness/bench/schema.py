@@ -17,9 +17,11 @@ from harness.models.budget import Budget
 from harness.models.ledger import LedgerLimits
 from harness.run.directory import Scaffold
 
-RESULTS_VERSION = 2
-"""2: a trial's `curve` (its graded snapshots) and the bench's per-trial `budget` (1 had neither; still read)."""
-TrialStatus = Literal["ok", "failed", "infra_failed", "not_started"]
+RESULTS_VERSION = 3
+"""2: a trial's `curve` (its graded snapshots) and the bench's per-trial `budget` (1 had neither; still read).
+3: the bench's `status` and `stop_reason`, and a trial's status `stopped` (2 had none; still read)."""
+TrialStatus = Literal["ok", "failed", "infra_failed", "not_started", "stopped"]
+BenchStatus = Literal["running", "finished", "interrupted"]
 
 
 class BenchError(TwinError):
@@ -98,7 +100,9 @@ class TrialResult(BaseModel):
     model_label: str = Field(default="", description="e.g. 'replayed from …' for a replay.")
     scaffold: Scaffold
     seed: int
-    status: TrialStatus
+    status: TrialStatus = Field(
+        description="'stopped': stopped with its bench (Ctrl-C, SIGTERM, SIGHUP); no result, the next bench resumes it."
+    )
     rewards: dict[int, float | None] = Field(
         default_factory=dict,
         description="Reward of the candidate the scaffold would have delivered with a budget of "
@@ -139,6 +143,11 @@ class BenchResults(BaseModel):
 
     schema_version: int = Field(default=RESULTS_VERSION)
     config: BenchConfig
+    status: BenchStatus = Field(
+        default="running",
+        description="'interrupted': stopped by Ctrl-C, SIGTERM or SIGHUP; the same `twin bench` command resumes it.",
+    )
+    stop_reason: str = Field(default="", description="How an interrupted bench was stopped, e.g. 'stopped by SIGTERM'.")
     trials: dict[str, TrialResult] = Field(default_factory=dict)
     overhead_s: dict[str, float] = Field(
         default_factory=dict,

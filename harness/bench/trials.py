@@ -6,20 +6,26 @@ after a kill: a trial's settings are never re-built as command-line flags. How a
 is read from its run directory: an infrastructure failure (twin's own machinery:
 model provider, a sandbox that could not start, a grader reporting its own failure)
 is `infra_failed`, never scored; a run that stopped on an error of twin's is graded
-on what it committed (0 where nothing usable exists).
+on what it committed (0 where nothing usable exists). A trial stopped as Ctrl-C stops a
+run (its bench was stopped) is `stopped`: not a result, and the next bench resumes it.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ground.errors import InfraFailure, RunFailed
+from ground.errors import InfraFailure, Interrupted, RunFailed
 from harness.bench.schema import BenchConfig, CurvePoint, TrialResult, TrialSpec
 from harness.run.directory import MAX_ROUNDS, RunConfig, RunDir, RunState
+
+STOPPED_EXITS = frozenset({Interrupted.exit_code, *(-s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))})
+"""How a stopped trial's `twin migrate` ends: saved as stopped (130), or ended by the signal itself
+before its handlers were set (while starting up, before it touched its run directory)."""
 
 
 def trial_config(spec: TrialSpec, config: BenchConfig) -> RunConfig:
@@ -64,6 +70,13 @@ def trial_log(run_dir: Path) -> Path:
     return run_dir.with_name(f"{run_dir.name}.log")
 
 
+def start_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start one trial's `twin migrate` with its output in `log_path`, in the bench's process group."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:  # the child has its own copy
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
 def run_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> int:
     """Run one trial's `twin migrate` with its output in `log_path`; return the exit code."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,16 +108,24 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
     if not run.state_path.is_file():
         result.status = "infra_failed" if returncode == InfraFailure.exit_code else "failed"
         result.error = f"twin migrate exited {returncode} before the run started"
+        if returncode in STOPPED_EXITS:
+            result.status, result.error = "stopped", ""
+            result.stop_reason = f"stopped (twin migrate exited {returncode})"
         return result
     state = run.load_state()
     result.stop_reason, result.final_round = state.stop_reason, state.final_round
-    spent = state.spent
+    spent = state.spent  # what it had spent so far, where it stopped
     result.cost_usd, result.tokens, result.calls, result.wall_s = spent.usd, spent.tokens, spent.calls, spent.wall_s
     result.tokens_in, result.tokens_cached, result.tokens_estimated = (
         spent.tokens_in,
         spent.tokens_cached,
         spent.tokens_estimated,
     )
+    if returncode in STOPPED_EXITS:  # kept for resuming, whatever it had done
+        result.status = "stopped"
+        if state.status != "stopped" or not state.stop_reason:  # e.g. stopped while it graded a finished run
+            result.stop_reason = f"stopped (twin migrate exited {returncode})"
+        return result
     if returncode == InfraFailure.exit_code or state.stop_reason.startswith("infrastructure"):
         result.status, result.error = "infra_failed", state.stop_reason
         return result

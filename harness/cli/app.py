@@ -58,7 +58,7 @@ app.add_typer(task.app, name="task", help="Make a task from your own repository 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `twin` console script; returns the exit code."""
     try:
-        with stopping_on_signals():  # SIGTERM and SIGHUP: Ctrl-C's clean stop
+        with stopping_on_signals(restore_after_stop=False):  # SIGTERM and SIGHUP: Ctrl-C's clean stop
             return _run(argv)
     except StopSignal as exc:  # arrived outside any command's own handling (as it printed its outcome)
         Console(stderr=True).print(f"stopped by {exc.name}")

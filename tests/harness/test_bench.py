@@ -268,7 +268,7 @@ def test_every_scaffold_runs_under_the_same_budget_and_reports_its_curve(tmp_pat
 
 
 def test_a_bench_written_by_the_previous_results_version_resumes(tmp_path):
-    from harness.bench.schema import BenchResults, TrialResult, trials_of
+    from harness.bench.schema import RESULTS_VERSION, BenchResults, TrialResult, trials_of
 
     cfg = config(tmp_path)
     old = BenchResults(config=cfg.model_copy(update={"schema_version": 1}), schema_version=1)
@@ -281,7 +281,7 @@ def test_a_bench_written_by_the_previous_results_version_resumes(tmp_path):
     bench.save(old)
     results = run_bench(cfg, tmp_path / "benches")  # every trial finished: nothing runs
     assert results.trials.keys() == old.trials.keys()
-    assert bench.load().schema_version == 2
+    assert bench.load().schema_version == RESULTS_VERSION
 
 
 def test_under_a_matched_budget_only_twin_is_bounded_by_rounds(tmp_path):
@@ -300,3 +300,46 @@ def test_under_a_matched_budget_only_twin_is_bounded_by_rounds(tmp_path):
     assert rounds("twin", **matched) == 2
     assert rounds("base", **matched) == rounds("mini-swe-agent", **matched) == MAX_ROUNDS
     assert rounds("base") == 2  # no budget to bound it: the bench's rounds
+
+
+def test_a_stopped_bench_is_saved_interrupted_in_one_line_and_resumes_only_its_unfinished_trials(tmp_path, monkeypatch):
+    import harness.bench.run as bench_run
+    from ground.errors import Interrupted, StopSignal
+    from harness.bench.schema import TrialResult, trials_of
+
+    cfg = config(tmp_path)
+    twin, base = trials_of(cfg)
+    queues = []
+
+    def stopped_after_one(config, queue, launch, record, env, ledger):  # the executor's stop, in short
+        queues.append([spec.trial_id for spec in queue])
+        spec = queue.pop(0)
+        launch(spec)  # its run directory written; its `twin migrate` stopped (130) before saving a round
+        record(spec, 130, time.monotonic(), 0.0)
+        raise StopSignal("SIGTERM")
+
+    monkeypatch.setattr(bench_run, "run_locally", stopped_after_one)
+    with pytest.raises(Interrupted) as info:
+        run_bench(cfg, tmp_path / "benches")
+    assert str(info.value) == (
+        f"bench b stopped by SIGTERM: 0 trial(s) done, 2 to run or resume; continue with the same twin bench "
+        f"command ({tmp_path / 'benches' / 'b'})"
+    )
+    assert info.value.exit_code == 130
+    on_disk = BenchDir(tmp_path / "benches" / "b").load()
+    assert (on_disk.status, on_disk.stop_reason) == ("interrupted", "stopped by SIGTERM")
+    stopped = on_disk.trials[twin.trial_id]
+    assert (stopped.status, stopped.attempts) == ("stopped", 0)  # resumed later, not one of the retries
+    assert main(["report", "b", "--benches-dir", str(tmp_path / "benches")]) == 0
+    report = (tmp_path / "benches" / "b" / "report.md").read_text()
+    assert "> The bench was stopped by SIGTERM before all its trials ended" in report
+    assert f"- {twin.trial_id}: stopped (stopped (twin migrate exited 130))" in report
+
+    on_disk.trials[base.trial_id] = TrialResult(
+        trial_id=base.trial_id, task=base.task_name, model=base.model, scaffold="base", seed=0, status="ok"
+    )
+    BenchDir(tmp_path / "benches" / "b").save(on_disk)  # as if the base trial had finished before the stop
+    monkeypatch.setattr(bench_run, "run_locally", lambda config, queue, *_: queues.append([s.trial_id for s in queue]))
+    again = run_bench(cfg, tmp_path / "benches")
+    assert queues == [[twin.trial_id, base.trial_id], [twin.trial_id]]  # the finished trial is kept
+    assert again.status == "finished" and BenchDir(tmp_path / "benches" / "b").load().status == "finished"

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 from ground.errors import StopSignal
 from ground.sandboxes.quota import EXT4, recover_capped, unavailable
 from harness.cli.app import main
-from harness.cli.stop_signals import stopping_on_signals
+from harness.cli.stop_signals import HELD_OFF, stopping_on_signals
 from harness.run.directory import RunDir
 from tests.harness import loop_scripts as plans
 
@@ -47,6 +45,61 @@ def test_a_second_stop_signal_does_not_cut_the_clean_stop_short():
     assert done == ["cleaned up"]
 
 
+@pytest.fixture
+def python_sigint_handler():
+    """Python's Ctrl-C handler, also where the tests were started with SIGINT ignored (`pytest &` in a script)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_then_any_stop_signal_does_not_cut_the_clean_stop_short(python_sigint_handler):
+    done = []
+    with pytest.raises(KeyboardInterrupt) as info, stopping_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        finally:  # a scheduler's SIGTERM, a second Ctrl-C: the clean-up goes on
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("cleaned up")
+    assert done == ["cleaned up"] and not isinstance(info.value, StopSignal)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_command_line_keeps_ignoring_signals_after_a_stop_until_it_exits():
+    before = {number: signal.getsignal(number) for number in HELD_OFF}
+    try:
+        with pytest.raises(StopSignal), stopping_on_signals(restore_after_stop=False):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        os.kill(os.getpid(), signal.SIGTERM)  # as the process exits: not ended by its default action
+        time.sleep(0.05)
+        assert all(signal.getsignal(number) is signal.SIG_IGN for number in HELD_OFF)
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        with stopping_on_signals(restore_after_stop=False):  # no stop: put back as always
+            assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
+        assert {number: signal.getsignal(number) for number in HELD_OFF} == before
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+def test_a_signal_ignored_when_twin_starts_stays_ignored():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts twin
+    try:
+        with stopping_on_signals():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)  # nothing raised: the terminal closing does not stop a nohup'd twin
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def _mounts_under(path: Path) -> list[str]:
     with open("/proc/mounts") as mounts:
         return [line for line in mounts if str(path) in line.split()[1]]
@@ -69,17 +122,6 @@ def _left_in_session(session: int) -> list[int]:
         if int(fields[3]) == session and fields[0] != "Z":  # after the name: state, ppid, pgrp, session
             left.append(int(entry.name))
     return left
-
-
-@pytest.fixture
-def stage(monkeypatch):
-    """The run's capped-filesystem records and images: a stage of the test's own, where the sandbox
-    uid can reach it (not under pytest's 0700 folder)."""
-    path = Path(tempfile.mkdtemp(prefix="twin-stop-stage-", dir="/tmp"))
-    os.chmod(path, 0o711)
-    monkeypatch.setenv("TWIN_STAGE_DIR", str(path))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _sleeping(run: RunDir) -> list[int]:
