@@ -284,7 +284,8 @@ def _plots(root: Path, results, table, deltas, transitions, failures) -> dict[st
     title = f"Reward by round (mean ± std over seeds, n = {seeds} seeds)"
     ax.set(xlabel="round budget", ylabel="reward", ylim=(0, 1.05), title=title)
     ax.set_xticks(range(1, results.config.rounds + 1))  # rounds are whole numbers
-    ax.legend(fontsize=7)
+    if table:  # an interrupted bench may have no graded round yet: an empty plot, no legend
+        ax.legend(fontsize=7)
     names["rounds"] = _save(fig, root / "rewards_by_round.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
