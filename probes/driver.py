@@ -7,7 +7,8 @@ working dtype, the device and the precision policy. It writes into `out_dir`:
 
 - `manifest.json`: the structure of the named outputs (names, containers and their
   types, shapes, dtypes, JSON values) plus timing and forbidden-import attempts, and on
-  a traced reference run what it ran of the original (`reference_trace`);
+  a traced reference run what it ran of the original (`reference_trace`), on a counterfactual
+  one how many of the component's functions answered through a stand-in (`counterfactual`);
 - `arrays.npz`: the arrays, keyed by their index in the manifest;
 - `error.json` instead, when the side crashed: the traceback and its frames, from which
   twin decides the blame itself (`probes.outcomes`: the candidate's code runs in this
@@ -285,9 +286,14 @@ def run_side(config: dict, out_dir: Path) -> dict:
     if func is None:
         raise AttributeError(f"probe file defines no function {config['side']}{suffix}")
     trace = _reference_trace(config)
+    stand_ins, undo = _counterfactual(config)
     start = time.perf_counter()
-    with trace or contextlib.nullcontext():
-        outputs = func(env)
+    try:
+        with trace or contextlib.nullcontext():
+            outputs = func(env)
+    finally:
+        for step in reversed(undo):
+            step()
     compute_s = time.perf_counter() - start
     manifest: dict = {}
     arrays: dict = {}
@@ -296,19 +302,44 @@ def run_side(config: dict, out_dir: Path) -> dict:
     result = {"outputs": manifest, "compute_s": compute_s}
     if trace is not None:
         result["reference_trace"] = trace.report(list(config["trace_components"]))
+    if stand_ins is not None:
+        result["counterfactual"] = {"stand_ins": stand_ins}
     return result
+
+
+def _beside(name: str, module_name: str):
+    """A standalone module of twin's, loaded by path from beside this file (the original comes first on
+    `sys.path`), or None where it is not there (a grader's copy of the driver)."""
+    path = Path(__file__).with_name(name)
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _counterfactual(config: dict) -> tuple[int | None, list]:
+    """For a counterfactual reference run (its config names a `counterfactual` component): the component's
+    functions answer through stand-ins (`probes/counterfactual.py`) until the run's undo steps are taken.
+    Returns how many got one (None on any other run) and the undo steps."""
+    asked, source = config.get("counterfactual"), config["roots"].get("source")
+    if config["side"] != "reference" or not isinstance(asked, dict) or not source:
+        return None, []
+    module = _beside("counterfactual.py", "twin_counterfactual")
+    if module is None:
+        return None, []
+    return module.install(str(asked["component"]), source, bool(asked.get("procedure")))
 
 
 def _reference_trace(config: dict):
     """A `ReferenceTrace` (`probes/reference_trace.py`, loaded by path beside this file: the original comes first
     on `sys.path`) for a reference run whose config names `trace_components`, else None (a grader's copy too)."""
-    source, path = config["roots"].get("source"), Path(__file__).with_name("reference_trace.py")
-    if config["side"] != "reference" or config.get("trace_components") is None or not source or not path.is_file():
+    source = config["roots"].get("source")
+    if config["side"] != "reference" or config.get("trace_components") is None or not source:
         return None
-    spec = importlib.util.spec_from_file_location("twin_reference_trace", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ReferenceTrace(source, config["probe_file"])
+    module = _beside("reference_trace.py", "twin_reference_trace")
+    return None if module is None else module.ReferenceTrace(source, config["probe_file"])
 
 
 def _innermost_candidate_file(frames: list[dict], root: str) -> str | None:
