@@ -10,16 +10,19 @@ mean the probe computed them some other way (it called the component and dropped
 
 The stand-in is installed on the function object itself (its code is swapped for a trampoline), so
 every way of reaching it, however the probe or the original bound it, goes through the stand-in. It
-calls the original's own code and changes the result by far more than any tolerance:
+works in one of two modes:
 
-- numbers, arrays and tensors: floats `x * -1.5 + 0.25` (flips an argmax, moves every value), integers
-  `+ 7`, booleans negated, strings marked; containers element by element, generators item by item;
-- an object the component built (a class's `__init__`, a torch module): its numbers, parameters and
-  buffers, in place;
-- a value none of that applies to: a poisoned stand-in (`Poisoned`) that raises `CounterfactualValue` as
-  soon as it is used, so a probe that drops it runs unchanged and one that uses it stops;
-- a procedure (the reference saw it return only None): it does nothing at all, so outputs computed
-  during or from its work change and a probe that merely called it runs unchanged.
+- `perturb`: it calls the original's own code and changes the result by far more than any tolerance:
+  floats `x * -1.5 + 0.25` (flips an argmax, moves every value), integers `+ 7`, booleans negated,
+  strings marked; containers element by element, generators item by item; an object the component
+  built (a class's `__init__`, a torch module): its numbers, parameters and buffers, in place; a value
+  none of that applies to: a poisoned stand-in (`Poisoned`) that raises `CounterfactualValue` as soon as
+  it is used, so a probe that drops it runs unchanged and one that uses it stops;
+- `skip`: it does nothing at all and gives a poisoned value (a constructor: nothing). Outputs made
+  during the component's work or from what it left behind (files it wrote, state it changed, a hook
+  it ran) change or stop; a probe that merely called it runs unchanged. twin makes this run for a
+  procedure (the reference saw it return only None) and where a `perturb` run left the outputs as
+  they were (`probes.dependence`).
 """
 
 from __future__ import annotations
@@ -174,24 +177,27 @@ def _is_module(value) -> bool:
 
 
 # ---- stand-ins --------------------------------------------------------------------------------------------
-def install(component: str, root: str, procedure: bool) -> tuple[int, list]:
+def install(component: str, root: str, mode: str) -> tuple[int, list]:
     """Give every function of `component` (a function or method of the original under `root`, or a class:
     its constructor and its own public methods, `forward` and `__call__`) a stand-in.
 
     Args:
-        procedure: the reference saw the component return only None: its stand-in does nothing.
+        mode: `perturb` or `skip` (see the module docstring).
 
     Returns:
         How many functions got a stand-in (0: the name is no function or class of the original, e.g. a
         module), and the undo of each.
     """
     undo = []
-    for func, how, caches in _targets(component, os.path.realpath(root).rstrip("/") + "/", procedure):
-        undo.append(_swap(func, how, caches))
+    for func, how, caches in _targets(component, os.path.realpath(root).rstrip("/") + "/"):
+        try:
+            undo.append(_swap(func, how, caches, skip=mode == "skip"))
+        except (TypeError, ValueError, AttributeError):  # a function whose code cannot be swapped keeps it
+            continue
     return len(undo), undo
 
 
-def _targets(component: str, root: str, procedure: bool) -> list[tuple[types.FunctionType, str, list]]:
+def _targets(component: str, root: str) -> list[tuple[types.FunctionType, str, list]]:
     parts = component.split(".")
     for n in range(len(parts), 0, -1):
         base = os.path.join(root, *parts[:n])
@@ -210,10 +216,10 @@ def _targets(component: str, root: str, procedure: bool) -> list[tuple[types.Fun
     if found is None and len(rest) == 1:  # a method by its last name, as the trace reads it
         owners = [c for c in vars(module).values() if isinstance(c, type)]
         found_all = [inspect.getattr_static(c, rest[0], None) for c in owners]
-        return [t for f in found_all if f is not None for t in _function_targets(f, root, procedure)]
+        return [t for f in found_all if f is not None for t in _function_targets(f, root)]
     if isinstance(found, type):
         return _class_targets(found, root)
-    return [] if found is None else _function_targets(found, root, procedure)
+    return [] if found is None else _function_targets(found, root)
 
 
 def _class_targets(cls: type, root: str) -> list:
@@ -230,7 +236,7 @@ def _class_targets(cls: type, root: str) -> list:
     return targets
 
 
-def _function_targets(obj, root: str, procedure: bool) -> list:
+def _function_targets(obj, root: str) -> list:
     """The original's function inside `obj` (a decorator's wrappers unwrapped), with the caches on the way."""
     if isinstance(obj, property):
         obj = obj.fget
@@ -240,7 +246,7 @@ def _function_targets(obj, root: str, procedure: bool) -> list:
         if callable(getattr(layer, "cache_clear", None)):
             caches.append(layer.cache_clear)
         if isinstance(layer, types.FunctionType) and _under(layer, root):
-            return [(layer, "skip" if procedure else "value", caches)]
+            return [(layer, "value", caches)]
         layer = getattr(layer, "__wrapped__", None)
     return []
 
@@ -250,7 +256,7 @@ def _under(func: types.FunctionType, root: str) -> bool:
     return name[:1] == "/" and os.path.realpath(name).startswith(root)
 
 
-def _swap(func: types.FunctionType, how: str, caches: list):
+def _swap(func: types.FunctionType, how: str, caches: list, *, skip: bool):
     """Swap `func`'s code for a trampoline to its stand-in (every holder of `func` reaches it); returns the undo."""
     code = func.__code__
     real = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
@@ -258,8 +264,8 @@ def _swap(func: types.FunctionType, how: str, caches: list):
     name = f"__twin_counterfactual_{next(_COUNTER)}"
 
     def stand_in(args, kwargs):
-        if how == "skip":
-            return None
+        if skip:
+            return None if how == "instance" else Poisoned(f"result of {func.__qualname__}, which did not run")
         result = real(*args, **kwargs)
         if how == "instance":
             if args:

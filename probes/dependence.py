@@ -1,21 +1,28 @@
-"""Whether a probe's compared output comes from the original's component it names: the counterfactual run.
+"""Whether a probe's compared output comes from the original's component it names: the counterfactual runs.
 
 A profile hook can say that the reference entered the component (`probes/reference_trace.py`), not that
 what the probe compares came out of it: a probe can call the component, drop its result and compute the
 output by hand. So, on the first reference run of a probe whose `component` is a function, method or
-class of the original that ran, the reference runs once more (same inputs, seed and dtype) with the
-component's functions answering through stand-ins that change what they give by far more than any
-tolerance (`probes/counterfactual.py`). twin compares the two runs' outputs here, on the host:
+class of the original that ran (by a trace whose hook was still in place), the reference runs again
+(same inputs, seed and dtype) with the component's functions answering through stand-ins
+(`probes/counterfactual.py`): first giving values changed by far more than any tolerance (`perturb`),
+and, where that left every output as it was, or for a procedure (it returned only None), doing nothing
+at all (`skip`: what the component wrote or changed is missing too). twin compares the outputs here,
+on the host:
 
 - `changed`: an output moved: it depends on the component;
-- `stopped`: the counterfactual run failed (the probe used a stand-in's value it could not use, or
-  missed the work of a procedure that did nothing): it depends on the component;
-- `unchanged`: every output is what it was: the probe computed it without the component, and the
-  property counts as established only against a re-implementation;
-- `unchecked`: no stand-in could be installed (the name is a module, or nothing of the original by that
-  name): the trace's word stands.
+- `stopped`: a counterfactual run failed (the probe used a poisoned value, or missed the work of a
+  component that did nothing): it depends on the component;
+- `unchanged`: every output stayed what it was in every counterfactual run: the probe computed it
+  without the component, and the property counts as established only against a re-implementation;
+- `unchecked`: no stand-in could be installed (nothing of the original by that name): the trace's
+  word stands.
 
-The counterfactual run is a reference run: it is kept in the reference cache with the others.
+A probe's code runs in the same process as the stand-ins and could, with deliberate effort, tell a
+counterfactual run from the first one (the stand-ins, the driver's configuration) and change its
+outputs only then; what this closes is a reference that drops its component's result, or that edits
+or removes the trace that records what ran. The counterfactual runs are reference runs: they are kept
+in the reference cache with the others and made once.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ CHANGED, STOPPED, UNCHANGED, UNCHECKED = "changed", "stopped", "unchanged", "unc
 RTOL, ATOL = 1e-3, 1e-6
 """Two runs' outputs are the same within these: the stand-ins move a value by at least a quarter of a unit
 or half of it again (`counterfactual.SCALE`, `SHIFT`), far beyond a rerun's last digits."""
-OUT = "refcf"
+OUT, SKIP_OUT = "refcf", "refskip"
+"""Where the `perturb` and the `skip` counterfactual runs of a probe write."""
 
 
 def original_member(source: Path | None, name: str) -> bool:
@@ -48,8 +56,9 @@ def original_member(source: Path | None, name: str) -> bool:
 
 
 def counterfactual_runs(source: Path | None, dtype: str, components: dict[str, str], reference: dict) -> list[dict]:
-    """The counterfactual runs to make after the first reference runs: one per probe whose `component`
-    (probe name -> component, in `components`) is the original's and ran, by an intact trace."""
+    """The first counterfactual runs, after the first reference runs: one per probe whose `component`
+    (probe name -> component, in `components`) is the original's and ran, by an intact trace; `skip`
+    for a procedure, `perturb` for the rest."""
     runs = []
     for name, component in components.items():
         first = reference.get((name, "ref"))
@@ -59,26 +68,42 @@ def counterfactual_runs(source: Path | None, dtype: str, components: dict[str, s
         if trace["ran"].get(component) is not True or not original_member(source, component):
             continue
         procedures = trace.get("procedures")
-        runs.append(
-            {
-                "out": f"{slot(name)}/{OUT}",
-                "dtype": dtype,
-                "make_inputs": True,  # drawn again, as the first run drew them: the same state after them
-                "name": name,
-                "inputs": f"{slot(name)}/inputs_{OUT}",
-                "counterfactual": {
-                    "component": component,
-                    "procedure": isinstance(procedures, list) and component in procedures,
-                },
-            }
-        )
+        skip = isinstance(procedures, list) and component in procedures
+        runs.append(_run(name, component, dtype, "skip" if skip else "perturb"))
     return runs
 
 
-def verdict(first: dict, counterfactual: dict | None) -> str | None:
-    """What the counterfactual run says (see the module docstring); None where there was none."""
-    if counterfactual is None:
-        return None
+def skip_runs(_source: Path | None, dtype: str, components: dict[str, str], reference: dict) -> list[dict]:
+    """The `skip` runs for the probes whose `perturb` run left every output as it was."""
+    return [
+        _run(name, component, dtype, "skip")
+        for name, component in components.items()
+        if (name, OUT) in reference and _one(reference[(name, "ref")], reference[(name, OUT)]) == UNCHANGED
+    ]
+
+
+def _run(name: str, component: str, dtype: str, mode: str) -> dict:
+    out = SKIP_OUT if mode == "skip" else OUT
+    return {
+        "out": f"{slot(name)}/{out}",
+        "dtype": dtype,
+        "make_inputs": True,  # drawn again, as the first run drew them: the same state after them
+        "name": name,
+        "inputs": f"{slot(name)}/inputs_{out}",
+        "counterfactual": {"component": component, "mode": mode},
+    }
+
+
+def verdict(first: dict, perturbed: dict | None, skipped: dict | None = None) -> str | None:
+    """What a probe's counterfactual runs say (see the module docstring); None where none was made."""
+    said = [_one(first, run) for run in (perturbed, skipped) if run is not None]
+    for answer in (CHANGED, STOPPED, UNCHANGED, UNCHECKED):
+        if answer in said:
+            return answer
+    return None
+
+
+def _one(first: dict, counterfactual: dict) -> str:
     if not counterfactual["ok"]:
         return STOPPED
     told = counterfactual["report"].get("counterfactual")

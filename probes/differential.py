@@ -31,8 +31,7 @@ from evidence_store.records import FrameworkCall, ProbeResult, Property, Referen
 from ground.agent_tree import remove_tree
 from probes.base import Probe, base_context
 from probes.context import ProbeContext
-from probes.dependence import OUT as COUNTERFACTUAL_OUT
-from probes.dependence import UNCHANGED, verdict
+from probes.dependence import OUT, SKIP_OUT, UNCHANGED, verdict
 from probes.outcomes import decide_matched
 from probes.probe_format import ProbeFile, ProbeFileError, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
@@ -285,7 +284,7 @@ def run_matched_probes(
         )
         first = reference[(name, "ref")]
         if first["ok"] and named_components(meta) and ctx.source is not None:
-            said = verdict(first, reference.get((name, COUNTERFACTUAL_OUT)))
+            said = verdict(first, reference.get((name, OUT)), reference.get((name, SKIP_OUT)))
             result.reference_run = reference_run_of(ctx, meta, first["report"], said)
         results.append(result)
     return results

@@ -14,11 +14,11 @@ from pathlib import Path
 from ground.tree_digest import content_digest
 from probes.context import ProbeContext
 from probes.dependence import OUT as COUNTERFACTUAL_OUT
-from probes.dependence import counterfactual_runs
+from probes.dependence import SKIP_OUT, counterfactual_runs, skip_runs
 from probes.probe_format import ProbeFile
 from probes.sides import _read_run, run_side, slot
 
-REFERENCE_OUTS = ("ref", "ref64", "ref2", COUNTERFACTUAL_OUT)
+REFERENCE_OUTS = ("ref", "ref64", "ref2", COUNTERFACTUAL_OUT, SKIP_OUT)
 
 
 def _tree_digest(root: Path | None) -> str | None:
@@ -54,8 +54,8 @@ def reference_runs(
     is then the spread of what they draw at random: dropout, sampling).
 
     For each probe in `components` (probe name -> its `component`) whose first run's trace says that
-    it ran that component of the original, the reference runs once more with the component's
-    functions answering through stand-ins (`probes.dependence`), kept as `(name, "refcf")`.
+    it ran that component of the original, the reference runs again with the component's functions
+    answering through stand-ins (`probes.dependence`), kept as `(name, "refcf")` and `(name, "refskip")`.
 
     The reference does not depend on the candidate: a defect sweep or a later round
     re-uses it. The cache key covers the probe file, the names, seed, dtype, precision,
@@ -96,14 +96,12 @@ def reference_runs(
                 strict=True,
             ):
                 reference[(name, "ref2")] = result
-        counterfactual = counterfactual_runs(ctx.source, ctx.dtype, components or {}, reference)
-        if counterfactual:
-            for run, result in zip(
-                counterfactual,
-                run_side(ctx, root, "reference", counterfactual, timeout_s=timeout, config_name="counterfactual"),
-                strict=True,
-            ):
-                reference[(run["name"], COUNTERFACTUAL_OUT)] = result
+        for plan in (counterfactual_runs, skip_runs):
+            planned = plan(ctx.source, ctx.dtype, components or {}, reference)
+            if planned:
+                done = run_side(ctx, root, "reference", planned, timeout_s=timeout, config_name=plan.__name__)
+                for run, result in zip(planned, done, strict=True):
+                    reference[(run["name"], run["out"].split("/")[-1])] = result
         if cached is None:
             return reference
         for name in names:

@@ -42,6 +42,7 @@ def test_every_probe_compares_equal_outputs(results):
         ("shop.center", "changed"),  # a procedure that returns nothing: its stand-in does nothing
         ("shop.counter", "changed"),  # a class: its instance's numbers and its method's result
         ("shop.scorer", "stopped"),  # a function it returned: poisoned, and the probe used it
+        ("shop.summary", "stopped"),  # a file it wrote: its moved result changes nothing, its absence stops
     ],
 )
 def test_a_reference_whose_output_comes_from_its_component_is_not_marked(results, pid, said):
@@ -78,6 +79,10 @@ def test_the_counterfactual_run_is_kept_with_the_reference(tmp_path):
     first = _results(tmp_path / "a", cache)
     runs = sorted(p.parent.parent.name for p in cache.glob(f"*/*/{dependence.OUT}/manifest.json"))
     assert "dropped" in runs and "kept" in runs and "unhooked" not in runs  # only where the trace is believed
+    skipped = {p.parent.parent.name for p in cache.glob(f"*/*/{dependence.SKIP_OUT}/*.json")}
+    # a procedure goes straight to doing nothing; the rest only where moving its values moved no output
+    assert "center" in skipped and "center" not in runs
+    assert {"dropped", "summary"} <= skipped and "kept" not in skipped and "label" not in skipped
     again = _results(tmp_path / "b", cache)
     assert len(list(cache.glob("*/done"))) == 1
     assert {p: r.reference_run.model_dump() for p, r in again.items()} == {
