@@ -79,27 +79,23 @@ def reference_runs(
         again_names = [
             n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")
         ]
-        if again_names:
-            again = [
-                {
-                    "out": f"{slot(n)}/ref2",
-                    "dtype": ctx.dtype,
-                    "name": n,
-                    "inputs": f"{slot(n)}/inputs",
-                    **({"seed": ctx.seed + RESEED_OFFSET} if n in reseed else {}),
-                }
-                for n in again_names
-            ]
-            for name, result in zip(
-                again_names,
-                run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"),
-                strict=True,
-            ):
-                reference[(name, "ref2")] = result
+        again = [
+            {
+                "out": f"{slot(n)}/ref2",
+                "dtype": ctx.dtype,
+                "name": n,
+                "inputs": f"{slot(n)}/inputs",
+                **({"seed": ctx.seed + RESEED_OFFSET} if n in reseed else {}),
+            }
+            for n in again_names
+        ]
+        # the second runs and the first counterfactual ones share a process (one import of the original)
         for plan in (counterfactual_runs, skip_runs):
-            planned = plan(ctx.source, ctx.dtype, components or {}, reference)
+            planned = again + plan(ctx.source, ctx.dtype, components or {}, reference)
+            again = []
             if planned:
-                done = run_side(ctx, root, "reference", planned, timeout_s=timeout, config_name=plan.__name__)
+                config = "reference2" if plan is counterfactual_runs else "counterfactual"
+                done = run_side(ctx, root, "reference", planned, timeout_s=timeout, config_name=config)
                 for run, result in zip(planned, done, strict=True):
                     reference[(run["name"], run["out"].split("/")[-1])] = result
         if cached is None:
