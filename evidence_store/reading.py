@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from evidence_store import numbers
 from evidence_store.records import EvidenceRecord, Outcome
+from evidence_store.reimplementation import REIMPLEMENTED, outcome_text, reimplementation_line  # noqa: F401 - read from here too
 
 E, V, N = Outcome.ESTABLISHED, Outcome.VIOLATED, Outcome.NOT_ESTABLISHED
 
@@ -141,40 +142,6 @@ def reason(record: EvidenceRecord) -> str:
     last_trace_line = next((ln for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
     text = " — ".join(t.strip() for t in (message, last_trace_line) if t.strip())
     return numbers.clip_words(text, TEXT_CHARS) if text else ""
-
-
-REIMPLEMENTED = "against a re-implementation"
-"""What an outcome is qualified with when the probe's compared output did not come from the component it
-names (its reference never ran it, its outputs stayed the same without it, or its record is not known)."""
-
-
-def outcome_text(record: EvidenceRecord) -> str:
-    """A record's outcome as every view shows it: `established (against a re-implementation)` where its
-    compared output did not come from the component the probe names (`ProbeResult.reimplemented`)."""
-    outcome = Outcome(record.outcome).value
-    return f"{outcome} ({REIMPLEMENTED})" if record.reimplemented else outcome
-
-
-_WHY = {
-    "unchanged": "the reference's outputs stayed the same when {names} gave other values or did nothing: the probe "
-    "compared against its own re-implementation",
-    "trace disturbed": "the probe removed or replaced the hook that records what its reference ran of {names}: not "
-    "known whether the original's code gave the output",
-    "trace missing": "the reference's run left no record of what it ran of {names}: not known whether the "
-    "original's code gave the output",
-}
-_NEVER_RAN = "the reference never ran {names}: the probe compared against its own re-implementation"
-
-
-def reimplementation_line(record: EvidenceRecord) -> str:
-    """Why the compared output did not come from what the probe names, in one line ('' where it did)."""
-    missing = record.reimplemented
-    if not missing:
-        return ""
-    names = numbers.clip_words(", ".join(missing), TEXT_CHARS)
-    line = _WHY.get(record.reference_run.reason if record.reference_run else "", _NEVER_RAN).format(names=names)
-    interface = numbers.clip_words(", ".join(record.open_on_interface), TEXT_CHARS)
-    return line + (f"; on the task's interface: {interface}" if interface else "")
 
 
 def property_block(record: EvidenceRecord, label: str, *, note: str = "", margins: bool = False) -> str:

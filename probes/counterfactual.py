@@ -177,6 +177,37 @@ def _is_module(value) -> bool:
 
 
 # ---- stand-ins --------------------------------------------------------------------------------------------
+def for_run(config: dict) -> StandIns | None:
+    """The driver's hook: the stand-ins of a reference run whose config names a `counterfactual`, else None."""
+    asked = config.get("counterfactual")
+    if not isinstance(asked, dict):
+        return None
+    return StandIns(str(asked["component"]), config["roots"]["source"], str(asked.get("mode") or "perturb"))
+
+
+class StandIns:
+    """A context manager inside which a component's functions answer through stand-ins (`install`)."""
+
+    def __init__(self, component: str, root: str, mode: str) -> None:
+        self.component, self.root, self.mode = component, root, mode
+        self.count, self.undo = 0, []
+
+    def __enter__(self) -> StandIns:
+        try:
+            self.count, self.undo = install(self.component, self.root, self.mode)
+        except Exception:  # noqa: BLE001 - a component twin cannot stand in for: the run says none was installed
+            self.count, self.undo = 0, []
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for step in reversed(self.undo):
+            step()
+
+    def result(self) -> dict:
+        """What the driver writes into the run's manifest: how many functions answered through a stand-in."""
+        return {"counterfactual": {"stand_ins": self.count, "mode": self.mode}}
+
+
 def install(component: str, root: str, mode: str) -> tuple[int, list]:
     """Give every function of `component` (a function or method of the original under `root`, or a class:
     its constructor and its own public methods, `forward` and `__call__`) a stand-in.

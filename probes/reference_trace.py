@@ -47,15 +47,24 @@ _PLACES: dict[tuple[str, str, str], str] = {}
 """(root, probe file, code file) -> where that file lives, for every trace of this process."""
 
 
+def for_run(config: dict) -> ReferenceTrace | None:
+    """The driver's hook: the trace of a reference run whose config names `trace_components`, else None."""
+    if config.get("trace_components") is None:
+        return None
+    return ReferenceTrace(config["roots"]["source"], config["probe_file"], list(config["trace_components"]))
+
+
 class ReferenceTrace:
     """A context manager that records what the code run inside it executed of the original.
 
     Args:
         root: the original's root as this process sees it (on `sys.path`).
         probe_file: the probe file's path (its own calls into a framework are recorded too).
+        names: the components `result()` reports on.
     """
 
-    def __init__(self, root: str, probe_file: str) -> None:
+    def __init__(self, root: str, probe_file: str, names: list[str] | None = None) -> None:
+        self.names = list(names or [])
         self.root = os.path.realpath(root).rstrip("/") + "/"
         self.probe_file = os.path.realpath(probe_file)
         self.where: dict[types.CodeType, str] = {}
@@ -173,6 +182,10 @@ class ReferenceTrace:
         return bool(path) and (path.startswith(self.root) or path == self.probe_file)
 
     # ---- the report -----------------------------------------------------------------------------------
+    def result(self) -> dict:
+        """What the driver writes into the run's manifest: `reference_trace`, the report on `names`."""
+        return {"reference_trace": self.report(self.names)}
+
     def report(self, names: list[str]) -> dict:
         """Whether the reference ran each named component, and the framework calls it made."""
         calls = [
