@@ -349,25 +349,6 @@ def test_a_property_compared_against_a_re_implementation_is_shown_as_such_and_on
     assert outcome_text(store.latest()["loss"]) == "established"
 
 
-@pytest.mark.parametrize(
-    ("reason", "said"),
-    [
-        ("never ran", "the reference never ran pkg.fit: the probe compared against its own re-implementation"),
-        ("", "the reference never ran pkg.fit: the probe compared against its own re-implementation"),
-        ("unchanged", "the reference's outputs stayed the same when pkg.fit gave other values or did nothing"),
-        ("trace disturbed", "the probe removed or replaced the hook that records what its reference ran of pkg.fit"),
-        ("trace missing", "the reference's run left no record of what it ran of pkg.fit"),
-    ],
-)
-def test_the_line_says_why_the_output_did_not_come_from_the_component(reason, said):
-    from evidence_store.reading import reimplementation_line
-    from evidence_store.records import ReferenceRun
-
-    run = ReferenceRun(ran=["pkg.fit"], not_ran=["pkg.fit"], reason=reason, on_interface=["pkg.fit"])
-    line = reimplementation_line(_rec("fit", "established", reference_run=run))
-    assert line.startswith(said) and line.endswith("; on the task's interface: pkg.fit")
-
-
 def test_without_a_re_implementation_the_text_is_as_before(store):
     from evidence_store.records import ReferenceRun
 
