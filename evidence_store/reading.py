@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from evidence_store import numbers
 from evidence_store.records import EvidenceRecord, Outcome
+from evidence_store.reimplementation import REIMPLEMENTED, outcome_text, reimplementation_line  # noqa: F401 - read from here too
 
 E, V, N = Outcome.ESTABLISHED, Outcome.VIOLATED, Outcome.NOT_ESTABLISHED
 
@@ -141,28 +142,6 @@ def reason(record: EvidenceRecord) -> str:
     last_trace_line = next((ln for ln in reversed(record.trace.splitlines()) if ln.strip()), "")
     text = " — ".join(t.strip() for t in (message, last_trace_line) if t.strip())
     return numbers.clip_words(text, TEXT_CHARS) if text else ""
-
-
-REIMPLEMENTED = "against a re-implementation"
-"""What an outcome is qualified with when the probe's reference never ran a component it names."""
-
-
-def outcome_text(record: EvidenceRecord) -> str:
-    """A record's outcome as every view shows it: `established (against a re-implementation)` where its
-    reference never ran a component the probe names (`ProbeResult.reimplemented`)."""
-    outcome = Outcome(record.outcome).value
-    return f"{outcome} ({REIMPLEMENTED})" if record.reimplemented else outcome
-
-
-def reimplementation_line(record: EvidenceRecord) -> str:
-    """What the reference never ran of what the probe names, in one line ('' when it ran all of it)."""
-    missing = record.reimplemented
-    if not missing:
-        return ""
-    line = f"the reference never ran {numbers.clip_words(', '.join(missing), TEXT_CHARS)}: the probe compared "
-    line += "against its own re-implementation"
-    interface = numbers.clip_words(", ".join(record.open_on_interface), TEXT_CHARS)
-    return line + (f"; on the task's interface: {interface}" if interface else "")
 
 
 def property_block(record: EvidenceRecord, label: str, *, note: str = "", margins: bool = False) -> str:

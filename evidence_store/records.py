@@ -55,10 +55,13 @@ class FrameworkCall(BaseModel):
 class ReferenceRun(BaseModel):
     """What a matched probe's reference side ran of what the probe names (its `component` and `uses`).
 
-    A profile hook limited to the original's files records it (`probes/reference_trace.py`).
-    A probe whose own `component` is a name of the original that the reference never executed
-    was compared against a re-implementation written in the probe, not against the original:
-    its outcome says nothing yet about the original's behaviour there. What it `uses` is
+    A profile hook limited to the original's files records what ran (`probes/reference_trace.py`);
+    a counterfactual reference run, with the component giving other values, tells whether the
+    compared output came from it (`probes/dependence.py`). A probe whose own `component` the
+    reference never executed, or whose outputs stayed the same without it, was compared against a
+    re-implementation written in the probe, not against the original: its outcome says nothing
+    yet about the original's behaviour there. So was one whose record of what ran is missing or
+    was disturbed from inside the probe (not known: it counts the same). What it `uses` is
     recorded apart (`uses_not_ran`) and marks nothing: a probe often uses what only its
     candidate side needs (the converter that builds the candidate's parameters from the
     original's checkpoint), which the reference has no reason to run.
@@ -67,8 +70,20 @@ class ReferenceRun(BaseModel):
     ran: list[str] = Field(default_factory=list, description="Named components the reference executed.")
     not_ran: list[str] = Field(
         default_factory=list,
-        description="The probe's component, where the reference never executed it: the probe compared against a "
-        "re-implementation of it.",
+        description="The probe's component, where the compared output did not come from it (see `reason`): the "
+        "probe compared against a re-implementation of it.",
+    )
+    reason: str = Field(
+        default="",
+        description="Why the component is in `not_ran`: 'never ran' (the reference never executed it), "
+        "'unchanged' (the outputs stayed the same when it gave other values), 'trace disturbed' (the probe "
+        "removed or replaced the profile hook), 'trace missing' (the run recorded no trace); '' otherwise.",
+    )
+    counterfactual: str | None = Field(
+        default=None,
+        description="What the counterfactual run said of the component: 'changed' or 'stopped' (the output "
+        "depends on it), 'unchanged', 'unchecked' (no stand-in could be installed, e.g. a module); None where "
+        "none was made (the component never ran, is not the original's, or a record older than this field).",
     )
     uses_not_ran: list[str] = Field(
         default_factory=list, description="Components the probe `uses` that the reference never executed."

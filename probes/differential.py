@@ -13,7 +13,9 @@ torch) and a `candidate` function (run with the candidate, torch absent).
 (the reference side's runs come from `probes.reference_cache` where it holds them) and
 decides each outcome by `probes.outcomes.decide_matched`. The first reference run records
 which of the components the probe names (`component`, `uses`) it executed
-(`probes/reference_trace.py`); the result carries that as its `reference_run`.
+(`probes/reference_trace.py`), and a counterfactual reference run tells whether the compared
+output came from the probe's `component` (`probes.dependence`); the result carries both as its
+`reference_run`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from evidence_store.records import FrameworkCall, ProbeResult, Property, Referen
 from ground.agent_tree import remove_tree
 from probes.base import Probe, base_context
 from probes.context import ProbeContext
+from probes.dependence import OUT, SKIP_OUT, UNCHANGED, verdict
 from probes.outcomes import decide_matched
 from probes.probe_format import ProbeFile, ProbeFileError, property_of, read_probe_file
 from probes.reference_cache import reference_runs, reseeded
@@ -37,6 +40,8 @@ from task_model.interface_names import on_interface
 
 TRACE = Path(__file__).with_name("reference_trace.py")
 """The reference side's trace of what it ran (copied beside the driver)."""
+STAND_INS = Path(__file__).with_name("counterfactual.py")
+"""The counterfactual run's stand-ins (copied beside the driver)."""
 
 
 def differential_probe(
@@ -144,6 +149,7 @@ def prepare_root(ctx: ProbeContext, file: ProbeFile, names: list[str]) -> Path:
         (root / slot(name) / "inputs").mkdir(parents=True)
     shutil.copy(DRIVER, root / "driver.py")
     shutil.copy(TRACE, root / TRACE.name)
+    shutil.copy(STAND_INS, root / STAND_INS.name)
     (root / "probe.py").write_bytes(file.data)
     return root
 
@@ -155,27 +161,43 @@ def named_components(meta: dict) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
 
 
-def reference_run_of(ctx: ProbeContext, meta: dict, report: dict) -> ReferenceRun | None:
-    """What the reference ran of the components its probe names, from its run's `reference_trace`
-    (None where the run recorded none or recorded it malformed). Only the probe's own `component`
-    can mark it (`ReferenceRun`)."""
+def reference_run_of(ctx: ProbeContext, meta: dict, report: dict, counterfactual: str | None = None) -> ReferenceRun:
+    """What the reference ran of the components its probe names, from its run's `reference_trace`, and
+    whether the compared output came from the probe's `component`, from the counterfactual run's
+    `verdict` (`probes.dependence`). Only the probe's own `component` can mark it (`ReferenceRun`):
+    where it never ran, where the outputs stayed the same without it, and where the trace is missing
+    or was disturbed inside the probe (not known counts as not established)."""
+    component = meta.get("component") if isinstance(meta.get("component"), str) else None
     trace = report.get("reference_trace")
     if not isinstance(trace, dict) or not isinstance(trace.get("ran"), dict):
-        return None
+        missing = [component] if component else []
+        return ReferenceRun(not_ran=missing, reason="trace missing" if missing else "", on_interface=_on(ctx, missing))
     try:
         calls = [FrameworkCall.model_validate(c) for c in trace.get("calls") or []]
     except ValidationError:
         calls = []
     ran = {str(name): value for name, value in trace["ran"].items()}
-    component = meta.get("component")
-    not_ran = [component] if isinstance(component, str) and ran.get(component) is False else []
+    reason = ""
+    if component and trace.get("intact") is not True:
+        reason = "trace disturbed"
+    elif component and ran.get(component) is False:
+        reason = "never ran"
+    elif component and counterfactual == UNCHANGED:
+        reason = "unchanged"
+    not_ran = [component] if reason else []
     return ReferenceRun(
-        ran=[name for name, value in ran.items() if value is True],
+        ran=[name for name, value in ran.items() if value is True and reason != "trace disturbed"],
         not_ran=not_ran,
+        reason=reason,
+        counterfactual=counterfactual,
         uses_not_ran=[name for name, value in ran.items() if value is False and name not in not_ran],
-        on_interface=[name for name in not_ran if on_interface(ctx.task, name)],
+        on_interface=_on(ctx, not_ran),
         calls=calls,
     )
+
+
+def _on(ctx: ProbeContext, names: list[str]) -> list[str]:
+    return [name for name in names if on_interface(ctx.task, name)]
 
 
 def run_matched_probes(
@@ -214,7 +236,8 @@ def run_matched_probes(
                     "inputs": f"{here}/inputs",
                 }
             )
-    reference = reference_runs(ctx, root, file, names, runs, timeout, reseeded(probes))
+    components = {n: c for n, m in probes.items() if isinstance(c := m.get("component"), str) and c}
+    reference = reference_runs(ctx, root, file, names, runs, timeout, reseeded(probes), components)
     ok_names = [n for n in names if reference[(n, "ref")]["ok"]]
     cand_runs = [
         {"out": f"{slot(n)}/cand", "dtype": ctx.dtype, "name": n, "inputs": f"{slot(n)}/inputs"} for n in ok_names
@@ -259,7 +282,9 @@ def run_matched_probes(
             noise,
             candidate.get(name),
         )
-        if reference[(name, "ref")]["ok"]:
-            result.reference_run = reference_run_of(ctx, meta, reference[(name, "ref")]["report"])
+        first = reference[(name, "ref")]
+        if first["ok"] and named_components(meta) and ctx.source is not None:
+            said = verdict(first, reference.get((name, OUT)), reference.get((name, SKIP_OUT)))
+            result.reference_run = reference_run_of(ctx, meta, first["report"], said)
         results.append(result)
     return results

@@ -13,10 +13,12 @@ from pathlib import Path
 
 from ground.tree_digest import content_digest
 from probes.context import ProbeContext
+from probes.dependence import OUT as COUNTERFACTUAL_OUT
+from probes.dependence import SKIP_OUT, counterfactual_runs, skip_runs
 from probes.probe_format import ProbeFile
 from probes.sides import _read_run, run_side, slot
 
-REFERENCE_OUTS = ("ref", "ref64", "ref2")
+REFERENCE_OUTS = ("ref", "ref64", "ref2", COUNTERFACTUAL_OUT, SKIP_OUT)
 
 
 def _tree_digest(root: Path | None) -> str | None:
@@ -43,12 +45,17 @@ def reference_runs(
     runs: list[dict],
     timeout,
     reseed: frozenset[str] = frozenset(),
+    components: dict[str, str] | None = None,
 ) -> dict:
     """The reference side's runs (and the inputs they drew), from `ctx.reference_cache` when it holds them.
 
     Where there is no float64 run, the reference runs a second time at its working dtype:
     with the same seed, or with another one for the probes in `reseed` (their noise floor
     is then the spread of what they draw at random: dropout, sampling).
+
+    For each probe in `components` (probe name -> its `component`) whose first run's trace says that
+    it ran that component of the original, the reference runs again with the component's functions
+    answering through stand-ins (`probes.dependence`), kept as `(name, "refcf")` and `(name, "refskip")`.
 
     The reference does not depend on the candidate: a defect sweep or a later round
     re-uses it. The cache key covers the probe file, the names, seed, dtype, precision,
@@ -57,7 +64,8 @@ def reference_runs(
     """
     trees = [_tree_digest(ctx.source), _tree_digest(ctx.assets)]
     fields = [file.data.hex(), names, ctx.seed, ctx.dtype, ctx.precision, ctx.device, trees]
-    key = hashlib.sha256(json.dumps(["reference-v2", *fields]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps(["reference-v3", *fields, sorted((components or {}).items())]).encode())
+    key = key.hexdigest()[:16]
     # a tree too large to key (None): the reference runs, and nothing is kept by that key
     cached = ctx.reference_cache / key if ctx.reference_cache is not None and None not in trees else None
     if cached is None or not (cached / "done").is_file():
@@ -71,23 +79,25 @@ def reference_runs(
         again_names = [
             n for n in names if reference[(n, "ref")]["ok"] and not reference.get((n, "ref64"), {}).get("ok")
         ]
-        if again_names:
-            again = [
-                {
-                    "out": f"{slot(n)}/ref2",
-                    "dtype": ctx.dtype,
-                    "name": n,
-                    "inputs": f"{slot(n)}/inputs",
-                    **({"seed": ctx.seed + RESEED_OFFSET} if n in reseed else {}),
-                }
-                for n in again_names
-            ]
-            for name, result in zip(
-                again_names,
-                run_side(ctx, root, "reference", again, timeout_s=timeout, config_name="reference2"),
-                strict=True,
-            ):
-                reference[(name, "ref2")] = result
+        again = [
+            {
+                "out": f"{slot(n)}/ref2",
+                "dtype": ctx.dtype,
+                "name": n,
+                "inputs": f"{slot(n)}/inputs",
+                **({"seed": ctx.seed + RESEED_OFFSET} if n in reseed else {}),
+            }
+            for n in again_names
+        ]
+        # the second runs and the first counterfactual ones share a process (one import of the original)
+        for plan in (counterfactual_runs, skip_runs):
+            planned = again + plan(ctx.source, ctx.dtype, components or {}, reference)
+            again = []
+            if planned:
+                config = "reference2" if plan is counterfactual_runs else "counterfactual"
+                done = run_side(ctx, root, "reference", planned, timeout_s=timeout, config_name=config)
+                for run, result in zip(planned, done, strict=True):
+                    reference[(run["name"], run["out"].split("/")[-1])] = result
         if cached is None:
             return reference
         for name in names:

@@ -17,7 +17,13 @@ only, and wraps the reference function's call in a `ReferenceTrace`. A profile h
 `report(names)` then says, for each component a probe names (`component` and `uses`), whether the
 reference ran it: True, False (a name of the original whose code never ran: the reference
 re-implements it; or a framework's function it never called), or None (neither a name of the
-original nor of a framework it imported: a component only the candidate has).
+original nor of a framework it imported: a component only the candidate has). It also names the
+components that ran but only ever returned None (`procedures`: a counterfactual run replaces such a
+component by one that does nothing, `probes/counterfactual.py`), and says whether the hook was still
+in place when the reference returned (`intact`): a probe that removed or replaced it (`sys.setprofile`)
+leaves a record twin does not believe. Whether the compared output came from the component is not
+decided here: code in the probe's process can edit anything in it; twin decides it on the host from a
+counterfactual run's outputs (`probes.dependence`).
 """
 
 from __future__ import annotations
@@ -41,32 +47,46 @@ _PLACES: dict[tuple[str, str, str], str] = {}
 """(root, probe file, code file) -> where that file lives, for every trace of this process."""
 
 
+def for_run(config: dict) -> ReferenceTrace | None:
+    """The driver's hook: the trace of a reference run whose config names `trace_components`, else None."""
+    if config.get("trace_components") is None:
+        return None
+    return ReferenceTrace(config["roots"]["source"], config["probe_file"], list(config["trace_components"]))
+
+
 class ReferenceTrace:
     """A context manager that records what the code run inside it executed of the original.
 
     Args:
         root: the original's root as this process sees it (on `sys.path`).
         probe_file: the probe file's path (its own calls into a framework are recorded too).
+        names: the components `result()` reports on.
     """
 
-    def __init__(self, root: str, probe_file: str) -> None:
+    def __init__(self, root: str, probe_file: str, names: list[str] | None = None) -> None:
+        self.names = list(names or [])
         self.root = os.path.realpath(root).rstrip("/") + "/"
         self.probe_file = os.path.realpath(probe_file)
         self.where: dict[types.CodeType, str] = {}
         self.executed: set[types.CodeType] = set()
         self.sites: dict[tuple[types.CodeType, int], tuple[str, str] | None] = {}
         self.calls: dict[tuple[str, str], int] = {}
+        self.valued: set[types.CodeType] = set()
+        """The original's code objects that returned something other than None."""
+        self.intact = False
         self._saved: tuple = (None, None)
+        self._installed = None
 
     # ---- the hook -----------------------------------------------------------------------------------
     def __enter__(self) -> ReferenceTrace:
         self._saved = (sys.getprofile(), threading.getprofile())
-        hook = self._hook()
+        hook = self._installed = self._hook()
         threading.setprofile(hook)
         sys.setprofile(hook)
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        self.intact = sys.getprofile() is self._installed
         sys.setprofile(self._saved[0])
         threading.setprofile(self._saved[1])
 
@@ -89,6 +109,7 @@ class ReferenceTrace:
         """The profile function: its common path is one dictionary look-up (locals bound once, for speed);
         a call from the original or the probe into a framework costs a look-up of its call site."""
         where_of, place, executed, sites, site = self.where, self._place, self.executed.add, self.sites, self._site
+        valued = self.valued.add
 
         def hook(frame, event, arg) -> None:
             if event == "call":
@@ -105,6 +126,8 @@ class ReferenceTrace:
                         key = (caller.f_code, caller.f_lasti)
                         if key not in sites:
                             site(key, caller, frame)
+            elif event == "return" and arg is not None and where_of.get(frame.f_code) is ORIGINAL:
+                valued(frame.f_code)
 
         return hook
 
@@ -159,14 +182,21 @@ class ReferenceTrace:
         return bool(path) and (path.startswith(self.root) or path == self.probe_file)
 
     # ---- the report -----------------------------------------------------------------------------------
+    def result(self) -> dict:
+        """What the driver writes into the run's manifest: `reference_trace`, the report on `names`."""
+        return {"reference_trace": self.report(self.names)}
+
     def report(self, names: list[str]) -> dict:
         """Whether the reference ran each named component, and the framework calls it made."""
         calls = [
             {"name": name, "caller": caller, "count": count}
             for (name, caller), count in list(self.calls.items())[:MAX_CALLS]
         ]
+        ran = {name: self.ran(name) for name in dict.fromkeys(names) if name}
         return {
-            "ran": {name: self.ran(name) for name in dict.fromkeys(names) if name},
+            "ran": ran,
+            "procedures": [name for name, value in ran.items() if value and self.procedure(name)],
+            "intact": self.intact,
             "calls": calls,
             "calls_left_out": max(0, len(self.calls) - MAX_CALLS),
             "functions": len({self.dotted(code) for code in self.executed}),
@@ -190,6 +220,14 @@ class ReferenceTrace:
         if codes is None:
             return None
         return any(code in self.executed for code in codes)
+
+    def procedure(self, name: str) -> bool:
+        """Whether component `name` of the original ran and only ever returned None."""
+        module, rest = self._module_of(name)
+        loaded = sys.modules.get(module) if module else None
+        codes = self._codes_of(loaded, rest) if loaded is not None and rest else None
+        ran = codes & self.executed if codes else set()
+        return bool(ran) and not ran & self.valued
 
     def _module_of(self, name: str) -> tuple[str | None, str]:
         """The longest prefix of `name` that is a module file of the original, and the rest."""

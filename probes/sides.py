@@ -133,6 +133,8 @@ def run_side(
                 **({"seed": int(run["seed"])} if "seed" in run else {}),  # a reseeded noise run
                 # the components whose running the reference records (`probes/reference_trace.py`)
                 **({"trace_components": list(run["trace_components"])} if "trace_components" in run else {}),
+                # the component whose functions answer through stand-ins (`probes/counterfactual.py`)
+                **({"counterfactual": dict(run["counterfactual"])} if "counterfactual" in run else {}),
                 **(
                     {
                         "inputs_dir": f"{work_inside if run['inputs'] in made else given_inside}"

@@ -162,6 +162,22 @@ def test_a_probe_compared_against_a_re_implementation_is_marked_and_one_that_run
     assert "established     calc.affine (L1)" in lines  # runs the original's own function: not marked
 
 
+def test_a_probe_that_calls_its_component_and_drops_the_result_is_marked_with_why(tmp_path, capsys):
+    shop = FIXTURES / "shop"
+    args = ["probe", "--task", str(shop), "--candidate", str(shop / "solution" / "app"), "--no-builtin"]
+    probe = ["--probe", str(FIXTURES / "probe_counterfactual.py"), "--sandbox", "none", "--workdir", str(tmp_path)]
+    assert main([*args, *probe]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("established (against a re-implementation) shop.affine.dropped (L1)")
+    assert lines[at + 1] == (
+        "    the reference's outputs stayed the same when shop.affine gave other values or did nothing: the probe "
+        "compared against its own re-implementation; on the task's interface: shop.affine"
+    )
+    at = lines.index("established (against a re-implementation) shop.affine.unhooked (L1)")
+    assert lines[at + 1].startswith("    the probe removed or replaced the hook that records what its reference ran")
+    assert "established     shop.affine (L1)" in lines and "established     shop.summary (L1)" in lines
+
+
 def test_a_family_nothing_was_run_for_says_so(tmp_path):
     proc = _cli(
         "--task", str(TINY), "--candidate", str(GOOD), "--sandbox", "none", "--workdir", str(tmp_path), "--families"

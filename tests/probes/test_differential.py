@@ -294,3 +294,21 @@ def test_outputs_of_another_data_kind_are_violated_and_a_misfit_measure_is_not_e
         "bad probe metadata: compare names distributional for label: distributional needs a float array "
         "of logits [..., classes], not a string"
     )
+
+
+def test_a_reference_run_without_its_trace_or_with_a_disturbed_one_is_not_believed(tmp_path):
+    from probes.differential import reference_run_of
+
+    ctx = make_context(load_task(PLAIN), PLAIN / "solution" / "app", sandbox_kind="none", workdir=tmp_path / "w")
+    meta = {"component": "calc.affine", "uses": ["calc.unused"]}
+    missing = reference_run_of(ctx, meta, {"outputs": {}})  # e.g. a probe that wrote its own manifest
+    assert (missing.not_ran, missing.reason) == (["calc.affine"], "trace missing")
+    assert missing.on_interface == ["calc.affine"]
+    said = {"ran": {"calc.affine": True, "calc.unused": False}, "intact": False}
+    disturbed = reference_run_of(ctx, meta, {"reference_trace": said})
+    assert (disturbed.ran, disturbed.not_ran, disturbed.reason) == ([], ["calc.affine"], "trace disturbed")
+    believed = reference_run_of(ctx, meta, {"reference_trace": {**said, "intact": True}}, "changed")
+    assert (believed.ran, believed.not_ran, believed.counterfactual) == (["calc.affine"], [], "changed")
+    assert believed.uses_not_ran == ["calc.unused"]
+    unchanged = reference_run_of(ctx, meta, {"reference_trace": {**said, "intact": True}}, "unchanged")
+    assert (unchanged.not_ran, unchanged.reason) == (["calc.affine"], "unchanged")

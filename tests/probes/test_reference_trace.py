@@ -162,3 +162,29 @@ def test_the_trace_leaves_the_profile_function_as_it_found_it(sides):
 def test_a_name_of_the_same_function_under_another_module_path_is_the_same_call():
     assert reference_trace._same_call("torch.optim.adamw.AdamW.step", "torch.optim.AdamW.step")
     assert not reference_trace._same_call("torch.optim.SGD.step", "torch.optim.AdamW.step")
+
+
+def test_a_trace_whose_hook_the_code_removed_or_replaced_is_not_intact(sides):
+    source, probe_file, probe = sides
+    with ReferenceTrace(str(source), str(probe_file)) as kept:
+        probe.reference(None)
+    assert kept.report([])["intact"] is True
+    with ReferenceTrace(str(source), str(probe_file)) as removed:
+        sys.setprofile(None)
+        probe.reference(None)
+    assert removed.report(["shop.nets.Scorer.score"])["intact"] is False
+    with ReferenceTrace(str(source), str(probe_file)) as replaced:
+        sys.setprofile(lambda *args: None)
+    assert replaced.report([])["intact"] is False
+
+
+def test_a_component_that_ran_and_returned_only_none_is_a_procedure(sides):
+    source, probe_file, probe = sides
+    trace = ReferenceTrace(str(source), str(probe_file))
+    with trace:
+        from shop.nets import Scorer
+
+        Scorer()  # __init__ returns None; score, train return values
+        Scorer().score(1)
+    report = trace.report(["shop.nets.Scorer.__init__", "shop.nets.Scorer.score", "shop.nets.helper"])
+    assert report["procedures"] == ["shop.nets.Scorer.__init__"]  # helper never ran: no procedure either
