@@ -7,7 +7,7 @@ working dtype, the device and the precision policy. It writes into `out_dir`:
 
 - `manifest.json`: the structure of the named outputs (names, containers and their
   types, shapes, dtypes, JSON values) plus timing and forbidden-import attempts, and on
-  a traced reference run what it ran of the original (`reference_trace`);
+  a reference run what its helpers beside this file say (`reference_trace`, `counterfactual`);
 - `arrays.npz`: the arrays, keyed by their index in the manifest;
 - `error.json` instead, when the side crashed: the traceback and its frames, from which
   twin decides the blame itself (`probes.outcomes`: the candidate's code runs in this
@@ -253,10 +253,10 @@ def _seed_everything(seed: int, side: str, dtype: str, precision: str, device: s
         sys.meta_path.insert(0, TORCH_CONFIGURATOR)
 
 
-def _load_probe(config: dict):
-    spec = importlib.util.spec_from_file_location("twin_probe_file", config["probe_file"])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["twin_probe_file"] = module
+def _load(name: str, path):
+    """The file at `path` run as module `name`, registered in `sys.modules` as an imported module would be."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
@@ -272,7 +272,7 @@ def run_side(config: dict, out_dir: Path) -> dict:
         inputs={},
     )
     env.scratch.mkdir(parents=True, exist_ok=True)
-    module = _load_probe(config)
+    module = _load("twin_probe_file", config["probe_file"])
     name = config["name"]
     inputs_dir = Path(config["inputs_dir"])
     suffix = "" if name == "" else f"_{name}"
@@ -284,31 +284,32 @@ def run_side(config: dict, out_dir: Path) -> dict:
     func = getattr(module, f"{config['side']}{suffix}", None)
     if func is None:
         raise AttributeError(f"probe file defines no function {config['side']}{suffix}")
-    trace = _reference_trace(config)
-    start = time.perf_counter()
-    with trace or contextlib.nullcontext():
+    with contextlib.ExitStack() as around:
+        helpers = [around.enter_context(helper) for helper in _reference_helpers(config)]
+        start = time.perf_counter()
         outputs = func(env)
-    compute_s = time.perf_counter() - start
+        compute_s = time.perf_counter() - start
     manifest: dict = {}
     arrays: dict = {}
     encode(outputs, "", manifest, arrays)
     np.savez(out_dir / "arrays.npz", **arrays)
     result = {"outputs": manifest, "compute_s": compute_s}
-    if trace is not None:
-        result["reference_trace"] = trace.report(list(config["trace_components"]))
+    for helper in helpers:
+        result.update(helper.result())
     return result
 
 
-def _reference_trace(config: dict):
-    """A `ReferenceTrace` (`probes/reference_trace.py`, loaded by path beside this file: the original comes first
-    on `sys.path`) for a reference run whose config names `trace_components`, else None (a grader's copy too)."""
-    source, path = config["roots"].get("source"), Path(__file__).with_name("reference_trace.py")
-    if config["side"] != "reference" or config.get("trace_components") is None or not source or not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("twin_reference_trace", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ReferenceTrace(source, config["probe_file"])
+def _reference_helpers(config: dict) -> list:
+    """What wraps a reference run's function where the run asks, from twin's files beside this one loaded by path (a
+    grader's copy has none): the trace of what it ran (`reference_trace.py`), stand-ins (`counterfactual.py`)."""
+    if config["side"] != "reference" or not config["roots"].get("source"):
+        return []
+    helpers = []
+    for name in ("reference_trace", "counterfactual"):
+        path = Path(__file__).with_name(f"{name}.py")
+        if path.is_file():
+            helpers.append(_load(f"twin_{name}", path).for_run(config))
+    return [helper for helper in helpers if helper is not None]
 
 
 def _innermost_candidate_file(frames: list[dict], root: str) -> str | None:
