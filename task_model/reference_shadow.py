@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import importlib.machinery
 import os
+import re
 from pathlib import Path
 
 from task_model.reference_lock import PINNED
@@ -34,6 +35,8 @@ START_HOOKS = ("sitecustomize", "usercustomize")
 
 _SUFFIXES = tuple(sorted(set(importlib.machinery.all_suffixes()), key=len, reverse=True))
 _PTH_LIMIT = 1 << 20
+_LINE_BREAKS = re.compile(r"\r\n|\r|\n")
+"""Where Python up to 3.12 ends a `.pth` line (universal newlines); 3.13 also ends one at `str.splitlines`' others."""
 
 
 def module_name(entry: str) -> str | None:
@@ -81,23 +84,43 @@ def shadowing(site: Path, base_lines: list[str]) -> str | None:
 
 
 def _pth_shadowing(site: Path, root: Path, entry: str, base_lines: list[str]) -> str | None:
-    """Why one `.pth` file could put another torch on the path, or None."""
+    """Why one `.pth` file could put another torch on the path, or None.
+
+    Its lines are read as every interpreter that may process it reads them, and where they
+    disagree the file is refused: a line is split at `\\n`, `\\r` or both (Python up to 3.12;
+    3.13 also splits at the other Unicode line breaks, which a line may then not hold), a line
+    that starts with `import` after whitespace or a byte-order mark runs code (3.13 drops a
+    leading mark), and a path line keeps its leading whitespace (only the end is stripped).
+    A path line must lead to a folder: an archive on the path imports what it holds.
+    """
     path = site / entry
     try:
         with open(path, "rb") as handle:
-            text = handle.read(_PTH_LIMIT).decode("utf-8", "replace")
+            raw = handle.read(_PTH_LIMIT + 1)
     except OSError as exc:
         return f"it cannot be read ({exc.strerror})"
-    lines = [line.strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not line.startswith("#")]
+    if len(raw) > _PTH_LIMIT:
+        return f"it is larger than {_PTH_LIMIT >> 20} MiB, past what is read of it (an interpreter reads it all)"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "it is not UTF-8 text, which an interpreter would read in its locale's encoding"
     if entry == BASE_PTH:
-        return None if lines == base_lines else "it is not the file twin wrote"
-    for line in lines:
-        if line.startswith(("import ", "import\t")):
+        lines = [line.strip() for line in _LINE_BREAKS.split(text)]
+        return None if [line for line in lines if line] == base_lines else "it is not the file twin wrote"
+    for line in _LINE_BREAKS.split(text.removeprefix("\ufeff")):
+        if not line.strip() or line.startswith("#"):
+            continue
+        line = line.rstrip()
+        if line.lstrip().startswith(("import ", "import\t")):
             return f"its line {line[:60]!r} runs code at every start of the environment's interpreter"
+        if not line.isprintable():
+            return f"its line {line[:60]!r} holds a character an interpreter may read as a line break or drop"
         target = Path(os.path.realpath(site / line))
         if target != root and root not in target.parents:
             return f"its line {line[:60]!r} puts a folder outside the environment on the path"
+        if target.exists() and not target.is_dir():
+            return f"its line {line[:60]!r} puts a file on the path, whose archive could hold a {PINNED}"
         torch = holds_torch(target)
         if torch is not None:
             return f"its line {line[:60]!r} puts {torch} on the path"

@@ -108,3 +108,71 @@ def test_an_entry_no_record_lists_is_still_refused(tmp_path):
     assert shadowing(site, BASE) == (
         "a distribution whose RECORD does not list it installs a top-level torch.py, which imports as torch"
     )
+
+
+# Lines an interpreter reads otherwise than a plain strip-and-split would: each put a torch on the
+# path (or ran code) under Python 3.11 or 3.13 while the check passed the environment.
+def _hidden_torch(site: Path, folder: str) -> None:
+    (site / folder / "torch").mkdir(parents=True)
+    (site / folder / "torch" / "__init__.py").write_text("FAKE = True\n")
+
+
+@pytest.mark.parametrize(
+    ("folder", "pth", "why"),
+    [
+        (" t", b" t\n", "puts torch on the path"),  # the leading space is kept: the folder is ' t'
+        ("t\x0bx", b"t\x0bx\n", "holds a character an interpreter may read as a line break"),
+        (None, b"\xef\xbb\xbfimport shim\n", "runs code at every start"),  # 3.13 drops the mark
+        (None, b"  import shim\n", "runs code at every start"),
+        (None, b"x\x0cimport shim\n", "holds a character an interpreter may read as a line break"),
+        (None, b"x\x85import shim\n", "is not UTF-8 text"),
+    ],
+)
+def test_a_pth_line_read_otherwise_by_an_interpreter_is_refused(tmp_path, folder, pth, why):
+    site = site_with(tmp_path, {}, shipper="sneaky")
+    if folder is not None:
+        _hidden_torch(site, folder)
+    (site / "zz.pth").write_bytes(pth)
+    found = shadowing(site, BASE)
+    assert found is not None and why in found, found
+
+
+def test_a_pth_line_to_an_archive_holding_torch_is_refused(tmp_path):
+    import zipfile
+
+    site = site_with(tmp_path, {"zz.pth": "t.zip\n"}, shipper="sneaky")
+    with zipfile.ZipFile(site / "t.zip", "w") as archive:
+        archive.writestr("torch/__init__.py", "FAKE = True\n")
+    assert shadowing(site, BASE) == (
+        "distribution sneaky installs zz.pth: its line 't.zip' puts a file on the path,"
+        " whose archive could hold a torch"
+    )
+
+
+def test_a_pth_past_what_is_read_of_it_is_refused(tmp_path):
+    padding = "# padding\n" * ((1 << 20) // 10 + 1)
+    site = site_with(tmp_path, {"zz.pth": padding + "import shim\n"}, shipper="sneaky")
+    found = shadowing(site, BASE)
+    assert found is not None and "larger than 1 MiB" in found, found
+
+
+def test_pth_lines_as_pip_writes_them_still_pass(tmp_path):
+    site = site_with(tmp_path, {"zz.pth": "# comment\r\ninnocent_extra   \r\n\r\n"})
+    (site / "innocent_extra").mkdir()
+    assert shadowing(site, BASE) is None
+
+
+def test_the_interpreter_puts_a_leading_space_folder_and_an_archive_on_its_path(tmp_path):
+    """The control: this interpreter's own `site` does put both torches on the path as the check reads them."""
+    import subprocess
+    import sys
+    import zipfile
+
+    site = site_with(tmp_path, {"zz.pth": " t\nt.zip\n"})
+    _hidden_torch(site, " t")
+    with zipfile.ZipFile(site / "t.zip", "w") as archive:
+        archive.writestr("torch/__init__.py", "FAKE = True\n")
+    code = f"import site, sys; site.addsitedir({str(site)!r}); print(sys.path)"
+    shown = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert f"{site}/ t'" in shown and f"{site}/t.zip'" in shown, shown
+    assert shadowing(site, BASE) is not None
