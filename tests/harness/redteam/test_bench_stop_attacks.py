@@ -9,6 +9,7 @@ trials running on, where the next bench would resume the same run directories be
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from harness.bench import trial_processes
 from harness.bench.executors import run_locally
@@ -68,6 +71,7 @@ def test_a_stopped_bench_does_not_wait_forever_on_a_trial_that_ignores_sigterm(t
     assert "did not stop within 1 s of SIGTERM" in (tmp_path / "stubborn.log").read_text()
 
 
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="the trial is tied to its bench by setpriv --pdeathsig")
 def test_a_trial_stops_when_its_bench_is_killed(tmp_path):
     """SIGKILL to the bench alone: its trial is sent SIGTERM by the kernel and stops as it would at a stop."""
     out = tmp_path / "trial.txt"
@@ -96,3 +100,31 @@ def test_a_trial_stops_when_its_bench_is_killed(tmp_path):
     if left.startswith("ready"):  # the attack held: end the orphaned trial by its pid
         os.kill(int(left.split()[1]), signal.SIGKILL)
     assert left == "stopped", "the trial runs on after its bench was killed"
+
+
+def test_a_second_bench_on_the_same_directory_is_refused_while_the_first_runs(tmp_path, monkeypatch):
+    """Run again while the first still runs (or stops), a bench would resume the same trials beside it."""
+    from harness.bench import run as bench_run
+    from harness.bench.directory import BenchDir
+    from harness.bench.schema import BenchConfig, BenchError
+    from tests.harness import loop_scripts as plans
+
+    root = tmp_path / "benches" / "b"
+    root.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from harness.bench.directory import BenchDir; from pathlib import Path;"
+         f" h = BenchDir(Path({str(root)!r})).held(); h.__enter__(); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(bench_run, "run_locally", lambda *a: pytest.fail("a trial ran beside the other bench"))
+        config = BenchConfig(name="b", tasks=[plans.TINY_TASK], models=["scripted:none.json"], scaffolds=["base"])
+        with pytest.raises(BenchError, match="is being run by another twin bench"):
+            bench_run.run_bench(config, tmp_path / "benches")
+        assert not (root / "results.json").exists()  # nothing of the other bench's rewritten
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    with BenchDir(root).held():  # released with the process that held it
+        pass
