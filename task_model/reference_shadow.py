@@ -8,12 +8,16 @@ directory holds it (the environment's own, the image `twin task new` writes, whi
 installs the same lock): a path line can put another torch on the path, and a line
 starting with `import` runs code that can put anything anywhere. A `sitecustomize` or
 `usercustomize` module runs at every start of an interpreter that finds it on its path,
-`PYTHONPATH` included.
+`PYTHONPATH` included. And `PYTHONPATH` comes before the standard library: a top-level entry
+named like one of its modules (`json`, `typing`) is what the driver, torch itself and
+everything else import by that name, so it runs before or inside the held torch whatever the
+original imports (a `sys.modules["torch"]` of its own, say).
 
 So `shadowing` reads the environment's installed files, not its names: every top-level
-entry of its site-packages whose module name is torch or one of the start-up hooks, and
-every `.pth` line that runs code or leads outside the environment (twin's own lines to its
-interpreter's site-packages excepted) or to a folder holding a torch. Each finding is
+entry of its site-packages whose module name is torch, one of the start-up hooks or a module
+of the standard library, and every `.pth` line that runs code or leads outside the environment
+(twin's own lines to its interpreter's site-packages excepted) or to a folder holding a torch
+(read as each interpreter reads it: `_pth_shadowing`). Each finding is
 named by the distribution whose installed RECORD lists the file.
 """
 
@@ -23,6 +27,7 @@ import csv
 import importlib.machinery
 import os
 import re
+import sys
 from pathlib import Path
 
 from task_model.reference_lock import PINNED
@@ -76,6 +81,11 @@ def shadowing(site: Path, base_lines: list[str]) -> str | None:
             return f"{_shipped(site, entry)} installs a top-level {entry}, which imports as {PINNED}"
         if module in START_HOOKS:
             return f"{_shipped(site, entry)} installs {entry}, which Python runs at every start"
+        if module in sys.stdlib_module_names:
+            return (
+                f"{_shipped(site, entry)} installs a top-level {entry}, which imports instead of the standard"
+                f" library's {module} (first on the path, it runs for whatever imports {module}, {PINNED} included)"
+            )
         if entry.endswith(".pth"):
             why = _pth_shadowing(site, root, entry, base_lines)
             if why is not None:

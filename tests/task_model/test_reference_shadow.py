@@ -176,3 +176,24 @@ def test_the_interpreter_puts_a_leading_space_folder_and_an_archive_on_its_path(
     shown = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
     assert f"{site}/ t'" in shown and f"{site}/t.zip'" in shown, shown
     assert shadowing(site, BASE) is not None
+
+
+@pytest.mark.parametrize("files", [{"json/__init__.py": "import sys\n"}, {"typing.py": ""}, {"pathlib.py": ""}])
+def test_a_top_level_module_of_the_standard_library_is_refused(tmp_path, files):
+    """First on PYTHONPATH, it is what everything imports by that name: one put a fake torch in sys.modules."""
+    entry = next(iter(files)).split("/")[0]
+    why = shadowing(site_with(tmp_path, files, shipper="sneaky"), BASE)
+    assert why is not None and why.startswith(f"distribution sneaky installs a top-level {entry}, which imports"), why
+
+
+def test_a_standard_library_name_on_pythonpath_stands_in_for_torch(tmp_path):
+    """The control: a `json` first on PYTHONPATH runs before `import torch` and can answer for it."""
+    import subprocess
+    import sys
+
+    fake = "import sys, types\nsys.modules['torch'] = types.ModuleType('f')\n"
+    site = site_with(tmp_path, {"json/__init__.py": fake})
+    code = "import json, torch; print(torch.__name__)"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(site)})
+    assert shown.stdout.strip() == "f", shown
+    assert shadowing(site, BASE) is not None
