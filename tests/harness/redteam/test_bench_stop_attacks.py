@@ -128,3 +128,19 @@ def test_a_second_bench_on_the_same_directory_is_refused_while_the_first_runs(tm
         holder.wait()
     with BenchDir(root).held():  # released with the process that held it
         pass
+
+
+def test_a_trial_its_stopped_bench_killed_is_recorded_stopped_for_resuming(tmp_path):
+    from harness.bench.schema import TrialSpec
+    from harness.bench.trials import collect_trial
+    from harness.run.directory import RunDir, RunState
+    from tests.harness import loop_scripts as plans
+
+    spec = TrialSpec(task=plans.TINY_TASK, model="scripted:x", scaffold="twin", seed=0)
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.save_state(RunState(run_id="run", status="running"))  # killed mid-run: its state never said stopped
+    result = collect_trial(spec, run.root, KILLED_AT_STOP, attempts=1, rounds=2)
+    assert result.status == "stopped"
+    assert result.stop_reason == "killed by its bench: it did not stop in time after SIGTERM"
+    assert collect_trial(spec, run.root, -9, attempts=1, rounds=2).status == "failed"  # a kill not the bench's
