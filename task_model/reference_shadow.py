@@ -28,7 +28,7 @@ import importlib.machinery
 import os
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from task_model.reference_lock import PINNED
 
@@ -39,6 +39,10 @@ START_HOOKS = ("sitecustomize", "usercustomize")
 """Modules Python imports by itself at start-up wherever they are on the path."""
 
 _SUFFIXES = tuple(sorted(set(importlib.machinery.all_suffixes()), key=len, reverse=True))
+COMMANDS = re.compile(r"python[0-9.]*|pythonw|sh|bash|dash|env")
+"""Commands no dependency's script may be named: where its scripts come first on the PATH (the image
+`twin task new` writes installs the lock into `/usr/local/bin`), one would run in place of the
+interpreter or the shell that runs the grader, and could put anything in `sys.modules` first."""
 _PTH_LIMIT = 1 << 20
 _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 """Where Python up to 3.12 ends a `.pth` line (universal newlines); 3.13 also ends one at `str.splitlines`' others."""
@@ -90,6 +94,29 @@ def shadowing(site: Path, base_lines: list[str]) -> str | None:
             why = _pth_shadowing(site, root, entry, base_lines)
             if why is not None:
                 return f"{_shipped(site, entry)} installs {entry}: {why}"
+    return None
+
+
+def command_shadowing(root: Path, site: Path) -> str | None:
+    """Why the environment at `root` could run something else in place of the interpreter or a shell, or None.
+
+    A distribution's RECORD that lists a script named like one of `COMMANDS` (pip writes a
+    console script over the venv's own `bin/python`, unlinking its link), or a `bin/python*`
+    of the venv that is no longer a link (whatever RECORD says).
+    """
+    for info in sorted(site.glob("*.dist-info")):
+        try:
+            rows = list(csv.reader((info / "RECORD").read_text(errors="replace").splitlines()))
+        except OSError:
+            continue
+        for row in rows:
+            script = PurePosixPath(row[0]) if row else PurePosixPath(".")
+            if script.parent.name == "bin" and row[0].startswith("../") and COMMANDS.fullmatch(script.name):
+                shipper = info.name.removesuffix(".dist-info").split("-")[0]
+                return f"distribution {shipper} installs a script {script.name}, run in place of the system's"
+    for entry in sorted((root / "bin").iterdir()) if (root / "bin").is_dir() else []:
+        if COMMANDS.fullmatch(entry.name) and entry.name.startswith("python") and not entry.is_symlink():
+            return f"its bin/{entry.name} is no longer the interpreter's link"
     return None
 
 

@@ -197,3 +197,54 @@ def test_a_standard_library_name_on_pythonpath_stands_in_for_torch(tmp_path):
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(site)})
     assert shown.stdout.strip() == "f", shown
     assert shadowing(site, BASE) is not None
+
+
+def _script_wheel(folder: Path, scripts: list[str]) -> Path:
+    """A wheel whose console scripts take `scripts`' names (what a dependency of the original could ship)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        "shim.py": "def main():\n    print('NOT-PYTHON')\n",
+        "shim-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: shim\nVersion: 1.0\n",
+        "shim-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "shim-1.0.dist-info/entry_points.txt": "[console_scripts]\n" + "".join(f"{n} = shim:main\n" for n in scripts),
+    }
+    rows = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        rows.append(f"{name},sha256={digest},{len(text.encode())}")
+    wheel = folder / "shim-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr("shim-1.0.dist-info/RECORD", "\n".join([*rows, "shim-1.0.dist-info/RECORD,,"]) + "\n")
+    return wheel
+
+
+@pytest.mark.parametrize(("scripts", "refused"), [(["python"], "python"), (["sh"], "sh"), (["shim-cli"], None)])
+def test_a_console_script_named_like_the_interpreter_or_a_shell_is_refused(tmp_path, scripts, refused):
+    """pip writes it over the venv's own `bin/python` (and, in the image, in front of the system's)."""
+    import subprocess
+    import sys
+    import venv
+
+    from task_model.reference_shadow import command_shadowing
+
+    root = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    pip = [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "--quiet", "--no-deps"]
+    pip += ["--disable-pip-version-check", "--root-user-action=ignore", str(_script_wheel(tmp_path, scripts))]
+    subprocess.run(pip, check=True, capture_output=True)
+    site = next((root / "lib").glob("python*/site-packages"))
+    why = command_shadowing(root, site)
+    if refused is None:
+        assert why is None
+        return
+    assert why == f"distribution shim installs a script {refused}, run in place of the system's"
+    if refused == "python":  # the control: the venv's interpreter is the dependency's script now
+        assert not (root / "bin" / "python").is_symlink()
+        for info in site.glob("*.dist-info"):
+            (info / "RECORD").write_text("")  # a RECORD that hides it: the replaced link still shows
+        assert command_shadowing(root, site) == "its bin/python is no longer the interpreter's link"
