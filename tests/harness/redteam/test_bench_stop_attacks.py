@@ -78,7 +78,7 @@ def test_a_trial_stops_when_its_bench_is_killed(tmp_path):
     trial = (
         "import os, signal, sys, time; from pathlib import Path; out = Path(sys.argv[1]);"
         " signal.signal(signal.SIGTERM, lambda n, f: (out.write_text('stopped'), sys.exit(130)));"
-        " out.write_text(f'ready {os.getpid()}'); time.sleep(60)"
+        " out.write_text(f'ready {os.getpid()}!'); time.sleep(60)"
     )
     bench = (
         "import sys, threading; from pathlib import Path; from harness.bench.trials import start_trial_process;"
@@ -88,17 +88,18 @@ def test_a_trial_stops_when_its_bench_is_killed(tmp_path):
     repo = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, "-c", bench], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
     deadline = time.monotonic() + 30
-    while not (out.exists() and out.read_text().startswith("ready")) and time.monotonic() < deadline:
+    while not (out.exists() and out.read_text().endswith("!")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert out.read_text().startswith("ready")
+    ready = out.read_text()
+    assert ready.startswith("ready") and ready.endswith("!"), ready
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 10
-    while out.read_text().startswith("ready") and time.monotonic() < deadline:
+    while out.read_text() != "stopped" and time.monotonic() < deadline:  # (read whole: never mid-write)
         time.sleep(0.05)
     left = out.read_text()
-    if left.startswith("ready"):  # the attack held: end the orphaned trial by its pid
-        os.kill(int(left.split()[1]), signal.SIGKILL)
+    if left != "stopped":  # the attack held: end the orphaned trial by its pid
+        os.kill(int(ready.split()[1].rstrip("!")), signal.SIGKILL)
     assert left == "stopped", "the trial runs on after its bench was killed"
 
 
