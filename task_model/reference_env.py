@@ -50,7 +50,7 @@ from ground.host_dirs import cache_root
 from task_model.distribution import DistributionError, fetch_wheel, file_sha256
 from task_model.original import OriginalDistribution
 from task_model.reference_lock import PINNED, Locked, companion_pins, install, resolve
-from task_model.reference_shadow import BASE_PTH, shadowing
+from task_model.reference_shadow import BASE_PTH, command_shadowing, shadowing
 
 LOCK = "lock.json"
 """The lock a built environment was installed from (written last: its presence means built)."""
@@ -122,7 +122,7 @@ def built(original: OriginalDistribution) -> ReferenceEnv | None:
         lock = [Locked(**entry) for entry in json.loads((root / LOCK).read_text())]
     except (OSError, ValueError, TypeError):
         return None
-    _refuse_shadowing(site_of(root), original)
+    _refuse_shadowing(root, original)
     return ReferenceEnv(root=root, site=site_of(root), lock=lock)
 
 
@@ -132,13 +132,15 @@ def _base_lines() -> list[str]:
     return list(dict.fromkeys([base["purelib"], base["platlib"]]))
 
 
-def _refuse_shadowing(site: Path, original: OriginalDistribution) -> None:
-    """Refuse an environment in which anything but the held torch could import as torch (`reference_shadow`).
+def _refuse_shadowing(root: Path, original: OriginalDistribution) -> None:
+    """Refuse an environment in which anything but the held torch could import as torch, or a script
+    stand in for the interpreter or a shell (`reference_shadow`).
 
     Raises:
         DistributionError: one line naming the entry and the distribution that installed it.
     """
-    why = shadowing(site, _base_lines())
+    site = site_of(root)
+    why = shadowing(site, _base_lines()) or command_shadowing(root, site)
     if why is not None:
         raise DistributionError(f"the reference environment of {original.requirement}: {why}: refused")
 
@@ -209,7 +211,7 @@ def build(original: OriginalDistribution, say: Say = lambda _line: None) -> Refe
             raise DistributionError(
                 f"installing the dependencies of {original.requirement} changed twin's site-packages: refused"
             )
-        _refuse_shadowing(site_of(staging), original)
+        _refuse_shadowing(staging, original)
         if any(canonicalize_name(p.name.split("-")[0]) == PINNED for p in site_of(staging).iterdir()):
             raise DistributionError(f"the reference environment of {original.requirement} holds a {PINNED}: refused")
         (staging / LOCK).write_text(json.dumps([entry.model_dump() for entry in lock], indent=1))

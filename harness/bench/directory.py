@@ -3,11 +3,16 @@
 A bench lives in `benches/<name>/`: `bench.json` (its configuration), `results.json`
 (typed, versioned, rewritten atomically after every trial), `ledger.json` (dollars
 and tokens spent by all trials together), `runs/<trial-id>/` (each trial's run
-directory) and `runs/<trial-id>.log`.
+directory) and `runs/<trial-id>.log`. `bench.lock` is held by the `twin bench` running it.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ground.untrusted_io import write_text_atomic
@@ -33,6 +38,30 @@ class BenchDir:
         if not (root / "results.json").is_file():
             raise BenchError(f"no bench at {bench}: expected a directory with results.json")
         return cls(root)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the bench for one `twin bench` (an exclusive `flock` on `bench.lock`, released at exit or death).
+
+        A second command on the same bench (run again while the first still runs or stops) would
+        resume the same trials' run directories beside it.
+
+        Raises:
+            BenchError: another process holds it (one line saying what to do).
+        """
+        fd = os.open(self.root / "bench.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                raise BenchError(
+                    f"bench {self.root} is being run by another twin bench: wait for it to finish or stop it"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
 
     def load(self) -> BenchResults:
         try:

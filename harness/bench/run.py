@@ -53,6 +53,17 @@ def run_bench(
     loaded = {path: (tasks or {}).get(path) or load_task(path) for path in config.tasks}
     bench = BenchDir(benches_dir / config.name)
     bench.root.mkdir(parents=True, exist_ok=True)
+    with bench.held():  # one twin bench at a time in a bench's directory: two would run the same trials
+        return _run_held(bench, config, loaded, on_trial)
+
+
+def _run_held(
+    bench: BenchDir,
+    config: BenchConfig,
+    loaded: Mapping[Path, Task],
+    on_trial: Callable[[TrialResult], None] | None,
+) -> BenchResults:
+    """`run_bench` once its directory is held."""
     if bench.results_path.is_file():
         results = bench.load()
         # the format's version is no setting: a bench written by an older twin resumes under the same settings

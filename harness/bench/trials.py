@@ -13,6 +13,7 @@ run (its bench was stopped) is `stopped`: not a result, and the next bench resum
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,9 +24,15 @@ from ground.errors import InfraFailure, Interrupted, RunFailed
 from harness.bench.schema import BenchConfig, CurvePoint, TrialResult, TrialSpec
 from harness.run.directory import MAX_ROUNDS, RunConfig, RunDir, RunState
 
-STOPPED_EXITS = frozenset({Interrupted.exit_code, *(-s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))})
-"""How a stopped trial's `twin migrate` ends: saved as stopped (130), or ended by the signal itself
-before its handlers were set (while starting up, before it touched its run directory)."""
+KILLED_AT_STOP = 128 + signal.SIGKILL
+"""The code a stopped bench records for a trial it killed, past the grace after its SIGTERM
+(`harness.bench.trial_processes`); a process's own exit never reads so (a kill reads -9)."""
+STOPPED_EXITS = frozenset(
+    {Interrupted.exit_code, KILLED_AT_STOP, *(-s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))}
+)
+"""How a stopped trial's `twin migrate` ends: saved as stopped (130), ended by the signal itself
+before its handlers were set (while starting up, before it touched its run directory), or killed
+by its bench when it did not stop in time (resumed like the others: a killed run resumes)."""
 
 
 def trial_config(spec: TrialSpec, config: BenchConfig) -> RunConfig:
@@ -71,10 +78,18 @@ def trial_log(run_dir: Path) -> Path:
 
 
 def start_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start one trial's `twin migrate` with its output in `log_path`, in the bench's process group."""
+    """Start one trial's `twin migrate` with its output in `log_path`, in the bench's process group.
+
+    It is sent SIGTERM (stopping as at Ctrl-C) if the thread that started it ends first: a bench
+    killed outright (SIGKILL, the OOM killer) leaves no trial running on, which the next bench
+    would resume beside it on the same run directory (util-linux `setpriv --pdeathsig`, where
+    installed; the thread waits on the trial for its whole life).
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    tied = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
     with open(log_path, "ab") as log:  # the child has its own copy
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen([*tied, *command], stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def run_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> int:
@@ -123,7 +138,9 @@ def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int
     )
     if returncode in STOPPED_EXITS:  # kept for resuming, whatever it had done
         result.status = "stopped"
-        if state.status != "stopped" or not state.stop_reason:  # e.g. stopped while it graded a finished run
+        if returncode == KILLED_AT_STOP:
+            result.stop_reason = "killed by its bench: it did not stop in time after SIGTERM"
+        elif state.status != "stopped" or not state.stop_reason:  # e.g. stopped while it graded a finished run
             result.stop_reason = f"stopped (twin migrate exited {returncode})"
         return result
     if returncode == InfraFailure.exit_code or state.stop_reason.startswith("infrastructure"):

@@ -19,7 +19,7 @@ from ground.sandboxes.quota import recover_capped
 from ground.terminal import agent_console, styled
 from harness import __version__
 from harness.cli import bench, evidence, grade, migrate, models, probe, task
-from harness.cli.stop_signals import stopping_on_signals
+from harness.cli.stop_signals import stop_line, stopping_on_signals
 
 app = typer.Typer(
     name="twin",
@@ -70,6 +70,8 @@ def _run(argv: list[str] | None) -> int:
         recover_presented()  # roots a killed twin left in sandbox slots go back before anything reads them
         recover_capped()  # and candidates a killed twin left on a capped filesystem are copied back out
         code = app(args=argv, standalone_mode=False)  # a command's typer.Exit(n) comes back as n
+        if code == 130 and stop_line():  # a stop typer turned into a bare exit 130 (no command said it)
+            Console(stderr=True).print(stop_line())
     except TwinError as exc:
         line = Text("error:", style="bold red") + styled(f" {exc}")  # the message is never markup
         agent_console(stderr=True).print(line, soft_wrap=True)

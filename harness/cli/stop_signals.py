@@ -31,6 +31,19 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 HELD_OFF = (signal.SIGINT, *STOP_SIGNALS)
 """The first of these starts the clean stop; all of them are ignored after it."""
 
+_received: list[int] = []
+
+
+def stop_line() -> str | None:
+    """How this process was stopped ('stopped by SIGTERM', 'interrupted' for Ctrl-C), or None: it was not.
+
+    The command-line layer (typer) turns a stop raised inside a command that does not handle it
+    into a bare exit 130; the entry point says this line for it (`harness.cli.app`).
+    """
+    if not _received:
+        return None
+    return "interrupted" if _received[0] == signal.SIGINT else f"stopped by {signal.Signals(_received[0]).name}"
+
 
 @contextmanager
 def stopping_on_signals(*, restore_after_stop: bool = True) -> Iterator[None]:
@@ -54,6 +67,7 @@ def stopping_on_signals(*, restore_after_stop: bool = True) -> Iterator[None]:
 
     def stop(number: int, _frame) -> None:
         stopped.append(number)
+        _received.append(number)
         for each in HELD_OFF:
             signal.signal(each, signal.SIG_IGN)
         if number == signal.SIGINT:  # Ctrl-C reached the whole foreground group already

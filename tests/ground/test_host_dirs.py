@@ -206,3 +206,46 @@ def test_a_cache_refused_is_one_error_line_from_twin(public, tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"twin-cache belongs to uid {OTHER}" in lines[0], done.stderr
     assert list((vartmp / "twin-cache").iterdir()) == []
+
+
+@as_root
+def test_a_relative_cache_is_checked_where_it_lies_and_kept_as_checked(public, monkeypatch, fresh_cache_checks):
+    """`TWIN_CACHE_DIR=twin-cache` is the folder of that name where twin started, checked there, and stays that
+    folder for the process (a later change of directory does not move it)."""
+    vartmp, victim = public
+    as_other("mkdir", "-m", "0755", str(vartmp / "planted"))
+    monkeypatch.chdir(vartmp)
+    monkeypatch.setenv("TWIN_CACHE_DIR", "planted")
+    with pytest.raises(IsolationError, match=rf"planted belongs to uid {OTHER}"):
+        cache_root()
+    monkeypatch.setenv("TWIN_CACHE_DIR", "twin-cache")
+    made = cache_root()
+    assert made == vartmp / "twin-cache" and made.is_absolute()
+    monkeypatch.chdir(victim)
+    assert cache_root() == made and not (victim / "twin-cache").exists()
+
+
+@as_root
+def test_a_cache_reached_through_a_link_of_another_user_s_stays_where_it_was_checked(
+    public, monkeypatch, fresh_cache_checks
+):
+    """A link above the cache is resolved once; swapping it after the check moves nothing twin uses."""
+    vartmp, victim = public
+    (vartmp / "root-s").mkdir(mode=0o755)
+    as_other("ln", "-s", str(vartmp / "root-s"), str(vartmp / "link"))
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(vartmp / "link" / "twin-cache"))
+    made = cache_root()
+    assert made == vartmp / "root-s" / "twin-cache"
+    as_other("mkdir", "-m", "0755", str(vartmp / "theirs"))
+    as_other("ln", "-sfn", str(vartmp / "theirs"), str(vartmp / "link"))
+    assert cache_root() == made and list((vartmp / "theirs").iterdir()) == []
+
+
+@as_root
+def test_a_cache_named_with_dot_dot_below_another_user_s_folder_is_refused(public, monkeypatch, fresh_cache_checks):
+    vartmp, _victim = public
+    as_other("mkdir", "-m", "0755", str(vartmp / "theirs"))
+    monkeypatch.setenv("TWIN_CACHE_DIR", str(vartmp / "theirs" / "sub" / ".."))
+    with pytest.raises(IsolationError, match=rf"theirs belongs to uid {OTHER}"):
+        cache_root()
+    assert not (vartmp / "theirs" / "sub").exists()

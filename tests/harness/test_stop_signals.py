@@ -215,3 +215,32 @@ def test_a_twin_leading_its_group_passes_the_stop_on_to_it_and_only_then(tmp_pat
             proc.kill()
         proc.wait()
         subprocess.run(["kill", "-9", pid_file.read_text()], capture_output=True)
+
+
+def test_a_stop_inside_a_command_that_does_not_handle_it_still_says_one_line(monkeypatch, capsys):
+    """typer turns a KeyboardInterrupt inside a command into a bare exit 130: twin says how it was stopped."""
+    import typer
+
+    from harness.cli import app as cli_app
+    from harness.cli import stop_signals
+
+    stand_in = typer.Typer()
+
+    @stand_in.command()
+    def slow() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # e.g. while a task loads, before any command's own handling
+        time.sleep(5)
+
+    @stand_in.command()
+    def other() -> None:
+        pass
+
+    monkeypatch.setattr(cli_app, "app", stand_in)
+    monkeypatch.setattr(stop_signals, "_received", [], raising=False)
+    before = {number: signal.getsignal(number) for number in HELD_OFF}
+    try:
+        assert cli_app.main(["slow"]) == 130
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    assert capsys.readouterr().err.strip() == "stopped by SIGTERM"
