@@ -180,10 +180,14 @@ def inputs_multinomial(env):
 
 
 def reference_multinomial(env):
+    import litgpt.generate.base as base
+    import numpy as np
     import torch
 
-    draws = torch.multinomial(torch.from_numpy(env.inputs["probs"]), DRAWS, replacement=True).numpy()
-    return {"within": _within(draws, env.inputs["probs"], __import__("numpy").arange(32), env.inputs["band"])}
+    # The original's own draw, once per row of DRAWS copies of the distribution: one token each.
+    probs = torch.from_numpy(env.inputs["probs"])[None].expand(DRAWS, -1)
+    draws = base.multinomial_num_samples_1(probs).numpy()
+    return {"within": _within(draws, env.inputs["probs"], np.arange(32), env.inputs["band"])}
 
 
 def candidate_multinomial(env):
@@ -199,11 +203,13 @@ def candidate_multinomial(env):
 
 def _reference(env, max_tokens):
     import torch
+    from lightning.fabric import Fabric
     from litgpt.config import Config
     from litgpt.model import GPT
+    from litgpt.utils import load_checkpoint
 
     model = GPT(Config.from_file(env.assets / "model_config.yaml"))
-    model.load_state_dict(torch.load(env.assets / "lit_model.pth", weights_only=True))
+    load_checkpoint(Fabric(accelerator="cpu", devices=1), model, env.assets / "lit_model.pth")
     model = model.to(getattr(torch, env.dtype)).eval()
     model.max_seq_length = max_tokens
     model.set_kv_cache(batch_size=1, dtype=getattr(torch, env.dtype))

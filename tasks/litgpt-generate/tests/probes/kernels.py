@@ -34,6 +34,7 @@ PROBES = {
         "id": "utils.load_checkpoint",
         "level": 1,
         "component": "litgpt.utils.load_checkpoint",
+        "uses": ["litgpt.model.GPT"],
         "description": "The converted checkpoint holds every tensor of lit_model.pth once, values unchanged "
         "(up to layout: each tensor's values, sorted).",
     },
@@ -187,7 +188,17 @@ def _sorted_tensors(inputs):
 
 
 def reference_converter(env):
-    return {"tensors": _sorted_tensors(env.inputs)}
+    """Each tensor of the original's model as its load_checkpoint fills it (strict: exactly the
+    file's tensors, in its order), values sorted."""
+    import numpy as np
+    from lightning.fabric import Fabric
+    from litgpt.config import Config
+    from litgpt.model import GPT
+    from litgpt.utils import load_checkpoint
+
+    model = GPT(Config.from_file(env.assets / "model_config.yaml"))
+    load_checkpoint(Fabric(accelerator="cpu", devices=1), model, env.assets / "lit_model.pth")
+    return {"tensors": [np.sort(v.double().numpy().ravel()) for v in model.state_dict().values()]}
 
 
 def candidate_converter(env):

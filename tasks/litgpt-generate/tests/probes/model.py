@@ -73,18 +73,24 @@ def _zeroed(env, suffixes):
 
 def _reference_model(env, max_seq_length=None):
     import torch
+    from lightning.fabric import Fabric
     from litgpt.config import Config
     from litgpt.model import GPT
+    from litgpt.utils import load_checkpoint
 
     config = Config.from_file(env.assets / "model_config.yaml")
     model = GPT(config)
-    state = _state(env)
+    path = env.assets / "lit_model.pth"
     zero = env.inputs.get("zero")
     if zero is not None:
+        state = _state(env)
         for key, value in state.items():
             if any(value.numel() == int(n) and abs(float(value.double().sum()) - s) < 1e-6 for n, s, _ in zero):
                 state[key] = torch.zeros_like(value)
-    model.load_state_dict(state)
+        # The zeroed checkpoint reaches the model as any checkpoint does: through the original's load_checkpoint.
+        path = env.scratch / "zeroed.pth"
+        torch.save(state, path)
+    load_checkpoint(Fabric(accelerator="cpu", devices=1), model, path)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     return model.to(getattr(torch, env.dtype)).eval()

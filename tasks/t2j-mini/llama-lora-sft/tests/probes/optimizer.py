@@ -16,9 +16,10 @@ PROBES = {
     "clipping": {
         "id": "optim.clipped_steps",
         "level": 2,
-        # the original clips in its training loop, before optimizer.step()
+        # The original clips in its training loop, before optimizer.step(): the reference runs train
+        # itself, its first four steps, with a loss whose gradients are the probe's (see reference_clipping).
         "component": "llama_sft.train.train",
-        "uses": ["llama_sft.optim.build_optimizer"],
+        "uses": ["llama_sft.optim.build_optimizer", "llama_sft.checkpoint.load_adapter"],
         "description": "Four steps from gradients far above max_grad_norm: clipped by global norm first.",
     },
 }
@@ -169,8 +170,58 @@ def inputs_clipping(env):
     return _step_inputs(env, lambda step: (4.0 + step) * TrainConfig().max_grad_norm)
 
 
+class _FourStepsDone(Exception):
+    """Ends the original's training loop after the steps the probe compares."""
+
+
 def reference_clipping(env):
-    return reference_optimizer(env)
+    """The original's train, run until its fifth loss, where each step's loss is the surrogate
+    `sum(p * g)` over the adapter factors: its gradients are exactly the probe's `g`, so what train
+    does with them (clip_grad_norm_, AdamW, the schedule) is what is compared. The initial adapters
+    reach it through its own --init-adapter path (load_adapter), which also hands the model to the
+    probe, in the working dtype."""
+    import llama_sft.train as train_module
+    import torch
+    from llama_sft.config import TrainConfig
+    from llama_sft.lora import lora_modules
+    from safetensors.numpy import save_file
+
+    lcfg = _cfgs(env)[1]
+    dtype = getattr(torch, env.dtype)
+    held = {}
+    original_load_adapter, original_loss = train_module.load_adapter, train_module.sft_loss
+
+    def load_adapter(model, cfg, path):
+        original_load_adapter(model, cfg, path)
+        model.to(dtype)
+        held["modules"] = lora_modules(model, lcfg)
+
+    def surrogate_loss(logits, labels):
+        step = held.setdefault("step", 0)
+        if step == 4:
+            raise _FourStepsDone
+        held["step"] = step + 1
+        return sum(
+            (getattr(m, f"lora_{f}") * torch.tensor(env.inputs[f"g{step}.{name}.lora_{f}"], dtype=dtype)).sum()
+            for name, m in held["modules"].items()
+            for f in "AB"
+        )
+
+    init = env.scratch / "init_adapter.safetensors"
+    save_file({k: v for k, v in env.inputs.items() if k.startswith("layers.")}, str(init))
+    train_module.load_adapter, train_module.sft_loss = load_adapter, surrogate_loss
+    try:
+        train_module.train(
+            env.assets, env.assets / "sft_data.jsonl", TrainConfig(), env.scratch / "run", init_adapter=init
+        )
+    except _FourStepsDone:
+        pass
+    finally:
+        train_module.load_adapter, train_module.sft_loss = original_load_adapter, original_loss
+    lora = {}
+    for name, m in held["modules"].items():
+        lora[f"{name}.lora_A"], lora[f"{name}.lora_B"] = m.lora_A.detach(), m.lora_B.detach()
+    return {"lora": lora, "base_unchanged": True}
 
 
 def candidate_clipping(env):

@@ -11,6 +11,7 @@ PROBES = {
         "id": "checkpoint.adapter",
         "level": 1,
         "component": "llama_sft.checkpoint.save_adapter",
+        "uses": ["llama_sft.checkpoint.load_adapter"],
         "description": "save_adapter writes and load_adapter reads the original's adapter format.",
     },
     "loss": {
@@ -20,9 +21,12 @@ PROBES = {
         "description": "token_nll and sft_loss with prompt and padding masked.",
     },
     "grads": {
+        # One loss and its gradients, not a run of train (train.run covers that): the reference runs
+        # the original's LoRA layers inside its model, backward through its sft_loss.
+        "uses": ["llama_sft.checkpoint.load_checkpoint", "llama_sft.lora.apply_lora", "llama_sft.loss.sft_loss"],
         "id": "grads.lora",
         "level": 2,
-        "component": "llama_sft.train.train",
+        "component": "llama_sft.lora.LoRALinear",
         "description": "SFT loss and its gradients with respect to every adapter factor.",
         "compare": {"loss": "scalar", "grads/*": "tensor"},
     },
@@ -100,7 +104,8 @@ def _adapter_names(env):
     return [f"layers.{i}.{t}.lora_{f}" for i in range(cfg.n_layers) for t in TARGETS for f in "AB"]
 
 
-def _torch_model(env):
+def _torch_model(env, dtype=None):
+    """The original's model (its load_checkpoint, its apply_lora) holding the probe's adapters."""
     import torch
     from llama_sft.checkpoint import load_checkpoint
     from llama_sft.lora import apply_lora, lora_modules
@@ -108,7 +113,7 @@ def _torch_model(env):
     cfg, lora = _cfgs(env)
     model = load_checkpoint(env.assets, cfg)
     apply_lora(model, lora)
-    model.to(getattr(torch, env.dtype))
+    model.to(getattr(torch, dtype or env.dtype))
     with torch.no_grad():
         for name, module in lora_modules(model, lora).items():
             module.lora_A.copy_(torch.from_numpy(env.inputs[f"{name}.lora_A"]))
@@ -182,10 +187,12 @@ def _batch(env, n=8):
 
 
 def reference_convert(env):
-    raw = _raw(env)
-    from llama_sft.checkpoint import raw_to_module_name
+    from llama_sft.checkpoint import load_checkpoint
 
-    return {raw_to_module_name(k): v for k, v in raw.items()}
+    # The original's model as its load_checkpoint builds it, by state_dict name; float32 whatever the
+    # working dtype, as the checkpoint is and as the candidate converts it.
+    model = load_checkpoint(env.assets, _cfgs(env)[0])
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
 def candidate_convert(env):
@@ -221,8 +228,26 @@ def inputs_adapter_io(env):
 
 
 def reference_adapter_io(env):
-    adapters = {k: env.inputs[k] for k in _adapter_names(env)}
-    return {"saved": adapters, "loaded": adapters}
+    from llama_sft.checkpoint import load_adapter, load_checkpoint, save_adapter
+    from llama_sft.lora import apply_lora, lora_modules
+    from safetensors.numpy import load_file, save_file
+
+    # The adapter file is float32 whatever the working dtype: the original's model is used as loaded.
+    cfg, lcfg = _cfgs(env)
+    path = env.scratch / "adapter.safetensors"
+    save_adapter(_torch_model(env, dtype="float32"), lcfg, path)
+    saved = dict(load_file(str(path)))
+    source = env.scratch / "given.safetensors"
+    save_file({k: env.inputs[k] for k in _adapter_names(env)}, str(source))
+    model = load_checkpoint(env.assets, cfg)
+    apply_lora(model, lcfg)
+    load_adapter(model, lcfg, source)
+    loaded = {
+        f"{name}.lora_{f}": getattr(module, f"lora_{f}").detach()
+        for name, module in lora_modules(model, lcfg).items()
+        for f in "AB"
+    }
+    return {"saved": saved, "loaded": loaded}
 
 
 def candidate_adapter_io(env):
