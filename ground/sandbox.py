@@ -76,3 +76,8 @@ class Sandbox(Protocol):
     def close(self) -> None:
         """Release everything the sandbox holds (processes, containers, temp dirs)."""
         ...
+
+    def lost_roots(self) -> list[str]:
+        """Why each writable root the sandbox put on a capped filesystem is no longer there (unmounted
+        under it by twin's own machinery: what ran since wrote where twin does not read); [] if none."""
+        ...

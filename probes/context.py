@@ -16,6 +16,7 @@ A work directory twin made itself is removed by `close()` unless `keep` is set.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ class ProbeContext:
     deadline: float | None = None
     keep: bool = True
     _sandboxes: dict = field(default_factory=dict, repr=False)
+    _building: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def resolved_sandbox_kind(self) -> str:
@@ -163,12 +165,17 @@ class ProbeContext:
     def sandbox(self, side: Side):
         """The sandbox of one side (built once, reused).
 
+        Probes running at once (`run_probes(jobs=...)`) ask for it from several threads: it is
+        built under a lock, so that two builds never cap and present the same work directory
+        at once (the second would find it half set up, and one sandbox would be left open).
+
         Raises:
             ground.sandbox.SandboxError: bwrap was asked for and cannot run.
         """
-        if side not in self._sandboxes:
-            self._sandboxes[side] = self._build_sandbox(side)
-        return self._sandboxes[side]
+        with self._building:
+            if side not in self._sandboxes:
+                self._sandboxes[side] = self._build_sandbox(side)
+            return self._sandboxes[side]
 
     def _build_sandbox(self, side: Side):
         kind = self.resolved_sandbox_kind
@@ -209,7 +216,7 @@ class ProbeContext:
         The directory goes even when closing a sandbox fails (that error is raised after).
         """
         try:
-            with ExitStack() as stack:  # every sandbox is closed even if one fails to
+            with self._building, ExitStack() as stack:  # every sandbox is closed even if one fails to
                 for sandbox in self._sandboxes.values():
                     stack.callback(sandbox.close)
                 self._sandboxes.clear()

@@ -4,7 +4,8 @@
   left behind: an error record's frames (never the record's own claim: the driver runs
   in the candidate's process, which can write that file), or how its process ended.
 - `crash_outcome(blame)`: what a candidate-side failure says. Only a failure located in
-  the probe's own code, or a side whose driver never started, is not_established;
+  the probe's own code, a side whose driver never started, or one twin's own machinery
+  failed (`INFRASTRUCTURE`) is not_established;
   everything else the candidate side can do to fail (crash in its code, run out of
   time, end its process without a record, strip its traceback) is violated.
 - `crash_result`: that rule as a result, for matched probes and candidate checks alike.
@@ -28,7 +29,10 @@ from probes.compare import compare_outputs
 from probes.context import ProbeContext
 from probes.driver import STARTED
 
-NOT_THE_CANDIDATE = frozenset({"probe", "not_started"})
+INFRASTRUCTURE = "infrastructure"
+"""The blame of a side run that twin's own machinery failed (its work directory lost under it)."""
+
+NOT_THE_CANDIDATE = frozenset({"probe", "not_started", INFRASTRUCTURE})
 """Blames of a candidate-side failure that say nothing about the candidate."""
 
 CRASH_MESSAGES = {
@@ -94,7 +98,7 @@ def crash_outcome(blame: str) -> Outcome:
 
     Args:
         blame: as `record_blame`/`ended_blame` decide it ('candidate', 'timeout', 'ended',
-            'unknown', 'probe', 'not_started').
+            'unknown', 'probe', 'not_started'), or `INFRASTRUCTURE` (`probes.sides.run_side`).
     """
     return Outcome.NOT_ESTABLISHED if blame in NOT_THE_CANDIDATE else Outcome.VIOLATED
 
@@ -129,6 +133,9 @@ def crash_result(
     if run["blame"] == "not_started":
         why = f"the candidate side did not start ({run.get('status', '?')}): nothing was examined"
         return not_established(prop, why, trace=run["trace"], context=context)
+    if run["blame"] == INFRASTRUCTURE:
+        why = "twin's own machinery failed on the candidate side (infrastructure): nothing was examined"
+        return not_established(prop, why, trace=run["trace"], context=context)
     return not_established(prop, not_fitting.format(blame=run["blame"]), trace=run["trace"], context=context)
 
 
@@ -145,12 +152,10 @@ def candidate_forbidden(report: dict, ctx: ProbeContext) -> list[dict]:
 def decide_matched(ctx, prop, meta, context, slot_dir, ref, noise, cand) -> ProbeResult:
     """The outcome of one probe from its reference, noise and candidate runs."""
     if not ref["ok"]:
-        return not_established(
-            prop,
-            "the reference side failed: the probe does not fit the original",
-            trace=ref["trace"],
-            context=context,
-        )
+        why = "the reference side failed: the probe does not fit the original"
+        if ref.get("blame") == INFRASTRUCTURE:
+            why = "twin's own machinery failed on the reference side (infrastructure): nothing was examined"
+        return not_established(prop, why, trace=ref["trace"], context=context)
     context["inputs"] = _inputs_summary(slot_dir / "inputs")
     timing = {"reference_compute_s": ref["report"]["compute_s"]}
     if noise is None or not noise["ok"]:

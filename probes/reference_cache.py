@@ -15,6 +15,7 @@ from ground.tree_digest import content_digest
 from probes.context import ProbeContext
 from probes.dependence import OUT as COUNTERFACTUAL_OUT
 from probes.dependence import SKIP_OUT, counterfactual_runs, skip_runs
+from probes.outcomes import INFRASTRUCTURE
 from probes.probe_format import ProbeFile
 from probes.sides import _read_run, run_side, slot
 
@@ -98,7 +99,8 @@ def reference_runs(
                 done = run_side(ctx, root, "reference", planned, timeout_s=timeout, config_name=config)
                 for run, result in zip(planned, done, strict=True):
                     reference[(run["name"], run["out"].split("/")[-1])] = result
-        if cached is None:
+        # a run twin's own machinery failed is no answer of the original's: never kept for later candidates
+        if cached is None or any(r.get("blame") == INFRASTRUCTURE for r in reference.values()):
             return reference
         for name in names:
             for part in ("inputs", *REFERENCE_OUTS):

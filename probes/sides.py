@@ -33,7 +33,7 @@ from probes.compare import SideOutput
 from probes.context import ProbeContext, Side
 from probes.driver import STARTED
 from probes.layout import candidate_modules, import_roots
-from probes.outcomes import ended_blame, record_blame
+from probes.outcomes import INFRASTRUCTURE, ended_blame, record_blame
 
 DRIVER = Path(__file__).with_name("driver.py")
 OUTPUT_FILES = ("manifest.json", "error.json", "arrays.npz")
@@ -84,6 +84,8 @@ def run_side(
         no record; then "status" says how the process ended).
         A command the sandbox refused because the side's read-only root grew over the
         snapshot caps fails every run, blamed on the candidate on the candidate side.
+        A side whose capped work directory was unmounted under it (twin's own failure) fails
+        every run, blamed on `INFRASTRUCTURE`: never evidence about either side's code.
     """
     import sys
 
@@ -152,11 +154,16 @@ def run_side(
     config_file = f"{config_name or runs[0]['out'].replace('/', '_')}.json"
     (given / config_file).write_text(json.dumps(config))
     (given / config_file).chmod(0o644)
-    result = ctx.sandbox(side).exec(
+    sandbox = ctx.sandbox(side)
+    result = sandbox.exec(
         [sys.executable, f"{given_inside}/driver.py", f"{given_inside}/{config_file}"],
         cwd=work_inside,
         timeout_s=ctx.side_limit(timeout_s or ctx.timeout_s),
     )
+    lost = sandbox.lost_roots()
+    if lost:  # the side wrote where twin no longer reads: whatever is (not) there says nothing of its code
+        trace = f"the side's work directory was lost under it: {'; '.join(lost)}"
+        return [{"ok": False, "blame": INFRASTRUCTURE, "trace": trace} for _ in runs]
     refused = refused_over_caps(result)
     if refused is not None:  # nothing ran: the side's own root (the candidate's tree) is over the caps
         blame = "candidate" if side == "candidate" else "unknown"

@@ -21,7 +21,7 @@ from ground.boundary import SECRET_NAME, Boundary
 from ground.sandbox import SandboxError
 from ground.sandboxes.presentation import Presenter
 from ground.sandboxes.process import SYSTEM_PATH
-from ground.sandboxes.quota import cap_writable_roots, release_all
+from ground.sandboxes.quota import cap_writable_roots, lost_roots, release_all
 from ground.untrusted_io import write_atomic
 
 
@@ -64,6 +64,14 @@ class BoundarySandbox:
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write a file inside the sandbox (only under the writable root; checked against the boundary first)."""
         write_checked(self.boundary, path, data)
+
+    def lost_roots(self) -> list[str]:
+        """Why each capped writable root was lost under this sandbox (`quota.CappedRoot.lost`); [] if none.
+
+        A command runs with no capability to unmount: a lost root is twin's own failure, and
+        what ran meanwhile is no evidence about the code it ran.
+        """
+        return lost_roots(self._roots.capped) if self._roots is not None else []
 
     def close(self) -> None:
         """Release what the sandbox holds, once: its own (`_release`), then its presented roots, whatever happens."""

@@ -18,8 +18,12 @@ replaces anything). A copy never carries a setuid or setgid bit nor a file capab
 and a tree too large for `settle_writable` to walk whole is not copied out at all. Between
 runs, and for whatever reads a run after it, the root is an ordinary directory. Every step
 is recorded under `stage_root()/quota/` with its owner's process tag, so that
-`recover_capped()` (run when twin starts) finishes what a killed twin left, from the step it
+`recover_capped()` (run when twin starts, `quota_recovery`) finishes what a killed twin left, from the step it
 had reached, and an interpreter that exits without closing its sandboxes releases them at exit.
+Recovery acts only on a record's origin that is a place twin puts a root (an absolute, normal
+path with a name: `quota_records.origin_refusal`), never on '/' or a path read back garbled.
+Sandboxes built at once in one process (probes run in threads) mount a root one at a time and
+share it; a root whose filesystem was unmounted under its users says so (`CappedRoot.lost`).
 
 Where twin cannot mount (not root, no loop device, no `mkfs.ext4`), `CappedRoot.mount`
 returns None, logs why once, and the watched cap is all there is.
@@ -38,24 +42,23 @@ from pathlib import Path
 
 from ground.agent_tree import discard_tree
 from ground.boundary import Boundary
-from ground.host_dirs import IsolationError, is_ours
 from ground.isolation import stage_root
 from ground.sandbox import SandboxError
 from ground.sandboxes import quota_records as records
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
 from ground.sandboxes.owner import own_tag
-from ground.sandboxes.privilege import MAX_SETTLED, settle_writable
+from ground.sandboxes.quota_records import EXT4, TMPFS
+from ground.sandboxes.quota_recovery import _COPY, _TOOLS, _recover, _run, _sibling, _why, recover_capped
+
+__all__ = ["EXT4", "TMPFS", "CappedRoot", "cap_writable_roots", "lost_roots", "recover_capped", "release_all"]
 
 log = logging.getLogger(__name__)
-EXT4 = "ext4"
-TMPFS = "tmpfs"
 MAX_INODES = 200_000
-_TOOLS = "/usr/sbin:/usr/bin:/sbin:/bin"
-# Modes come over by the umask of 0 (`_run`), never by --preserve=mode: cp then leaves out setuid and
-# setgid bits, and it copies no extended attribute (no file capability), whatever the walks did.
-_COPY = ("cp", "-dR", "--preserve=ownership,timestamps,links", "--")
 _ACTIVE: dict[str, CappedRoot] = {}
 _LOCK = threading.Lock()
+# Held from the look at a root to the end of its mount, and through a release: two sandboxes built at once
+# (probes run in threads) never both set the same tree aside, nor mount over a root that is being released.
+_MOUNTING = threading.RLock()
 _WARNED: set[str] = set()
 
 
@@ -66,25 +69,37 @@ class CappedRoot:
         self.path, self.record, self.kind, self.cap_mb = path, record, kind, cap_mb
         self.users = 1
         self._fd: int | None = None  # held on the filesystem since it was mounted: syncfs sees every write error
+        self._set_aside = False  # whether the tree was moved aside (the first step that changes anything)
 
     @classmethod
     def mount(cls, path: Path, cap_mb: int, kind: str) -> CappedRoot | None:
         """Put the directory `path` on a filesystem of `cap_mb` (its tree copied in), or return None.
 
         None where twin cannot mount here (then the caller keeps the watched cap), where
-        `path` is a mount point already, or where the tree does not fit under the cap (it is
-        then left as it was).
+        `path` is a mount point already (also one that became so after the look: the rename
+        that sets its tree aside is refused, EBUSY, and nothing at `path` is touched), is no
+        place for a root (`quota_records.origin_refusal`), or where the tree does not fit
+        under the cap (it is then left as it was).
 
         Raises:
             HostDiskFull: no room on the host for the image of `cap_mb` (the tree left as it was).
         """
-        path = Path(path)
+        path = Path(os.path.abspath(path))
         why = unavailable(kind)
         if why is not None:
             _warn_once(kind, f"writable roots are watched, not capped by a filesystem: {why}")
             return None
-        if is_capped(path) or os.path.ismount(path):
+        refused = records.origin_refusal(str(path))
+        if refused is not None:
+            _warn_once(f"{kind}:{path}", f"cannot put {path} on a capped {kind}: {refused}")
             return None
+        with _MOUNTING:
+            if is_capped(path) or os.path.ismount(path):
+                return None
+            return cls._mount_new(path, cap_mb, kind)
+
+    @classmethod
+    def _mount_new(cls, path: Path, cap_mb: int, kind: str) -> CappedRoot | None:
         # the record is written whole under a name recover_capped() does not read, then renamed:
         # another twin starting meanwhile never sees a record without its owner
         draft = Path(tempfile.mkdtemp(prefix=records.DRAFT, dir=records.records_dir()))
@@ -98,7 +113,10 @@ class CappedRoot:
             root._mount_in()
         except (OSError, subprocess.CalledProcessError, HostDiskFull) as exc:
             root._close()
-            _recover(record)
+            if root._set_aside:
+                _recover(record)
+            else:  # nothing was changed at `path`: whatever is mounted there is not this record's to unmount
+                discard_tree(record)
             if isinstance(exc, HostDiskFull):
                 raise
             _warn_once(f"{kind}:{path}", f"cannot put {path} on a capped {kind}: {_why(exc)}")
@@ -112,6 +130,7 @@ class CappedRoot:
         records.write_field(self.record, "state", "in")
         st = os.lstat(self.path)
         os.rename(self.path, aside)
+        self._set_aside = True
         os.mkdir(self.path, 0o700)
         if self.kind == EXT4:
             image = self.record / "image.ext4"
@@ -140,15 +159,34 @@ class CappedRoot:
             why = f"the capped filesystem of {self.path} lost writes ({exc.strerror}): is the host out of disk?"
             raise SandboxError(why) from None
 
+    def lost(self) -> str | None:
+        """Why the filesystem is no longer at the root's path (unmounted or detached under its
+        users: what they wrote since is not in the tree), or None while it is there."""
+        if self._fd is None:
+            return None
+        try:
+            here = os.stat(self.path).st_dev
+        except OSError:
+            here = None
+        if here == os.fstat(self._fd).st_dev:
+            return None
+        return f"the capped filesystem of {self.path} was unmounted while in use (what was written there is lost)"
+
     def _follow_a_move(self) -> None:
         """Where a folder above the root was renamed meanwhile (a scratch tree set aside for removal
         while a stopped run's sandbox still used it), release the root where it is now: by its
-        recorded path, the mount would be left behind."""
+        recorded path, the mount would be left behind.
+
+        Only a place where this root's own filesystem is mounted counts (`quota_records.mounted_at`):
+        the descriptor of a filesystem detached meanwhile (`umount -l`) reads as "/", which is a mount
+        point too, and must never become the origin that recovery replaces."""
         try:
             now = os.readlink(f"/proc/self/fd/{self._fd}") if self._fd is not None else str(self.path)
         except OSError:
             return
-        if now != str(self.path) and os.path.isabs(now) and os.path.ismount(now):
+        if now != str(self.path) and records.origin_refusal(now) is None and Path(now) in records.mounted_at(
+            self.record
+        ):
             records.write_field(self.record, "origin", now)
 
     def _close(self) -> None:
@@ -170,10 +208,14 @@ class CappedRoot:
                 return
             del _ACTIVE[str(self.path)]
         try:
-            self.check_written()
-            self._follow_a_move()
-            self._close()  # before the unmount: a held descriptor keeps the filesystem busy
-            _recover(self.record)
+            with _MOUNTING:
+                self.check_written()
+                lost = self.lost()
+                if lost is not None:
+                    log.warning("%s", lost)
+                self._follow_a_move()
+                self._close()  # before the unmount: a held descriptor keeps the filesystem busy
+                _recover(self.record)
         except BaseException:
             with _LOCK:
                 self.users = 1
@@ -193,18 +235,24 @@ def cap_writable_roots(boundary: Boundary) -> list[CappedRoot]:
     for mount in boundary.mounts:
         if not mount.writable or not mount.host.is_dir():
             continue
-        with _LOCK:
-            shared = _ACTIVE.get(str(mount.host))
+        with _MOUNTING:  # a sandbox built meanwhile shares the root this one mounts, never mounts it again
+            with _LOCK:
+                shared = _ACTIVE.get(str(mount.host))
+                if shared is not None:
+                    shared.users += 1
             if shared is not None:
-                shared.users += 1
-        if shared is not None:
-            capped.append(shared)
-            continue
-        kind = TMPFS if scratch in mount.host.parents else EXT4
-        root = CappedRoot.mount(mount.host, boundary.limits.disk_mb, kind)
+                capped.append(shared)
+                continue
+            kind = TMPFS if scratch in mount.host.parents else EXT4
+            root = CappedRoot.mount(mount.host, boundary.limits.disk_mb, kind)
         if root is not None:
             capped.append(root)
     return capped
+
+
+def lost_roots(roots: list[CappedRoot]) -> list[str]:
+    """Why each of `roots` whose filesystem was unmounted under its users is lost (`CappedRoot.lost`)."""
+    return [why for why in (root.lost() for root in roots) if why is not None]
 
 
 def release_all(roots: list[CappedRoot]) -> None:
@@ -262,135 +310,6 @@ def usage(path: Path) -> tuple[int, int, int, bool]:
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
     left = st.f_bavail * st.f_frsize
     return used, st.f_files - st.f_ffree, left, left < (1 << 20) or st.f_favail == 0
-
-
-def recover_capped() -> list[Path]:
-    """Release the capped roots of processes that are gone (a killed twin); run when twin starts.
-
-    Only records twin wrote are acted on: the records' folder and each record must be this
-    user's alone (`host_dirs.trusted_subdir`, `is_ours`); a stage another user could have made
-    is left alone here (the next sandbox refuses it in one line).
-    """
-    try:
-        base = records.records_dir()
-        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and is_ours(Path(e.path))]
-    except (OSError, IsolationError) as exc:
-        log.warning("capped roots a killed twin left are not looked for: %s", exc)
-        return []
-    for entry in entries:  # a record a killed twin never finished writing holds nothing to release
-        draft = Path(entry.path)
-        if entry.name.startswith(records.DRAFT) and not records.owner_running(draft) and records.age_s(draft) > 600:
-            discard_tree(draft)
-    done = []
-    for record in [Path(e.path) for e in entries if e.name.startswith("q")]:
-        if records.owner_running(record):
-            continue
-        origin = records.read_field(record, "origin")
-        try:
-            _recover(record)
-        except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
-            log.warning("cannot release the capped root %s a killed twin left: %s", origin, _why(exc))
-            continue
-        if origin:
-            done.append(Path(origin))
-    return done
-
-
-def _recover(record: Path) -> None:
-    """Bring the root of `record` back to a plain directory, from whichever step was reached.
-
-    `in`: the copy in did not finish, the original is aside: unmount and put it back.
-    `mounted`: the filesystem holds the tree: copy it out beside the root, then as `out`.
-    `out`: the copy out is complete: unmount, swap it in. Then the record (and image) goes;
-    it goes at once where the folder that held the root is gone (its scratch was removed).
-    """
-    origin = records.read_field(record, "origin")
-    if not origin:
-        discard_tree(record)
-        return
-    path = Path(origin)
-    if not path.parent.is_dir():  # the tree the root lay in was removed since: nothing to put back
-        for point in records.mounted_at(record):  # but its filesystem may still be mounted where it was moved
-            _unmount(point)
-        discard_tree(record)
-        return
-    state = records.read_field(record, "state")
-    image = record / "image.ext4"
-    if state == "in":
-        _unmount(path)
-        aside = _sibling(path, "in")
-        if aside.is_dir():
-            discard_tree(path)
-            os.rename(aside, path)
-    elif state in ("mounted", "out"):
-        discard_tree(_sibling(path, "in"))
-        out = _sibling(path, "out")
-        if state == "mounted":
-            if not os.path.ismount(path) and image.is_file() and is_ours(image):  # a reboot took the mount
-                subprocess.run(["e2fsck", "-p", str(image)], capture_output=True, check=False, env=_env())
-                path.mkdir(exist_ok=True)
-                _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
-            discard_tree(out)
-            if os.path.ismount(path):
-                sync_filesystem(path)  # a write error met now: nothing is copied, nothing replaced
-                if not settle_writable(path):  # fail closed: what a cut-short walk left is never copied out
-                    raise SandboxError(
-                        f"{path} holds more than {MAX_SETTLED} names: not copied out of its capped filesystem "
-                        f"(left mounted); remove names from it, or unmount it and delete it"
-                    )
-                os.mkdir(out, 0o700)
-                try:
-                    _run(*_COPY, f"{path}/.", f"{out}/")
-                    # a candidate: on the host disk before it replaces anything (not per scratch tmpfs: a
-                    if records.read_field(record, "kind") == EXT4:  # syncfs flushes the whole host filesystem)
-                        sync_filesystem(out)
-                except (OSError, subprocess.CalledProcessError):
-                    discard_tree(out)  # a partial copy (the host full) is never swapped in
-                    raise
-                st = os.stat(path)
-                out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-                try:  # by its descriptor: the copy holds the candidate's entries, never a link followed
-                    os.fchown(out_fd, st.st_uid, st.st_gid)
-                    os.fchmod(out_fd, st.st_mode & 0o7777)
-                finally:
-                    os.close(out_fd)
-            records.write_field(record, "state", "out")
-        _unmount(path)
-        if out.is_dir():
-            discard_tree(path)
-            os.rename(out, path)
-        else:
-            path.mkdir(exist_ok=True)  # a tmpfs lost with a reboot: its scratch is gone
-    else:
-        _unmount(path)
-    discard_tree(record)
-
-
-def _unmount(path: Path) -> None:
-    """Unmount `path` if it is a mount point (detached lazily if a process still holds it)."""
-    if not os.path.ismount(path):
-        return
-    if subprocess.run(["umount", str(path)], capture_output=True, env=_env()).returncode != 0:
-        _run("umount", "-l", str(path))
-
-
-def _sibling(path: Path, step: str) -> Path:
-    return path.with_name(f".{path.name}.twin-{step}")
-
-
-def _run(*argv: str) -> None:
-    subprocess.run(list(argv), check=True, capture_output=True, env=_env(), umask=0)
-
-
-def _env() -> dict[str, str]:
-    return {"PATH": _TOOLS, "LANG": "C"}
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, subprocess.CalledProcessError):
-        detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
-        return f"{exc.cmd[0]}: {detail[-1] if detail else f'exit {exc.returncode}'}"
-    return str(exc)
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -20,6 +20,11 @@ from ground.isolation import stage_root
 from ground.sandboxes.owner import owner_alive
 from ground.untrusted_io import write_atomic
 
+EXT4 = "ext4"
+"""The kind of a root that outlives its sandbox (the candidate): an ext4 image, loop-mounted."""
+TMPFS = "tmpfs"
+"""The kind of twin's own scratch under `stage_root()`: a tmpfs for the life of its sandbox."""
+
 DRAFT = ".draft-"
 """A record being written: never read as one (it is renamed to `q…` once whole)."""
 
@@ -54,6 +59,26 @@ def age_s(path: Path) -> float:
 def owner_running(record: Path) -> bool:
     """Whether the process that wrote `record` still runs."""
     return owner_alive(read_field(record, "owner"))
+
+
+def origin_refusal(origin: str) -> str | None:
+    """Why `origin` is no place twin put a capped root, or None where it may be one.
+
+    A root is a named directory given by its absolute, normal path; never the filesystem's
+    root, nor one of the folders twin sets a root's tree aside in (`.NAME.twin-STEP`). A
+    record that names anything else was not written by a mount of twin's (or was garbled
+    since): recovery, which unmounts and replaces what is at the origin, must not act on it.
+    """
+    if not os.path.isabs(origin):
+        return "not an absolute path"
+    if os.path.normpath(origin) != origin or origin.startswith("//"):
+        return "not a normal path"
+    name = os.path.basename(origin)
+    if not name:
+        return "the root of the filesystem"
+    if name.startswith(".") and ".twin-" in name:
+        return "a folder twin sets a tree aside in"
+    return None
 
 
 def tmpfs_source(record: Path) -> str:

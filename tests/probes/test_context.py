@@ -79,3 +79,31 @@ def test_a_deadline_cuts_every_side_to_what_is_left(tmp_path):
     assert ctx.side_limit(1.0) == 1.0
     late = make_context(task, good, sandbox_kind="none", workdir=tmp_path, deadline=time.monotonic() - 1.0)
     assert late.side_limit(600.0) == 0.0
+
+
+def test_probes_running_at_once_build_a_sides_sandbox_once(tmp_path, monkeypatch):
+    """Two probes asking at once for the candidate side's sandbox get the one sandbox: two builds
+    would cap and present the same work directory at the same time."""
+    import threading
+    import time
+
+    from probes import context as context_module
+
+    built = []
+    real_make = context_module.make_sandbox
+
+    def slow_make(kind, boundary):
+        built.append(boundary)
+        time.sleep(0.3)  # the window in which a second thread would start a build of its own
+        return real_make(kind, boundary)
+
+    monkeypatch.setattr(context_module, "make_sandbox", slow_make)
+    ctx = make_context(load_task(TINY), CANDIDATES / "good", sandbox_kind="none", workdir=tmp_path)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(ctx.sandbox("candidate"))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ctx.close()
+    assert len(built) == 1 and len(got) == 2 and got[0] is got[1]

@@ -22,6 +22,7 @@ ROOT, PROBE = "/app", "/probe-given/p/probe.py"
         ("unknown", Outcome.VIOLATED),
         ("probe", Outcome.NOT_ESTABLISHED),
         ("not_started", Outcome.NOT_ESTABLISHED),
+        ("infrastructure", Outcome.NOT_ESTABLISHED),
     ],
 )
 def test_blame_decides_the_outcome_of_a_crash(blame, outcome):
@@ -39,6 +40,8 @@ def test_blame_decides_the_outcome_of_a_crash(blame, outcome):
         assert result.observations["message"] == "the candidate side ended without producing its outputs (exit 0)"
     if blame == "probe":
         assert result.observations == {"message": "failed in probe code"}
+    if blame == "infrastructure":
+        assert "(infrastructure): nothing was examined" in result.observations["message"]
 
 
 def frames(*files: str) -> list[dict]:

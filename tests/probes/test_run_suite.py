@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from probe_fixtures import CANDIDATES, TINY
@@ -15,6 +16,7 @@ from probes.checks import imports_check
 from probes.rerun import rerun_record
 from probes.suite import run_suite
 from task_model.loader import load_task
+from tests.conftest import requires_bwrap
 
 PROP = Property(id="wrote", kind="check")
 
@@ -117,3 +119,34 @@ def test_a_rerun_runs_in_a_fresh_context_and_removes_its_work_directory(probe_wo
     assert again.context["sandbox"] == "none"
     assert crashy.context["rerun"]["candidate"] == str(CANDIDATES / "crashy")
     assert len(probe_workdirs) == 3 and not any(path.exists() for path in probe_workdirs)
+
+
+@requires_bwrap
+def test_probes_run_at_once_share_each_sides_capped_work_directory(request, monkeypatch, caplog):
+    """With --jobs, the first probes of a suite ask for a side's sandbox at the same moment: each side's
+    work directory is capped once and shared (no 'cannot put ... on a capped tmpfs'), and every result
+    is what the candidate earns."""
+    from probe_fixtures import FIXTURES
+
+    from ground.sandboxes.quota import TMPFS, unavailable
+    from probes.differential import differential_probe
+
+    if unavailable(TMPFS) is not None:
+        pytest.skip(f"cannot mount a capped filesystem here: {unavailable(TMPFS)}")
+    import shutil
+    import tempfile
+
+    # the probe's scratch (and its tmpfs) apart from others', where the sandbox's uid can reach it
+    stage = Path(tempfile.mkdtemp(prefix="twin-stage-jobs-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(stage, ignore_errors=True))
+    os.chmod(stage, 0o711)
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(stage))
+    probes = [differential_probe(str(FIXTURES / "probe_numpy.py"), name) for name in ("affine", "net", "labels")]
+    suite_probes = [*probes, imports_check()]
+    with caplog.at_level("WARNING"):
+        with run_suite(load_task(TINY), CANDIDATES / "good", suite_probes, jobs=2, sandbox_kind="bwrap") as suite:
+            outcomes = {r.property.id: r.outcome for r in suite.results}
+    assert [r.getMessage() for r in caplog.records if "capped" in r.getMessage()] == []
+    assert set(outcomes.values()) == {Outcome.ESTABLISHED} and len(outcomes) == 5
+    assert not any(str(stage) in line for line in open("/proc/self/mountinfo"))
+    assert list((stage / "quota").iterdir()) == []

@@ -126,3 +126,38 @@ def test_a_write_opens_nothing_planted_beside_its_file(tmp_path):
     done.join(timeout=10)
     assert not done.is_alive(), "the write blocked on a planted FIFO"
     assert (app / "model.py").read_text() == "x = 1\n" and victim.read_text() == "victim"
+
+
+def test_a_sandbox_says_which_capped_root_was_unmounted_under_it(tmp_path, monkeypatch):
+    """What a command wrote to a root unmounted meanwhile is not where twin reads: the sandbox says so."""
+    import os
+    import subprocess
+
+    from ground.sandboxes.quota import EXT4, unavailable
+
+    if unavailable(EXT4) is not None:
+        pytest.skip(f"cannot mount a capped filesystem here: {unavailable(EXT4)}")
+    stage = tmp_path / "stage"
+    stage.mkdir(mode=0o711)
+    os.chmod(stage, 0o711)
+    monkeypatch.setenv("TWIN_STAGE_DIR", str(stage))  # its records apart from any other twin's
+
+    class NoSlots:
+        def __init__(self, b) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(base, "Presenter", NoSlots)
+    (tmp_path / "roots").mkdir()
+    b = boundary(tmp_path / "roots")
+    sandbox = BoundarySandbox(b, PresentedRoots(b))
+    app = tmp_path / "roots" / "app"
+    assert os.path.ismount(app) and sandbox.lost_roots() == []
+    subprocess.run(["umount", "-l", str(app)], check=True)
+    (lost,) = sandbox.lost_roots()
+    assert lost == f"the capped filesystem of {app} was unmounted while in use (what was written there is lost)"
+    sandbox.close()
+    assert not os.path.ismount(app) and app.is_dir()
+    assert UnsandboxedProcess(boundary(tmp_path / "roots")).lost_roots() == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.sandboxes import quota, quota_records
+from ground.sandboxes import quota, quota_records, quota_recovery
 from ground.sandboxes.disk import DiskWatch
 from ground.sandboxes.quota import EXT4, TMPFS, CappedRoot, recover_capped, unavailable
 
@@ -362,8 +362,8 @@ def test_a_copy_out_the_host_has_no_room_for_replaces_nothing(tmp_path, small_ho
 @pytest.mark.parametrize("kind", KINDS)
 def test_only_a_candidates_copy_out_is_flushed_to_the_host(tmp_path, monkeypatch, kind):
     synced: list[str] = []
-    real = quota.sync_filesystem
-    monkeypatch.setattr(quota, "sync_filesystem", lambda path: synced.append(str(path)) or real(path))
+    real = quota_recovery.sync_filesystem  # the copy out (its flush) is the recovery's step
+    monkeypatch.setattr(quota_recovery, "sync_filesystem", lambda path: synced.append(str(path)) or real(path))
     root = make_tree(tmp_path / "candidate")
     CappedRoot.mount(root, 16, kind).release()
     assert (str(quota._sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
