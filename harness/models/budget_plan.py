@@ -127,7 +127,10 @@ def budget_text(budget: Budget, spent: Spent, *, steps: int, share: Amounts | No
             f"{amounts_text(share.kinds())}. When you reach it you are told once and must submit at your next "
             "reply; past it, twin submits for you (your work so far is kept)."
         )
-    lines.append(f"You have at most {steps} model calls in this turn.")
+    lines.append(
+        f"You have at most {steps} model calls in this turn: submit before the last; a turn that reaches it "
+        "ends with nothing submitted."
+    )
     return "\n".join(lines)
 
 
