@@ -368,10 +368,9 @@ def workbench_tools(bench: Workbench, *, write: bool) -> dict[str, Tool]:
             "here): native code cannot be loaded on this side, from there or from a copy, nor from /tmp."
         )
         reference_note = (
-            f"; {bench.scratch} is yours for the whole run (every round; what it holds is never evidence, only "
-            f"probes are) and your `bash` commands can read it as data: save arrays there "
-            f"(e.g. numpy.save('{bench.scratch}/logits.npy', ...)) rather than printing them "
-            "(shared objects put there do not load on the candidate side)."
+            f"; {bench.scratch} is yours for the whole run (every round; never evidence, only probes are), and "
+            f"your `bash` commands read it as data: save arrays there (numpy.save('{bench.scratch}/x.npy', ...)) "
+            "rather than print them (shared objects there do not load on the candidate side)."
         )
     tools = [
         read_tool(bench.boundary),
