@@ -57,14 +57,14 @@ def test_twin_bench_parses_each_trials_model_name_once_and_its_migrate_once(tmp_
     name = f"scripted:{folder}/tiny-calc-base.json"
     in_trials: list[Counter] = []
 
-    def trial_in_this_process(command: list[str], log, env) -> tuple[int, float]:
+    def trial_in_this_process(_processes, command: list[str], log, env) -> tuple[int, float]:
         assert command[3:5] == ["migrate", "--resume"]  # the bench wrote the trial's config; the trial resumes it
         before = Counter(parses)
         code = main(command[3:])
         in_trials.append(Counter(parses) - before)
         return code, 0.0
 
-    monkeypatch.setattr(harness.bench.executors, "timed_trial_process", trial_in_this_process)
+    monkeypatch.setattr(harness.bench.executors.TrialProcesses, "run", trial_in_this_process)  # the local pool's
     config = BenchConfig(
         name="b",
         tasks=[plans.TINY_TASK],
