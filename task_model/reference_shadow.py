@@ -28,6 +28,7 @@ import importlib.machinery
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from task_model.reference_lock import PINNED
@@ -104,15 +105,10 @@ def command_shadowing(root: Path, site: Path) -> str | None:
     console script over the venv's own `bin/python`, unlinking its link), or a `bin/python*`
     of the venv that is no longer a link (whatever RECORD says).
     """
-    for info in sorted(site.glob("*.dist-info")):
-        try:
-            rows = list(csv.reader((info / "RECORD").read_text(errors="replace").splitlines()))
-        except OSError:
-            continue
+    for shipper, rows in _installed_records(site):
         for row in rows:
             script = PurePosixPath(row[0]) if row else PurePosixPath(".")
             if script.parent.name == "bin" and row[0].startswith("../") and COMMANDS.fullmatch(script.name):
-                shipper = info.name.removesuffix(".dist-info").split("-")[0]
                 return f"distribution {shipper} installs a script {script.name}, run in place of the system's"
     for entry in sorted((root / "bin").iterdir()) if (root / "bin").is_dir() else []:
         if COMMANDS.fullmatch(entry.name) and entry.name.startswith("python") and not entry.is_symlink():
@@ -166,11 +162,17 @@ def _pth_shadowing(site: Path, root: Path, entry: str, base_lines: list[str]) ->
 
 def _shipped(site: Path, entry: str) -> str:
     """The distribution whose installed RECORD lists `entry` (as a file or a folder of files), for the refusal."""
+    for shipper, rows in _installed_records(site):
+        if any(row and row[0].split("/")[0] == entry for row in rows):
+            return f"distribution {shipper}"
+    return "a distribution whose RECORD does not list it"
+
+
+def _installed_records(site: Path) -> Iterator[tuple[str, list[list[str]]]]:
+    """Each installed distribution's name and the rows of its RECORD (one that cannot be read: skipped)."""
     for info in sorted(site.glob("*.dist-info")):
         try:
             rows = list(csv.reader((info / "RECORD").read_text(errors="replace").splitlines()))
         except OSError:
             continue
-        if any(row and row[0].split("/")[0] == entry for row in rows):
-            return f"distribution {info.name.removesuffix('.dist-info').split('-')[0]}"
-    return "a distribution whose RECORD does not list it"
+        yield info.name.removesuffix(".dist-info").split("-")[0], rows
