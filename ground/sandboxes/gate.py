@@ -26,16 +26,19 @@ Setting another process's limits takes its uid or CAP_SYS_RESOURCE. Where twin h
 neither (root without that capability, as in a container with Docker's default set),
 one small helper per twin process does it (`Limiter`): started as root, it drops to the
 sandbox uid at once and then only sets the limits of the pids twin sends it. Nothing in
-a sandbox can see it (the sandbox has its own PID namespace); it ends when twin does,
-and one that does not answer in `HELPER_REPLY_S` is replaced.
+a sandbox can see it (the sandbox has its own PID namespace); twin ends and reaps it as it
+exits (where twin is killed, the helper ends on its input's end), and one that does not
+answer in `HELPER_REPLY_S` is replaced.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -48,6 +51,8 @@ from ground.sandboxes.owner import parent_pid
 from ground.sandboxes.privilege import dropping_root
 
 HELPER_REPLY_S = 10.0
+SANDBOX_END_S = 10.0
+"""How long a command's end waits for its sandbox's processes to be gone (they were sent SIGKILL)."""
 _INFO_CAP = 4096
 
 
@@ -72,6 +77,7 @@ class LaunchGate:
         finally:
             os.close(info_w)
         self._filter_r, self._filter_w = os.pipe()
+        self._holder = -1  # a pidfd on the sandbox's first process, once it reported
 
     @property
     def fds(self) -> tuple[int, int]:
@@ -106,16 +112,34 @@ class LaunchGate:
             holder = os.pidfd_open(child)
         except ProcessLookupError:
             raise NoReport("the sandbox ended before its limits were set") from None
+        self._holder = holder  # kept: the sandbox's end is waited for through it (`end`)
+        self._limit(holder, child, proc.pid, limits)
         try:
-            self._limit(holder, child, proc.pid, limits)
-            try:
-                os.write(self._filter_w, self._seccomp)
-            except BrokenPipeError:
-                raise NoReport("the sandbox ended before it was let go") from None
-        finally:
-            os.close(holder)
+            os.write(self._filter_w, self._seccomp)
+        except BrokenPipeError:
+            raise NoReport("the sandbox ended before it was let go") from None
         os.close(self._filter_w)
         self._filter_w = -1
+
+    def end(self, *, kill: bool) -> bool:
+        """Wait up to `SANDBOX_END_S` until the sandbox's first process has ended, killing it first if `kill`.
+
+        That process is PID 1 of the sandbox's namespace: the kernel ends everything else in
+        the namespace before it, so once it has ended nothing the command started runs. Killing
+        bubblewrap only makes the kernel send it SIGKILL (`--die-with-parent`); that is not yet
+        its end. A sandbox that never reached `release` has nothing to wait for.
+
+        Returns:
+            Whether it has ended (False: still running after the wait).
+        """
+        if self._holder < 0:
+            return True
+        if kill:
+            try:
+                signal.pidfd_send_signal(self._holder, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # ended already, or no longer ours to signal: waited for all the same
+        return bool(select.select([self._holder], [], [], SANDBOX_END_S)[0])
 
     def _limit(self, holder: int, child: int, parent: int, limits: Limits) -> None:
         """Limit `child` (held by the pidfd `holder`), whose parent must be `parent`."""
@@ -147,10 +171,10 @@ class LaunchGate:
         return bytes(data)
 
     def close(self) -> None:
-        for fd in (self._info_r, self._info_w, self._filter_r, self._filter_w):
+        for fd in (self._info_r, self._info_w, self._filter_r, self._filter_w, self._holder):
             if fd >= 0:
                 os.close(fd)
-        self._info_r = self._info_w = self._filter_r = self._filter_w = -1
+        self._info_r = self._info_w = self._filter_r = self._filter_w = self._holder = -1
 
 
 def _child_pid(info: bytes) -> int:
@@ -248,6 +272,7 @@ class Limiter:
         return self._helper
 
     def _stop(self) -> None:
+        """End the helper and reap it (also at exit: nothing twin started outlives it, `LIMITER`)."""
         if self._helper is not None:
             self._helper.kill()
             self._helper.wait()
@@ -281,3 +306,4 @@ def _line(fd: int, deadline: float) -> str:
 
 LIMITER = Limiter()
 os.register_at_fork(after_in_child=LIMITER._forget)
+atexit.register(LIMITER._stop)  # left to see its input end, it would still be exiting after twin had

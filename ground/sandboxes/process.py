@@ -33,7 +33,7 @@ from pathlib import Path
 from ground.boundary import Limits
 from ground.sandbox import ExecResult, SandboxError
 from ground.sandboxes.disk import DISK_RETURNCODE, DiskWatch, file_cap_reached
-from ground.sandboxes.gate import LaunchGate, NoReport
+from ground.sandboxes.gate import SANDBOX_END_S, LaunchGate, NoReport
 from ground.sandboxes.owner import tree_cpu_s
 from ground.sandboxes.supervise import supervise
 
@@ -294,6 +294,9 @@ def run_limited(
     finally:
         if cgroup is not None:
             cgroup.discard()
+        ended = gate is None or gate.end(kill=True)  # bubblewrap gone is not yet its sandbox gone
+    if not ended:
+        raise SandboxError(f"the sandbox's processes did not end within {SANDBOX_END_S:g} s of SIGKILL")
     returncode = TIMEOUT_RETURNCODE if watched.timed_out else proc.returncode
     result = command_result(
         returncode, out, err, timed_out=watched.timed_out, started=start, exceeded=watched.exceeded, limits=limits
@@ -322,6 +325,7 @@ def _open_gate(gate: LaunchGate, proc: subprocess.Popen, limits: Limits, *, dead
             if stream is not None:
                 stream.close()
         proc.wait()
+        gate.end(kill=True)
         raise
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from ground.agent_tree import discard_tree
@@ -23,6 +24,8 @@ from ground.sandboxes.privilege import MAX_SETTLED, settle_writable
 from ground.sandboxes.quota_records import EXT4
 
 log = logging.getLogger(__name__)
+REMOUNT_S = 10.0
+"""How long a record's image is tried again when it will not mount (a lazily unmounted one is freed late)."""
 _TOOLS = "/usr/sbin:/usr/bin:/sbin:/bin"
 # Modes come over by the umask of 0 (`_run`), never by --preserve=mode: cp then leaves out setuid and
 # setgid bits, and it copies no extended attribute (no file capability), whatever the walks did.
@@ -101,10 +104,8 @@ def _recover(record: Path) -> None:
         discard_tree(_sibling(path, "in"))
         out = _sibling(path, "out")
         if state == "mounted":
-            if not os.path.ismount(path) and image.is_file() and is_ours(image):  # a reboot took the mount
-                subprocess.run(["e2fsck", "-p", str(image)], capture_output=True, check=False, env=_env())
-                path.mkdir(exist_ok=True)
-                _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
+            if not os.path.ismount(path) and image.is_file() and is_ours(image):  # a reboot took the mount,
+                _mount_again(image, path)  # or someone unmounted it
             discard_tree(out)
             if os.path.ismount(path):
                 sync_filesystem(path)  # a write error met now: nothing is copied, nothing replaced
@@ -139,6 +140,40 @@ def _recover(record: Path) -> None:
     else:
         _unmount(path)
     discard_tree(record)
+
+
+def _mount_again(image: Path, path: Path) -> None:
+    """Mount a record's image at `path` again, once the kernel has let go of its last mount.
+
+    A filesystem unmounted lazily (`umount -l`, by twin or anyone) is freed, and its loop
+    device detached, only a while after its last user is gone: until then mounting the same
+    image fails. So it waits until `REMOUNT_S` has passed for the image's loop device to go, and
+    tries the mount again until then.
+    """
+    deadline = time.monotonic() + REMOUNT_S
+    while _attached(image):  # never checked nor mounted twice while the kernel may still write it
+        if time.monotonic() >= deadline:
+            raise SandboxError(
+                f"the capped filesystem of {path} was unmounted but is still in use (a process holds it): "
+                f"a later twin command recovers it once that process is gone"
+            )
+        time.sleep(0.1)
+    subprocess.run(["e2fsck", "-p", str(image)], capture_output=True, check=False, env=_env())
+    path.mkdir(exist_ok=True)
+    while True:
+        try:
+            _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
+            return
+        except subprocess.CalledProcessError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)
+
+
+def _attached(image: Path) -> bool:
+    """Whether a loop device still has `image` as its backing file."""
+    found = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True, env=_env())
+    return bool(found.stdout.strip())
 
 
 def _unmount(path: Path) -> None:

@@ -151,6 +151,18 @@ def _running(tags: dict[int, str | None]) -> list[int]:
     return [pid for pid, tag in tags.items() if tag and process_tag(pid) == tag and _state(pid) not in (None, "Z")]
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
+def _named(pids: list[int], names: dict[int, str]) -> list[str]:
+    """Each process as the test saw it started: pid, command line and state now."""
+    return [f"{pid} [{_state(pid)}] {names.get(pid, '?')}" for pid in pids]
+
+
 SENT = {  # how the bench is stopped: the first signal, then more while it stops
     "SIGTERM-to-its-pid": (False, [signal.SIGTERM], [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]),
     "SIGHUP-to-its-pid": (False, [signal.SIGHUP], [signal.SIGTERM]),
@@ -187,6 +199,7 @@ def test_a_stopped_bench_stops_its_trials_cleanly_and_resumes_them(tmp_path, sta
         if unavailable(EXT4) is None:
             assert _mounts_under(tmp_path), "each running trial's candidate is on its capped filesystem"
         tags = {pid: process_tag(pid) for pid in descendants(proc.pid)}
+        names = {pid: _cmdline(pid) for pid in tags}
         finished_log = (bench.runs / f"{specs['base0']}.log").stat().st_mtime
         for number in first:
             send(number)
@@ -207,7 +220,7 @@ def test_a_stopped_bench_stops_its_trials_cleanly_and_resumes_them(tmp_path, sta
         f"command ({bench.root})"
     )
     assert "Traceback" not in err.decode()
-    assert _running(tags) == [], "nothing the bench started runs on"
+    assert _running(tags) == [], f"nothing the bench started runs on: {_named(_running(tags), names)}"
     if to_group:
         assert _left_in_session(proc.pid) == []
     assert _mounts_under(tmp_path) == [] and _loops_under(stage) == []

@@ -25,6 +25,8 @@ from ground.sandboxes.quota import recover_capped
 from ground.sandboxes.seccomp import filter_file
 from tests.conftest import requires_bwrap
 
+REPO = Path(__file__).resolve().parents[3]
+
 LIMITS = Limits(wall_s=30, memory_mb=1536, max_procs=23, disk_mb=40, output_bytes=20000)
 
 
@@ -213,6 +215,51 @@ box.exec(["sh", "-c", "touch /app/ran; sleep 100 # {marker}"])
     assert left == "" and not (candidate / "ran").exists()
 
 
+CROWD = """
+import os, sys, time
+for _ in range(16):
+    if os.fork() == 0:
+        os.setsid()
+        held = bytearray(64 << 20)  # 64 MiB the kernel has to give back when the process is killed
+        for at in range(0, len(held), 4096):
+            held[at] = 1
+        print("up", flush=True)
+        for fd in (0, 1, 2):  # nothing of the command's output waits for its end
+            os.close(fd)
+        time.sleep(300)
+        os._exit(0)
+time.sleep(300)
+"""
+
+
+def _running_with(marker: str) -> list[str]:
+    """The processes whose command line holds `marker` that still run (a zombie runs nothing)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(f"{entry.name} [{state}]")
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@requires_bwrap
+def test_a_command_returns_only_once_nothing_in_its_sandbox_runs(sandbox):
+    marker = f"crowd-{os.getpid()}-{time.monotonic_ns()}"
+    result = sandbox.exec(["python3", "-c", CROWD, marker], timeout_s=4)
+    assert result.timed_out and result.stdout.count("up") == 16, result.stderr
+    assert _running_with(marker) == []  # sent SIGKILL is not gone: the end of the namespace's init is waited for
+
+
+def test_a_sandbox_that_does_not_end_after_sigkill_fails_its_command(sandbox, monkeypatch):
+    monkeypatch.setattr(LaunchGate, "end", lambda self, kill: False)
+    with pytest.raises(SandboxError, match="did not end within 10 s of SIGKILL"):
+        sandbox.exec(["true"])
+
+
 def test_a_filter_that_a_pipe_cannot_take_whole_is_refused():
     for size in (0, 12, 8 * 1024):
         with pytest.raises(SandboxError, match="cannot be handed over whole"):
@@ -256,6 +303,32 @@ def test_the_helper_limits_only_the_sandbox_uids_processes_and_comes_back_after_
             proc.kill()
             proc.wait()
         limiter._stop()
+
+
+HELPER_AT_EXIT = """
+import os, signal, subprocess, sys
+from ground.sandboxes.gate import LIMITER
+LIMITER._direct = False
+target = int(sys.argv[1])
+LIMITER.apply(target, (1 << 30, 0, 1 << 20, 50))
+os.kill(LIMITER.helper_pid(), signal.SIGSTOP)  # left to see its input end, it would never end now
+print(LIMITER.helper_pid(), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the helper is root's way to limit the sandbox uid's processes")
+def test_the_helper_is_ended_and_reaped_before_twin_exits():
+    target = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
+    try:
+        time.sleep(0.2)
+        done = subprocess.run([sys.executable, "-c", HELPER_AT_EXIT, str(target.pid)], capture_output=True,
+                              text=True, timeout=60, cwd=REPO)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        helper = int(done.stdout)
+        assert not Path(f"/proc/{helper}").exists(), "the helper outlived the process that started it"
+    finally:
+        target.kill()
+        target.wait()
 
 
 def test_a_process_of_twins_own_uid_is_limited_directly_without_the_helper():
