@@ -34,7 +34,7 @@ def diagnosis_submit_tool(attempts_allowed: int = 2) -> Tool:
 
     return submit_tool(
         "Submit the diagnosis: an object with `summary`, `gaps` (each with `title`, `evidence`, "
-        "`objective`, `probes`, `priority` 1-3) and `complete`.",
+        "`objective`, `probes`, `sources`, `priority` 1-3) and `complete`.",
         {"diagnosis": without_titles(Diagnosis.model_json_schema())},
         accept,
     )

@@ -16,7 +16,8 @@ class Gap(BaseModel):
     objective: str = Field(description="The repair the Migrator should make, concretely.")
     probes: list[str] = Field(
         default_factory=list,
-        description="What the Verifier should check to show the gap is closed.",
+        description="Property ids that, established, show the gap closed: an existing one, or the id a new "
+        "probe should carry (e.g. forward.block.gelu). An entry in words costs a Verifier's turn.",
     )
     sources: list[str] = Field(
         default_factory=list,

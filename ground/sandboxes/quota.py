@@ -14,7 +14,7 @@ a sandbox lives on a filesystem of its own, of the cap's size:
 
 The tree is copied in when the filesystem is mounted and out, to a plain directory at
 the same path, when it is released (write errors checked, the copy flushed before it
-replaces anything). A copy never carries a setuid or setgid bit nor a file capability (`_COPY`),
+replaces anything). A copy never carries a setuid or setgid bit nor a file capability (`COPY_TREE`),
 and a tree too large for `settle_writable` to walk whole is not copied out at all. Between
 runs, and for whatever reads a run after it, the root is an ordinary directory. Every step
 is recorded under `stage_root()/quota/` with its owner's process tag, so that
@@ -48,7 +48,15 @@ from ground.sandboxes import quota_records as records
 from ground.sandboxes.host_disk import HostDiskFull, allocate, sync_filesystem
 from ground.sandboxes.owner import own_tag
 from ground.sandboxes.quota_records import EXT4, TMPFS
-from ground.sandboxes.quota_recovery import _COPY, _TOOLS, _recover, _run, _sibling, _why, recover_capped
+from ground.sandboxes.quota_recovery import (
+    COPY_TREE,
+    TOOLS_PATH,
+    recover_capped,
+    recover_record,
+    run_tool,
+    sibling,
+    why_failed,
+)
 
 __all__ = ["EXT4", "TMPFS", "CappedRoot", "cap_writable_roots", "lost_roots", "recover_capped", "release_all"]
 
@@ -114,19 +122,19 @@ class CappedRoot:
         except (OSError, subprocess.CalledProcessError, HostDiskFull) as exc:
             root._close()
             if root._set_aside:
-                _recover(record)
+                recover_record(record)
             else:  # nothing was changed at `path`: whatever is mounted there is not this record's to unmount
                 discard_tree(record)
             if isinstance(exc, HostDiskFull):
                 raise
-            _warn_once(f"{kind}:{path}", f"cannot put {path} on a capped {kind}: {_why(exc)}")
+            _warn_once(f"{kind}:{path}", f"cannot put {path} on a capped {kind}: {why_failed(exc)}")
             return None
         with _LOCK:
             _ACTIVE[str(path)] = root
         return root
 
     def _mount_in(self) -> None:
-        aside = _sibling(self.path, "in")
+        aside = sibling(self.path, "in")
         records.write_field(self.record, "state", "in")
         st = os.lstat(self.path)
         os.rename(self.path, aside)
@@ -137,15 +145,15 @@ class CappedRoot:
             allocate(image, self.cap_mb << 20, what=f"the capped filesystem of {self.path}")
             inodes = min(MAX_INODES, max(1024, (self.cap_mb << 20) // 16384))
             # nodiscard: mkfs would otherwise punch the allocated blocks back out of the image file
-            _run("mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal", "-E", "nodiscard",
+            run_tool("mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal", "-E", "nodiscard",
                  str(image))  # fmt: skip
-            _run("mount", "-o", "loop,nosuid,nodev", str(image), str(self.path))
+            run_tool("mount", "-o", "loop,nosuid,nodev", str(image), str(self.path))
             os.rmdir(self.path / "lost+found")
         else:
             options = f"size={self.cap_mb}m,nr_inodes={MAX_INODES},mode=0700,nosuid,nodev"
-            _run("mount", "-t", "tmpfs", "-o", options, records.tmpfs_source(self.record), str(self.path))
+            run_tool("mount", "-t", "tmpfs", "-o", options, records.tmpfs_source(self.record), str(self.path))
         self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        _run(*_COPY, f"{aside}/.", f"{self.path}/")
+        run_tool(*COPY_TREE, f"{aside}/.", f"{self.path}/")
         os.fchown(self._fd, st.st_uid, st.st_gid)  # the mounted root by its descriptor, never a path
         os.fchmod(self._fd, st.st_mode & 0o7777)
         records.write_field(self.record, "state", "mounted")
@@ -215,7 +223,7 @@ class CappedRoot:
                     log.warning("%s", lost)
                 self._follow_a_move()
                 self._close()  # before the unmount: a held descriptor keeps the filesystem busy
-                _recover(self.record)
+                recover_record(self.record)
         except BaseException:
             with _LOCK:
                 self.users = 1
@@ -278,7 +286,7 @@ def _release_at_exit() -> None:
         try:
             root.release()
         except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
-            log.warning("cannot release the capped root %s: %s", root.path, _why(exc))
+            log.warning("cannot release the capped root %s: %s", root.path, why_failed(exc))
 
 
 def is_capped(path: Path) -> bool:
@@ -292,7 +300,7 @@ def unavailable(kind: str) -> str | None:
     if os.geteuid() != 0:
         return "twin does not run as root"
     needed = ["mount", "umount", "cp"] + (["mkfs.ext4"] if kind == EXT4 else [])
-    missing = [tool for tool in needed if shutil.which(tool, path=_TOOLS) is None]
+    missing = [tool for tool in needed if shutil.which(tool, path=TOOLS_PATH) is None]
     if missing:
         return f"{', '.join(missing)} not installed"
     if kind == EXT4 and not os.path.exists("/dev/loop-control"):

@@ -26,10 +26,10 @@ from ground.sandboxes.quota_records import EXT4
 log = logging.getLogger(__name__)
 REMOUNT_S = 10.0
 """How long a record's image is tried again when it will not mount (a lazily unmounted one is freed late)."""
-_TOOLS = "/usr/sbin:/usr/bin:/sbin:/bin"
-# Modes come over by the umask of 0 (`_run`), never by --preserve=mode: cp then leaves out setuid and
+TOOLS_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# Modes come over by the umask of 0 (`run_tool`), never by --preserve=mode: cp then leaves out setuid and
 # setgid bits, and it copies no extended attribute (no file capability), whatever the walks did.
-_COPY = ("cp", "-dR", "--preserve=ownership,timestamps,links", "--")
+COPY_TREE = ("cp", "-dR", "--preserve=ownership,timestamps,links", "--")
 
 
 def recover_capped() -> list[Path]:
@@ -55,16 +55,16 @@ def recover_capped() -> list[Path]:
             continue
         origin = records.read_field(record, "origin")
         try:
-            _recover(record)
+            recover_record(record)
         except (OSError, subprocess.CalledProcessError, SandboxError) as exc:
-            log.warning("cannot release the capped root %s a killed twin left: %s", origin, _why(exc))
+            log.warning("cannot release the capped root %s a killed twin left: %s", origin, why_failed(exc))
             continue
         if origin:
             done.append(Path(origin))
     return done
 
 
-def _recover(record: Path) -> None:
+def recover_record(record: Path) -> None:
     """Bring the root of `record` back to a plain directory, from whichever step was reached.
 
     `in`: the copy in did not finish, the original is aside: unmount and put it back.
@@ -95,14 +95,14 @@ def _recover(record: Path) -> None:
     state = records.read_field(record, "state")
     image = record / "image.ext4"
     if state == "in":
-        aside = _sibling(path, "in")
+        aside = sibling(path, "in")
         if aside.is_dir():  # else the tree was never set aside: what is mounted at `path` is not this record's
             _unmount(path)
             discard_tree(path)
             os.rename(aside, path)
     elif state in ("mounted", "out"):
-        discard_tree(_sibling(path, "in"))
-        out = _sibling(path, "out")
+        discard_tree(sibling(path, "in"))
+        out = sibling(path, "out")
         if state == "mounted":
             if not os.path.ismount(path) and image.is_file() and is_ours(image):  # a reboot took the mount,
                 _mount_again(image, path)  # or someone unmounted it
@@ -116,7 +116,7 @@ def _recover(record: Path) -> None:
                     )
                 os.mkdir(out, 0o700)
                 try:
-                    _run(*_COPY, f"{path}/.", f"{out}/")
+                    run_tool(*COPY_TREE, f"{path}/.", f"{out}/")
                     # a candidate: on the host disk before it replaces anything (not per scratch tmpfs: a
                     if records.read_field(record, "kind") == EXT4:  # syncfs flushes the whole host filesystem)
                         sync_filesystem(out)
@@ -162,7 +162,7 @@ def _mount_again(image: Path, path: Path) -> None:
     path.mkdir(exist_ok=True)
     while True:
         try:
-            _run("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
+            run_tool("mount", "-o", "loop,nosuid,nodev", str(image), str(path))
             return
         except subprocess.CalledProcessError:
             if time.monotonic() >= deadline:
@@ -181,22 +181,25 @@ def _unmount(path: Path) -> None:
     if not os.path.ismount(path):
         return
     if subprocess.run(["umount", str(path)], capture_output=True, env=_env()).returncode != 0:
-        _run("umount", "-l", str(path))
+        run_tool("umount", "-l", str(path))
 
 
-def _sibling(path: Path, step: str) -> Path:
+def sibling(path: Path, step: str) -> Path:
+    """Where a root's tree waits beside it during a step (`in`: the original set aside, `out`: the copy out)."""
     return path.with_name(f".{path.name}.twin-{step}")
 
 
-def _run(*argv: str) -> None:
+def run_tool(*argv: str) -> None:
+    """Run a system tool (mount, cp, ...) on the fixed PATH, with a umask of 0; a failure raises."""
     subprocess.run(list(argv), check=True, capture_output=True, env=_env(), umask=0)
 
 
 def _env() -> dict[str, str]:
-    return {"PATH": _TOOLS, "LANG": "C"}
+    return {"PATH": TOOLS_PATH, "LANG": "C"}
 
 
-def _why(exc: BaseException) -> str:
+def why_failed(exc: BaseException) -> str:
+    """A failed step in one line: the tool and the last line it printed, or the error."""
     if isinstance(exc, subprocess.CalledProcessError):
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
         return f"{exc.cmd[0]}: {detail[-1] if detail else f'exit {exc.returncode}'}"

@@ -113,14 +113,14 @@ def test_a_killed_owner_mounted_root_is_copied_out_at_the_next_start(tmp_path, k
 @requires_mount
 def test_a_killed_owner_mid_copy_in_gets_the_original_back(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "candidate")
-    real_run = quota._run
+    real_run = quota.run_tool
 
     def dies_copying(*argv):
         if argv[0] == "cp":
             raise KeyboardInterrupt  # the process ends here: nothing else of twin's runs
         real_run(*argv)
 
-    monkeypatch.setattr(quota, "_run", dies_copying)
+    monkeypatch.setattr(quota, "run_tool", dies_copying)
     with pytest.raises(KeyboardInterrupt):
         CappedRoot.mount(root, 16, EXT4)
     monkeypatch.undo()
@@ -154,7 +154,7 @@ def test_a_killed_owner_after_the_copy_out_is_swapped_in(tmp_path):
     forget(capped)
     out = root.with_name(f".{root.name}.twin-out")
     os.mkdir(out)
-    quota._run(*quota._COPY, f"{root}/.", f"{out}/")
+    quota.run_tool(*quota.COPY_TREE, f"{root}/.", f"{out}/")
     quota_records.write_field(capped.record, "state", "out")
     assert root in recover_capped()
     assert not os.path.ismount(root)
@@ -366,7 +366,7 @@ def test_only_a_candidates_copy_out_is_flushed_to_the_host(tmp_path, monkeypatch
     monkeypatch.setattr(quota_recovery, "sync_filesystem", lambda path: synced.append(str(path)) or real(path))
     root = make_tree(tmp_path / "candidate")
     CappedRoot.mount(root, 16, kind).release()
-    assert (str(quota._sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
+    assert (str(quota.sibling(root, "out")) in synced) is (kind == EXT4)  # a syncfs flushes the whole host disk
     assert_same_tree(root)
 
 

@@ -22,7 +22,7 @@ def calls(monkeypatch) -> list[tuple[str, ...]]:
 
 def test_an_image_still_attached_is_neither_checked_nor_mounted(tmp_path, calls, monkeypatch):
     monkeypatch.setattr(quota_recovery, "_attached", lambda image: True)  # a process holds the lazily unmounted one
-    monkeypatch.setattr(quota_recovery, "_run", lambda *argv: calls.append(argv[:1]))
+    monkeypatch.setattr(quota_recovery, "run_tool", lambda *argv: calls.append(argv[:1]))
     with pytest.raises(SandboxError, match=r"unmounted but is still in use \(a process holds it\)"):
         quota_recovery._mount_again(tmp_path / "image.ext4", tmp_path / "app")
     assert calls == []
@@ -38,7 +38,7 @@ def test_an_image_let_go_late_is_checked_once_and_mounted_when_the_kernel_lets_i
         if next(failures):
             raise subprocess.CalledProcessError(32, argv)
 
-    monkeypatch.setattr(quota_recovery, "_run", mount)
+    monkeypatch.setattr(quota_recovery, "run_tool", mount)
     quota_recovery._mount_again(tmp_path / "image.ext4", tmp_path / "app")
     assert calls == [("e2fsck",), ("mount",), ("mount",)] and (tmp_path / "app").is_dir()
 
@@ -50,7 +50,7 @@ def test_a_mount_that_keeps_failing_fails_after_the_wait(tmp_path, calls, monkey
         calls.append(argv[:1])
         raise subprocess.CalledProcessError(32, argv)
 
-    monkeypatch.setattr(quota_recovery, "_run", mount)
+    monkeypatch.setattr(quota_recovery, "run_tool", mount)
     with pytest.raises(subprocess.CalledProcessError):
         quota_recovery._mount_again(tmp_path / "image.ext4", tmp_path / "app")
     assert calls[0] == ("e2fsck",) and 2 <= calls.count(("mount",)) <= 10

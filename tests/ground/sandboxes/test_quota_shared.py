@@ -35,7 +35,7 @@ def test_two_sandboxes_capping_one_root_at_once_share_one_mount(tmp_path, monkey
     wait and share that root, never set aside or unmount what the first is mounting."""
     root = make_tree(tmp_path / "work")
     boundary = Boundary(name="b", mounts=[Mount(host=root, inside="/work", writable=True)])
-    first_mounting, real_run = threading.Event(), quota._run
+    first_mounting, real_run = threading.Event(), quota.run_tool
 
     def slow_mount(*argv):
         if argv[0] == "mount" and not first_mounting.is_set():
@@ -43,7 +43,7 @@ def test_two_sandboxes_capping_one_root_at_once_share_one_mount(tmp_path, monkey
             time.sleep(0.5)  # the window the second caller used to come in by
         real_run(*argv)
 
-    monkeypatch.setattr(quota, "_run", slow_mount)
+    monkeypatch.setattr(quota, "run_tool", slow_mount)
     got: dict[str, list] = {}
     first = threading.Thread(target=lambda: got.setdefault("first", cap_writable_roots(boundary)))
     first.start()
@@ -147,7 +147,7 @@ def test_a_record_naming_slash_that_is_not_twins_own_is_left_in_place(tmp_path):
     record = dead_record("qforeign", "/")
     os.chown(record, 65534, 65534)
     with pytest.raises(SandboxError, match="not acted on"):
-        quota_recovery._recover(record)
+        quota_recovery.recover_record(record)
     assert record.exists()
 
 
