@@ -63,6 +63,22 @@ class BenchDir:
         finally:
             os.close(fd)
 
+    def held_now(self) -> bool:
+        """Whether a `twin bench` holds the bench at this moment (its `bench.lock` is locked)."""
+        try:
+            fd = os.open(self.root / "bench.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False  # never run since locks were kept, or not a plain file: no holder to see
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go at once, below
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+            raise
+        finally:
+            os.close(fd)
+        return False
+
     def load(self) -> BenchResults:
         try:
             results = BenchResults.model_validate_json(self.results_path.read_text())

@@ -145,9 +145,13 @@ def write_report(bench: BenchDir, *, band: float = 0.01, axis: str = "tokens") -
     labels = sorted({t.model_label for t in results.trials.values() if t.model_label})
     if any(label.startswith(("replayed", "scripted")) for label in labels):
         lines += ["> Models in this bench are replayed or scripted, not live: " + "; ".join(labels), ""]
+    resume = "the same `twin bench` command resumes it"
     if results.status == "interrupted":
-        resume = "the same `twin bench` command resumes it"
         lines += [f"> The bench was {results.stop_reason} before all its trials ended; {resume}.", ""]
+    elif results.status == "running" and bench.held_now():
+        lines += ["> The bench is still running: this report holds the trials ended so far.", ""]
+    elif results.status == "running":  # its process ended without saving a stop: killed (SIGKILL, the machine)
+        lines += [f"> The bench's process ended before its trials did, without saving why (killed); {resume}.", ""]
     status = Counter(t.status for t in results.trials.values())
     lines += [
         f"Tasks: {len(results.config.tasks)} · models: {len(results.config.models)} · scaffolds: "

@@ -343,3 +343,23 @@ def test_a_stopped_bench_is_saved_interrupted_in_one_line_and_resumes_only_its_u
     again = run_bench(cfg, tmp_path / "benches")
     assert queues == [[twin.trial_id, base.trial_id], [twin.trial_id]]  # the finished trial is kept
     assert again.status == "finished" and BenchDir(tmp_path / "benches" / "b").load().status == "finished"
+
+
+def test_a_report_says_whether_a_bench_saved_as_running_still_runs_or_was_killed(tmp_path, monkeypatch):
+    import harness.bench.run as bench_run
+
+    cfg = config(tmp_path)
+    monkeypatch.setattr(bench_run, "run_locally", lambda *_: None)
+    run_bench(cfg, tmp_path / "benches")
+    bench = BenchDir(tmp_path / "benches" / "b")
+    results = bench.load()
+    results.status = "running"  # as a `twin bench` saves it while it runs, and leaves it where it is killed
+    bench.save(results)
+    args = ["report", "b", "--benches-dir", str(tmp_path / "benches")]
+    with bench.held():  # a `twin bench` holds it
+        assert bench.held_now() and main(args) == 0
+    assert "> The bench is still running: this report holds the trials ended so far." in (bench.root / "report.md").read_text()
+    assert not bench.held_now() and main(args) == 0
+    killed = (bench.root / "report.md").read_text()
+    assert "> The bench's process ended before its trials did, without saving why (killed)" in killed
+    assert "still running" not in killed
