@@ -358,7 +358,8 @@ def test_a_report_says_whether_a_bench_saved_as_running_still_runs_or_was_killed
     args = ["report", "b", "--benches-dir", str(tmp_path / "benches")]
     with bench.held():  # a `twin bench` holds it
         assert bench.held_now() and main(args) == 0
-    assert "> The bench is still running: this report holds the trials ended so far." in (bench.root / "report.md").read_text()
+    running = (bench.root / "report.md").read_text()
+    assert "> The bench is still running: this report holds the trials ended so far." in running
     assert not bench.held_now() and main(args) == 0
     killed = (bench.root / "report.md").read_text()
     assert "> The bench's process ended before its trials did, without saving why (killed)" in killed
