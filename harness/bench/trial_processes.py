@@ -6,7 +6,7 @@ alone (a scheduler's, `timeout`'s, a `kill PID`) reaches the bench only. Either 
 `stop`s: every trial still running is sent SIGTERM once, which stops it as Ctrl-C would (its
 sandboxes killed, its mounts released, its run saved as stopped: `harness.cli.stop_signals`),
 and no further trial starts. A trial the group's signal reached first ignores the bench's.
-A trial still running `STOP_GRACE_S` after that SIGTERM (one that ignores it, or hangs in its
+A trial still running `trials.STOP_GRACE_S` after that SIGTERM (one that ignores it, or hangs in its
 clean-up) is killed, a line in its log says so, and it is recorded as stopped (a killed run
 resumes; what it left mounted is recovered when it does): a stopped bench never waits forever.
 A trial also stops if the bench is killed outright (`trials.start_trial_process`).
@@ -20,10 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from harness.bench.trials import KILLED_AT_STOP, start_trial_process
-
-STOP_GRACE_S = 60.0
-"""How long a stopped bench waits for a trial to stop after its SIGTERM before it kills it."""
+from harness.bench import trials
+from harness.bench.trials import KILLED_AT_STOP, kill_late_trial, start_trial_process
 
 
 class TrialProcesses:
@@ -61,7 +59,7 @@ class TrialProcesses:
     def stop(self) -> int:
         """Send every running trial SIGTERM and start no more; return how many were sent it (a second stop: none).
 
-        Those still running `STOP_GRACE_S` later are killed (`_kill_late`, from a timer thread).
+        Those still running `trials.STOP_GRACE_S` later are killed (`_kill_late`, from a timer thread).
         """
         with self._lock:
             if self._stopped:
@@ -71,7 +69,7 @@ class TrialProcesses:
         for proc in live:
             proc.send_signal(signal.SIGTERM)  # nothing where it has just ended and been reaped
         if live:
-            timer = threading.Timer(STOP_GRACE_S, self._kill_late)
+            timer = threading.Timer(trials.STOP_GRACE_S, self._kill_late)
             timer.daemon = True
             timer.start()
         return len(live)
@@ -82,6 +80,4 @@ class TrialProcesses:
             late = [(proc, log) for proc, log in self._live.items() if proc.poll() is None]
             self._killed.update(proc for proc, _ in late)
         for proc, log in late:
-            with open(log, "a") as handle:
-                handle.write(f"twin bench: the trial did not stop within {STOP_GRACE_S:g} s of SIGTERM: killed\n")
-            proc.kill()
+            kill_late_trial(proc, log, trials.STOP_GRACE_S)

@@ -24,6 +24,9 @@ from ground.errors import InfraFailure, Interrupted, RunFailed
 from harness.bench.schema import BenchConfig, CurvePoint, TrialResult, TrialSpec
 from harness.run.directory import MAX_ROUNDS, RunConfig, RunDir, RunState
 
+STOP_GRACE_S = 60.0
+"""How long a stopped bench waits for a trial to stop after its SIGTERM before it kills it."""
+_POLL_S = 0.2
 KILLED_AT_STOP = 128 + signal.SIGKILL
 """The code a stopped bench records for a trial it killed, past the grace after its SIGTERM
 (`harness.bench.trial_processes`); a process's own exit never reads so (a kill reads -9)."""
@@ -92,17 +95,48 @@ def start_trial_process(command: list[str], log_path: Path, env: dict[str, str])
         return subprocess.Popen([*tied, *command], stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def run_trial_process(command: list[str], log_path: Path, env: dict[str, str]) -> int:
-    """Run one trial's `twin migrate` with its output in `log_path`; return the exit code."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+def stop_trial(proc: subprocess.Popen, log_path: Path, grace_s: float) -> int:
+    """Stop a running trial as a stopped bench does: SIGTERM once (it stops as at Ctrl-C), killed after `grace_s`.
+
+    Returns:
+        Its exit code; `KILLED_AT_STOP` where it was killed (a line in its log says why).
+    """
+    proc.send_signal(signal.SIGTERM)  # nothing where it has just ended and been reaped
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        kill_late_trial(proc, log_path, grace_s)
+        proc.wait()
+        return KILLED_AT_STOP
+
+
+def kill_late_trial(proc: subprocess.Popen, log_path: Path, grace_s: float) -> None:
+    """Kill a trial that did not stop within `grace_s` of its SIGTERM, saying so in its log."""
+    with open(log_path, "a") as handle:
+        handle.write(f"twin bench: the trial did not stop within {grace_s:g} s of SIGTERM: killed\n")
+    proc.kill()
 
 
 def timed_trial_process(command: list[str], log: Path, env: dict[str, str]) -> tuple[int, float]:
-    """Run a trial; return its exit code and the time spent in its process (model, sandbox, grader)."""
+    """Run a trial where the bench's own threads cannot reach it (a Ray worker); return its exit code and seconds.
+
+    Interrupted (a `KeyboardInterrupt`: what `ray.cancel` raises in the worker running it), the
+    trial is stopped as the local pool stops its trials (`stop_trial`), and the interruption goes
+    on once it has ended. The wait polls: an interruption raised from another thread is taken
+    only between Python steps, never inside a blocking wait.
+    """
     started = time.monotonic()
-    code = run_trial_process(command, log, env)
+    proc = start_trial_process(command, log, env)
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    except BaseException:
+        stop_trial(proc, log, STOP_GRACE_S)
+        raise
     return code, time.monotonic() - started
 
 

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.bench import trial_processes
+from harness.bench import trials
 from harness.bench.executors import run_locally
 from harness.bench.trials import KILLED_AT_STOP
 
@@ -36,7 +36,7 @@ class _Unbounded:
 
 
 def test_a_stopped_bench_does_not_wait_forever_on_a_trial_that_ignores_sigterm(tmp_path, monkeypatch):
-    monkeypatch.setattr(trial_processes, "STOP_GRACE_S", 1.0, raising=False)
+    monkeypatch.setattr(trials, "STOP_GRACE_S", 1.0)
     stubborn = tmp_path / "stubborn"
     commands = {
         "stubborn": [sys.executable, "-c", IGNORES_SIGTERM],
