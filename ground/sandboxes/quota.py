@@ -146,7 +146,7 @@ class CappedRoot:
             inodes = min(MAX_INODES, max(1024, (self.cap_mb << 20) // 16384))
             # nodiscard: mkfs would otherwise punch the allocated blocks back out of the image file
             run_tool("mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal", "-E", "nodiscard",
-                 str(image))  # fmt: skip
+                     str(image))  # fmt: skip
             run_tool("mount", "-o", "loop,nosuid,nodev", str(image), str(self.path))
             os.rmdir(self.path / "lost+found")
         else:
