@@ -114,7 +114,7 @@ def run_with_ray(config, queue, launch, record, env, ledger) -> None:
         for spec, started, ref in batch:
             try:
                 code, inner_s = ray.get(ref)  # one that ended before its cancel: as it ended
-            except ray.exceptions.TaskCancelledError:  # waited for: its worker stopped the trial first
-                code, inner_s = Interrupted.exit_code, time.monotonic() - started
+            except ray.exceptions.RayError:  # cancelled (its worker stopped the trial first), or its worker lost:
+                code, inner_s = Interrupted.exit_code, time.monotonic() - started  # resumed as stopped either way
             record(spec, code, started, inner_s)
         raise

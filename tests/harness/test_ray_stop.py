@@ -61,7 +61,11 @@ def test_a_cancelled_trial_that_ignores_sigterm_is_killed_after_the_grace(tmp_pa
     assert log.read_text().endswith("twin bench: the trial did not stop within 1 s of SIGTERM: killed\n")
 
 
-class _Cancelled(Exception):
+class _RayError(Exception):
+    """Ray's RayError, in the stand-in below."""
+
+
+class _Cancelled(_RayError):
     """Ray's TaskCancelledError, in the stand-in below."""
 
 
@@ -80,7 +84,7 @@ def _fake_ray(ended: dict[str, tuple[int, float]], stop_on: str) -> SimpleNamesp
     remote = lambda **_: lambda function: SimpleNamespace(remote=lambda command, log, env: command[0])  # noqa: E731
     return SimpleNamespace(is_initialized=lambda: True, remote=remote, get=get, cancel=cancelled.append,
                            wait=lambda refs, timeout: (refs, []),
-                           cancelled=cancelled, exceptions=SimpleNamespace(TaskCancelledError=_Cancelled))  # fmt: skip
+                           cancelled=cancelled, exceptions=SimpleNamespace(RayError=_RayError))  # fmt: skip
 
 
 def test_a_stopped_ray_bench_cancels_every_unrecorded_trial_and_records_each_as_it_ended(tmp_path, monkeypatch):
