@@ -11,13 +11,16 @@ class Gap(BaseModel):
     title: str = Field(description="What is missing or wrong, in a few words.")
     evidence: list[str] = Field(
         default_factory=list,
-        description="Property ids (or file:line observations) this gap rests on.",
+        description="Property ids this gap rests on (or file:line observations: an entry that is no property's "
+        "id costs a Verifier's turn).",
     )
     objective: str = Field(description="The repair the Migrator should make, concretely.")
     probes: list[str] = Field(
         default_factory=list,
         description="Property ids that, established, show the gap closed: an existing one, or the id a new "
-        "probe should carry (e.g. forward.block.gelu). An entry in words costs a Verifier's turn.",
+        "probe should carry (e.g. forward.block.gelu; that is how you ask the Verifier for the probe). Shown to "
+        "the Verifier as 'verify with'. Any entry no probe states yet (a new id, words, file:line) costs a "
+        "Verifier's turn.",
     )
     sources: list[str] = Field(
         default_factory=list,
@@ -34,7 +37,9 @@ class Diagnosis(BaseModel):
     gaps: list[Gap] = Field(default_factory=list, description="Remaining gaps, most important first.")
     complete: bool = Field(
         default=False,
-        description="True when the Diagnoser finds nothing left to repair or to check.",
+        description="True: you find nothing left to repair or to check. It ends the run at once (gaps dropped) "
+        "only when every property in your evidence is established (what a Verifier could not examine does not "
+        "count); otherwise it changes nothing.",
     )
 
     def render(self) -> str:

@@ -78,7 +78,8 @@ def probe_tools(desk: ProbeDesk) -> list[Tool]:
             "Run the built-in candidate-side checks: imports, independence and the migration audit "
             "always; jit-traceability, gradients, parameter tree and entry points only where the task "
             "declares the functions to check. The result lists what ran and what did not, and why. twin "
-            "ran them on this round's candidate before your turn: their outcomes are in your evidence.",
+            "ran them on this round's candidate before your turn (their outcomes are in your evidence) and the "
+            "candidate does not change during it: call this only where they did not run.",
             {},
             checks,
         ),
