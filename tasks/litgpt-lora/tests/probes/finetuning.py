@@ -40,8 +40,10 @@ PROBES = {
             "litgpt.utils.instantiate_torch_optimizer",
             "litgpt.lora.mark_only_lora_as_trainable",
         ],
-        "description": "Six AdamW steps on the LoRA factors (warmup, then cosine): losses, factors, frozen base.",
-        "compare": {"losses": "tensor", "factors/*": "tensor", "base_moved": "exact"},
+        "description": "fit's AdamW steps on the LoRA factors (warmup, then cosine) through the candidate's own fit: "
+        "the losses and learning rates it logs, the validation loss after, the factors, the frozen base.",
+        "compare": {"losses": "tensor", "learning_rate": "tensor", "val_loss": "scalar", "factors/*": "tensor",
+                    "base_moved": "exact"},
         "timeout_s": 300,
     },
     "validate": {
@@ -150,7 +152,7 @@ def _fit(env, steps, before_step=None):
     optimizer step (the gradients are in place then).
 
     Returns:
-        (the model, unwrapped; the losses `fit` logged, one per step).
+        (the model, unwrapped; the losses and the learning rates `fit` logged, one of each per step).
     """
     import contextlib
     import io
@@ -164,9 +166,9 @@ def _fit(env, steps, before_step=None):
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
 
-    losses = []
+    losses, rates = [], []
 
-    class Losses:  # a Fabric logger: keeps the loss of fit's per-iteration metrics
+    class Logged:  # a Fabric logger: keeps the loss and learning rate of fit's per-iteration metrics
         name, version = "probe", 0
 
         def log_hyperparams(self, *args, **kwargs):
@@ -175,11 +177,12 @@ def _fit(env, steps, before_step=None):
         def log_metrics(self, metrics, step=None):
             if "learning_rate" in metrics:
                 losses.append(float(metrics["loss"]))
+                rates.append(float(metrics["learning_rate"]))
 
     previous = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, env.dtype))
     try:
-        fabric = _fabric(env, loggers=[Losses()])
+        fabric = _fabric(env, loggers=[Logged()])
         model = _reference_model(env)
         optimizer = instantiate_torch_optimizer(
             {"class_path": "torch.optim.AdamW", "init_args": {"lr": TRAIN["learning_rate"], "betas": TRAIN["betas"],
@@ -209,7 +212,7 @@ def _fit(env, steps, before_step=None):
     finally:
         torch.set_default_dtype(previous)
     assert len(losses) == steps, losses
-    return model, losses
+    return model, losses, rates
 
 
 def reference_checkpoint(env):
@@ -286,7 +289,7 @@ def reference_grads(env):
     def keep(model):
         grads.update({n.replace(".", "_"): p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
 
-    _, losses = _fit(env, 1, before_step=keep)
+    _, losses, _ = _fit(env, 1, before_step=keep)
     return {"loss": losses[0], "grads": grads}
 
 
@@ -307,34 +310,28 @@ def inputs_steps(env):
 
 
 def reference_steps(env):
-    model, losses = _fit(env, TRAIN["max_steps"])
+    model, losses, rates = _fit(env, TRAIN["max_steps"])
     after = model.state_dict()
     state = _state(env)
     moved = any(not (after[k].double().numpy() == state[k]).all() for k in state if "lora_" not in k)
-    return {"losses": losses, "factors": {k.replace(".", "_"): v for k, v in after.items() if "lora_" in k},
+    return {"losses": losses, "learning_rate": rates, "val_loss": _validated(env, model),
+            "factors": {k.replace(".", "_"): v for k, v in after.items() if "lora_" in k},
             "base_moved": moved}  # fmt: skip
 
 
 def candidate_steps(env):
     import numpy as np
-    from litgpt.finetune.lora import TrainArgs, make_optimizer, make_train_step
+    from litgpt.finetune.lora import TrainArgs, fit
     from litgpt.scripts.convert_lit_checkpoint import state_dict_from_params
 
-    data, mb = _data(env), TRAIN["micro_batch_size"]
     config, params = _candidate(env)
-    args = TrainArgs(**TRAIN)
-    optimizer = make_optimizer(params, args)
-    opt_state = optimizer.init(params)
-    step = make_train_step(config, optimizer)
-    losses = []
-    for i in range(TRAIN["max_steps"]):
-        rows = slice(i * mb, (i + 1) * mb)
-        params, opt_state, loss = step(params, opt_state, data["train_input_ids"][rows], data["train_labels"][rows])
-        losses.append(float(loss))
+    params, metrics = fit(params, config, _data(env), TrainArgs(**TRAIN))
     after = state_dict_from_params(params)
     state = _state(env)
     moved = any(not np.array_equal(np.asarray(after[k]), state[k]) for k in state if "lora_" not in k)
-    return {"losses": losses, "factors": {k.replace(".", "_"): v for k, v in after.items() if "lora_" in k},
+    return {"losses": metrics["train_loss"], "learning_rate": metrics["learning_rate"],
+            "val_loss": metrics["val_loss"],
+            "factors": {k.replace(".", "_"): v for k, v in after.items() if "lora_" in k},
             "base_moved": moved}  # fmt: skip
 
 
@@ -342,7 +339,8 @@ def inputs_validate(env):
     return _state_inputs(env)
 
 
-def reference_validate(env):
+def _validated(env, model=None):
+    """litgpt's `validate` of `model` (None: the checkpoint's, built here) over every validation micro-batch."""
     import torch
     from litgpt.args import EvalArgs
     from litgpt.finetune.lora import validate
@@ -351,12 +349,16 @@ def reference_validate(env):
     torch.set_default_dtype(getattr(torch, env.dtype))  # validate accumulates in a new tensor
     try:
         fabric = _fabric(env)
-        model = fabric.setup_module(_reference_model(env))
+        model = _reference_model(env) if model is None else model  # built in the probe's dtype throughout
         loader = fabric.setup_dataloaders(_loader(env, "val"))
-        val_loss = validate(fabric, model, loader, EvalArgs(max_iters=len(loader)), verbose=False)
+        return float(validate(fabric, fabric.setup_module(model), loader, EvalArgs(max_iters=len(loader)),
+                              verbose=False))  # fmt: skip
     finally:
         torch.set_default_dtype(previous)
-    return {"val_loss": float(val_loss)}
+
+
+def reference_validate(env):
+    return {"val_loss": _validated(env)}
 
 
 def candidate_validate(env):
