@@ -12,7 +12,7 @@ import pytest
 from harness.bench.executors import run_locally
 
 
-class _Unbounded:
+class Unbounded:
     def check(self) -> None:
         """The bench's ledger with budget left."""
 
@@ -32,7 +32,7 @@ def test_a_stopped_pool_stops_its_running_trials_records_each_and_starts_no_more
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_locally(
-            config, queue, lambda spec: (commands[spec], tmp_path / spec), record, dict(os.environ), _Unbounded()
+            config, queue, lambda spec: (commands[spec], tmp_path / spec), record, dict(os.environ), Unbounded()
         )
     assert recorded == [("quick", 0), ("slow", -15)]  # the running trial: sent SIGTERM, then recorded
     assert time.monotonic() - began < 30

@@ -14,6 +14,7 @@ import pytest
 from ground.errors import Interrupted
 from harness.bench import executors, trials
 from harness.bench.trials import KILLED_AT_STOP, timed_trial_process
+from tests.harness.test_executors import Unbounded
 from tests.harness.test_trial_processes import COUNTING
 
 IGNORING = (
@@ -97,9 +98,8 @@ def test_a_stopped_ray_bench_cancels_every_unrecorded_trial_and_records_each_as_
         return SimpleNamespace(status="ok", attempts=1)
 
     config = SimpleNamespace(jobs=2, infra_retries=0, retry_backoff_s=0, ray_address=None)
-    ledger = SimpleNamespace(check=lambda: None)
     with pytest.raises(KeyboardInterrupt):
-        executors.run_with_ray(config, ["slow", "quick"], lambda spec: ([spec], tmp_path / spec), record, {}, ledger)
+        executors.run_with_ray(config, ["slow", "quick"], lambda s: ([s], tmp_path / s), record, {}, Unbounded())
     assert ray.cancelled == ["slow", "quick"]
     assert recorded == [("slow", Interrupted.exit_code), ("quick", 0)]  # stopped; ended before its cancel
     assert Interrupted.exit_code in trials.STOPPED_EXITS and KILLED_AT_STOP in trials.STOPPED_EXITS

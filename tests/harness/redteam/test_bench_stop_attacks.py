@@ -23,16 +23,12 @@ import pytest
 from harness.bench import trials
 from harness.bench.executors import run_locally
 from harness.bench.trials import KILLED_AT_STOP
+from tests.harness.test_executors import Unbounded
 
 IGNORES_SIGTERM = (
     "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
     " print('ready', os.getpid(), flush=True); time.sleep(120)"
 )
-
-
-class _Unbounded:
-    def check(self) -> None:
-        """The bench's ledger with budget left."""
 
 
 def test_a_stopped_bench_does_not_wait_forever_on_a_trial_that_ignores_sigterm(tmp_path, monkeypatch):
@@ -56,7 +52,7 @@ def test_a_stopped_bench_does_not_wait_forever_on_a_trial_that_ignores_sigterm(t
     def bench() -> None:
         try:
             run_locally(config, ["stubborn", "quick"], lambda s: (commands[s], tmp_path / s), record, dict(os.environ),
-                        _Unbounded())  # fmt: skip
+                        Unbounded())  # fmt: skip
         except KeyboardInterrupt:
             outcome.append("stopped")
 
