@@ -85,9 +85,10 @@ def run_with_ray(config, queue, launch, record, env, ledger) -> None:
     if not ray.is_initialized():
         kept = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
-        for number, handler in kept.items():  # Ray's own SIGTERM handler exits at once: twin's clean stop again
-            if handler is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(number, handler)
+        if threading.current_thread() is threading.main_thread():  # Ray's SIGTERM handler exits at once:
+            for number, handler in kept.items():  # twin's clean stop again
+                if handler is not None:
+                    signal.signal(number, handler)
     remote = ray.remote(num_cpus=1, max_retries=0)(timed_trial_process)
     batch: list[tuple[TrialSpec, float, object]] = []
     try:

@@ -128,16 +128,12 @@ def timed_trial_process(command: list[str], log: Path, env: dict[str, str]) -> t
     started = time.monotonic()
     proc = start_trial_process(command, log, env)
     try:
-        while True:
-            try:
-                code = proc.wait(timeout=_POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        while proc.poll() is None:
+            time.sleep(_POLL_S)
     except BaseException:
         stop_trial(proc, log, STOP_GRACE_S)
         raise
-    return code, time.monotonic() - started
+    return proc.returncode, time.monotonic() - started
 
 
 def collect_trial(spec: TrialSpec, run_dir: Path, returncode: int, attempts: int, *, rounds: int) -> TrialResult:
